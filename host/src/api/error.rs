@@ -1,0 +1,102 @@
+//! The API's one error type and its JSON body.
+
+use axum::extract::FromRequest;
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::plugins::PluginError;
+
+/// An error response.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 with a message naming the field.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 409.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// 500; the cause goes to the log, not to the client.
+    pub fn internal(err: &anyhow::Error) -> Self {
+        tracing::error!(err = %format!("{err:#}"), "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; see the daemon log",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(err: anyhow::Error) -> Self {
+        Self::internal(&err)
+    }
+}
+
+impl From<PluginError> for ApiError {
+    fn from(err: PluginError) -> Self {
+        let message = err.to_string();
+        match err {
+            PluginError::NotFound { .. } => Self::not_found(message),
+            PluginError::UnknownMode { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "unknown_mode", message)
+            }
+            PluginError::Refused(_) => Self::new(StatusCode::BAD_REQUEST, "refused", message),
+            PluginError::InvalidConfig(_) => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_config", message)
+            }
+            PluginError::Conflict(_) => Self::conflict(message),
+            PluginError::Call(_) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "call_failed", message)
+            }
+            PluginError::Internal(err) => Self::internal(&err),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        Self::bad_request(format!("invalid JSON body: {}", rejection.body_text()))
+    }
+}
+
+/// `axum::Json`, but a bad body answers with our JSON error.
+#[derive(Debug, FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}

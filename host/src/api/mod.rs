@@ -1,0 +1,42 @@
+//! The HTTP API: JSON resources on loopback. The CLI is a client of exactly these routes.
+//!
+//! Errors are `{"error": {"code": "...", "message": "..."}}` with a status that fits: 400 bad
+//! input (the message names the field), 404 unknown resource, 409 conflict, 422 a plugin call
+//! that failed, 500 something on our side (details in the daemon log, not in the response).
+
+mod error;
+mod plugins;
+
+use axum::Router;
+use axum::routing::get;
+
+pub use error::{ApiError, ApiJson};
+
+use crate::plugins::PluginHost;
+use crate::store::Store;
+
+/// What every handler can reach. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub store: Store,
+    pub plugins: PluginHost,
+    pub data_dir: std::path::PathBuf,
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/api/health", get(health))
+        .nest("/api/plugins", plugins::router())
+        .with_state(state)
+}
+
+async fn health(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "data_dir": state.data_dir,
+    }))
+}

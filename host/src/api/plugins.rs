@@ -1,0 +1,201 @@
+//! `/api/plugins`: install, list, inspect, remove, enable, run and bench executor plugins.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{ApiError, ApiJson, AppState};
+use crate::plugins::{BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, Provenance};
+
+/// Largest component accepted for install.
+const MAX_COMPONENT: usize = 64 * 1024 * 1024;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/",
+            get(list)
+                .post(install)
+                .layer(DefaultBodyLimit::max(MAX_COMPONENT)),
+        )
+        .route("/{name}", get(inspect).delete(remove))
+        .route("/{name}/enable", post(enable))
+        .route("/{name}/run", post(run))
+        .route("/{name}/bench", post(bench))
+}
+
+async fn list(State(state): State<AppState>) -> ApiJson<Value> {
+    ApiJson(serde_json::json!({ "plugins": state.plugins.list() }))
+}
+
+#[derive(Debug, Deserialize)]
+struct InstallQuery {
+    /// Comma-separated capabilities.
+    #[serde(default)]
+    grant: String,
+    #[serde(default)]
+    replace: bool,
+}
+
+async fn install(
+    State(state): State<AppState>,
+    Query(query): Query<InstallQuery>,
+    body: Bytes,
+) -> Result<(StatusCode, ApiJson<PluginInfo>), ApiError> {
+    let grants: Vec<String> = query
+        .grant
+        .split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(str::to_string)
+        .collect();
+    let info = state
+        .plugins
+        .install(body.to_vec(), &grants, query.replace)
+        .await?;
+    tracing::info!(plugin = %info.record.name, version = %info.record.version, sha256 = %info.record.sha256, "plugin installed");
+    Ok((StatusCode::CREATED, ApiJson(info)))
+}
+
+async fn inspect(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<PluginInfo>, ApiError> {
+    Ok(ApiJson(state.plugins.get(&name)?))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<PluginInfo>, ApiError> {
+    Ok(ApiJson(state.plugins.remove(&name)?))
+}
+
+async fn enable(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<PluginInfo>, ApiError> {
+    Ok(ApiJson(state.plugins.set_enabled(&name, true)?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunBody {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    config: Map<String, Value>,
+    #[serde(default)]
+    markers: BTreeMap<String, String>,
+    workdir: PathBuf,
+}
+
+/// The mode to call on plugin `name`: the asked one (which the plugin must serve) or its first.
+fn mode_of(state: &AppState, name: &str, mode: Option<String>) -> Result<String, ApiError> {
+    let info = state.plugins.get(name)?;
+    if !info.record.enabled {
+        return Err(ApiError::conflict(format!(
+            "plugin `{name}` is disabled; enable it with `canopy plugin enable {name}`"
+        )));
+    }
+    let modes = &info.record.manifest.modes;
+    match mode {
+        Some(mode) if modes.contains(&mode) => Ok(mode),
+        Some(mode) => Err(ApiError::bad_request(format!(
+            "field `mode`: plugin `{name}` does not serve `{mode}`; it serves {}",
+            modes.join(", ")
+        ))),
+        None => modes
+            .first()
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request(format!("plugin `{name}` serves no mode"))),
+    }
+}
+
+async fn run(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<RunBody>,
+) -> Result<ApiJson<CallReport>, ApiError> {
+    let mode = mode_of(&state, &name, body.mode)?;
+    let supported = crate::markers::NODE_MARKERS;
+    if let Some(unknown) = body
+        .markers
+        .keys()
+        .find(|k| !supported.contains(&k.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "field `markers`: unknown marker `{unknown}`; supported: {}",
+            supported.join(", ")
+        )));
+    }
+    state
+        .plugins
+        .validate(&mode, &body.config, supported)
+        .await?;
+    let report = state
+        .plugins
+        .execute(CallRequest {
+            mode,
+            config: body.config,
+            markers: body.markers,
+            supported_markers: supported,
+            workdir: body.workdir,
+            provenance: Provenance {
+                event: "manual".to_string(),
+                ..Provenance::default()
+            },
+            timeout: None,
+            resume_session: None,
+        })
+        .await?;
+    Ok(ApiJson(report))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BenchBody {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    config: Map<String, Value>,
+    #[serde(default = "default_iterations")]
+    iterations: u32,
+    #[serde(default)]
+    workdir: Option<PathBuf>,
+}
+
+fn default_iterations() -> u32 {
+    1_000
+}
+
+async fn bench(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<BenchBody>,
+) -> Result<ApiJson<BenchReport>, ApiError> {
+    let mode = mode_of(&state, &name, body.mode)?;
+    if body.iterations == 0 || body.iterations > 100_000 {
+        return Err(ApiError::bad_request(
+            "field `iterations` must be between 1 and 100000",
+        ));
+    }
+    let report = state
+        .plugins
+        .bench(BenchRequest {
+            plugin: name,
+            mode: Some(mode),
+            config: body.config,
+            iterations: body.iterations,
+            workdir: body.workdir,
+        })
+        .await?;
+    Ok(ApiJson(report))
+}

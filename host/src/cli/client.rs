@@ -1,0 +1,106 @@
+//! The CLI's HTTP client: finds the daemon through the data dir and turns API errors into
+//! messages.
+
+use anyhow::{Context, Result, anyhow};
+use serde::de::DeserializeOwned;
+
+use crate::datadir::DataDir;
+
+/// A connection to the daemon of one data dir.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+    data_dir: std::path::PathBuf,
+}
+
+impl Client {
+    /// Reads the daemon's address from the data dir. Fails, saying how to start a daemon, when
+    /// none is running there.
+    pub fn connect(data: &DataDir) -> Result<Self> {
+        let address = std::fs::read_to_string(data.address_file()).unwrap_or_default();
+        let base = address.trim().to_string();
+        if base.is_empty() {
+            return Err(no_daemon(data.root()));
+        }
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Self {
+            base,
+            http,
+            data_dir: data.root().to_path_buf(),
+        })
+    }
+
+    /// The daemon's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends a request and decodes the JSON answer; an API error becomes its message.
+    pub async fn send<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> Result<T> {
+        let response = request.send().await.map_err(|err| {
+            if err.is_connect() {
+                no_daemon(&self.data_dir)
+            } else {
+                anyhow!("cannot reach the daemon at {}: {err}", self.base)
+            }
+        })?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .context("cannot read the daemon's answer")?;
+        if !status.is_success() {
+            let message = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| {
+                    v.pointer("/error/message")
+                        .and_then(|m| m.as_str())
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+            return Err(anyhow!("{message}"));
+        }
+        serde_json::from_slice(&body)
+            .with_context(|| format!("unexpected answer from the daemon ({status})"))
+    }
+
+    /// GET a path under the base URL.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.send(self.http.get(self.url(path))).await
+    }
+
+    /// POST JSON.
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T> {
+        self.send(self.http.post(self.url(path)).json(body)).await
+    }
+
+    /// DELETE.
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.send(self.http.delete(self.url(path))).await
+    }
+
+    /// A request builder for anything else.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, self.url(path))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+fn no_daemon(data_dir: &std::path::Path) -> anyhow::Error {
+    anyhow!(
+        "no canopy daemon is running for data dir {}; start one with `canopy daemon --data-dir {}`",
+        data_dir.display(),
+        data_dir.display()
+    )
+}

@@ -1,0 +1,85 @@
+//! The command line. `canopy daemon` runs the daemon; every other command is a client of the
+//! daemon's HTTP API (one code path for people, scripts and agents).
+
+mod client;
+mod plugin;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::datadir::DataDir;
+pub use client::Client;
+
+/// Canopy runs agent work as graphs over specs and queues, and reacts with hooks.
+#[derive(Debug, Parser)]
+#[command(name = "canopy", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Data dir of the daemon to run or talk to [default: $XDG_DATA_HOME/canopy]
+    #[arg(long, global = true, env = "CANOPY_HOME", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon: HTTP API on loopback, executor host, engine.
+    Daemon {
+        /// Address to listen on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Install, inspect, run and measure executor plugins.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+}
+
+/// Runs the CLI; errors are printed as `error: ...` with exit code 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let daemon = matches!(cli.command, Command::Daemon { .. });
+    init_tracing(daemon);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let data = DataDir::resolve(cli.data_dir)?;
+    match cli.command {
+        Command::Daemon { listen } => {
+            crate::daemon::run(data, listen).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(command) => plugin::run(&Client::connect(&data)?, command).await,
+    }
+}
+
+fn init_tracing(daemon: bool) {
+    let default = if daemon { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CANOPY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

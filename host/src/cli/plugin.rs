@@ -1,0 +1,435 @@
+//! `canopy plugin ...`: install, list, inspect, remove, enable, run and bench executor plugins.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Client, table};
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Install a plugin component (.wasm), granting the capabilities it requests.
+    Install {
+        /// The component, built for wasm32-wasip2.
+        file: PathBuf,
+        /// Capability to grant: process, sessions, fs-read, fs-write:<subpath>, network
+        /// (repeat, or separate with commas).
+        #[arg(long = "grant", value_name = "CAP")]
+        grants: Vec<String>,
+        /// Replace an installed plugin of the same name, and take over modes other plugins serve.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// List installed plugins.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one plugin: manifest, grants, config schema, how it was loaded.
+    Inspect {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a plugin (a built-in is disabled; built-ins cannot be deleted).
+    Remove { name: String },
+    /// Enable a plugin again (a disabled built-in, say).
+    Enable { name: String },
+    /// Make one `execute` call, printing the outcome: the plugin author's dev loop.
+    Run {
+        name: String,
+        /// The config: JSON text, or @FILE.
+        #[arg(long, value_name = "JSON")]
+        config: String,
+        /// Mode to call [default: the plugin's first mode]
+        #[arg(long)]
+        mode: Option<String>,
+        /// A marker value, e.g. --marker spec_name='Add login' (repeat).
+        #[arg(long = "marker", value_name = "KEY=VALUE")]
+        markers: Vec<String>,
+        /// Directory the call runs in [default: the current directory]
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure a plugin: compile, cached load, fresh instantiate + call; spawn for reference.
+    Bench {
+        name: String,
+        /// The config of each call: JSON text, or @FILE [default: {}]
+        #[arg(long, value_name = "JSON")]
+        config: Option<String>,
+        #[arg(long)]
+        mode: Option<String>,
+        /// Calls to time.
+        #[arg(long, default_value_t = 1000)]
+        iterations: u32,
+        /// Directory the calls run in [default: a scratch dir in the data dir]
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
+    match command {
+        PluginCommand::Install {
+            file,
+            grants,
+            replace,
+        } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let grant = grants.join(",");
+            let request = client
+                .request(reqwest::Method::POST, "/api/plugins")
+                .query(&[
+                    ("grant", grant.as_str()),
+                    ("replace", if replace { "true" } else { "false" }),
+                ])
+                .header("content-type", "application/wasm")
+                .body(bytes);
+            let info: Value = client.send(request).await?;
+            println!(
+                "installed plugin {} {} (sha256 {}) serving modes: {}; granted: {}",
+                str_at(&info, "/name"),
+                str_at(&info, "/version"),
+                short(str_at(&info, "/sha256")),
+                list_at(&info, "/manifest/modes"),
+                list_at(&info, "/granted"),
+            );
+        }
+        PluginCommand::List { json } => {
+            let answer: Value = client.get("/api/plugins").await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                let rows: Vec<Vec<String>> = answer["plugins"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|p| {
+                        vec![
+                            str_at(p, "/name").to_string(),
+                            str_at(p, "/version").to_string(),
+                            list_at(p, "/manifest/modes"),
+                            list_at(p, "/manifest/capabilities"),
+                            list_at(p, "/granted"),
+                            if p["builtin"].as_bool() == Some(true) {
+                                "built-in"
+                            } else {
+                                "installed"
+                            }
+                            .to_string(),
+                            if p["enabled"].as_bool() == Some(true) {
+                                "enabled"
+                            } else {
+                                "disabled"
+                            }
+                            .to_string(),
+                            short(str_at(p, "/sha256")).to_string(),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table::render(
+                        &[
+                            "NAME", "VERSION", "MODES", "REQUESTS", "GRANTED", "KIND", "STATE",
+                            "SHA256"
+                        ],
+                        &rows
+                    )
+                );
+            }
+        }
+        PluginCommand::Inspect { name, json } => {
+            let info: Value = client
+                .get(&format!("/api/plugins/{}", encode(&name)))
+                .await?;
+            if json {
+                print_json(&info)?;
+            } else {
+                println!("name:          {}", str_at(&info, "/name"));
+                println!("version:       {}", str_at(&info, "/version"));
+                println!("sha256:        {}", str_at(&info, "/sha256"));
+                println!(
+                    "kind:          {}",
+                    if info["builtin"].as_bool() == Some(true) {
+                        "built-in"
+                    } else {
+                        "installed"
+                    }
+                );
+                println!(
+                    "state:         {}",
+                    if info["enabled"].as_bool() == Some(true) {
+                        "enabled"
+                    } else {
+                        "disabled"
+                    }
+                );
+                println!("modes:         {}", list_at(&info, "/manifest/modes"));
+                println!(
+                    "requests:      {}",
+                    list_at(&info, "/manifest/capabilities")
+                );
+                println!("granted:       {}", list_at(&info, "/granted"));
+                let templates: Vec<String> = info
+                    .pointer("/manifest/templates")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|t| format!("{} ({})", str_at(t, "/field"), str_at(t, "/escape")))
+                    .collect();
+                println!(
+                    "templates:     {}",
+                    if templates.is_empty() {
+                        "(none)".to_string()
+                    } else {
+                        templates.join(", ")
+                    }
+                );
+                println!("installed at:  {}", str_at(&info, "/installed_at"));
+                println!(
+                    "loaded from:   {} in {} µs",
+                    str_at(&info, "/load/source"),
+                    info.pointer("/load/micros")
+                        .and_then(Value::as_u64)
+                        .unwrap_or_default()
+                );
+                println!(
+                    "config schema:\n{}",
+                    serde_json::to_string_pretty(&info["manifest"]["config_schema"])?
+                );
+            }
+        }
+        PluginCommand::Remove { name } => {
+            let info: Value = client
+                .delete(&format!("/api/plugins/{}", encode(&name)))
+                .await?;
+            if info["builtin"].as_bool() == Some(true) {
+                println!(
+                    "disabled built-in plugin {name} (built-ins cannot be deleted; `canopy plugin enable {name}` brings it back)"
+                );
+            } else {
+                println!("removed plugin {name}");
+            }
+        }
+        PluginCommand::Enable { name } => {
+            let _: Value = client
+                .post(
+                    &format!("/api/plugins/{}/enable", encode(&name)),
+                    &json!({}),
+                )
+                .await?;
+            println!("enabled plugin {name}");
+        }
+        PluginCommand::Run {
+            name,
+            config,
+            mode,
+            markers,
+            workdir,
+            json,
+        } => {
+            let config = parse_json_arg("--config", &config)?;
+            let mut values = BTreeMap::new();
+            for marker in markers {
+                let Some((key, value)) = marker.split_once('=') else {
+                    bail!("--marker `{marker}` must look like KEY=VALUE");
+                };
+                values.insert(key.to_string(), value.to_string());
+            }
+            let workdir = match workdir {
+                Some(dir) => dir,
+                None => std::env::current_dir().context("cannot read the current directory")?,
+            };
+            let workdir = workdir
+                .canonicalize()
+                .with_context(|| format!("--workdir {}", workdir.display()))?;
+            let body =
+                json!({ "mode": mode, "config": config, "markers": values, "workdir": workdir });
+            let report: Value = client
+                .post(&format!("/api/plugins/{}/run", encode(&name)), &body)
+                .await?;
+            let status = str_at(&report, "/outcome/status").to_string();
+            if json {
+                print_json(&report)?;
+            } else {
+                let why = match status.as_str() {
+                    "failed" => format!(": {}", str_at(&report, "/outcome/reason")),
+                    "blocked" => format!(": {}", str_at(&report, "/outcome/blocker")),
+                    _ => String::new(),
+                };
+                println!("{status}{why}");
+                if let Some(summary) = report.pointer("/outcome/summary").and_then(Value::as_str) {
+                    println!("summary: {summary}");
+                }
+                if let Some(session) = report
+                    .pointer("/outcome/harness_session")
+                    .and_then(Value::as_str)
+                {
+                    println!("harness session: {session}");
+                }
+                println!(
+                    "plugin: {} {} in {} ms",
+                    str_at(&report, "/plugin/name"),
+                    str_at(&report, "/plugin/version"),
+                    report["duration_ms"]
+                );
+                let detail = str_at(&report, "/outcome/detail");
+                if !detail.is_empty() {
+                    println!("--- detail ---\n{}", detail.trim_end());
+                }
+            }
+            return Ok(if status == "completed" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
+        PluginCommand::Bench {
+            name,
+            config,
+            mode,
+            iterations,
+            workdir,
+            json,
+        } => {
+            let config = match config {
+                Some(text) => parse_json_arg("--config", &text)?,
+                None => json!({}),
+            };
+            let workdir = workdir
+                .map(|w| {
+                    w.canonicalize()
+                        .with_context(|| format!("--workdir {}", w.display()))
+                })
+                .transpose()?;
+            let body = json!({ "mode": mode, "config": config, "iterations": iterations, "workdir": workdir });
+            let report: Value = client
+                .post(&format!("/api/plugins/{}/bench", encode(&name)), &body)
+                .await?;
+            if json {
+                print_json(&report)?;
+            } else {
+                println!(
+                    "plugin {} {} mode {} ({} calls, last: {})",
+                    str_at(&report, "/plugin/name"),
+                    str_at(&report, "/plugin/version"),
+                    str_at(&report, "/mode"),
+                    report
+                        .pointer("/call/samples")
+                        .and_then(Value::as_u64)
+                        .unwrap_or_default(),
+                    str_at(&report, "/last_status"),
+                );
+                let row = |label: &str, key: &str| {
+                    let us = |field: &str| {
+                        report
+                            .pointer(&format!("/{key}/{field}"))
+                            .and_then(Value::as_f64)
+                            .unwrap_or_default()
+                    };
+                    vec![
+                        label.to_string(),
+                        format_us(us("median_us")),
+                        format_us(us("p99_us")),
+                        format_us(us("min_us")),
+                        report
+                            .pointer(&format!("/{key}/samples"))
+                            .and_then(Value::as_u64)
+                            .unwrap_or_default()
+                            .to_string(),
+                    ]
+                };
+                let rows = vec![
+                    row("compile (Component::new)", "compile"),
+                    row("cached load (deserialize_file)", "cache_load"),
+                    row("fresh instantiate + execute", "call"),
+                    row("spawn /bin/true (reference)", "spawn_true"),
+                    row("spawn sh -c true (reference)", "spawn_sh_true"),
+                ];
+                print!(
+                    "{}",
+                    table::render(&["STEP", "MEDIAN", "P99", "MIN", "SAMPLES"], &rows)
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn format_us(us: f64) -> String {
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+fn parse_json_arg(flag: &str, text: &str) -> Result<Value> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("{flag}: cannot read {path}"))?
+        }
+        None => text.to_string(),
+    };
+    let value: Value =
+        serde_json::from_str(&text).with_context(|| format!("{flag} is not valid JSON"))?;
+    if !value.is_object() {
+        bail!("{flag} must be a JSON object");
+    }
+    Ok(value)
+}
+
+fn print_json(value: &Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn list_at(value: &Value, pointer: &str) -> String {
+    let items: Vec<&str> = value
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if items.is_empty() {
+        "-".to_string()
+    } else {
+        items.join(",")
+    }
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// Percent-encodes a path segment (plugin names are plain, but be safe).
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,153 @@
+//! `canopy daemon`: one per data dir. Opens the database, starts the executor host, serves the
+//! HTTP API on loopback and writes its address into the data dir for the CLI.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+
+use crate::api::{self, AppState};
+use crate::config::{self, Config, Platform};
+use crate::datadir::DataDir;
+use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
+use crate::sessions;
+use crate::store::Store;
+
+/// What the daemon provides to plugins behind the `host` interface.
+struct DaemonServices {
+    store: Store,
+    platforms: std::collections::BTreeMap<String, Platform>,
+}
+
+impl HostServices for DaemonServices {
+    fn enqueue_message(
+        &self,
+        plugin: &str,
+        target: MessageTarget,
+        text: &str,
+        provenance: &Provenance,
+    ) -> Result<String, String> {
+        sessions::enqueue(&self.store, plugin, &target, text, provenance).map_err(|err| {
+            tracing::error!(err = %format!("{err:#}"), "cannot store a session message");
+            "the daemon could not store the message".to_string()
+        })
+    }
+
+    fn agent_platform(&self, name: &str) -> Result<Platform, String> {
+        self.platforms.get(name).cloned().ok_or_else(|| {
+            format!(
+                "unknown agent platform `{name}`; configured platforms: {} (add one under [platforms.{name}] in canopy.toml)",
+                self.platforms.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })
+    }
+}
+
+/// Holds the data dir's daemon lock for the daemon's lifetime.
+struct DaemonLock {
+    _file: File,
+}
+
+fn lock(data: &DataDir) -> Result<DaemonLock> {
+    let path = data.lock_file();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let running = std::fs::read_to_string(data.address_file()).unwrap_or_default();
+            bail!(
+                "another canopy daemon is already running on data dir {}{}; stop it first or use another --data-dir",
+                data.root().display(),
+                if running.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!(" (listening on {})", running.trim())
+                }
+            );
+        }
+        Err(std::fs::TryLockError::Error(err)) => {
+            return Err(err).with_context(|| format!("cannot lock {}", path.display()));
+        }
+    }
+    file.set_len(0)?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(DaemonLock { _file: file })
+}
+
+/// Runs the daemon until SIGINT / SIGTERM.
+pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
+    let data = data.create()?;
+    let _lock = lock(&data)?;
+    let config = Config::load(&data.config_file())?;
+    let store = Store::open(&data.database())?;
+    let services = Arc::new(DaemonServices {
+        store: store.clone(),
+        platforms: config.platforms(),
+    });
+    let plugins = PluginHost::start(&data, store.clone(), &config, services).await?;
+
+    let listen = listen
+        .or(config.listen.clone())
+        .unwrap_or_else(|| config::DEFAULT_LISTEN.to_string());
+    let addr: SocketAddr = listen
+        .parse()
+        .with_context(|| format!("--listen `{listen}` is not an address like 127.0.0.1:7461"))?;
+    if !addr.ip().is_loopback() {
+        bail!("--listen `{listen}`: the API serves loopback only (127.0.0.1 or [::1])");
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    let url = format!("http://{bound}");
+    write_address(&data, &url)?;
+    tracing::info!(%url, data_dir = %data.root().display(), "canopy daemon listening");
+
+    let app = api::router(AppState {
+        store,
+        plugins,
+        data_dir: data.root().to_path_buf(),
+    });
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    let _ = std::fs::remove_file(data.address_file());
+    served.context("the HTTP server failed")?;
+    tracing::info!("canopy daemon stopped");
+    Ok(())
+}
+
+fn write_address(data: &DataDir, url: &str) -> Result<()> {
+    let path = data.address_file();
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, format!("{url}\n"))
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    std::fs::rename(&partial, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        () = terminate => tracing::info!("SIGTERM received, shutting down"),
+    }
+}

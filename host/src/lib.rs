@@ -1,0 +1,15 @@
+//! Canopy: a daemon and CLI that runs agent work as graphs over specs and queues, reacting to
+//! what happens with hooks. Every piece of work runs in an executor plugin: a WASI preview-2
+//! component, sandboxed under wasmtime.
+//!
+//! Data flows one way: `api` / `cli` → engine → hooks → `plugins`; `store` is below them all.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod datadir;
+pub mod markers;
+pub mod plugins;
+pub mod sessions;
+pub mod store;

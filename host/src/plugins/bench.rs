@@ -1,0 +1,204 @@
+//! `canopy plugin bench`: what a plugin costs on this machine -- compile, cached load, and a
+//! fresh instantiate + `execute` call -- next to the cost of spawning a process.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use wasmtime::component::Component;
+
+use super::{CallRequest, PluginError, PluginHost, PluginRef, Provenance, sha256_hex};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchRequest {
+    /// Plugin name.
+    pub plugin: String,
+    /// Mode to call (default: the plugin's first mode).
+    pub mode: Option<String>,
+    /// Config of each call.
+    pub config: Map<String, Value>,
+    /// Calls to time.
+    pub iterations: u32,
+    /// Workdir of each call (default: a scratch dir in the data dir).
+    pub workdir: Option<PathBuf>,
+}
+
+/// Latency figures in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    pub samples: usize,
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+}
+
+impl Stats {
+    fn of(mut samples: Vec<Duration>) -> Self {
+        samples.sort();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let at = |q: f64| {
+            let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+            samples.get(index).copied().map_or(0.0, us)
+        };
+        Self {
+            samples: samples.len(),
+            median_us: at(0.5),
+            p99_us: at(0.99),
+            min_us: samples.first().copied().map_or(0.0, us),
+            max_us: samples.last().copied().map_or(0.0, us),
+        }
+    }
+}
+
+/// The figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub plugin: PluginRef,
+    pub mode: String,
+    /// `Component::new` from the `.wasm`.
+    pub compile: Stats,
+    /// `Component::deserialize_file` of the cached artifact.
+    pub cache_load: Stats,
+    /// Fresh store + instantiate + `execute`, through the same path a hook takes.
+    pub call: Stats,
+    /// Reference: spawn `/bin/true` and wait.
+    pub spawn_true: Stats,
+    /// Reference: spawn `sh -c true` and wait, output piped.
+    pub spawn_sh_true: Stats,
+    /// Status of the last call.
+    pub last_status: String,
+}
+
+impl PluginHost {
+    /// Measures one plugin.
+    pub async fn bench(&self, request: BenchRequest) -> Result<BenchReport, PluginError> {
+        let plugin = self.loaded(&request.plugin)?;
+        let mode = match request.mode {
+            Some(mode) => mode,
+            None => plugin
+                .record
+                .manifest
+                .modes
+                .first()
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let workdir = match request.workdir {
+            Some(dir) => dir,
+            None => {
+                let dir = self.tmp_dir().join("bench-workdir");
+                std::fs::create_dir_all(&dir).context("cannot create the bench workdir")?;
+                dir
+            }
+        };
+        let iterations = request.iterations.max(1) as usize;
+        let bytes = std::fs::read(self.wasm_path(&plugin.record.sha256))
+            .context("cannot read the plugin's component")?;
+        debug_assert_eq!(sha256_hex(&bytes), plugin.record.sha256);
+
+        let engine = self.engine().clone();
+        let compile = {
+            let engine = engine.clone();
+            let bytes = bytes.clone();
+            tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Duration>> {
+                (0..iterations.clamp(1, 5))
+                    .map(|_| {
+                        let started = Instant::now();
+                        Component::new(&engine, &bytes)?;
+                        Ok(started.elapsed())
+                    })
+                    .collect()
+            })
+            .await
+            .context("compile bench panicked")??
+        };
+
+        let cached = self.inner.cache.path(&plugin.record.sha256);
+        let cache_load = {
+            let engine = engine.clone();
+            tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Duration>> {
+                (0..iterations.clamp(1, 200))
+                    .map(|_| {
+                        let started = Instant::now();
+                        // SAFETY: the artifact was written by this engine's `serialize` into the
+                        // daemon's own cache dir (the engine key is part of its name).
+                        unsafe { Component::deserialize_file(&engine, &cached) }?;
+                        Ok(started.elapsed())
+                    })
+                    .collect()
+            })
+            .await
+            .context("cache-load bench panicked")??
+        };
+
+        let call_request = CallRequest {
+            mode: mode.clone(),
+            config: request.config,
+            markers: [
+                ("graph_name", "bench"),
+                ("spec_name", "bench spec"),
+                ("spec_id", "0000"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            supported_markers: crate::markers::HOOK_MARKERS,
+            workdir,
+            provenance: Provenance {
+                event: "bench".into(),
+                ..Provenance::default()
+            },
+            timeout: None,
+            resume_session: None,
+        };
+        let mut last_status = String::new();
+        for _ in 0..iterations.min(20) {
+            self.execute(call_request.clone()).await?;
+        }
+        let mut calls = Vec::with_capacity(iterations);
+        for _ in 0..iterations {
+            let started = Instant::now();
+            let report = self.execute(call_request.clone()).await?;
+            calls.push(started.elapsed());
+            last_status = match report.outcome.status {
+                super::Status::Completed => "completed".to_string(),
+                super::Status::Failed { reason } => format!("failed: {reason}"),
+                super::Status::Blocked { blocker } => format!("blocked: {blocker}"),
+            };
+        }
+
+        let spawns = iterations.clamp(1, 300);
+        let mut spawn_true = Vec::with_capacity(spawns);
+        let mut spawn_sh_true = Vec::with_capacity(spawns);
+        for _ in 0..spawns {
+            let started = Instant::now();
+            tokio::process::Command::new("/bin/true")
+                .status()
+                .await
+                .context("cannot spawn /bin/true")?;
+            spawn_true.push(started.elapsed());
+            let started = Instant::now();
+            tokio::process::Command::new("sh")
+                .args(["-c", "true"])
+                .output()
+                .await
+                .context("cannot spawn sh")?;
+            spawn_sh_true.push(started.elapsed());
+        }
+
+        Ok(BenchReport {
+            plugin: super::plugin_ref(&plugin.record),
+            mode,
+            compile: Stats::of(compile),
+            cache_load: Stats::of(cache_load),
+            call: Stats::of(calls),
+            spawn_true: Stats::of(spawn_true),
+            spawn_sh_true: Stats::of(spawn_sh_true),
+            last_status,
+        })
+    }
+}

@@ -1,0 +1,403 @@
+//! One call into a plugin: a fresh [`Store`] from the plugin's pre-linked instance, a memory
+//! cap, an epoch deadline, WASI preopens from the grant, and the `host` interface checked
+//! against the grant. Whatever the plugin does -- trap, panic, loop, hoard memory -- fails this
+//! call only.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::canopy::hooks::{host, types};
+use super::capabilities::{Capability, Grants, inside_workdir};
+use super::engine::ticks;
+use super::process::{self, ProcessSpec};
+use super::{HostServices, LoadedPlugin};
+
+/// Bytes of a plugin's own stderr kept (a panic message lands there).
+const PLUGIN_STDERR: usize = 16 * 1024;
+
+/// What to call on a plugin.
+pub(crate) enum Call {
+    Describe,
+    Validate { mode: String, config: String },
+    Execute(types::Invocation),
+}
+
+/// What the plugin answered.
+pub(crate) enum Reply {
+    Manifest(types::Manifest),
+    Valid,
+    Outcome(types::Outcome),
+}
+
+/// Where a piece of work came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub graph_id: String,
+    pub graph_name: String,
+    pub run_id: String,
+    pub event: String,
+    pub hook_index: Option<u32>,
+    pub spec_id: Option<String>,
+}
+
+impl Provenance {
+    pub(crate) fn to_wit(&self) -> types::Provenance {
+        types::Provenance {
+            graph_id: self.graph_id.clone(),
+            graph_name: self.graph_name.clone(),
+            run_id: self.run_id.clone(),
+            event: self.event.clone(),
+            hook_index: self.hook_index,
+            spec_id: self.spec_id.clone(),
+        }
+    }
+
+    pub(crate) fn from_wit(wit: types::Provenance) -> Self {
+        Self {
+            graph_id: wit.graph_id,
+            graph_name: wit.graph_name,
+            run_id: wit.run_id,
+            event: wit.event,
+            hook_index: wit.hook_index,
+            spec_id: wit.spec_id,
+        }
+    }
+}
+
+/// How a piece of work ended, as the plugin reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    Completed,
+    Failed { reason: String },
+    Blocked { blocker: String },
+}
+
+/// The result of an `execute` call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    #[serde(flatten)]
+    pub status: Status,
+    pub summary: Option<String>,
+    pub detail: String,
+    pub harness_session: Option<String>,
+}
+
+impl Outcome {
+    pub(crate) fn from_wit(wit: types::Outcome) -> Self {
+        Self {
+            status: match wit.status {
+                types::Status::Completed => Status::Completed,
+                types::Status::Failed(reason) => Status::Failed { reason },
+                types::Status::Blocked(blocker) => Status::Blocked { blocker },
+            },
+            summary: wit.summary,
+            detail: wit.detail,
+            harness_session: wit.harness_session,
+        }
+    }
+}
+
+/// Why a call did not produce an outcome. Messages name the plugin and its version.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum CallError {
+    /// The plugin ran past its deadline and was stopped.
+    #[error("plugin `{plugin}` timed out: stopped after {millis} ms")]
+    Timeout { plugin: String, millis: u64 },
+    /// The plugin tried to use more memory than its cap.
+    #[error("plugin `{plugin}` exceeded its memory cap of {mib} MiB and was stopped")]
+    MemoryCap { plugin: String, mib: u64 },
+    /// The plugin trapped (a panic, an unreachable, an out-of-bounds access).
+    #[error("plugin `{plugin}` trapped: {message}")]
+    Trap { plugin: String, message: String },
+    /// The plugin returned an error of its own.
+    #[error("plugin `{plugin}`: {message}")]
+    Plugin { plugin: String, message: String },
+    /// The call could not be set up (bad workdir, preopen refused).
+    #[error("plugin `{plugin}` cannot run: {message}")]
+    Setup { plugin: String, message: String },
+}
+
+/// Caps a call's linear memory; remembers whether the cap was hit so the error can say so.
+#[derive(Debug)]
+pub(crate) struct MemoryCap {
+    max: usize,
+    exceeded: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max {
+            self.exceeded = true;
+            return Err(wasmtime::Error::msg("memory cap exceeded"));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// The data of one call's store.
+pub(crate) struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory: MemoryCap,
+    stderr: MemoryOutputPipe,
+    plugin: Arc<str>,
+    grants: Grants,
+    workdir: Option<PathBuf>,
+    deadline: Instant,
+    services: Arc<dyn HostServices>,
+    tmp_dir: PathBuf,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Everything needed to set up one call.
+pub(crate) struct CallSetup<'a> {
+    pub plugin: &'a LoadedPlugin,
+    pub grants: Grants,
+    /// Canonical workdir, or none for `describe` / `validate`.
+    pub workdir: Option<PathBuf>,
+    pub timeout: Duration,
+    pub memory_cap: usize,
+    pub services: Arc<dyn HostServices>,
+    pub tmp_dir: PathBuf,
+}
+
+impl CallSetup<'_> {
+    fn plugin_label(&self) -> String {
+        format!("{} {}", self.plugin.record.name, self.plugin.record.version)
+    }
+
+    fn store(self) -> Result<Store<CallState>, CallError> {
+        let label = self.plugin_label();
+        let mut wasi = WasiCtx::builder();
+        let stderr = MemoryOutputPipe::new(PLUGIN_STDERR);
+        wasi.stderr(stderr.clone());
+        if let Some(workdir) = &self.workdir {
+            let preopens = self
+                .grants
+                .preopens(workdir)
+                .map_err(|message| CallError::Setup {
+                    plugin: label.clone(),
+                    message,
+                })?;
+            for preopen in preopens {
+                let perms = if preopen.writable {
+                    FsPerms::ReadWrite
+                } else {
+                    FsPerms::ReadOnly
+                };
+                let guest = preopen.path.to_string_lossy().into_owned();
+                wasi.preopened_dir(&preopen.path, guest, perms)
+                    .map_err(|err| CallError::Setup {
+                        plugin: label.clone(),
+                        message: format!("cannot open {}: {err}", preopen.path.display()),
+                    })?;
+            }
+        }
+        if self.grants.network() {
+            wasi.inherit_network().allow_ip_name_lookup(true);
+        }
+        let state = CallState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            memory: MemoryCap {
+                max: self.memory_cap,
+                exceeded: false,
+            },
+            stderr,
+            plugin: Arc::from(label.as_str()),
+            grants: self.grants,
+            workdir: self.workdir,
+            deadline: Instant::now() + self.timeout,
+            services: self.services,
+            tmp_dir: self.tmp_dir,
+        };
+        let mut store = Store::new(self.plugin.pre.engine(), state);
+        store.limiter(|state| &mut state.memory);
+        // Leave the plugin a moment past its own deadline to report a timed-out command.
+        store.set_epoch_deadline(ticks(self.timeout + Duration::from_millis(500)));
+        store.epoch_deadline_trap();
+        Ok(store)
+    }
+
+    /// Instantiates the plugin and makes `call` on it, mapping every way it can break.
+    pub async fn run(self, call: Call) -> Result<Reply, CallError> {
+        let label = self.plugin_label();
+        let memory_mib = (self.memory_cap / (1024 * 1024)) as u64;
+        let timeout = self.timeout;
+        let pre = self.plugin.pre.clone();
+        let mut store = self.store()?;
+        let started = Instant::now();
+        let result = match pre.instantiate_async(&mut store).await {
+            Ok(instance) => {
+                let plugin = instance.canopy_hooks_plugin();
+                match call {
+                    Call::Describe => plugin
+                        .call_describe(&mut store)
+                        .await
+                        .map(|m| Ok(Reply::Manifest(m))),
+                    Call::Validate { mode, config } => plugin
+                        .call_validate(&mut store, &mode, &config)
+                        .await
+                        .map(|r| r.map(|()| Reply::Valid)),
+                    Call::Execute(invocation) => plugin
+                        .call_execute(&mut store, &invocation)
+                        .await
+                        .map(|r| r.map(Reply::Outcome)),
+                }
+            }
+            Err(err) => Err(err),
+        };
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(message)) => Err(CallError::Plugin {
+                plugin: label,
+                message,
+            }),
+            Err(err) => {
+                let state = store.data();
+                if state.memory.exceeded {
+                    return Err(CallError::MemoryCap {
+                        plugin: label,
+                        mib: memory_mib,
+                    });
+                }
+                if let Some(Trap::Interrupt) = err.downcast_ref::<Trap>() {
+                    let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    tracing::warn!(plugin = %label, millis, limit_ms = timeout.as_millis() as u64, "plugin call stopped at its deadline");
+                    return Err(CallError::Timeout {
+                        plugin: label,
+                        millis,
+                    });
+                }
+                let trap = err
+                    .downcast_ref::<Trap>()
+                    .map_or_else(|| format!("{err:#}"), ToString::to_string);
+                let stderr = String::from_utf8_lossy(&state.stderr.contents())
+                    .trim()
+                    .to_string();
+                let message = if stderr.is_empty() {
+                    trap
+                } else {
+                    format!("{trap}; plugin stderr: {stderr}")
+                };
+                Err(CallError::Trap {
+                    plugin: label,
+                    message,
+                })
+            }
+        }
+    }
+}
+
+impl types::Host for CallState {}
+
+impl host::Host for CallState {
+    async fn log(&mut self, level: types::Level, message: String) {
+        let plugin = &*self.plugin;
+        match level {
+            types::Level::Trace => tracing::trace!(plugin, "{message}"),
+            types::Level::Debug => tracing::debug!(plugin, "{message}"),
+            types::Level::Info => tracing::info!(plugin, "{message}"),
+            types::Level::Warn => tracing::warn!(plugin, "{message}"),
+            types::Level::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+
+    async fn run_command(&mut self, cmd: types::Command) -> Result<types::Exit, String> {
+        self.grants.require(&Capability::Process)?;
+        let workdir = self
+            .workdir
+            .clone()
+            .ok_or_else(|| "run-command is not available outside `execute`".to_string())?;
+        let cwd = match &cmd.cwd {
+            Some(cwd) => inside_workdir(&workdir, cwd).map_err(|err| format!("cwd: {err}"))?,
+            None => workdir,
+        };
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let timeout = Duration::from_millis(cmd.timeout_ms).min(remaining);
+        let result_file = cmd.capture_result.then(|| {
+            self.tmp_dir
+                .join(format!("result-{}.json", crate::store::new_id()))
+        });
+        let spec = ProcessSpec {
+            program: cmd.program.clone(),
+            args: cmd.args,
+            cwd,
+            env: cmd.env,
+            stdin: cmd.stdin,
+            timeout,
+            result_file,
+        };
+        tracing::debug!(plugin = &*self.plugin, program = %cmd.program, "run-command");
+        let exit = process::run(spec)
+            .await
+            .map_err(|err| format!("cannot run `{}`: {err}", cmd.program))?;
+        Ok(types::Exit {
+            code: exit.code,
+            timed_out: exit.timed_out,
+            stdout: exit.stdout,
+            stderr: exit.stderr,
+            duration_ms: u64::try_from(exit.duration.as_millis()).unwrap_or(u64::MAX),
+            result: exit.result,
+        })
+    }
+
+    async fn enqueue_message(
+        &mut self,
+        target: types::SessionTarget,
+        text: String,
+        provenance: types::Provenance,
+    ) -> Result<String, String> {
+        self.grants.require(&Capability::Sessions)?;
+        let target = match target {
+            types::SessionTarget::Id(id) => super::MessageTarget::Id(id),
+            types::SessionTarget::Name(name) => super::MessageTarget::Name(name),
+        };
+        self.services.enqueue_message(
+            &self.plugin,
+            target,
+            &text,
+            &Provenance::from_wit(provenance),
+        )
+    }
+
+    async fn agent_platform(&mut self, name: String) -> Result<types::Platform, String> {
+        let platform = self.services.agent_platform(&name)?;
+        Ok(types::Platform {
+            command: platform.command,
+            model_args: platform.model_args,
+            effort_args: platform.effort_args,
+            resume_args: platform.resume_args,
+        })
+    }
+}

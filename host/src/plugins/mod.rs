@@ -1,0 +1,1001 @@
+//! The executor host: every piece of work Canopy launches runs here, as a call into a sandboxed
+//! WebAssembly component.
+//!
+//! - [`PluginHost`] owns the one wasmtime engine, the installed plugins (each compiled once,
+//!   cached on disk, pre-linked into an `InstancePre`) and the install / remove / enable rules.
+//! - A call ([`PluginHost::execute`]) renders the config's template fields (see
+//!   [`crate::markers`]), gets a fresh store with a memory cap and an epoch deadline, preopens only
+//!   what the plugin's grant allows, and maps a trap, timeout or memory blow-up to a
+//!   [`CallError`] that fails that call only.
+//! - [`HostServices`] is what the daemon provides behind the `host` interface (queued session
+//!   messages, agent platforms).
+
+mod bench;
+mod bindings;
+mod call;
+mod capabilities;
+mod engine;
+mod process;
+mod registry;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+pub use bench::{BenchReport, BenchRequest};
+pub use call::{CallError, Outcome, Provenance, Status};
+pub use capabilities::{Capability, KNOWN as KNOWN_CAPABILITIES};
+pub use engine::{LoadInfo, LoadSource};
+pub use registry::{Manifest, PluginRecord, TemplateField};
+
+use crate::config::{Config, Platform};
+use crate::datadir::DataDir;
+use crate::markers::{self, Escape, MarkerValues};
+use crate::store::Store;
+use call::{Call, CallSetup, CallState, Reply};
+use capabilities::Grants;
+use engine::ComponentCache;
+
+/// Which session a queued message is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum MessageTarget {
+    Id(String),
+    Name(String),
+}
+
+/// What the daemon provides to plugins behind the `host` interface (beyond processes).
+pub trait HostServices: Send + Sync + 'static {
+    /// Stores a message for an interactive session; returns its id.
+    fn enqueue_message(
+        &self,
+        plugin: &str,
+        target: MessageTarget,
+        text: &str,
+        provenance: &Provenance,
+    ) -> Result<String, String>;
+
+    /// The configured agent platform of that name; the error lists the configured ones.
+    fn agent_platform(&self, name: &str) -> Result<Platform, String>;
+}
+
+/// A built-in plugin: embedded in the binary, installed on first start with its requested
+/// capabilities granted, re-installed when the binary carries a new build.
+struct Builtin {
+    bytes: &'static [u8],
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_AGENT_WASM")),
+    },
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_COMMAND_WASM")),
+    },
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_INTERACTIVE_WASM")),
+    },
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_DOCS_MAINTENANCE_WASM")),
+    },
+];
+
+/// Errors at the plugin host's boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// No plugin of that name.
+    #[error("no plugin named `{name}`; installed: {}", list_or_none(.installed))]
+    NotFound {
+        name: String,
+        installed: Vec<String>,
+    },
+    /// No enabled plugin serves that mode.
+    #[error("unknown mode `{mode}`; installed modes: {}", list_or_none(.installed))]
+    UnknownMode {
+        mode: String,
+        installed: Vec<String>,
+    },
+    /// The component or request was refused.
+    #[error("{0}")]
+    Refused(String),
+    /// It clashes with what is installed.
+    #[error("{0}")]
+    Conflict(String),
+    /// A config does not pass validation.
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// The call itself failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// Something on the host side broke (disk, database).
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "(none)".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// One installed plugin, compiled and pre-linked.
+pub(crate) struct LoadedPlugin {
+    record: PluginRecord,
+    pre: bindings::ExecutorPre<CallState>,
+    load: LoadInfo,
+    templates: Vec<(String, Escape)>,
+}
+
+/// A plugin as `plugin list` / `inspect` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginInfo {
+    #[serde(flatten)]
+    pub record: PluginRecord,
+    /// How the component was loaded by this daemon.
+    pub load: LoadInfo,
+}
+
+/// A plugin's identity, as recorded with every run it made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PluginRef {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+}
+
+/// One `execute` call to make.
+#[derive(Debug, Clone, Default)]
+pub struct CallRequest {
+    /// The mode: picks the plugin.
+    pub mode: String,
+    /// The config with its markers not yet rendered.
+    pub config: Map<String, Value>,
+    /// Marker values (raw); known markers missing here render `(none)`.
+    pub markers: MarkerValues,
+    /// The markers this kind of work may use (hooks vs nodes).
+    pub supported_markers: &'static [&'static str],
+    pub workdir: PathBuf,
+    pub provenance: Provenance,
+    /// Overrides the timeout the config names (or the default).
+    pub timeout: Option<Duration>,
+    pub resume_session: Option<String>,
+}
+
+/// What an `execute` call produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallReport {
+    pub plugin: PluginRef,
+    pub mode: String,
+    /// The config the plugin received, template fields rendered.
+    pub rendered_config: Value,
+    pub outcome: Outcome,
+    pub duration_ms: u64,
+}
+
+/// The executor host.
+#[derive(Clone)]
+pub struct PluginHost {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<CallState>,
+    cache: ComponentCache,
+    plugins_dir: PathBuf,
+    tmp_dir: PathBuf,
+    store: Store,
+    services: Arc<dyn HostServices>,
+    memory_cap: usize,
+    default_timeout: Duration,
+    plugins: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
+    install_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginHost").finish_non_exhaustive()
+    }
+}
+
+/// How long `describe` and `validate` may take.
+const QUICK_CALL: Duration = Duration::from_secs(10);
+
+impl PluginHost {
+    /// Creates the engine, loads every installed plugin (from the compiled cache when it can) and
+    /// installs or upgrades the built-ins.
+    pub async fn start(
+        data: &DataDir,
+        store: Store,
+        config: &Config,
+        services: Arc<dyn HostServices>,
+    ) -> Result<Self> {
+        let memory_cap =
+            usize::try_from(config.limits.plugin_memory_mib.saturating_mul(1024 * 1024))
+                .context("limits.plugin_memory_mib is too large")?;
+        let engine = engine::new_engine(memory_cap)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("cannot link WASI")?;
+        bindings::Executor::add_to_linker::<CallState, wasmtime::component::HasSelf<CallState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(anyhow::Error::from)
+        .context("cannot link the canopy host interface")?;
+        let host = Self {
+            inner: Arc::new(Inner {
+                cache: ComponentCache::new(&data.cache_dir(), &engine),
+                engine,
+                linker,
+                plugins_dir: data.plugins_dir(),
+                tmp_dir: data.tmp_dir(),
+                store,
+                services,
+                memory_cap,
+                default_timeout: Duration::from_secs(config.limits.default_timeout_seconds),
+                plugins: RwLock::new(BTreeMap::new()),
+                install_lock: tokio::sync::Mutex::new(()),
+            }),
+        };
+        host.load_installed().await?;
+        host.install_builtins().await?;
+        Ok(host)
+    }
+
+    fn plugins(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {
+        self.inner
+            .plugins
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn plugins_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {
+        self.inner
+            .plugins
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn wasm_path(&self, sha256: &str) -> PathBuf {
+        self.inner.plugins_dir.join(format!("{sha256}.wasm"))
+    }
+
+    /// Compiles (or loads from cache) and pre-links a component.
+    async fn prepare(
+        &self,
+        sha256: &str,
+        bytes: Option<Vec<u8>>,
+    ) -> Result<(bindings::ExecutorPre<CallState>, LoadInfo), PluginError> {
+        let inner = self.inner.clone();
+        let sha = sha256.to_string();
+        let wasm_path = self.wasm_path(sha256);
+        let (component, load) = tokio::task::spawn_blocking(move || {
+            inner.cache.load(&inner.engine, &sha, || match bytes {
+                Some(bytes) => Ok(bytes),
+                None => std::fs::read(&wasm_path)
+                    .with_context(|| format!("cannot read {}", wasm_path.display())),
+            })
+        })
+        .await
+        .context("the compile task panicked")?
+        .map_err(|err| PluginError::Refused(format!("cannot compile the component: {err:#}")))?;
+        check_contract(&self.inner.engine, &component).map_err(PluginError::Refused)?;
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|err| {
+                PluginError::Refused(format!(
+                    "the component imports something Canopy does not provide: {err:#}"
+                ))
+            })?;
+        let pre = bindings::ExecutorPre::new(pre).map_err(|err| {
+            PluginError::Refused(format!(
+                "the component does not have the shape of a Canopy executor: {err:#}"
+            ))
+        })?;
+        Ok((pre, load))
+    }
+
+    async fn load_installed(&self) -> Result<()> {
+        let records = registry::all(&self.inner.store.conn())?;
+        for record in records {
+            let path = self.wasm_path(&record.sha256);
+            let bytes = match std::fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(err) => {
+                    tracing::error!(plugin = %record.name, path = %path.display(), %err, "installed plugin's component is missing; skipping it");
+                    continue;
+                }
+            };
+            if sha256_hex(&bytes) != record.sha256 {
+                tracing::error!(plugin = %record.name, "installed plugin's component changed on disk; its grant no longer applies, skipping it (reinstall it)");
+                continue;
+            }
+            match self.prepare(&record.sha256, Some(bytes)).await {
+                Ok((pre, load)) => {
+                    tracing::info!(plugin = %record.name, version = %record.version, source = ?load.source, micros = load.micros, "plugin loaded");
+                    let templates = templates_of(&record.manifest);
+                    self.plugins_mut().insert(
+                        record.name.clone(),
+                        Arc::new(LoadedPlugin {
+                            record,
+                            pre,
+                            load,
+                            templates,
+                        }),
+                    );
+                }
+                Err(err) => {
+                    tracing::error!(plugin = %record.name, %err, "cannot load installed plugin; skipping it")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn install_builtins(&self) -> Result<()> {
+        for builtin in BUILTINS {
+            let sha = sha256_hex(builtin.bytes);
+            let current = self
+                .plugins()
+                .values()
+                .find(|p| p.record.builtin && p.record.sha256 == sha)
+                .map(|p| p.record.name.clone());
+            if current.is_some() {
+                continue;
+            }
+            let info = self
+                .install_component(builtin.bytes.to_vec(), InstallMode::Builtin)
+                .await
+                .map_err(|err| anyhow::anyhow!("cannot install a built-in plugin: {err}"))?;
+            tracing::info!(plugin = %info.record.name, version = %info.record.version, "built-in plugin installed");
+        }
+        Ok(())
+    }
+
+    /// Installs a plugin component with the operator's grants.
+    pub async fn install(
+        &self,
+        bytes: Vec<u8>,
+        grants: &[String],
+        replace: bool,
+    ) -> Result<PluginInfo, PluginError> {
+        let granted = capabilities::parse_list(grants)
+            .map_err(|err| PluginError::Refused(format!("--grant: {err}")))?;
+        self.install_component(bytes, InstallMode::Operator { granted, replace })
+            .await
+    }
+
+    async fn install_component(
+        &self,
+        bytes: Vec<u8>,
+        mode: InstallMode,
+    ) -> Result<PluginInfo, PluginError> {
+        let _serialised = self.inner.install_lock.lock().await;
+        check_header(&bytes).map_err(PluginError::Refused)?;
+        let sha256 = sha256_hex(&bytes);
+        let (pre, load) = self.prepare(&sha256, Some(bytes.clone())).await?;
+
+        // Ask the component who it is, with no capability at all.
+        let probe = LoadedPlugin {
+            record: placeholder_record(&sha256),
+            pre: pre.clone(),
+            load,
+            templates: Vec::new(),
+        };
+        let manifest = match self.quick_call(&probe, Call::Describe).await? {
+            Reply::Manifest(manifest) => {
+                manifest_from_wit(manifest).map_err(PluginError::Refused)?
+            }
+            Reply::Valid | Reply::Outcome(_) => {
+                return Err(PluginError::Refused("describe returned no manifest".into()));
+            }
+        };
+        let requested = capabilities::parse_list(&manifest.capabilities).map_err(|err| {
+            PluginError::Refused(format!("plugin `{}` requests {err}", manifest.name))
+        })?;
+
+        let (granted, replace, builtin) = match mode {
+            InstallMode::Builtin => (requested.clone(), true, true),
+            InstallMode::Operator { granted, replace } => (granted, replace, false),
+        };
+        let missing: Vec<String> = requested
+            .difference(&granted)
+            .map(ToString::to_string)
+            .collect();
+        if !missing.is_empty() {
+            return Err(PluginError::Refused(format!(
+                "plugin `{}` requests capabilities that were not granted: {}; install it with {}",
+                manifest.name,
+                missing.join(", "),
+                missing
+                    .iter()
+                    .map(|c| format!("--grant {c}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )));
+        }
+
+        let displaced = self.check_conflicts(&manifest, builtin, replace)?;
+        // A built-in keeps the enabled state the operator gave it, and stays disabled while an
+        // operator's plugin serves one of its modes.
+        let enabled = !builtin || {
+            let plugins = self.plugins();
+            let was_enabled = plugins.get(&manifest.name).is_none_or(|p| p.record.enabled);
+            let taken = plugins.values().any(|p| {
+                p.record.name != manifest.name
+                    && p.record.enabled
+                    && p.record
+                        .manifest
+                        .modes
+                        .iter()
+                        .any(|m| manifest.modes.contains(m))
+            });
+            was_enabled && !taken
+        };
+        let record = PluginRecord {
+            name: manifest.name.clone(),
+            version: manifest.version.clone(),
+            sha256: sha256.clone(),
+            granted: granted.iter().map(ToString::to_string).collect(),
+            builtin,
+            enabled,
+            installed_at: crate::store::now(),
+            manifest,
+        };
+
+        let path = self.wasm_path(&sha256);
+        if !path.is_file() {
+            let partial = path.with_extension("wasm.partial");
+            std::fs::write(&partial, &bytes)
+                .with_context(|| format!("cannot write {}", partial.display()))?;
+            std::fs::rename(&partial, &path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        let previous = self
+            .plugins()
+            .get(&record.name)
+            .map(|p| p.record.sha256.clone());
+        self.inner.store.transaction(|tx| {
+            for (name, is_builtin) in &displaced {
+                if *is_builtin {
+                    registry::set_enabled(tx, name, false)?;
+                } else {
+                    registry::delete(tx, name)?;
+                }
+            }
+            registry::put(tx, &record)
+        })?;
+
+        let templates = templates_of(&record.manifest);
+        let loaded = Arc::new(LoadedPlugin {
+            record,
+            pre,
+            load,
+            templates,
+        });
+        {
+            let mut plugins = self.plugins_mut();
+            for (name, is_builtin) in &displaced {
+                if *is_builtin {
+                    if let Some(old) = plugins.get(name) {
+                        let mut record = old.record.clone();
+                        record.enabled = false;
+                        let disabled = LoadedPlugin {
+                            record,
+                            pre: old.pre.clone(),
+                            load: old.load,
+                            templates: old.templates.clone(),
+                        };
+                        plugins.insert(name.clone(), Arc::new(disabled));
+                    }
+                } else {
+                    plugins.remove(name);
+                }
+            }
+            plugins.insert(loaded.record.name.clone(), loaded.clone());
+        }
+        if let Some(old) = previous.filter(|old| *old != sha256) {
+            self.forget_component(&old);
+        }
+        Ok(PluginInfo {
+            record: loaded.record.clone(),
+            load: loaded.load,
+        })
+    }
+
+    /// Which installed plugins the new manifest clashes with; with `replace`, the ones to displace
+    /// (name, builtin).
+    fn check_conflicts(
+        &self,
+        manifest: &Manifest,
+        builtin: bool,
+        replace: bool,
+    ) -> Result<Vec<(String, bool)>, PluginError> {
+        let plugins = self.plugins();
+        if let Some(existing) = plugins.get(&manifest.name) {
+            if existing.record.builtin && !builtin {
+                return Err(PluginError::Conflict(format!(
+                    "`{}` is the name of a built-in plugin; give your plugin another name",
+                    manifest.name
+                )));
+            }
+            if !replace {
+                return Err(PluginError::Conflict(format!(
+                    "plugin `{}` {} is already installed; pass --replace to replace it",
+                    manifest.name, existing.record.version
+                )));
+            }
+        }
+        let mut displaced = Vec::new();
+        let mut clashes = Vec::new();
+        for other in plugins
+            .values()
+            .filter(|p| p.record.name != manifest.name && p.record.enabled)
+        {
+            let shared: Vec<&String> = manifest
+                .modes
+                .iter()
+                .filter(|m| other.record.manifest.modes.contains(m))
+                .collect();
+            if shared.is_empty() {
+                continue;
+            }
+            if builtin && !other.record.builtin {
+                // An operator's plugin took over this mode; the new built-in stays out of its way.
+                continue;
+            }
+            clashes.push(format!(
+                "{} (served by `{}`)",
+                shared
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                other.record.name
+            ));
+            displaced.push((other.record.name.clone(), other.record.builtin));
+        }
+        if !clashes.is_empty() && !replace {
+            return Err(PluginError::Conflict(format!(
+                "plugin `{}` serves modes that are already served: {}; pass --replace to take them over",
+                manifest.name,
+                clashes.join("; ")
+            )));
+        }
+        Ok(displaced)
+    }
+
+    fn forget_component(&self, sha256: &str) {
+        let still_used = self.plugins().values().any(|p| p.record.sha256 == sha256);
+        if !still_used {
+            let _ = std::fs::remove_file(self.wasm_path(sha256));
+            self.inner.cache.forget(sha256);
+        }
+    }
+
+    /// Every installed plugin.
+    pub fn list(&self) -> Vec<PluginInfo> {
+        self.plugins()
+            .values()
+            .map(|p| PluginInfo {
+                record: p.record.clone(),
+                load: p.load,
+            })
+            .collect()
+    }
+
+    /// One plugin by name.
+    pub fn get(&self, name: &str) -> Result<PluginInfo, PluginError> {
+        self.loaded(name).map(|p| PluginInfo {
+            record: p.record.clone(),
+            load: p.load,
+        })
+    }
+
+    fn loaded(&self, name: &str) -> Result<Arc<LoadedPlugin>, PluginError> {
+        let plugins = self.plugins();
+        plugins
+            .get(name)
+            .cloned()
+            .ok_or_else(|| PluginError::NotFound {
+                name: name.to_string(),
+                installed: plugins.keys().cloned().collect(),
+            })
+    }
+
+    /// Removes a plugin; a built-in is disabled instead (it cannot be deleted).
+    pub fn remove(&self, name: &str) -> Result<PluginInfo, PluginError> {
+        let plugin = self.loaded(name)?;
+        if plugin.record.builtin {
+            return self.set_enabled(name, false);
+        }
+        self.inner
+            .store
+            .transaction(|tx| registry::delete(tx, name))?;
+        self.plugins_mut().remove(name);
+        self.forget_component(&plugin.record.sha256);
+        let mut record = plugin.record.clone();
+        record.enabled = false;
+        Ok(PluginInfo {
+            record,
+            load: plugin.load,
+        })
+    }
+
+    /// Enables or disables a plugin. Enabling refuses when another enabled plugin serves one of
+    /// its modes.
+    pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<PluginInfo, PluginError> {
+        let plugin = self.loaded(name)?;
+        if enabled {
+            let plugins = self.plugins();
+            for other in plugins
+                .values()
+                .filter(|p| p.record.name != name && p.record.enabled)
+            {
+                if let Some(mode) = plugin
+                    .record
+                    .manifest
+                    .modes
+                    .iter()
+                    .find(|m| other.record.manifest.modes.contains(m))
+                {
+                    return Err(PluginError::Conflict(format!(
+                        "cannot enable `{name}`: mode `{mode}` is served by `{}`; remove or disable it first",
+                        other.record.name
+                    )));
+                }
+            }
+        }
+        self.inner
+            .store
+            .transaction(|tx| registry::set_enabled(tx, name, enabled))?;
+        let mut record = plugin.record.clone();
+        record.enabled = enabled;
+        let updated = Arc::new(LoadedPlugin {
+            record,
+            pre: plugin.pre.clone(),
+            load: plugin.load,
+            templates: plugin.templates.clone(),
+        });
+        self.plugins_mut().insert(name.to_string(), updated.clone());
+        Ok(PluginInfo {
+            record: updated.record.clone(),
+            load: updated.load,
+        })
+    }
+
+    /// Every mode served by an enabled plugin.
+    pub fn modes(&self) -> Vec<String> {
+        let mut modes: Vec<String> = self
+            .plugins()
+            .values()
+            .filter(|p| p.record.enabled)
+            .flat_map(|p| p.record.manifest.modes.clone())
+            .collect();
+        modes.sort();
+        modes
+    }
+
+    fn for_mode(&self, mode: &str) -> Result<Arc<LoadedPlugin>, PluginError> {
+        let plugins = self.plugins();
+        plugins
+            .values()
+            .find(|p| p.record.enabled && p.record.manifest.modes.iter().any(|m| m == mode))
+            .cloned()
+            .ok_or_else(|| PluginError::UnknownMode {
+                mode: mode.to_string(),
+                installed: self.modes_of(&plugins),
+            })
+    }
+
+    fn modes_of(&self, plugins: &BTreeMap<String, Arc<LoadedPlugin>>) -> Vec<String> {
+        let mut modes: Vec<String> = plugins
+            .values()
+            .filter(|p| p.record.enabled)
+            .flat_map(|p| p.record.manifest.modes.clone())
+            .collect();
+        modes.sort();
+        modes
+    }
+
+    /// The plugin serving `mode`, as recorded with a run.
+    pub fn plugin_ref(&self, mode: &str) -> Result<PluginRef, PluginError> {
+        self.for_mode(mode).map(|p| plugin_ref(&p.record))
+    }
+
+    async fn quick_call(&self, plugin: &LoadedPlugin, call: Call) -> Result<Reply, PluginError> {
+        let setup = CallSetup {
+            plugin,
+            grants: Grants::none(plugin.record.name.clone()),
+            workdir: None,
+            timeout: QUICK_CALL,
+            memory_cap: self.inner.memory_cap,
+            services: self.inner.services.clone(),
+            tmp_dir: self.inner.tmp_dir.clone(),
+        };
+        Ok(setup.run(call).await?)
+    }
+
+    /// Validates a config for `mode` at edit time: markers only where the plugin renders them
+    /// and only supported ones, then the plugin's own `validate` (template fields rendered with
+    /// `(none)`).
+    pub async fn validate(
+        &self,
+        mode: &str,
+        config: &Map<String, Value>,
+        supported_markers: &[&str],
+    ) -> Result<(), PluginError> {
+        let plugin = self.for_mode(mode)?;
+        markers::check_config(config, &plugin.templates, supported_markers)
+            .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
+        let mut rendered = config.clone();
+        markers::render_config(&mut rendered, &plugin.templates, &MarkerValues::new());
+        let call = Call::Validate {
+            mode: mode.to_string(),
+            config: Value::Object(rendered).to_string(),
+        };
+        match self.quick_call(&plugin, call).await {
+            Ok(_) => Ok(()),
+            Err(PluginError::Call(CallError::Plugin { message, .. })) => {
+                Err(PluginError::InvalidConfig(message))
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// The timeout a config asks for (`timeout_seconds` / `timeout_minutes`), or the default.
+    pub fn timeout_for(&self, config: &Map<String, Value>) -> Duration {
+        let seconds = config.get("timeout_seconds").and_then(Value::as_u64);
+        let minutes = config.get("timeout_minutes").and_then(Value::as_u64);
+        match (seconds, minutes) {
+            (Some(s), _) => Duration::from_secs(s),
+            (None, Some(m)) => Duration::from_secs(m.saturating_mul(60)),
+            (None, None) => self.inner.default_timeout,
+        }
+    }
+
+    /// Makes one `execute` call: renders the config, runs the plugin of the mode sandboxed.
+    pub async fn execute(&self, request: CallRequest) -> Result<CallReport, PluginError> {
+        let plugin = self.for_mode(&request.mode)?;
+        let workdir = request.workdir.canonicalize().map_err(|err| {
+            PluginError::Refused(format!("workdir {}: {err}", request.workdir.display()))
+        })?;
+        if !workdir.is_dir() {
+            return Err(PluginError::Refused(format!(
+                "workdir {} is not a directory",
+                workdir.display()
+            )));
+        }
+        let timeout = request
+            .timeout
+            .unwrap_or_else(|| self.timeout_for(&request.config));
+        let mut config = request.config;
+        markers::render_config(&mut config, &plugin.templates, &request.markers);
+        let rendered = Value::Object(config);
+        let marker_list: Vec<(String, String)> = request
+            .supported_markers
+            .iter()
+            .map(|name| {
+                let value = request
+                    .markers
+                    .get(*name)
+                    .cloned()
+                    .unwrap_or_else(|| markers::NONE.to_string());
+                ((*name).to_string(), value)
+            })
+            .collect();
+        let invocation = bindings::canopy::hooks::types::Invocation {
+            mode: request.mode.clone(),
+            config: rendered.to_string(),
+            markers: marker_list,
+            workdir: workdir.to_string_lossy().into_owned(),
+            provenance: request.provenance.to_wit(),
+            deadline_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            resume_session: request.resume_session,
+        };
+        let started = Instant::now();
+        let setup = CallSetup {
+            plugin: &plugin,
+            grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
+            workdir: Some(workdir),
+            timeout,
+            memory_cap: self.inner.memory_cap,
+            services: self.inner.services.clone(),
+            tmp_dir: self.inner.tmp_dir.clone(),
+        };
+        let outcome = match setup.run(Call::Execute(invocation)).await? {
+            Reply::Outcome(outcome) => Outcome::from_wit(outcome),
+            Reply::Manifest(_) | Reply::Valid => {
+                return Err(PluginError::Internal(anyhow::anyhow!(
+                    "execute returned no outcome"
+                )));
+            }
+        };
+        Ok(CallReport {
+            plugin: plugin_ref(&plugin.record),
+            mode: request.mode,
+            rendered_config: rendered,
+            outcome,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub(crate) fn tmp_dir(&self) -> &Path {
+        &self.inner.tmp_dir
+    }
+}
+
+enum InstallMode {
+    Builtin,
+    Operator {
+        granted: BTreeSet<Capability>,
+        replace: bool,
+    },
+}
+
+fn plugin_ref(record: &PluginRecord) -> PluginRef {
+    PluginRef {
+        name: record.name.clone(),
+        version: record.version.clone(),
+        sha256: record.sha256.clone(),
+    }
+}
+
+fn templates_of(manifest: &Manifest) -> Vec<(String, Escape)> {
+    manifest
+        .templates
+        .iter()
+        .map(|t| (t.field.clone(), t.escape))
+        .collect()
+}
+
+fn placeholder_record(sha256: &str) -> PluginRecord {
+    PluginRecord {
+        name: format!("component {}", &sha256[..12.min(sha256.len())]),
+        version: String::new(),
+        sha256: sha256.to_string(),
+        manifest: Manifest {
+            name: String::new(),
+            version: String::new(),
+            modes: Vec::new(),
+            capabilities: Vec::new(),
+            config_schema: Value::Null,
+            templates: Vec::new(),
+        },
+        granted: BTreeSet::new(),
+        builtin: false,
+        enabled: false,
+        installed_at: String::new(),
+    }
+}
+
+/// Checks a manifest a plugin returned and converts it.
+fn manifest_from_wit(wit: bindings::canopy::hooks::types::Manifest) -> Result<Manifest, String> {
+    let valid_name = |name: &str| {
+        !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    };
+    if !valid_name(&wit.name) {
+        return Err(format!(
+            "the plugin's name `{}` must be 1-64 characters of a-z, 0-9, `-`, `_`",
+            wit.name
+        ));
+    }
+    if wit.modes.is_empty() {
+        return Err(format!("plugin `{}` serves no mode", wit.name));
+    }
+    for mode in &wit.modes {
+        if !valid_name(mode) {
+            return Err(format!(
+                "plugin `{}`: mode `{mode}` must be 1-64 characters of a-z, 0-9, `-`, `_`",
+                wit.name
+            ));
+        }
+    }
+    let config_schema: Value = serde_json::from_str(&wit.config_schema)
+        .map_err(|err| format!("plugin `{}`: config schema is not JSON: {err}", wit.name))?;
+    Ok(Manifest {
+        name: wit.name,
+        version: wit.version,
+        modes: wit.modes,
+        capabilities: wit.capabilities,
+        config_schema,
+        templates: wit
+            .templates
+            .into_iter()
+            .map(|t| TemplateField {
+                field: t.field,
+                escape: match t.escape {
+                    bindings::canopy::hooks::types::Escape::Plain => Escape::Plain,
+                    bindings::canopy::hooks::types::Escape::Shell => Escape::Shell,
+                },
+            })
+            .collect(),
+    })
+}
+
+/// Refuses anything that is not a WebAssembly component, with a message that says what it is.
+fn check_header(bytes: &[u8]) -> Result<(), String> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(
+            "not a WebAssembly file (it does not start with the \\0asm header)".to_string(),
+        );
+    }
+    match &bytes[4..8] {
+        [1, 0, 0, 0] => Err(
+            "this is a core WebAssembly module, not a component; build the plugin for wasm32-wasip2 \
+             (`cargo build --target wasm32-wasip2 --release`)"
+                .to_string(),
+        ),
+        [_, _, 1, 0] => Ok(()),
+        other => Err(format!("unsupported WebAssembly encoding (version/layer bytes {other:?})")),
+    }
+}
+
+/// Refuses a component built against another version of the `canopy:hooks` contract.
+fn check_contract(
+    engine: &Engine,
+    component: &wasmtime::component::Component,
+) -> Result<(), String> {
+    let ty = component.component_type();
+    let prefix = "canopy:hooks/";
+    let mut exported = None;
+    for (name, _) in ty.exports(engine) {
+        if let Some(version) = name.strip_prefix("canopy:hooks/plugin@") {
+            exported = Some(version.to_string());
+        }
+    }
+    let mut versions: BTreeSet<String> = ty
+        .imports(engine)
+        .filter_map(|(name, _)| {
+            name.strip_prefix(prefix)
+                .and_then(|rest| rest.split_once('@'))
+                .map(|(_, v)| v.to_string())
+        })
+        .collect();
+    match exported {
+        None => {
+            return Err(format!(
+                "the component does not export `{}`: it is not a Canopy executor (build it with canopy-plugin-sdk)",
+                bindings::PLUGIN_EXPORT
+            ));
+        }
+        Some(version) => versions.insert(version),
+    };
+    if let Some(other) = versions
+        .iter()
+        .find(|v| v.as_str() != bindings::WIT_VERSION)
+    {
+        return Err(format!(
+            "the component was built against canopy:hooks@{other}, which this Canopy does not support (it supports canopy:hooks@{})",
+            bindings::WIT_VERSION
+        ));
+    }
+    Ok(())
+}
+
+/// Lowercase hex sha256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}

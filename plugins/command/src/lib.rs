@@ -1,0 +1,84 @@
+//! The built-in `command` executor: runs a shell command in the workdir.
+//!
+//! The `command` field is a template with shell escaping, so every marker value the host renders
+//! into it is one quoted, inert word. Every marker is also exported to the process as
+//! `CANOPY_HOOK_<MARKER>` (`CANOPY_HOOK_WORKDIR`, `CANOPY_HOOK_SPEC_NAME`, ...).
+//!
+//! The outcome follows Canopy's result protocol ([`Outcome::from_exit`]): exit code 0 is
+//! completed, anything else failed with the code and the tail of stderr, and the process may say
+//! more through the JSON file named by `CANOPY_RESULT_FILE`.
+
+use canopy_plugin_sdk::{
+    Command, Config, Escape, Executor, Invocation, Manifest, Outcome, export_executor,
+};
+use serde::Deserialize;
+
+/// Config of the `command` mode.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandConfig {
+    /// Shell command, run with `sh -c`.
+    command: String,
+    /// Kill the command after this many seconds (default: the call's deadline).
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
+    /// Same as `timeout_seconds`, in minutes (the unit agent hooks use).
+    #[serde(default)]
+    timeout_minutes: Option<u64>,
+}
+
+struct CommandExecutor;
+
+impl Executor for CommandExecutor {
+    fn describe() -> Manifest {
+        Manifest::new("command", env!("CARGO_PKG_VERSION"))
+            .mode("command")
+            .capability("process")
+            .template("command", Escape::Shell)
+            .config_schema(serde_json::json!({
+                "type": "object",
+                "required": ["command"],
+                "additionalProperties": false,
+                "properties": {
+                    "command": {
+                        "type": "string",
+                        "description": "shell command, run with sh -c in the workdir; marker values are shell-quoted"
+                    },
+                    "timeout_seconds": { "type": "integer", "minimum": 1 },
+                    "timeout_minutes": { "type": "integer", "minimum": 1 }
+                }
+            }))
+    }
+
+    fn validate(_mode: &str, config: &Config) -> Result<(), String> {
+        let config: CommandConfig = config.parse()?;
+        if config.command.trim().is_empty() {
+            return Err("field `command` must not be empty".to_string());
+        }
+        Ok(())
+    }
+
+    fn execute(invocation: Invocation) -> Result<Outcome, String> {
+        let config: CommandConfig = invocation.config()?;
+        let deadline = invocation.deadline_ms().saturating_sub(50).max(1);
+        let timeout_ms = config
+            .timeout_seconds
+            .map(|s| s.saturating_mul(1_000))
+            .or(config.timeout_minutes.map(|m| m.saturating_mul(60_000)))
+            .map_or(deadline, |t| t.min(deadline));
+
+        let mut command = Command::new("sh")
+            .arg("-c")
+            .arg(config.command.as_str())
+            .cwd(invocation.workdir())
+            .timeout_ms(timeout_ms)
+            .capture_result();
+        for (name, value) in invocation.markers() {
+            command = command.env(format!("CANOPY_HOOK_{}", name.to_ascii_uppercase()), value);
+        }
+        let exit = canopy_plugin_sdk::run_command(&command)?;
+        Outcome::from_exit(&exit)
+    }
+}
+
+export_executor!(CommandExecutor);
