@@ -25,6 +25,7 @@ const PLUGINS: &[(&str, &str)] = &[
         "CANOPY_EXAMPLE_APPEND_FILE_WASM",
     ),
     ("canopy-test-hostile", "CANOPY_TEST_HOSTILE_WASM"),
+    ("canopy-test-impostor", "CANOPY_TEST_IMPOSTOR_WASM"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

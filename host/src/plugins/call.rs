@@ -26,7 +26,7 @@ const PLUGIN_STDERR: usize = 16 * 1024;
 pub(crate) enum Call {
     Describe,
     Validate { mode: String, config: String },
-    Execute(types::Invocation),
+    Execute(Box<types::Invocation>),
 }
 
 /// What the plugin answered.

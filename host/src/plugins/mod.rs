@@ -783,15 +783,18 @@ impl PluginHost {
         let timeout = request
             .timeout
             .unwrap_or_else(|| self.timeout_for(&request.config));
+        let mut values = request.markers;
+        values
+            .entry("workdir".to_string())
+            .or_insert_with(|| workdir.to_string_lossy().into_owned());
         let mut config = request.config;
-        markers::render_config(&mut config, &plugin.templates, &request.markers);
+        markers::render_config(&mut config, &plugin.templates, &values);
         let rendered = Value::Object(config);
         let marker_list: Vec<(String, String)> = request
             .supported_markers
             .iter()
             .map(|name| {
-                let value = request
-                    .markers
+                let value = values
                     .get(*name)
                     .cloned()
                     .unwrap_or_else(|| markers::NONE.to_string());
@@ -817,7 +820,7 @@ impl PluginHost {
             services: self.inner.services.clone(),
             tmp_dir: self.inner.tmp_dir.clone(),
         };
-        let outcome = match setup.run(Call::Execute(invocation)).await? {
+        let outcome = match setup.run(Call::Execute(Box::new(invocation))).await? {
             Reply::Outcome(outcome) => Outcome::from_wit(outcome),
             Reply::Manifest(_) | Reply::Valid => {
                 return Err(PluginError::Internal(anyhow::anyhow!(

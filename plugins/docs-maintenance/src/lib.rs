@@ -281,8 +281,11 @@ fn append_changelog(workdir: &str, changelog: &str, entry: &str) -> Result<(), S
         .map_err(|err| format!("cannot write `{changelog}`: {err}"))
 }
 
+/// Paths git reports as changed, each with a (size, mtime) stamp when the file exists.
+type DirtyPaths = BTreeMap<String, Option<(u64, u128)>>;
+
 /// Dirty paths (relative) with a size/mtime stamp, or `None` when the workdir is not a git repo.
-fn dirty_paths(workdir: &str) -> Result<Option<BTreeMap<String, Option<(u64, u128)>>>, String> {
+fn dirty_paths(workdir: &str) -> Result<Option<DirtyPaths>, String> {
     let exit = run_command(
         &Command::new("git")
             .args(["status", "--porcelain=v1", "-z", "--untracked-files=all"])
@@ -338,23 +341,3 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 export_executor!(DocsMaintenance);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates_match_known_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_422), (2025, 11, 30));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-    }
-
-    #[test]
-    fn paths_under_docs_paths() {
-        assert!(under("docs/CHANGELOG.md", "docs"));
-        assert!(under("README.md", "README.md"));
-        assert!(!under("docsx/a.md", "docs"));
-        assert!(!under("src/main.rs", "docs"));
-    }
-}

@@ -1,0 +1,857 @@
+//! The executor host end to end: the real `canopy` binary, real components built from
+//! `plugins/` and `tests/plugins/`, real processes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use support::{APPEND_FILE_WASM, Daemon, HOSTILE_WASM, IMPOSTOR_WASM, git_repo, real, script};
+
+/// `plugin run --json` on `name` with a config and markers, in `workdir`; returns the report.
+fn run_json(
+    daemon: &Daemon,
+    name: &str,
+    mode: Option<&str>,
+    config: Value,
+    markers: &[(&str, &str)],
+    workdir: &Path,
+) -> Value {
+    let config = config.to_string();
+    let workdir = workdir.to_string_lossy().into_owned();
+    let marker_args: Vec<String> = markers.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut args = vec![
+        "plugin",
+        "run",
+        name,
+        "--config",
+        &config,
+        "--workdir",
+        &workdir,
+        "--json",
+    ];
+    if let Some(mode) = mode {
+        args.extend(["--mode", mode]);
+    }
+    for marker in &marker_args {
+        args.extend(["--marker", marker.as_str()]);
+    }
+    let output = daemon.cli(&args);
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "plugin run {name} printed no report: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// `plugin run` expected to fail as a call; returns stderr.
+fn run_error(daemon: &Daemon, name: &str, mode: &str, config: Value, workdir: &Path) -> String {
+    let config = config.to_string();
+    let workdir = workdir.to_string_lossy().into_owned();
+    daemon.fails(&[
+        "plugin",
+        "run",
+        name,
+        "--mode",
+        mode,
+        "--config",
+        &config,
+        "--workdir",
+        &workdir,
+    ])
+}
+
+fn install_hostile(daemon: &Daemon) {
+    daemon.ok(&["plugin", "install", HOSTILE_WASM, "--grant", "fs-read"]);
+}
+
+#[test]
+fn builtins_are_installed_on_first_start_with_their_requested_grants() {
+    let daemon = Daemon::start();
+    let list = daemon.json(&["plugin", "list"]);
+    let plugins = list["plugins"].as_array().unwrap();
+    type Row = (String, Vec<String>, Vec<String>, bool, bool);
+    let summary: Vec<Row> = plugins
+        .iter()
+        .map(|p| {
+            let strings = |v: &Value| {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_string())
+                    .collect::<Vec<_>>()
+            };
+            (
+                p["name"].as_str().unwrap().to_string(),
+                strings(&p["manifest"]["modes"]),
+                strings(&p["granted"]),
+                p["builtin"].as_bool().unwrap(),
+                p["enabled"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        summary,
+        vec![
+            ("agent".into(), s(&["agent"]), s(&["process"]), true, true),
+            (
+                "command".into(),
+                s(&["command"]),
+                s(&["process"]),
+                true,
+                true
+            ),
+            (
+                "docs-maintenance".into(),
+                s(&["docs-maintenance"]),
+                s(&["fs-read", "fs-write:docs", "process"]),
+                true,
+                true
+            ),
+            (
+                "interactive".into(),
+                s(&["interactive"]),
+                s(&["sessions"]),
+                true,
+                true
+            ),
+        ]
+    );
+}
+
+#[test]
+fn command_mode_quotes_hostile_marker_values_and_exports_them_as_env() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let hostile = "x; touch pwned; $(touch pwned2) `touch pwned3` 'q' \"dq\"";
+    let report = run_json(
+        &daemon,
+        "command",
+        None,
+        json!({ "command": "printf '%s' {{spec_name}} > argv.txt; printf '%s' \"$CANOPY_HOOK_SPEC_NAME\" > env.txt; printf '%s' \"$CANOPY_HOOK_WORKDIR|$CANOPY_HOOK_BLOCKER\" > more.txt" }),
+        &[("spec_name", hostile)],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("argv.txt")).unwrap(),
+        hostile
+    );
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("env.txt")).unwrap(),
+        hostile
+    );
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("more.txt")).unwrap(),
+        format!("{}|(none)", real(workdir.path()))
+    );
+    for planted in ["pwned", "pwned2", "pwned3"] {
+        assert!(
+            !workdir.path().join(planted).exists(),
+            "the marker value ran as shell syntax ({planted})"
+        );
+    }
+    let rendered = report["rendered_config"]["command"].as_str().unwrap();
+    assert!(
+        !rendered.contains("{{"),
+        "a marker literal reached the plugin: {rendered}"
+    );
+}
+
+#[test]
+fn command_mode_fails_with_exit_code_and_stderr_tail_and_reads_the_result_file() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let failed = run_json(
+        &daemon,
+        "command",
+        None,
+        json!({ "command": "echo half-done; echo 'disk full' >&2; exit 7" }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(failed["outcome"]["status"], "failed");
+    assert_eq!(
+        failed["outcome"]["reason"],
+        "exited with exit code 7: disk full"
+    );
+
+    let blocked = run_json(
+        &daemon,
+        "command",
+        None,
+        json!({ "command": r#"printf '{"status":"blocked","blocker":"needs an API key"}' > "$CANOPY_RESULT_FILE""# }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(blocked["outcome"]["status"], "blocked");
+    assert_eq!(blocked["outcome"]["blocker"], "needs an API key");
+
+    let summarised = run_json(
+        &daemon,
+        "command",
+        None,
+        json!({ "command": r#"printf '{"summary":"added the login form"}' > "$CANOPY_RESULT_FILE""# }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(summarised["outcome"]["status"], "completed");
+    assert_eq!(summarised["outcome"]["summary"], "added the login form");
+}
+
+#[test]
+fn command_mode_is_killed_at_its_timeout() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let report = run_json(
+        &daemon,
+        "command",
+        None,
+        json!({ "command": "sleep 30", "timeout_seconds": 1 }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "failed");
+    assert!(
+        report["outcome"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("timed out after"),
+        "{report:#}"
+    );
+    assert!(report["duration_ms"].as_u64().unwrap() < 10_000);
+}
+
+fn standin_agent_config(dir: &Path) -> String {
+    let agent = script(
+        dir,
+        "standin-agent.sh",
+        &format!(
+            r#"printf '%s\n' "$@" > '{}'
+printf '{{"type":"result","is_error":false,"session_id":"sess-42","result":"reviewed %s"}}\n' "$CANOPY_HOOK_SPEC_NAME""#,
+            dir.join("argv.txt").display()
+        ),
+    );
+    format!(
+        "[platforms.standin]\ncommand = [\"{}\", \"--print\", \"{{prompt}}\"]\nmodel_args = [\"--model\", \"{{model}}\"]\nresume_args = [\"--resume\", \"{{session}}\"]\n",
+        agent.display()
+    )
+}
+
+#[test]
+fn agent_mode_runs_the_configured_platform_and_captures_its_session() {
+    let tools = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start_with_config(&standin_agent_config(tools.path()));
+    let workdir = tempfile::tempdir().unwrap();
+    let argv_file = tools.path().join("argv.txt");
+    let report = run_json(
+        &daemon,
+        "agent",
+        None,
+        json!({ "platform": "standin", "prompt": "Review {{spec_name}} in {{workdir}}", "model": "small" }),
+        &[("spec_name", "Login form")],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    assert_eq!(report["outcome"]["harness_session"], "sess-42");
+    assert_eq!(report["outcome"]["summary"], "reviewed Login form");
+    let argv = std::fs::read_to_string(&argv_file).unwrap();
+    assert_eq!(
+        argv,
+        format!(
+            "--print\nReview Login form in {}\n--model\nsmall\n",
+            real(workdir.path())
+        )
+    );
+
+    let unknown = run_error(
+        &daemon,
+        "agent",
+        "agent",
+        json!({ "platform": "gpt-cli", "prompt": "x" }),
+        workdir.path(),
+    );
+    assert!(
+        unknown.contains(
+            "unknown agent platform `gpt-cli`; configured platforms: claude, codex, standin"
+        ),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn interactive_mode_stores_the_message_durably_with_its_provenance() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let report = run_json(
+        &daemon,
+        "interactive",
+        None,
+        json!({ "prompt": "graph {{graph_name}} is done; blocker {{blocker}}", "target_session_name": "reviewer" }),
+        &[("graph_name", "nightly")],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
+    let (kind, target, text, status, origin, provenance): (
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+    ) = conn
+        .query_row(
+            "SELECT target_kind, target, text, status, origin, provenance FROM messages",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            kind.as_str(),
+            target.as_str(),
+            text.as_str(),
+            status.as_str(),
+            origin.as_str()
+        ),
+        (
+            "name",
+            "reviewer",
+            "graph nightly is done; blocker (none)",
+            "pending",
+            "hook"
+        )
+    );
+    let provenance: Value = serde_json::from_str(&provenance).unwrap();
+    assert_eq!(provenance["event"], "manual");
+
+    let both = run_error(
+        &daemon,
+        "interactive",
+        "interactive",
+        json!({ "prompt": "x", "target_session_id": "a", "target_session_name": "b" }),
+        workdir.path(),
+    );
+    assert!(
+        both.contains("set exactly one of `target_session_id` and `target_session_name`, not both"),
+        "{both}"
+    );
+}
+
+#[test]
+fn docs_maintenance_appends_a_dated_changelog_and_refuses_changes_outside_the_docs() {
+    let tools = tempfile::tempdir().unwrap();
+    let sneaky = script(
+        tools.path(),
+        "sneaky-agent.sh",
+        "echo '// touched' >> src/lib.rs; echo 'more docs' >> docs/guide.md; echo '{\"result\":\"updated docs\"}'",
+    );
+    let config = format!(
+        "[platforms.sneaky]\ncommand = [\"{}\", \"{{prompt}}\"]\n",
+        sneaky.display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let repo = git_repo();
+    let completed = "Login form — users can sign in\nPassword reset — reset by email";
+
+    let report = run_json(
+        &daemon,
+        "docs-maintenance",
+        None,
+        json!({}),
+        &[("completed_specs", completed), ("graph_name", "web")],
+        repo.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    let changelog = std::fs::read_to_string(repo.path().join("docs/CHANGELOG.md")).unwrap();
+    let today = report["outcome"]["detail"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(
+        today.starts_with("## 20") && today.ends_with(" — web"),
+        "{today}"
+    );
+    assert_eq!(
+        changelog,
+        format!(
+            "# Changelog\n\n{today}\n\n- Login form — users can sign in\n- Password reset — reset by email\n"
+        )
+    );
+
+    let failed = run_json(
+        &daemon,
+        "docs-maintenance",
+        None,
+        json!({ "platform": "sneaky" }),
+        &[("completed_specs", completed)],
+        repo.path(),
+    );
+    assert_eq!(failed["outcome"]["status"], "failed", "{failed:#}");
+    assert_eq!(
+        failed["outcome"]["reason"],
+        "docs maintenance changed files outside docs_paths (docs, README.md): src/lib.rs"
+    );
+}
+
+#[test]
+fn the_sdk_example_installs_and_appends_rendered_markers() {
+    let daemon = Daemon::start();
+    let refused = daemon.fails(&["plugin", "install", APPEND_FILE_WASM]);
+    assert!(
+        refused.contains("plugin `append-file` requests capabilities that were not granted: fs-write:.; install it with --grant fs-write:."),
+        "{refused}"
+    );
+    let installed = daemon.ok(&[
+        "plugin",
+        "install",
+        APPEND_FILE_WASM,
+        "--grant",
+        "fs-write:.",
+    ]);
+    assert!(
+        installed.starts_with("installed plugin append-file 0.1.0"),
+        "{installed}"
+    );
+
+    let workdir = tempfile::tempdir().unwrap();
+    let report = run_json(
+        &daemon,
+        "append-file",
+        None,
+        json!({ "file": "log.txt", "line": "{{graph_name}} finished {{spec_name}} ({{blocker}})" }),
+        &[("graph_name", "g"), ("spec_name", "s")],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    run_json(
+        &daemon,
+        "append-file",
+        None,
+        json!({ "file": "log.txt" }),
+        &[("spec_id", "abc")],
+        workdir.path(),
+    );
+    let log = std::fs::read_to_string(workdir.path().join("log.txt")).unwrap();
+    let mut expected = "g finished s ((none))\n".to_string();
+    for marker in [
+        "graph_name",
+        "workdir",
+        "completed_specs",
+        "spec_name",
+        "spec_id",
+        "blocker",
+        "node",
+        "spec_body",
+    ] {
+        let value = match marker {
+            "spec_id" => "abc".to_string(),
+            "workdir" => real(workdir.path()),
+            _ => "(none)".to_string(),
+        };
+        expected.push_str(&format!("{marker}={value}\n"));
+    }
+    assert_eq!(log, expected);
+}
+
+#[test]
+fn install_refuses_what_is_not_a_canopy_component() {
+    let daemon = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+
+    let text = dir.path().join("notes.wasm");
+    std::fs::write(&text, "hello").unwrap();
+    assert!(
+        daemon
+            .fails(&["plugin", "install", text.to_str().unwrap()])
+            .contains("not a WebAssembly file")
+    );
+
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let err = daemon.fails(&["plugin", "install", core.to_str().unwrap()]);
+    assert!(
+        err.contains("core WebAssembly module, not a component"),
+        "{err}"
+    );
+
+    // The example rebuilt against a contract version this host does not know.
+    let mut bytes = std::fs::read(APPEND_FILE_WASM).unwrap();
+    let (from, to) = (
+        b"canopy:hooks/plugin@0.1.0".as_slice(),
+        b"canopy:hooks/plugin@0.9.0".as_slice(),
+    );
+    let mut patched = 0;
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            patched += 1;
+        }
+        i += 1;
+    }
+    assert!(patched > 0);
+    let future = dir.path().join("future.wasm");
+    std::fs::write(&future, bytes).unwrap();
+    let err = daemon.fails(&[
+        "plugin",
+        "install",
+        future.to_str().unwrap(),
+        "--grant",
+        "fs-write:.",
+    ]);
+    assert!(err.contains("built against canopy:hooks@0.9.0, which this Canopy does not support (it supports canopy:hooks@0.1.0)"), "{err}");
+
+    let list = daemon.json(&["plugin", "list"]);
+    assert_eq!(
+        list["plugins"].as_array().unwrap().len(),
+        4,
+        "a refused install left something behind"
+    );
+}
+
+#[test]
+fn a_mode_served_by_another_plugin_needs_replace_and_builtins_are_disabled_not_deleted() {
+    let daemon = Daemon::start();
+    let err = daemon.fails(&["plugin", "install", IMPOSTOR_WASM]);
+    assert!(
+        err.contains("plugin `impostor` serves modes that are already served: `command` (served by `command`); pass --replace to take them over"),
+        "{err}"
+    );
+    daemon.ok(&["plugin", "install", IMPOSTOR_WASM, "--replace"]);
+    let command = daemon.json(&["plugin", "inspect", "command"]);
+    assert_eq!(command["enabled"], false);
+
+    let workdir = tempfile::tempdir().unwrap();
+    let report = run_json(
+        &daemon,
+        "impostor",
+        None,
+        json!({ "command": "touch ran" }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(
+        report["outcome"]["summary"],
+        "impostor would have run: touch ran"
+    );
+
+    let enable = daemon.fails(&["plugin", "enable", "command"]);
+    assert!(
+        enable.contains("mode `command` is served by `impostor`"),
+        "{enable}"
+    );
+    assert_eq!(
+        daemon.ok(&["plugin", "remove", "impostor"]).trim(),
+        "removed plugin impostor"
+    );
+    daemon.ok(&["plugin", "enable", "command"]);
+    let removed = daemon.ok(&["plugin", "remove", "command"]);
+    assert!(
+        removed.contains("disabled built-in plugin command"),
+        "{removed}"
+    );
+    assert_eq!(
+        daemon.json(&["plugin", "inspect", "command"])["enabled"],
+        false
+    );
+}
+
+#[test]
+fn a_host_call_without_its_capability_is_refused_naming_it() {
+    let daemon = Daemon::start();
+    install_hostile(&daemon);
+    let workdir = tempfile::tempdir().unwrap();
+    let err = run_error(
+        &daemon,
+        "hostile",
+        "hostile-spawn",
+        json!({}),
+        workdir.path(),
+    );
+    assert!(
+        err.contains("plugin `hostile` lacks the `process` capability"),
+        "{err}"
+    );
+    let err = run_error(
+        &daemon,
+        "hostile",
+        "hostile-enqueue",
+        json!({}),
+        workdir.path(),
+    );
+    assert!(
+        err.contains("plugin `hostile` lacks the `sessions` capability"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_sandbox_keeps_a_plugin_inside_its_workdir() {
+    let daemon = Daemon::start();
+    install_hostile(&daemon);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
+    let workdir = tempfile::tempdir().unwrap();
+    let inner = workdir.path().join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    std::fs::write(inner.join("notes.txt"), "hello").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), inner.join("link.txt")).unwrap();
+    let inner_real = real(&inner);
+
+    let read = run_json(
+        &daemon,
+        "hostile",
+        Some("hostile-read"),
+        json!({ "path": format!("{inner_real}/notes.txt") }),
+        &[],
+        &inner,
+    );
+    assert_eq!(
+        read["outcome"]["detail"], "hello",
+        "the control read inside the workdir must work"
+    );
+
+    let escapes = [
+        "/etc/passwd".to_string(),
+        format!(
+            "{inner_real}/../../{}/secret.txt",
+            outside.path().file_name().unwrap().to_string_lossy()
+        ),
+        format!("{inner_real}/link.txt"),
+        real(&outside.path().join("secret.txt")),
+    ];
+    for path in escapes {
+        let err = run_error(
+            &daemon,
+            "hostile",
+            "hostile-read",
+            json!({ "path": path }),
+            &inner,
+        );
+        assert!(
+            err.contains(&format!("read {path}:")),
+            "reading {path} should fail: {err}"
+        );
+        assert!(!err.contains("top secret"));
+    }
+    let err = run_error(
+        &daemon,
+        "hostile",
+        "hostile-write",
+        json!({ "path": format!("{inner_real}/new.txt") }),
+        &inner,
+    );
+    assert!(err.contains("write "), "{err}");
+    assert!(
+        !inner.join("new.txt").exists(),
+        "a read-only grant allowed a write"
+    );
+}
+
+#[test]
+fn a_runaway_plugin_fails_its_own_call_and_the_next_call_works() {
+    let daemon = Daemon::start();
+    install_hostile(&daemon);
+    let workdir = tempfile::tempdir().unwrap();
+
+    let spin = run_error(
+        &daemon,
+        "hostile",
+        "hostile-spin",
+        json!({ "timeout_seconds": 1 }),
+        workdir.path(),
+    );
+    assert!(
+        spin.contains("plugin `hostile 0.1.0` timed out: stopped after"),
+        "{spin}"
+    );
+
+    let bomb = run_error(
+        &daemon,
+        "hostile",
+        "hostile-bomb",
+        json!({}),
+        workdir.path(),
+    );
+    assert!(
+        bomb.contains("plugin `hostile 0.1.0` exceeded its memory cap of 256 MiB and was stopped"),
+        "{bomb}"
+    );
+
+    let trap = run_error(
+        &daemon,
+        "hostile",
+        "hostile-trap",
+        json!({}),
+        workdir.path(),
+    );
+    assert!(trap.contains("plugin `hostile 0.1.0` trapped"), "{trap}");
+    assert!(
+        trap.contains("hostile plugin panics on purpose"),
+        "the panic message is kept: {trap}"
+    );
+
+    let ok = run_json(
+        &daemon,
+        "hostile",
+        Some("hostile-ok"),
+        json!({}),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(ok["outcome"]["summary"], "fine");
+}
+
+#[test]
+fn compiled_plugins_are_loaded_from_the_cache_on_the_next_start() {
+    let mut daemon = Daemon::start();
+    let first = daemon.json(&["plugin", "inspect", "command"]);
+    assert_eq!(first["load"]["source"], "compiled");
+    let data_dir = daemon.data_dir.clone();
+    daemon.stop();
+    let again = Daemon::start_on(&data_dir);
+    let second = again.json(&["plugin", "inspect", "command"]);
+    assert_eq!(second["load"]["source"], "cache");
+    assert_eq!(second["sha256"], first["sha256"]);
+    drop(again);
+    drop(daemon);
+}
+
+#[test]
+fn one_daemon_per_data_dir_and_a_cli_without_daemon_says_how_to_start_one() {
+    let daemon = Daemon::start();
+    let second = std::process::Command::new(support::CANOPY)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&daemon.data_dir)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("another canopy daemon is already running on data dir"),
+        "{err}"
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(support::CANOPY)
+        .args(["plugin", "list"])
+        .env("CANOPY_HOME", empty.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains(&format!(
+            "no canopy daemon is running for data dir {}",
+            empty.path().display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("start one with `canopy daemon --data-dir"),
+        "{err}"
+    );
+
+    // --data-dir is accepted after the subcommand too.
+    let output = std::process::Command::new(support::CANOPY)
+        .args(["plugin", "list", "--json", "--data-dir"])
+        .arg(&daemon.data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_api_answers_json_errors_with_fitting_statuses() {
+    let daemon = Daemon::start();
+    let (status, body) = daemon.get("/api/plugins/nope");
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "not_found");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("no plugin named `nope`; installed: agent, command")
+    );
+
+    let (status, body) = daemon.send(
+        "POST",
+        "/api/plugins/command/run",
+        &json!({ "config": { "command": "true" } }),
+    );
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("workdir"),
+        "{body}"
+    );
+
+    let workdir = tempfile::tempdir().unwrap();
+    let (status, body) = daemon.send(
+        "POST",
+        "/api/plugins/command/run",
+        &json!({ "config": { "command": "echo {{spec_nme}}" }, "workdir": workdir.path() }),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "invalid_config");
+    assert!(
+        body["error"]["message"].as_str().unwrap().starts_with(
+            "field `command`: unknown marker `{{spec_nme}}`; supported markers: {{graph_name}}"
+        ),
+        "{body}"
+    );
+}
+
+#[test]
+fn bench_reports_every_figure() {
+    let daemon = Daemon::start();
+    daemon.ok(&[
+        "plugin",
+        "install",
+        APPEND_FILE_WASM,
+        "--grant",
+        "fs-write:.",
+    ]);
+    let report = daemon.json(&["plugin", "bench", "append-file", "--iterations", "20"]);
+    for figure in [
+        "compile",
+        "cache_load",
+        "call",
+        "spawn_true",
+        "spawn_sh_true",
+    ] {
+        assert!(
+            report[figure]["median_us"].as_f64().unwrap() > 0.0,
+            "{figure}: {report:#}"
+        );
+    }
+    assert_eq!(report["call"]["samples"], 20);
+    assert_eq!(report["last_status"], "completed");
+    let text = daemon.ok(&["plugin", "bench", "append-file", "--iterations", "5"]);
+    assert!(text.contains("fresh instantiate + execute"), "{text}");
+}

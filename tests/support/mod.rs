@@ -1,0 +1,256 @@
+//! Shared fixtures for the end-to-end tests: a real `canopy` daemon on a temp data dir, the CLI
+//! run against it, temp git repos, and the test plugins built by the host's build script.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The `canopy` binary under test.
+pub const CANOPY: &str = env!("CARGO_BIN_EXE_canopy");
+
+/// The SDK example plugin (`plugins/examples/append-file`), built for wasm32-wasip2.
+pub const APPEND_FILE_WASM: &str = env!("CANOPY_EXAMPLE_APPEND_FILE_WASM");
+/// The misbehaving test plugin (`tests/plugins/hostile`).
+pub const HOSTILE_WASM: &str = env!("CANOPY_TEST_HOSTILE_WASM");
+/// A test plugin claiming the `command` mode (`tests/plugins/impostor`).
+pub const IMPOSTOR_WASM: &str = env!("CANOPY_TEST_IMPOSTOR_WASM");
+
+/// Polls `check` until it returns `Some`, failing the test after `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running daemon on its own temp data dir; stopped (SIGTERM) on drop.
+pub struct Daemon {
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    child: Option<Child>,
+    pub url: String,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// A daemon on a fresh data dir.
+    pub fn start() -> Self {
+        Self::start_with_config("")
+    }
+
+    /// A daemon on a fresh data dir with this `canopy.toml`.
+    pub fn start_with_config(config: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let data_dir = tmp.path().join("data");
+        std::fs::create_dir_all(&data_dir).unwrap();
+        if !config.is_empty() {
+            std::fs::write(data_dir.join("canopy.toml"), config).unwrap();
+        }
+        let mut daemon = Self::start_on(&data_dir);
+        daemon._tmp = Some(tmp);
+        daemon
+    }
+
+    /// A daemon on an existing data dir (a restart).
+    pub fn start_on(data_dir: &Path) -> Self {
+        let address = data_dir.join("daemon.addr");
+        let _ = std::fs::remove_file(&address);
+        let log = data_dir.join(format!("daemon-{}.log", std::process::id()));
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(CANOPY)
+            .args(["daemon", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("CANOPY_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .unwrap();
+        let mut daemon = Self {
+            data_dir: data_dir.to_path_buf(),
+            _tmp: None,
+            child: Some(child),
+            url: String::new(),
+            log,
+        };
+        daemon.url = wait_for(
+            "the daemon to write its address",
+            Duration::from_secs(60),
+            || {
+                if let Some(Ok(Some(status))) = daemon.child.as_mut().map(Child::try_wait) {
+                    panic!(
+                        "the daemon exited with {status} before listening:\n{}",
+                        daemon.log()
+                    );
+                }
+                std::fs::read_to_string(&address)
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+            },
+        );
+        daemon
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs `canopy --data-dir D <args>`.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(CANOPY)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the CLI and expects success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let output = self.cli(args);
+        assert!(
+            output.status.success(),
+            "canopy {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Runs the CLI and expects failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let output = self.cli(args);
+        assert!(
+            !output.status.success(),
+            "canopy {args:?} unexpectedly succeeded:\nstdout: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        String::from_utf8(output.stderr).unwrap()
+    }
+
+    /// Runs the CLI with `--json` appended and parses stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(&self.ok(&args)).unwrap()
+    }
+
+    /// GET a JSON resource; returns (status, body).
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        let response = reqwest::blocking::get(format!("{}{path}", self.url)).unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
+    }
+
+    /// Sends JSON with `method`; returns (status, body).
+    pub fn send(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        let client = reqwest::blocking::Client::new();
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = client
+            .request(method, format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
+    }
+
+    /// Stops the daemon with SIGTERM and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child process by pid.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("the daemon did not stop on SIGTERM:\n{}", self.log());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Kills the daemon with SIGKILL (a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+    }
+}
+
+/// A temp dir holding a git repo with one commit.
+pub fn git_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(dir.path())
+            .env("GIT_AUTHOR_NAME", "Canopy Test")
+            .env("GIT_AUTHOR_EMAIL", "test@canopy.invalid")
+            .env("GIT_COMMITTER_NAME", "Canopy Test")
+            .env("GIT_COMMITTER_EMAIL", "test@canopy.invalid")
+            .output()
+            .unwrap();
+        assert!(
+            status.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(dir.path().join("README.md"), "# demo\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("src")).unwrap();
+    std::fs::write(dir.path().join("src/lib.rs"), "pub fn demo() {}\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "initial"]);
+    dir
+}
+
+/// Writes an executable script.
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// `canonicalize` as a string.
+pub fn real(path: &Path) -> String {
+    path.canonicalize().unwrap().to_string_lossy().into_owned()
+}
