@@ -855,3 +855,33 @@ fn bench_reports_every_figure() {
     let text = daemon.ok(&["plugin", "bench", "append-file", "--iterations", "5"]);
     assert!(text.contains("fresh instantiate + execute"), "{text}");
 }
+
+#[test]
+fn a_builtin_from_an_older_build_is_reinstalled_and_keeps_its_disabled_state() {
+    let mut daemon = Daemon::start();
+    let current = daemon.json(&["plugin", "inspect", "interactive"]);
+    daemon.ok(&["plugin", "remove", "interactive"]);
+    daemon.stop();
+    // Make the stored built-in look like it came from an older canopy.
+    let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
+    conn.execute(
+        "UPDATE plugins SET sha256 = 'feedface', version = '0.0.1' WHERE name = 'interactive'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+
+    let again = Daemon::start_on(&daemon.data_dir);
+    let upgraded = again.json(&["plugin", "inspect", "interactive"]);
+    assert_eq!(upgraded["sha256"], current["sha256"]);
+    assert_eq!(upgraded["version"], current["version"]);
+    assert_eq!(
+        upgraded["enabled"], false,
+        "the operator disabled it; an upgrade must not re-enable it"
+    );
+    assert!(
+        again.log().contains("built-in plugin installed"),
+        "{}",
+        again.log()
+    );
+}

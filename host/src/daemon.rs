@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use crate::api::{self, AppState};
 use crate::config::{self, Config, Platform};
 use crate::datadir::DataDir;
+use crate::engine::{Engine, LogEvents};
 use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
 use crate::sessions;
 use crate::store::Store;
@@ -93,6 +94,14 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         platforms: config.platforms(),
     });
     let plugins = PluginHost::start(&data, store.clone(), &config, services).await?;
+    let engine = Engine::new(store.clone(), plugins.clone(), Arc::new(LogEvents));
+    let interrupted = engine.recover()?;
+    if interrupted > 0 {
+        tracing::warn!(
+            runs = interrupted,
+            "runs in progress when the daemon last stopped are marked interrupted"
+        );
+    }
 
     let listen = listen
         .or(config.listen.clone())
@@ -114,11 +123,16 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let app = api::router(AppState {
         store,
         plugins,
+        engine: engine.clone(),
         data_dir: data.root().to_path_buf(),
     });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await;
+    let stopped = engine.shutdown()?;
+    if stopped > 0 {
+        tracing::info!(runs = stopped, "in-flight runs recorded as interrupted");
+    }
     let _ = std::fs::remove_file(data.address_file());
     served.context("the HTTP server failed")?;
     tracing::info!("canopy daemon stopped");

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod datadir;
+pub mod engine;
 pub mod markers;
 pub mod plugins;
 pub mod sessions;

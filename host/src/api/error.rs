@@ -5,6 +5,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use crate::engine::EngineError;
 use crate::plugins::PluginError;
 
 /// An error response.
@@ -80,6 +81,22 @@ impl From<PluginError> for ApiError {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "call_failed", message)
             }
             PluginError::Internal(err) => Self::internal(&err),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(err: EngineError) -> Self {
+        let message = err.to_string();
+        match err {
+            EngineError::NotFound { .. } => Self::not_found(message),
+            EngineError::Ambiguous { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "ambiguous_id", message)
+            }
+            EngineError::Invalid(_) => Self::bad_request(message),
+            EngineError::Conflict(_) => Self::conflict(message),
+            EngineError::Plugin(err) => err.into(),
+            EngineError::Internal(err) => Self::internal(&err),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! input (the message names the field), 404 unknown resource, 409 conflict, 422 a plugin call
 //! that failed, 500 something on our side (details in the daemon log, not in the response).
 
+mod engine;
 mod error;
 mod plugins;
 
@@ -12,6 +13,7 @@ use axum::routing::get;
 
 pub use error::{ApiError, ApiJson};
 
+use crate::engine::Engine;
 use crate::plugins::PluginHost;
 use crate::store::Store;
 
@@ -20,6 +22,7 @@ use crate::store::Store;
 pub struct AppState {
     pub store: Store,
     pub plugins: PluginHost,
+    pub engine: Engine,
     pub data_dir: std::path::PathBuf,
 }
 
@@ -28,6 +31,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/api/health", get(health))
         .nest("/api/plugins", plugins::router())
+        .nest("/api", engine::router())
         .with_state(state)
 }
 

@@ -2,13 +2,17 @@
 //! daemon's HTTP API (one code path for people, scripts and agents).
 
 mod client;
+mod graph;
 mod plugin;
+mod queue;
+mod spec;
 mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use serde_json::Value;
 
 use crate::datadir::DataDir;
 pub use client::Client;
@@ -36,6 +40,15 @@ enum Command {
     /// Install, inspect, run and measure executor plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// The spec backlog.
+    #[command(subcommand)]
+    Spec(spec::SpecCommand),
+    /// Graphs: create, edit, run and inspect.
+    #[command(subcommand)]
+    Graph(graph::GraphCommand),
+    /// Queues of specs, with context groups.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
 }
 
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
@@ -70,6 +83,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(command) => plugin::run(&Client::connect(&data)?, command).await,
+        Command::Spec(command) => spec::run(&Client::connect(&data)?, command).await,
+        Command::Graph(command) => graph::run(&Client::connect(&data)?, command).await,
+        Command::Queue(command) => queue::run(&Client::connect(&data)?, command).await,
     }
 }
 
@@ -82,4 +98,47 @@ fn init_tracing(daemon: bool) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+}
+
+pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+pub(crate) fn list_at(value: &Value, pointer: &str) -> String {
+    let items: Vec<&str> = value
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if items.is_empty() {
+        "-".to_string()
+    } else {
+        items.join(",")
+    }
+}
+
+pub(crate) fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// Percent-encodes a path segment (plugin names are plain, but be safe).
+pub(crate) fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, table};
+use super::{Client, encode, list_at, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -389,47 +389,4 @@ fn parse_json_arg(flag: &str, text: &str) -> Result<Value> {
         bail!("{flag} must be a JSON object");
     }
     Ok(value)
-}
-
-fn print_json(value: &Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
-}
-
-fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
-fn list_at(value: &Value, pointer: &str) -> String {
-    let items: Vec<&str> = value
-        .pointer(pointer)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    if items.is_empty() {
-        "-".to_string()
-    } else {
-        items.join(",")
-    }
-}
-
-fn short(sha: &str) -> &str {
-    &sha[..sha.len().min(12)]
-}
-
-/// Percent-encodes a path segment (plugin names are plain, but be safe).
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }

@@ -199,6 +199,9 @@ impl CallSetup<'_> {
     fn store(self) -> Result<Store<CallState>, CallError> {
         let label = self.plugin_label();
         let mut wasi = WasiCtx::builder();
+        // Plugin file operations are small and local: doing them on this thread avoids a hop to
+        // the blocking pool per operation (a 4x difference for a plugin that appends to a file).
+        wasi.allow_blocking_current_thread(true);
         let stderr = MemoryOutputPipe::new(PLUGIN_STDERR);
         wasi.stderr(stderr.clone());
         if let Some(workdir) = &self.workdir {

@@ -155,11 +155,16 @@ impl Grants {
             let Capability::FsWrite(sub) = capability else {
                 continue;
             };
-            let wanted = if sub == "." {
-                workdir.to_path_buf()
-            } else {
-                workdir.join(sub)
-            };
+            if sub == "." {
+                // The workdir itself, already canonical: read-write instead of read-only.
+                preopens.retain(|p: &Preopen| p.path != workdir);
+                preopens.push(Preopen {
+                    path: workdir.to_path_buf(),
+                    writable: true,
+                });
+                continue;
+            }
+            let wanted = workdir.join(sub);
             std::fs::create_dir_all(&wanted).map_err(|err| {
                 format!(
                     "cannot create {} for `{capability}`: {err}",

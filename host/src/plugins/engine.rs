@@ -13,6 +13,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// How often the epoch advances; deadlines are counted in these ticks.
 pub const TICK: Duration = Duration::from_millis(5);
 
+/// Bytes of a call's linear memory reset in place (rather than unmapped) when the call ends.
+const KEEP_RESIDENT: usize = 2 * 1024 * 1024;
+
 /// Plugin calls that may run at the same time (the pooling allocator's slots).
 pub const MAX_CONCURRENT_CALLS: u32 = 128;
 
@@ -24,7 +27,16 @@ pub fn new_engine(memory_cap: usize) -> Result<Engine> {
         .total_memories(MAX_CONCURRENT_CALLS * 2)
         .total_tables(MAX_CONCURRENT_CALLS * 4)
         .total_stacks(MAX_CONCURRENT_CALLS)
-        .max_memory_size(memory_cap.saturating_add(1 << 20));
+        .max_memory_size(memory_cap.saturating_add(1 << 20))
+        // Reset a finished call's memory by rewriting the pages it touched instead of unmapping
+        // them: no page faults on the next call, no TLB shootdown per call (Linux 6.7+ finds
+        // the touched pages with PAGEMAP_SCAN; elsewhere the first bytes are kept resident).
+        .pagemap_scan(wasmtime::Enabled::Auto)
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(64 * 1024)
+        .async_stack_keep_resident(128 * 1024)
+        // Give what is not kept back to the kernel in batches.
+        .decommit_batch_size(16);
     let mut config = Config::new();
     config
         .wasm_component_model(true)

@@ -17,6 +17,7 @@ mod capabilities;
 mod engine;
 mod process;
 mod registry;
+mod work;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ pub use call::{CallError, Outcome, Provenance, Status};
 pub use capabilities::{Capability, KNOWN as KNOWN_CAPABILITIES};
 pub use engine::{LoadInfo, LoadSource};
 pub use registry::{Manifest, PluginRecord, TemplateField};
+pub use work::{WorkConfig, split as split_work_config};
 
 use crate::config::{Config, Platform};
 use crate::datadir::DataDir;
@@ -434,7 +436,11 @@ impl PluginHost {
         // operator's plugin serves one of its modes.
         let enabled = !builtin || {
             let plugins = self.plugins();
-            let was_enabled = plugins.get(&manifest.name).is_none_or(|p| p.record.enabled);
+            // The stored row decides (the old build may not have loaded).
+            let was_enabled = registry::all(&self.inner.store.conn())?
+                .into_iter()
+                .find(|r| r.name == manifest.name)
+                .is_none_or(|r| r.enabled);
             let taken = plugins.values().any(|p| {
                 p.record.name != manifest.name
                     && p.record.enabled

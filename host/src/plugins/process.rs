@@ -59,7 +59,8 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
         command.env("CANOPY_RESULT_FILE", path);
     }
     let mut child = command.spawn()?;
-    let group = child.id().and_then(|id| i32::try_from(id).ok());
+    // Whatever happens to this future (a deadline, a reset that drops it), the group dies.
+    let mut group = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()));
 
     if let (Some(bytes), Some(mut stdin)) = (spec.stdin, child.stdin.take()) {
         tokio::spawn(async move {
@@ -67,44 +68,61 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
             let _ = stdin.write_all(&bytes).await;
         });
     }
-    let stdout = child
-        .stdout
-        .take()
-        .map(|pipe| tokio::spawn(read_tail(pipe)));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|pipe| tokio::spawn(read_tail(pipe)));
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let reading = async move {
+        let out = async {
+            match stdout {
+                Some(pipe) => read_tail(pipe).await,
+                None => Vec::new(),
+            }
+        };
+        let err = async {
+            match stderr {
+                Some(pipe) => read_tail(pipe).await,
+                None => Vec::new(),
+            }
+        };
+        tokio::join!(out, err)
+    };
+    tokio::pin!(reading);
 
+    // Read and wait together, in this task; no task hop per process.
     let deadline = tokio::time::Instant::now() + spec.timeout;
-    let (status, timed_out) = match tokio::time::timeout_at(deadline, child.wait()).await {
-        Ok(status) => (Some(status?), false),
-        Err(_) => {
-            kill_group(group);
-            (child.wait().await.ok(), true)
-        }
-    };
-
-    // Children left in the group may hold the pipes open; give them a moment, then kill them.
-    let drain_until = deadline.min(tokio::time::Instant::now() + DRAIN_GRACE);
-    let collect = |task: Option<tokio::task::JoinHandle<Vec<u8>>>| async move {
-        match task {
-            Some(task) => match tokio::time::timeout_at(drain_until, task).await {
-                Ok(Ok(bytes)) => (bytes, false),
-                Ok(Err(_)) => (Vec::new(), false),
-                Err(_) => (Vec::new(), true),
+    let mut output = None;
+    let (status, timed_out) = loop {
+        tokio::select! {
+            read = &mut reading, if output.is_none() => output = Some(read),
+            waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
+                Ok(status) => break (Some(status?), false),
+                Err(_) => {
+                    group.kill();
+                    break (child.wait().await.ok(), true);
+                }
             },
-            None => (Vec::new(), false),
         }
     };
-    let (stdout, stdout_stuck) = collect(stdout).await;
-    let (stderr, stderr_stuck) = collect(stderr).await;
-    if stdout_stuck || stderr_stuck || timed_out {
-        kill_group(group);
+    // Children left in the group may hold the pipes open; give them a moment, then kill them.
+    let (stdout, stderr) = match output {
+        Some(read) => read,
+        None => {
+            let drain_until = deadline.min(tokio::time::Instant::now() + DRAIN_GRACE);
+            match tokio::time::timeout_at(drain_until, &mut reading).await {
+                Ok(read) => read,
+                Err(_) => {
+                    group.kill();
+                    (Vec::new(), Vec::new())
+                }
+            }
+        }
+    };
+    if timed_out {
+        group.kill();
     }
+    group.disarm();
 
     let result = match &spec.result_file {
-        Some(path) => read_result_file(path).await,
+        Some(path) => read_result_file(path),
         None => None,
     };
     Ok(ProcessExit {
@@ -117,13 +135,30 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     })
 }
 
-fn kill_group(group: Option<i32>) {
-    if let Some(pgid) = group {
-        // SAFETY: kill(2) with a negative pid signals the process group we created with
-        // process_group(0); it has no memory-safety preconditions.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+/// Kills a process group when dropped (unless disarmed), so a call that is abandoned midway --
+/// a reset, a daemon shutdown -- leaves no process behind.
+struct GroupGuard(Option<i32>);
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: kill(2) with a negative pid signals the process group we created with
+            // process_group(0); it has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
         }
+    }
+
+    /// The process ended normally: leave whatever it left behind alone.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -144,11 +179,14 @@ async fn read_tail(mut pipe: impl AsyncRead + Unpin) -> Vec<u8> {
     kept.into()
 }
 
-async fn read_result_file(path: &std::path::Path) -> Option<String> {
-    let file = tokio::fs::File::open(path).await.ok()?;
+/// Reads (at most [`OUTPUT_LIMIT`] bytes of) the result file and removes it. A missing file is
+/// the common case: read directly rather than through the blocking pool.
+fn read_result_file(path: &std::path::Path) -> Option<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).ok()?;
     let mut bytes = Vec::new();
-    let read = file.take(OUTPUT_LIMIT as u64).read_to_end(&mut bytes).await;
-    let _ = tokio::fs::remove_file(path).await;
+    let read = file.take(OUTPUT_LIMIT as u64).read_to_end(&mut bytes);
+    let _ = std::fs::remove_file(path);
     read.ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }

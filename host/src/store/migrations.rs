@@ -31,6 +31,99 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX messages_pending ON messages (status, created_at);
     "#,
+    // 2: the engine -- specs, graphs, queues, runs and node runs.
+    r#"
+    CREATE TABLE specs (
+        id           TEXT PRIMARY KEY,
+        name         TEXT NOT NULL,
+        body         TEXT NOT NULL,
+        workdir      TEXT,                   -- optional tag for filtering the backlog
+        summary      TEXT,                   -- one line, set when a run completes the spec
+        created_at   TEXT NOT NULL,
+        updated_at   TEXT NOT NULL
+    );
+    CREATE TABLE graphs (
+        id                 TEXT PRIMARY KEY,
+        name               TEXT NOT NULL UNIQUE,
+        workdir            TEXT NOT NULL,
+        nodes              TEXT NOT NULL,    -- JSON array of {name, ...executor config}
+        allow_dirty_start  INTEGER NOT NULL DEFAULT 0,
+        status             TEXT NOT NULL CHECK (status IN ('idle', 'running', 'paused', 'completed', 'failed')),
+        blocker            TEXT,
+        on_completed       TEXT,             -- JSON: one completion hook config (the pre-map shape)
+        current_run_id     TEXT,
+        created_at         TEXT NOT NULL,
+        updated_at         TEXT NOT NULL
+    );
+    CREATE TABLE graph_specs (
+        graph_id  TEXT NOT NULL REFERENCES graphs (id) ON DELETE CASCADE,
+        spec_id   TEXT NOT NULL REFERENCES specs (id),
+        position  INTEGER NOT NULL,
+        PRIMARY KEY (graph_id, spec_id)
+    );
+    CREATE TABLE queues (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        created_at  TEXT NOT NULL
+    );
+    CREATE TABLE queue_members (
+        queue_id     TEXT NOT NULL REFERENCES queues (id) ON DELETE CASCADE,
+        spec_id      TEXT NOT NULL REFERENCES specs (id),
+        position     INTEGER NOT NULL,
+        group_label  TEXT,
+        PRIMARY KEY (queue_id, spec_id)
+    );
+    CREATE TABLE runs (
+        id           TEXT PRIMARY KEY,
+        graph_id     TEXT NOT NULL REFERENCES graphs (id) ON DELETE CASCADE,
+        workdir      TEXT NOT NULL,
+        queue_id     TEXT REFERENCES queues (id) ON DELETE SET NULL,
+        status       TEXT NOT NULL CHECK (status IN ('running', 'paused', 'completed', 'failed', 'interrupted', 'reset')),
+        blocker      TEXT,
+        summary      TEXT,
+        -- how the next spec starts: NULL (from the first node, guarded), or a directed start
+        start_node   TEXT,
+        started_at   TEXT NOT NULL,
+        finished_at  TEXT
+    );
+    CREATE INDEX runs_by_graph ON runs (graph_id, started_at);
+    CREATE TABLE run_specs (
+        run_id           TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        spec_id          TEXT NOT NULL,      -- history outlives a deleted spec
+        ordinal          INTEGER NOT NULL,   -- order in which the run reached the spec
+        group_label      TEXT,
+        status           TEXT NOT NULL CHECK (status IN ('running', 'blocked', 'completed', 'failed', 'skipped', 'interrupted')),
+        next_node        INTEGER NOT NULL DEFAULT 0,
+        summary          TEXT,
+        harness_session  TEXT,
+        started_at       TEXT NOT NULL,
+        finished_at      TEXT,
+        PRIMARY KEY (run_id, spec_id)
+    );
+    CREATE TABLE node_runs (
+        id               TEXT PRIMARY KEY,
+        run_id           TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        graph_id         TEXT NOT NULL,
+        spec_id          TEXT NOT NULL,
+        node             TEXT NOT NULL,
+        node_index       INTEGER NOT NULL,
+        mode             TEXT NOT NULL,
+        plugin           TEXT,
+        plugin_version   TEXT,
+        plugin_sha256    TEXT,
+        status           TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'blocked', 'interrupted')),
+        summary          TEXT,
+        reason           TEXT,               -- failure reason or blocker
+        detail           TEXT,
+        harness_session  TEXT,
+        resume_session   TEXT,
+        started_at       TEXT NOT NULL,
+        finished_at      TEXT,
+        duration_ms      INTEGER
+    );
+    CREATE INDEX node_runs_by_run ON node_runs (run_id, started_at);
+    CREATE INDEX node_runs_running ON node_runs (status) WHERE status = 'running';
+    "#,
 ];
 
 /// Applies every migration the database has not seen yet.

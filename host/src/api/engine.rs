@@ -1,0 +1,259 @@
+//! `/api/specs`, `/api/graphs`, `/api/runs`, `/api/queues`: the engine's resources.
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiJson, AppState};
+use crate::engine::{
+    ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, Queue, RunView, Spec, SpecPatch,
+};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/specs", get(list_specs).post(create_spec))
+        .route(
+            "/specs/{id}",
+            get(get_spec).patch(update_spec).delete(delete_spec),
+        )
+        .route("/graphs", get(list_graphs).post(create_graph))
+        .route(
+            "/graphs/{name}",
+            get(get_graph).patch(update_graph).delete(delete_graph),
+        )
+        .route("/graphs/{name}/control", post(control))
+        .route("/graphs/{name}/node-runs", get(graph_node_runs))
+        .route("/runs", get(list_runs))
+        .route("/runs/{id}", get(get_run))
+        .route("/queues", get(list_queues).post(create_queue))
+        .route("/queues/{id}", get(get_queue).delete(delete_queue))
+        .route("/queues/{id}/specs", post(queue_add))
+        .route(
+            "/queues/{id}/specs/{spec}",
+            axum::routing::delete(queue_remove),
+        )
+        .route("/queues/{id}/specs/{spec}/group", put(queue_group))
+        .route("/queues/{id}/order", put(queue_reorder))
+}
+
+// ----- specs -----
+
+#[derive(Debug, Deserialize)]
+struct SpecQuery {
+    #[serde(default)]
+    workdir: Option<String>,
+}
+
+async fn list_specs(
+    State(state): State<AppState>,
+    Query(query): Query<SpecQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let specs = state.engine.list_specs(query.workdir.as_deref())?;
+    Ok(ApiJson(json!({ "specs": specs })))
+}
+
+async fn create_spec(
+    State(state): State<AppState>,
+    ApiJson(new): ApiJson<NewSpec>,
+) -> Result<(StatusCode, ApiJson<Spec>), ApiError> {
+    Ok((StatusCode::CREATED, ApiJson(state.engine.create_spec(new)?)))
+}
+
+async fn get_spec(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Spec>, ApiError> {
+    Ok(ApiJson(state.engine.get_spec(&id)?))
+}
+
+async fn update_spec(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(patch): ApiJson<SpecPatch>,
+) -> Result<ApiJson<Spec>, ApiError> {
+    Ok(ApiJson(state.engine.update_spec(&id, patch)?))
+}
+
+async fn delete_spec(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Spec>, ApiError> {
+    Ok(ApiJson(state.engine.delete_spec(&id)?))
+}
+
+// ----- graphs -----
+
+async fn list_graphs(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
+    Ok(ApiJson(json!({ "graphs": state.engine.list_graphs()? })))
+}
+
+async fn create_graph(
+    State(state): State<AppState>,
+    ApiJson(input): ApiJson<GraphInput>,
+) -> Result<(StatusCode, ApiJson<GraphView>), ApiError> {
+    Ok((
+        StatusCode::CREATED,
+        ApiJson(state.engine.create_graph(input).await?),
+    ))
+}
+
+async fn get_graph(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<GraphView>, ApiError> {
+    Ok(ApiJson(state.engine.get_graph(&name)?))
+}
+
+async fn update_graph(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(input): ApiJson<GraphInput>,
+) -> Result<ApiJson<GraphView>, ApiError> {
+    Ok(ApiJson(state.engine.update_graph(&name, input).await?))
+}
+
+async fn delete_graph(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let graph = state.engine.delete_graph(&name)?;
+    Ok(ApiJson(json!({ "deleted": graph.name, "id": graph.id })))
+}
+
+async fn control(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(request): ApiJson<ControlRequest>,
+) -> Result<ApiJson<GraphView>, ApiError> {
+    Ok(ApiJson(state.engine.control(&name, request)?))
+}
+
+#[derive(Debug, Deserialize)]
+struct LastQuery {
+    #[serde(default)]
+    last: Option<usize>,
+    #[serde(default)]
+    graph: Option<String>,
+}
+
+async fn graph_node_runs(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<LastQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let runs = state
+        .engine
+        .graph_node_runs(&name, query.last.unwrap_or(50).min(10_000))?;
+    Ok(ApiJson(json!({ "node_runs": runs })))
+}
+
+// ----- runs -----
+
+async fn list_runs(
+    State(state): State<AppState>,
+    Query(query): Query<LastQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let runs = state
+        .engine
+        .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000))?;
+    Ok(ApiJson(json!({ "runs": runs })))
+}
+
+async fn get_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<RunView>, ApiError> {
+    Ok(ApiJson(state.engine.get_run(&id)?))
+}
+
+// ----- queues -----
+
+async fn list_queues(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
+    Ok(ApiJson(json!({ "queues": state.engine.list_queues()? })))
+}
+
+async fn create_queue(
+    State(state): State<AppState>,
+    ApiJson(new): ApiJson<NewQueue>,
+) -> Result<(StatusCode, ApiJson<Queue>), ApiError> {
+    Ok((
+        StatusCode::CREATED,
+        ApiJson(state.engine.create_queue(new)?),
+    ))
+}
+
+async fn get_queue(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Queue>, ApiError> {
+    Ok(ApiJson(state.engine.get_queue(&id)?))
+}
+
+async fn delete_queue(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Queue>, ApiError> {
+    Ok(ApiJson(state.engine.delete_queue(&id)?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddSpec {
+    spec: String,
+    #[serde(default)]
+    group: Option<String>,
+}
+
+async fn queue_add(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<AddSpec>,
+) -> Result<ApiJson<Queue>, ApiError> {
+    Ok(ApiJson(state.engine.queue_add(
+        &id,
+        &body.spec,
+        body.group.as_deref(),
+    )?))
+}
+
+async fn queue_remove(
+    State(state): State<AppState>,
+    Path((id, spec)): Path<(String, String)>,
+) -> Result<ApiJson<Queue>, ApiError> {
+    Ok(ApiJson(state.engine.queue_remove(&id, &spec)?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetGroup {
+    group: Option<String>,
+}
+
+async fn queue_group(
+    State(state): State<AppState>,
+    Path((id, spec)): Path<(String, String)>,
+    ApiJson(body): ApiJson<SetGroup>,
+) -> Result<ApiJson<Queue>, ApiError> {
+    Ok(ApiJson(state.engine.queue_set_group(
+        &id,
+        &spec,
+        body.group.as_deref(),
+    )?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Reorder {
+    order: Vec<String>,
+}
+
+async fn queue_reorder(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<Reorder>,
+) -> Result<ApiJson<Queue>, ApiError> {
+    Ok(ApiJson(state.engine.queue_reorder(&id, &body.order)?))
+}

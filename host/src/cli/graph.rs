@@ -1,0 +1,374 @@
+//! `canopy graph ...`: create, inspect, edit and control graphs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Client, encode, print_json, short, str_at, table};
+
+#[derive(Debug, Subcommand)]
+pub enum GraphCommand {
+    /// Create a graph from a JSON file with the API's field names
+    /// (name, workdir, nodes, specs, allow_dirty_start).
+    Create {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List graphs with their status.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a graph: status, blocker, warnings, current run and its progress.
+    Get {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a graph with a JSON file holding only the fields to change.
+    Edit {
+        name: String,
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a run over the bound specs, or over a queue's pending members.
+    Run {
+        name: String,
+        /// Drain this queue instead of the graph's bound specs.
+        #[arg(long)]
+        queue: Option<String>,
+        /// Run in this workdir instead of the graph's.
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Wait until the run stops running, then print how it ended.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Back to idle; the run history stays.
+    Reset { name: String },
+    /// Continue a paused run: resume, or start the next spec at a node, or skip the next spec.
+    Continue {
+        name: String,
+        /// `run_from_node` (with --node) or `skip_next_spec`.
+        #[arg(long)]
+        mode: Option<String>,
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// The nodes, the current run and the node-run history with durations.
+    Info {
+        name: String,
+        /// Node runs to list.
+        #[arg(long, default_value_t = 30)]
+        last: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a graph and its run history.
+    Rm { name: String },
+}
+
+fn read_json(path: &PathBuf) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value: Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", path.display()))?;
+    if !value.is_object() {
+        bail!("{} must hold a JSON object", path.display());
+    }
+    Ok(value)
+}
+
+fn print_graph(graph: &Value) {
+    println!(
+        "graph:    {} ({})",
+        str_at(graph, "/name"),
+        short(str_at(graph, "/id"))
+    );
+    println!("status:   {}", str_at(graph, "/status"));
+    println!("workdir:  {}", str_at(graph, "/workdir"));
+    if let Some(blocker) = graph["blocker"].as_str() {
+        println!("blocker:  {}", blocker.replace('\n', "\n          "));
+    }
+    if let Some(warning) = graph["consistency_warning"].as_str() {
+        println!("warning:  {warning}");
+    }
+    let run = &graph["current_run"];
+    if run.is_object() {
+        let queue = run["queue_id"]
+            .as_str()
+            .map(|q| format!(", queue {}", short(q)))
+            .unwrap_or_default();
+        println!(
+            "run:      {} {} (started {}{queue})",
+            short(str_at(run, "/id")),
+            str_at(run, "/status"),
+            str_at(run, "/started_at")
+        );
+        let rows: Vec<Vec<String>> = graph["progress"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| {
+                vec![
+                    p["position"].to_string(),
+                    short(str_at(p, "/spec_id")).to_string(),
+                    str_at(p, "/spec_name").to_string(),
+                    p["group"].as_str().unwrap_or("-").to_string(),
+                    str_at(p, "/result").to_string(),
+                    p["summary"].as_str().unwrap_or("-").to_string(),
+                ]
+            })
+            .collect();
+        if !rows.is_empty() {
+            println!();
+            print!(
+                "{}",
+                table::render(
+                    &["POS", "SPEC", "NAME", "GROUP", "RESULT", "SUMMARY"],
+                    &rows
+                )
+            );
+        }
+    }
+}
+
+/// Polls the graph until it is no longer running.
+async fn wait_for(client: &Client, name: &str) -> Result<Value> {
+    loop {
+        let graph: Value = client.get(&format!("/api/graphs/{}", encode(name))).await?;
+        if graph["status"] != "running" || graph["consistency_warning"].is_string() {
+            return Ok(graph);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn outcome_code(graph: &Value) -> ExitCode {
+    if graph["status"] == "completed" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
+    let path = |name: &str| format!("/api/graphs/{}", encode(name));
+    match command {
+        GraphCommand::Create { file, json } => {
+            let graph: Value = client.post("/api/graphs", &read_json(&file)?).await?;
+            if json {
+                print_json(&graph)?;
+            } else {
+                println!(
+                    "created graph {} ({})",
+                    str_at(&graph, "/name"),
+                    short(str_at(&graph, "/id"))
+                );
+            }
+        }
+        GraphCommand::List { json } => {
+            let answer: Value = client.get("/api/graphs").await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                let rows: Vec<Vec<String>> = answer["graphs"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|g| {
+                        vec![
+                            str_at(g, "/name").to_string(),
+                            str_at(g, "/status").to_string(),
+                            g["nodes"].as_array().map_or(0, Vec::len).to_string(),
+                            g["specs"].as_array().map_or(0, Vec::len).to_string(),
+                            str_at(g, "/workdir").to_string(),
+                            g["blocker"]
+                                .as_str()
+                                .map(|b| b.lines().next().unwrap_or_default().to_string())
+                                .unwrap_or_else(|| "-".into()),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table::render(
+                        &["NAME", "STATUS", "NODES", "SPECS", "WORKDIR", "BLOCKER"],
+                        &rows
+                    )
+                );
+            }
+        }
+        GraphCommand::Get { name, json } => {
+            let graph: Value = client.get(&path(&name)).await?;
+            if json {
+                print_json(&graph)?;
+            } else {
+                print_graph(&graph);
+            }
+        }
+        GraphCommand::Edit { name, file, json } => {
+            let request = client
+                .request(reqwest::Method::PATCH, &path(&name))
+                .json(&read_json(&file)?);
+            let graph: Value = client.send(request).await?;
+            if json {
+                print_json(&graph)?;
+            } else {
+                println!("updated graph {}", str_at(&graph, "/name"));
+            }
+        }
+        GraphCommand::Run {
+            name,
+            queue,
+            workdir,
+            wait,
+            json,
+        } => {
+            let workdir = workdir
+                .map(|w| {
+                    w.canonicalize()
+                        .with_context(|| format!("--workdir {}", w.display()))
+                })
+                .transpose()?;
+            let body = json!({ "action": "run", "queue_id": queue, "workdir": workdir });
+            let mut graph: Value = client
+                .post(&format!("{}/control", path(&name)), &body)
+                .await?;
+            if wait {
+                graph = wait_for(client, &name).await?;
+            }
+            if json {
+                print_json(&graph)?;
+            } else if wait {
+                print_graph(&graph);
+            } else {
+                println!(
+                    "graph {} is running (run {})",
+                    name,
+                    short(
+                        graph
+                            .pointer("/current_run/id")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                    )
+                );
+            }
+            if wait {
+                return Ok(outcome_code(&graph));
+            }
+        }
+        GraphCommand::Reset { name } => {
+            let _: Value = client
+                .post(
+                    &format!("{}/control", path(&name)),
+                    &json!({ "action": "reset" }),
+                )
+                .await?;
+            println!("graph {name} is idle");
+        }
+        GraphCommand::Continue {
+            name,
+            mode,
+            node,
+            wait,
+        } => {
+            let body = json!({ "action": "continue", "mode": mode, "node": node });
+            let mut graph: Value = client
+                .post(&format!("{}/control", path(&name)), &body)
+                .await?;
+            if wait {
+                graph = wait_for(client, &name).await?;
+                print_graph(&graph);
+                return Ok(outcome_code(&graph));
+            }
+            println!("graph {name} is {}", str_at(&graph, "/status"));
+        }
+        GraphCommand::Info { name, last, json } => {
+            let graph: Value = client.get(&path(&name)).await?;
+            let runs: Value = client
+                .get(&format!("{}/node-runs?last={last}", path(&name)))
+                .await?;
+            if json {
+                print_json(&json!({ "graph": graph, "node_runs": runs["node_runs"] }))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            print_graph(&graph);
+            println!("\nnodes:");
+            for (index, node) in graph["nodes"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
+                let mut config = node.clone();
+                if let Some(object) = config.as_object_mut() {
+                    object.remove("name");
+                }
+                println!("  {}. {}  {}", index + 1, str_at(node, "/name"), config);
+            }
+            let rows: Vec<Vec<String>> = runs["node_runs"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|n| {
+                    vec![
+                        str_at(n, "/started_at")
+                            .chars()
+                            .take(19)
+                            .collect::<String>()
+                            .replace('T', " "),
+                        short(str_at(n, "/run_id")).to_string(),
+                        short(str_at(n, "/spec_id")).to_string(),
+                        str_at(n, "/node").to_string(),
+                        format!("{} {}", str_at(n, "/plugin"), str_at(n, "/plugin_version"))
+                            .trim()
+                            .to_string(),
+                        str_at(n, "/status").to_string(),
+                        n["duration_ms"]
+                            .as_i64()
+                            .map_or_else(|| "-".to_string(), |ms| format!("{ms} ms")),
+                        n["summary"]
+                            .as_str()
+                            .or(n["reason"].as_str())
+                            .unwrap_or("-")
+                            .lines()
+                            .next()
+                            .unwrap_or("-")
+                            .to_string(),
+                    ]
+                })
+                .collect();
+            println!("\nnode runs (newest first):");
+            print!(
+                "{}",
+                table::render(
+                    &[
+                        "STARTED", "RUN", "SPEC", "NODE", "EXECUTOR", "STATUS", "DURATION",
+                        "SUMMARY"
+                    ],
+                    &rows
+                )
+            );
+        }
+        GraphCommand::Rm { name } => {
+            let _: Value = client.delete(&path(&name)).await?;
+            println!("deleted graph {name}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

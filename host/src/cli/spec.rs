@@ -1,0 +1,226 @@
+//! `canopy spec ...`: the standalone spec backlog.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use serde_json::{Map, Value, json};
+
+use super::{Client, encode, print_json, short, str_at, table};
+
+#[derive(Debug, Subcommand)]
+pub enum SpecCommand {
+    /// Add a spec to the backlog. The body is the tagged <spec> format.
+    Add {
+        #[arg(long)]
+        name: String,
+        /// The body as text (or use --file).
+        #[arg(long, conflicts_with = "file")]
+        body: Option<String>,
+        /// Read the body from a file (`-` for stdin).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Tag the spec with a workdir, for filtering.
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List specs, optionally only those tagged with a workdir.
+    List {
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one spec (id or unambiguous prefix).
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a spec's name, body or workdir tag.
+    Update {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long, conflicts_with = "file")]
+        body: Option<String>,
+        #[arg(long)]
+        file: Option<PathBuf>,
+        #[arg(long, conflicts_with = "clear_workdir")]
+        workdir: Option<PathBuf>,
+        /// Remove the workdir tag.
+        #[arg(long)]
+        clear_workdir: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a spec that no graph binds and no queue holds.
+    Rm { id: String },
+}
+
+fn read_body(body: Option<String>, file: Option<PathBuf>) -> Result<Option<String>> {
+    match (body, file) {
+        (Some(body), _) => Ok(Some(body)),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("cannot read the body from stdin")?;
+            Ok(Some(text))
+        }
+        (None, Some(path)) => {
+            Ok(Some(std::fs::read_to_string(&path).with_context(|| {
+                format!("cannot read {}", path.display())
+            })?))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+fn absolute(path: PathBuf) -> Result<String> {
+    let path = if path.is_absolute() {
+        path
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    Ok(path.to_string_lossy().into_owned())
+}
+
+pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
+    match command {
+        SpecCommand::Add {
+            name,
+            body,
+            file,
+            workdir,
+            json,
+        } => {
+            let Some(body) = read_body(body, file)? else {
+                bail!("give the spec's body with --body TEXT or --file PATH");
+            };
+            let workdir = workdir.map(absolute).transpose()?;
+            let spec: Value = client
+                .post(
+                    "/api/specs",
+                    &json!({ "name": name, "body": body, "workdir": workdir }),
+                )
+                .await?;
+            if json {
+                print_json(&spec)?;
+            } else {
+                println!(
+                    "added spec {} {}",
+                    short(str_at(&spec, "/id")),
+                    str_at(&spec, "/name")
+                );
+            }
+        }
+        SpecCommand::List { workdir, json } => {
+            let path = match workdir {
+                Some(dir) => format!("/api/specs?workdir={}", encode(&absolute(dir)?)),
+                None => "/api/specs".to_string(),
+            };
+            let answer: Value = client.get(&path).await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                let rows: Vec<Vec<String>> = answer["specs"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|s| {
+                        let mut name = str_at(s, "/name").to_string();
+                        if s["needs_conversion"].as_bool() == Some(true) {
+                            name.push_str("  [needs conversion]");
+                        }
+                        vec![
+                            short(str_at(s, "/id")).to_string(),
+                            name,
+                            s["workdir"].as_str().unwrap_or("-").to_string(),
+                            s["summary"].as_str().unwrap_or("-").to_string(),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table::render(&["ID", "NAME", "WORKDIR", "SUMMARY"], &rows)
+                );
+            }
+        }
+        SpecCommand::Show { id, json } => {
+            let spec: Value = client.get(&format!("/api/specs/{}", encode(&id))).await?;
+            if json {
+                print_json(&spec)?;
+            } else {
+                println!("id:       {}", str_at(&spec, "/id"));
+                println!("name:     {}", str_at(&spec, "/name"));
+                println!("workdir:  {}", spec["workdir"].as_str().unwrap_or("-"));
+                println!("summary:  {}", spec["summary"].as_str().unwrap_or("-"));
+                if spec["needs_conversion"].as_bool() == Some(true) {
+                    println!(
+                        "format:   heading format: needs conversion to the tagged <spec> format"
+                    );
+                }
+                println!("\n{}", str_at(&spec, "/body").trim_end());
+            }
+        }
+        SpecCommand::Update {
+            id,
+            name,
+            body,
+            file,
+            workdir,
+            clear_workdir,
+            json,
+        } => {
+            let mut patch = Map::new();
+            if let Some(name) = name {
+                patch.insert("name".into(), Value::String(name));
+            }
+            if let Some(body) = read_body(body, file)? {
+                patch.insert("body".into(), Value::String(body));
+            }
+            if let Some(dir) = workdir {
+                patch.insert("workdir".into(), Value::String(absolute(dir)?));
+            }
+            if clear_workdir {
+                patch.insert("workdir".into(), Value::Null);
+            }
+            if patch.is_empty() {
+                bail!(
+                    "nothing to update: give --name, --body/--file, --workdir or --clear-workdir"
+                );
+            }
+            let request = client
+                .request(
+                    reqwest::Method::PATCH,
+                    &format!("/api/specs/{}", encode(&id)),
+                )
+                .json(&patch);
+            let spec: Value = client.send(request).await?;
+            if json {
+                print_json(&spec)?;
+            } else {
+                println!(
+                    "updated spec {} {}",
+                    short(str_at(&spec, "/id")),
+                    str_at(&spec, "/name")
+                );
+            }
+        }
+        SpecCommand::Rm { id } => {
+            let spec: Value = client
+                .delete(&format!("/api/specs/{}", encode(&id)))
+                .await?;
+            println!(
+                "deleted spec {} {}",
+                short(str_at(&spec, "/id")),
+                str_at(&spec, "/name")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

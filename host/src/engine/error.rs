@@ -1,0 +1,47 @@
+//! The engine's one error type.
+
+use crate::plugins::PluginError;
+
+/// What went wrong in an engine operation. Messages say what was wrong and what is allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// No such spec / graph / queue / run.
+    #[error("no {kind} matches `{id}`")]
+    NotFound { kind: &'static str, id: String },
+    /// An id prefix matches several.
+    #[error("{kind} id prefix `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
+    Ambiguous {
+        kind: &'static str,
+        prefix: String,
+        candidates: Vec<String>,
+    },
+    /// Bad input; the message names the field.
+    #[error("{0}")]
+    Invalid(String),
+    /// The request conflicts with the current state (running a running graph, say).
+    #[error("{0}")]
+    Conflict(String),
+    /// An executor refused a config or failed.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// Storage or another internal failure.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<rusqlite::Error> for EngineError {
+    fn from(err: rusqlite::Error) -> Self {
+        Self::Internal(err.into())
+    }
+}
+
+impl From<serde_json::Error> for EngineError {
+    fn from(err: serde_json::Error) -> Self {
+        Self::Internal(err.into())
+    }
+}
+
+/// Shorthand for `Err(EngineError::Invalid(..))`.
+pub fn invalid<T>(message: impl Into<String>) -> Result<T, EngineError> {
+    Err(EngineError::Invalid(message.into()))
+}

@@ -1,0 +1,845 @@
+//! The engine: specs, graphs, queues and runs on SQLite, and the drivers that take a graph's
+//! specs through its nodes.
+//!
+//! [`Engine`] is the public face: the API and CLI call it; it validates node configs against the
+//! executor host, writes every state change in one transaction, runs one driver task per running
+//! graph, and reports what happens as [`EngineEvent`]s to an [`EventSink`] (where hooks attach).
+
+mod driver;
+mod error;
+pub mod events;
+mod git;
+pub mod graphs;
+mod ids;
+pub mod queues;
+pub mod runs;
+pub mod spec_format;
+pub mod specs;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use error::{EngineError, invalid};
+pub use events::{EngineEvent, EventSink, LogEvents};
+pub use graphs::{Graph, GraphInput, GraphStatus, Node};
+pub use queues::{NewQueue, Queue};
+pub use runs::{NodeRun, Run, RunSpec};
+pub use specs::{NewSpec, Spec, SpecPatch};
+
+use crate::markers::{HOOK_MARKERS, NODE_MARKERS};
+use crate::plugins::{PluginError, PluginHost, split_work_config};
+use crate::store::{self, Store};
+
+/// The engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Store,
+    plugins: PluginHost,
+    events: Arc<dyn EventSink>,
+    /// The driver task of each running graph.
+    drivers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+}
+
+/// A graph with what `graph get` adds: the current run, progress, warnings.
+#[derive(Debug, Clone, Serialize)]
+pub struct GraphView {
+    #[serde(flatten)]
+    pub graph: Graph,
+    /// Set when the graph says running but nothing runs and nothing is scheduled.
+    pub consistency_warning: Option<String>,
+    pub current_run: Option<RunView>,
+    /// Each spec of the current run's source (its queue's members, or the bound specs) and
+    /// what the run did with it, reconstructed from the run history.
+    pub progress: Vec<Progress>,
+}
+
+/// Node runs `graph get` shows of the current run (the latest ones; `GET /api/runs/{id}` has all).
+const RECENT_NODE_RUNS: usize = 20;
+
+/// A run with its specs and node runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunView {
+    #[serde(flatten)]
+    pub run: Run,
+    pub specs: Vec<RunSpec>,
+    pub node_runs: Vec<NodeRun>,
+}
+
+/// One spec of a run's source and what the run did with it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Progress {
+    pub position: usize,
+    pub spec_id: String,
+    pub spec_name: String,
+    pub group: Option<String>,
+    /// The spec's status in this run, or `not_reached`.
+    pub result: String,
+    pub summary: Option<String>,
+}
+
+/// A `graph_control` request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlRequest {
+    /// `run`, `reset` or `continue`.
+    pub action: String,
+    /// run: drain this queue instead of the bound specs.
+    #[serde(default)]
+    pub queue_id: Option<String>,
+    /// run: use this workdir for this run.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// continue: `run_from_node` or `skip_next_spec`; none resumes.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// continue with `run_from_node`: the node to start the next spec at.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+impl Engine {
+    /// An engine over `store`, running work through `plugins`, reporting to `events`.
+    pub fn new(store: Store, plugins: PluginHost, events: Arc<dyn EventSink>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                plugins,
+                events,
+                drivers: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub(crate) fn plugins(&self) -> &PluginHost {
+        &self.inner.plugins
+    }
+
+    pub(crate) fn emit(&self, event: EngineEvent) {
+        self.inner.events.emit(event);
+    }
+
+    fn read<T>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let conn = self.inner.store.conn();
+        work(&conn)
+    }
+
+    fn write<T>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let mut conn = self.inner.store.conn();
+        let tx = conn.transaction()?;
+        let value = work(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    // ----- specs -----
+
+    pub fn create_spec(&self, new: NewSpec) -> Result<Spec, EngineError> {
+        self.write(|tx| specs::create(tx, new))
+    }
+
+    pub fn list_specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, EngineError> {
+        self.read(|conn| specs::list(conn, workdir))
+    }
+
+    pub fn get_spec(&self, id: &str) -> Result<Spec, EngineError> {
+        self.read(|conn| specs::get(conn, id))
+    }
+
+    pub fn update_spec(&self, id: &str, patch: SpecPatch) -> Result<Spec, EngineError> {
+        self.write(|tx| specs::update(tx, id, patch))
+    }
+
+    pub fn delete_spec(&self, id: &str) -> Result<Spec, EngineError> {
+        self.write(|tx| specs::delete(tx, id))
+    }
+
+    // ----- queues -----
+
+    pub fn create_queue(&self, new: NewQueue) -> Result<Queue, EngineError> {
+        self.write(|tx| queues::create(tx, new))
+    }
+
+    pub fn list_queues(&self) -> Result<Vec<Queue>, EngineError> {
+        self.read(queues::list)
+    }
+
+    pub fn get_queue(&self, id: &str) -> Result<Queue, EngineError> {
+        self.read(|conn| queues::get(conn, id))
+    }
+
+    pub fn queue_add(
+        &self,
+        queue: &str,
+        spec: &str,
+        group: Option<&str>,
+    ) -> Result<Queue, EngineError> {
+        self.write(|tx| queues::add_spec(tx, queue, spec, group))
+    }
+
+    pub fn queue_remove(&self, queue: &str, spec: &str) -> Result<Queue, EngineError> {
+        self.write(|tx| queues::remove_spec(tx, queue, spec))
+    }
+
+    pub fn queue_set_group(
+        &self,
+        queue: &str,
+        spec: &str,
+        group: Option<&str>,
+    ) -> Result<Queue, EngineError> {
+        self.write(|tx| queues::set_group(tx, queue, spec, group))
+    }
+
+    pub fn queue_reorder(&self, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
+        self.write(|tx| queues::reorder(tx, queue, order))
+    }
+
+    pub fn delete_queue(&self, queue: &str) -> Result<Queue, EngineError> {
+        self.write(|tx| queues::delete(tx, queue))
+    }
+
+    // ----- graphs -----
+
+    /// Checks every node's executor config (mode, the executor's own validation, markers).
+    async fn validate_nodes(&self, nodes: &[Node]) -> Result<(), EngineError> {
+        for (index, node) in nodes.iter().enumerate() {
+            let at = format!("nodes[{index}] (`{}`)", node.name);
+            let work = split_work_config(&node.config)
+                .map_err(|err| EngineError::Invalid(format!("{at}: {err}")))?;
+            self.validate_work(&at, &work.mode, &work.config, NODE_MARKERS)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn validate_work(
+        &self,
+        at: &str,
+        mode: &str,
+        config: &serde_json::Map<String, Value>,
+        markers: &[&str],
+    ) -> Result<(), EngineError> {
+        self.plugins()
+            .validate(mode, config, markers)
+            .await
+            .map_err(|err| match err {
+                PluginError::UnknownMode { .. } | PluginError::InvalidConfig(_) => {
+                    EngineError::Invalid(format!("{at}: {err}"))
+                }
+                other => EngineError::Plugin(other),
+            })
+    }
+
+    /// Checks the single completion hook config of the first schema.
+    async fn validate_on_completed(&self, hook: &Value) -> Result<(), EngineError> {
+        let Some(config) = hook.as_object() else {
+            return invalid("field `on_completed` must be a hook config object (or null)");
+        };
+        let work = split_work_config(config)
+            .map_err(|err| EngineError::Invalid(format!("on_completed: {err}")))?;
+        self.validate_work("on_completed", &work.mode, &work.config, HOOK_MARKERS)
+            .await
+    }
+
+    /// Creates a graph from the API's JSON.
+    pub async fn create_graph(&self, input: GraphInput) -> Result<GraphView, EngineError> {
+        let name = graphs::check_name(input.name.as_deref().unwrap_or_default())?;
+        let Some(workdir) = &input.workdir else {
+            return invalid("field `workdir` is required: the directory the graph works in");
+        };
+        let workdir = graphs::check_workdir("workdir", workdir)?;
+        let nodes = graphs::parse_nodes(input.nodes.as_deref().unwrap_or_default())?;
+        self.validate_nodes(&nodes).await?;
+        let on_completed = input.on_completed.filter(|v| !v.is_null());
+        if let Some(hook) = &on_completed {
+            self.validate_on_completed(hook).await?;
+        }
+        let id = self.write(|tx| {
+            let specs = graphs::resolve_specs(tx, input.specs.as_deref().unwrap_or_default())?;
+            let write = graphs::GraphWrite {
+                name,
+                workdir,
+                nodes,
+                specs,
+                allow_dirty_start: input.allow_dirty_start.unwrap_or(false),
+                on_completed,
+            };
+            graphs::insert(tx, &write)
+        })?;
+        self.graph_view(&id)
+    }
+
+    /// Applies a partial update, validated whole before anything is written. Nodes edited while
+    /// a run is active take effect at the next node the run dispatches.
+    pub async fn update_graph(
+        &self,
+        name_or_id: &str,
+        input: GraphInput,
+    ) -> Result<GraphView, EngineError> {
+        let current = self.read(|conn| graphs::get(conn, name_or_id))?;
+        let name = match &input.name {
+            Some(name) => graphs::check_name(name)?,
+            None => current.name.clone(),
+        };
+        let workdir = match &input.workdir {
+            Some(workdir) => graphs::check_workdir("workdir", workdir)?,
+            None => current.workdir.clone(),
+        };
+        let nodes = match &input.nodes {
+            Some(nodes) => {
+                let nodes = graphs::parse_nodes(nodes)?;
+                self.validate_nodes(&nodes).await?;
+                nodes
+            }
+            None => current.nodes.clone(),
+        };
+        let on_completed = match input.on_completed {
+            Some(Value::Null) => None,
+            Some(hook) => {
+                self.validate_on_completed(&hook).await?;
+                Some(hook)
+            }
+            None => current.on_completed.clone(),
+        };
+        self.write(|tx| {
+            let specs = match &input.specs {
+                Some(prefixes) => graphs::resolve_specs(tx, prefixes)?,
+                None => current.specs.iter().map(|s| s.id.clone()).collect(),
+            };
+            let write = graphs::GraphWrite {
+                name,
+                workdir,
+                nodes,
+                specs,
+                allow_dirty_start: input.allow_dirty_start.unwrap_or(current.allow_dirty_start),
+                on_completed,
+            };
+            graphs::replace(tx, &current.id, &write)
+        })?;
+        self.graph_view(&current.id)
+    }
+
+    pub fn list_graphs(&self) -> Result<Vec<GraphView>, EngineError> {
+        let ids: Vec<String> =
+            self.read(|conn| Ok(graphs::list(conn)?.into_iter().map(|g| g.id).collect()))?;
+        ids.iter().map(|id| self.graph_view(id)).collect()
+    }
+
+    /// `graph get`: the graph, its current run, progress and warnings.
+    pub fn get_graph(&self, name_or_id: &str) -> Result<GraphView, EngineError> {
+        let id = self.read(|conn| graphs::resolve(conn, name_or_id))?;
+        self.graph_view(&id)
+    }
+
+    fn graph_view(&self, id: &str) -> Result<GraphView, EngineError> {
+        let driver_active = self.driver_active(id);
+        self.read(|conn| {
+            let graph = graphs::get_by_id(conn, id)?;
+            let current_run = match &graph.current_run_id {
+                Some(run_id) => Some(RunView {
+                    run: runs::get(conn, run_id)?,
+                    specs: runs::specs_of(conn, run_id)?,
+                    node_runs: runs::recent_node_runs_of(conn, run_id, RECENT_NODE_RUNS)?,
+                }),
+                None => None,
+            };
+            let in_progress = match &graph.current_run_id {
+                Some(run_id) => runs::node_in_progress(conn, run_id)?,
+                None => false,
+            };
+            let consistency_warning = (graph.status == GraphStatus::Running && !in_progress && !driver_active).then(|| {
+                format!(
+                    "graph `{}` is marked running, but no node run is in progress and no resume is scheduled; `canopy graph continue {}` resumes it, `canopy graph reset {}` abandons the run",
+                    graph.name, graph.name, graph.name
+                )
+            });
+            let progress = match &current_run {
+                Some(run) => progress(conn, &graph, run)?,
+                None => Vec::new(),
+            };
+            Ok(GraphView { graph, consistency_warning, current_run, progress })
+        })
+    }
+
+    pub fn delete_graph(&self, name_or_id: &str) -> Result<Graph, EngineError> {
+        self.write(|tx| graphs::delete(tx, name_or_id))
+    }
+
+    /// Runs of a graph (or all), newest first.
+    pub fn list_runs(&self, graph: Option<&str>, limit: usize) -> Result<Vec<Run>, EngineError> {
+        self.read(|conn| {
+            let graph_id = graph.map(|g| graphs::resolve(conn, g)).transpose()?;
+            runs::list(conn, graph_id.as_deref(), limit)
+        })
+    }
+
+    /// One run with its specs and node runs.
+    pub fn get_run(&self, id: &str) -> Result<RunView, EngineError> {
+        self.read(|conn| {
+            let id = runs::resolve(conn, id)?;
+            Ok(RunView {
+                run: runs::get(conn, &id)?,
+                specs: runs::specs_of(conn, &id)?,
+                node_runs: runs::node_runs_of(conn, &id)?,
+            })
+        })
+    }
+
+    /// Node runs of every run of a graph, newest first.
+    pub fn graph_node_runs(
+        &self,
+        name_or_id: &str,
+        limit: usize,
+    ) -> Result<Vec<NodeRun>, EngineError> {
+        self.read(|conn| {
+            let id = graphs::resolve(conn, name_or_id)?;
+            runs::node_runs_of_graph(conn, &id, limit)
+        })
+    }
+
+    // ----- control -----
+
+    /// `graph_control`: run, reset or continue.
+    pub fn control(
+        &self,
+        name_or_id: &str,
+        request: ControlRequest,
+    ) -> Result<GraphView, EngineError> {
+        let graph_id = self.read(|conn| graphs::resolve(conn, name_or_id))?;
+        match request.action.as_str() {
+            "run" => {
+                if request.mode.is_some() || request.node.is_some() {
+                    return invalid("fields `mode` and `node` belong to the `continue` action");
+                }
+                let run_id = self.write(|tx| {
+                    start_run(
+                        tx,
+                        &graph_id,
+                        request.queue_id.as_deref(),
+                        request.workdir.as_deref(),
+                    )
+                })?;
+                self.spawn_driver(&graph_id, &run_id);
+            }
+            "reset" => {
+                if request.queue_id.is_some()
+                    || request.workdir.is_some()
+                    || request.mode.is_some()
+                    || request.node.is_some()
+                {
+                    return invalid("`reset` takes no other field");
+                }
+                self.stop_driver(&graph_id);
+                self.write(|tx| reset(tx, &graph_id))?;
+            }
+            "continue" => {
+                if request.queue_id.is_some() || request.workdir.is_some() {
+                    return invalid("fields `queue_id` and `workdir` belong to the `run` action");
+                }
+                let run_id = self.write(|tx| {
+                    continue_run(
+                        tx,
+                        &graph_id,
+                        request.mode.as_deref(),
+                        request.node.as_deref(),
+                    )
+                })?;
+                self.spawn_driver(&graph_id, &run_id);
+            }
+            other => {
+                return invalid(format!(
+                    "field `action` must be `run`, `reset` or `continue`, got `{other}`"
+                ));
+            }
+        }
+        self.graph_view(&graph_id)
+    }
+
+    fn drivers(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
+        self.inner
+            .drivers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn driver_active(&self, graph_id: &str) -> bool {
+        self.drivers()
+            .get(graph_id)
+            .is_some_and(|h| !h.is_finished())
+    }
+
+    fn spawn_driver(&self, graph_id: &str, run_id: &str) {
+        let mut drivers = self.drivers();
+        if drivers.get(graph_id).is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let task = tokio::spawn(driver::drive(
+            self.clone(),
+            graph_id.to_string(),
+            run_id.to_string(),
+        ));
+        drivers.insert(graph_id.to_string(), task.abort_handle());
+    }
+
+    fn stop_driver(&self, graph_id: &str) {
+        if let Some(handle) = self.drivers().remove(graph_id) {
+            handle.abort();
+        }
+    }
+
+    /// Called by a driver task as it ends.
+    fn driver_finished(&self, graph_id: &str) {
+        let me = tokio::task::try_id();
+        let mut drivers = self.drivers();
+        if drivers.get(graph_id).is_some_and(|h| Some(h.id()) == me) {
+            drivers.remove(graph_id);
+        }
+    }
+
+    /// At daemon start: runs that were in progress when the daemon died are marked interrupted
+    /// (never silently re-run); their graphs pause with a blocker that says so.
+    pub fn recover(&self) -> Result<usize, EngineError> {
+        let events = self.write(|tx| {
+            interrupt_active(
+                tx,
+                "the daemon stopped (crash or kill) while this run was in progress",
+            )
+        })?;
+        let count = events.len();
+        for event in events {
+            self.emit(event);
+        }
+        Ok(count)
+    }
+
+    /// At daemon shutdown: stops every driver; in-flight node runs are recorded as interrupted.
+    pub fn shutdown(&self) -> Result<usize, EngineError> {
+        let handles: Vec<tokio::task::AbortHandle> =
+            self.drivers().drain().map(|(_, h)| h).collect();
+        for handle in &handles {
+            handle.abort();
+        }
+        let events = self.write(|tx| {
+            interrupt_active(tx, "the daemon shut down while this run was in progress")
+        })?;
+        Ok(events.len())
+    }
+}
+
+/// Each spec of the run's source and what this run did with it.
+fn progress(conn: &Connection, graph: &Graph, run: &RunView) -> Result<Vec<Progress>, EngineError> {
+    let source: Vec<(String, String, Option<String>)> = match &run.run.queue_id {
+        Some(queue_id) => queues::members(conn, queue_id)?
+            .into_iter()
+            .map(|m| (m.spec_id, m.spec_name, m.group))
+            .collect(),
+        None => graph
+            .specs
+            .iter()
+            .map(|s| (s.id.clone(), s.name.clone(), None))
+            .collect(),
+    };
+    let mut seen: Vec<Progress> = source
+        .into_iter()
+        .enumerate()
+        .map(|(index, (spec_id, spec_name, group))| {
+            let reached = run.specs.iter().find(|s| s.spec_id == spec_id);
+            Progress {
+                position: index + 1,
+                result: reached.map_or_else(|| "not_reached".to_string(), |s| s.status.clone()),
+                summary: reached.and_then(|s| s.summary.clone()),
+                spec_id,
+                spec_name,
+                group,
+            }
+        })
+        .collect();
+    // Specs the run reached that have since left the source still show.
+    for reached in &run.specs {
+        if !seen.iter().any(|p| p.spec_id == reached.spec_id) {
+            seen.push(Progress {
+                position: seen.len() + 1,
+                spec_id: reached.spec_id.clone(),
+                spec_name: reached
+                    .spec_name
+                    .clone()
+                    .unwrap_or_else(|| "(deleted spec)".to_string()),
+                group: reached.group.clone(),
+                result: reached.status.clone(),
+                summary: reached.summary.clone(),
+            });
+        }
+    }
+    Ok(seen)
+}
+
+fn start_run(
+    tx: &Connection,
+    graph_id: &str,
+    queue: Option<&str>,
+    workdir: Option<&str>,
+) -> Result<String, EngineError> {
+    let graph = graphs::get_by_id(tx, graph_id)?;
+    match graph.status {
+        GraphStatus::Running => {
+            return Err(EngineError::Conflict(format!(
+                "graph `{}` is already running; wait for it or reset it",
+                graph.name
+            )));
+        }
+        GraphStatus::Paused => {
+            return Err(EngineError::Conflict(format!(
+                "graph `{}` is paused ({}); continue it or reset it before starting a new run",
+                graph.name,
+                graph.blocker.as_deref().unwrap_or("no blocker")
+            )));
+        }
+        GraphStatus::Idle | GraphStatus::Completed | GraphStatus::Failed => {}
+    }
+    let queue_id = queue
+        .map(|q| {
+            queues::resolve(tx, q)
+                .map_err(|err| EngineError::Invalid(format!("field `queue_id`: {err}")))
+        })
+        .transpose()?;
+    if queue_id.is_none() && graph.specs.is_empty() {
+        return invalid(format!(
+            "graph `{}` has no bound specs; bind specs (field `specs`) or run it with a queue (`queue_id`)",
+            graph.name
+        ));
+    }
+    let workdir = match workdir {
+        Some(dir) => graphs::check_workdir("workdir", dir)?,
+        None => graph.workdir.clone(),
+    };
+    let run_id = store::new_id();
+    tx.execute(
+        "INSERT INTO runs (id, graph_id, workdir, queue_id, status, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+        params![run_id, graph_id, workdir, queue_id, store::now()],
+    )?;
+    tx.execute(
+        "UPDATE graphs SET status = 'running', blocker = NULL, current_run_id = ?2, updated_at = ?3 WHERE id = ?1",
+        params![graph_id, run_id, store::now()],
+    )?;
+    Ok(run_id)
+}
+
+fn interrupt_node_runs(
+    tx: &Connection,
+    run_id: &str,
+    why: &str,
+) -> Result<Option<(String, String)>, EngineError> {
+    let running: Option<(String, String)> = tx
+        .query_row(
+            "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    tx.execute(
+        "UPDATE node_runs SET status = 'interrupted', reason = ?2, finished_at = ?3 WHERE run_id = ?1 AND status = 'running'",
+        params![run_id, why, store::now()],
+    )?;
+    tx.execute(
+        "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
+        params![run_id, store::now()],
+    )?;
+    Ok(running)
+}
+
+fn reset(tx: &Connection, graph_id: &str) -> Result<(), EngineError> {
+    let graph = graphs::get_by_id(tx, graph_id)?;
+    if let Some(run_id) = &graph.current_run_id {
+        interrupt_node_runs(tx, run_id, "the graph was reset while this node ran")?;
+        tx.execute(
+            "UPDATE runs SET status = 'reset', finished_at = COALESCE(finished_at, ?2) WHERE id = ?1 AND status IN ('running', 'paused', 'interrupted')",
+            params![run_id, store::now()],
+        )?;
+    }
+    tx.execute(
+        "UPDATE graphs SET status = 'idle', blocker = NULL, current_run_id = NULL, updated_at = ?2 WHERE id = ?1",
+        params![graph_id, store::now()],
+    )?;
+    Ok(())
+}
+
+fn continue_run(
+    tx: &Connection,
+    graph_id: &str,
+    mode: Option<&str>,
+    node: Option<&str>,
+) -> Result<String, EngineError> {
+    let graph = graphs::get_by_id(tx, graph_id)?;
+    let Some(run_id) = graph.current_run_id.clone() else {
+        return Err(EngineError::Conflict(format!(
+            "graph `{}` has no run to continue; start one with `run`",
+            graph.name
+        )));
+    };
+    let run = runs::get(tx, &run_id)?;
+    let resumable = matches!(run.status.as_str(), "paused" | "interrupted")
+        || (run.status == "running" && !runs::node_in_progress(tx, &run_id)?);
+    if !resumable {
+        return Err(EngineError::Conflict(format!(
+            "graph `{}` is {}; only a paused or interrupted run can be continued",
+            graph.name, run.status
+        )));
+    }
+    let blocked: Option<String> = tx
+        .query_row(
+            "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'blocked'",
+            [&run_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match (mode, node) {
+        (None, None) => {
+            if let Some(spec) = &blocked {
+                tx.execute(
+                    "UPDATE run_specs SET status = 'running' WHERE run_id = ?1 AND spec_id = ?2",
+                    params![run_id, spec],
+                )?;
+            }
+        }
+        (Some("run_from_node"), Some(node)) => {
+            let Some(index) = graph.nodes.iter().position(|n| n.name == node) else {
+                let names: Vec<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();
+                return invalid(format!(
+                    "field `node`: graph `{}` has no node `{node}`; its nodes: {}",
+                    graph.name,
+                    names.join(", ")
+                ));
+            };
+            match &blocked {
+                Some(spec) => {
+                    tx.execute(
+                        "UPDATE run_specs SET status = 'running', next_node = ?3 WHERE run_id = ?1 AND spec_id = ?2",
+                        params![run_id, spec, index as i64],
+                    )?;
+                }
+                None => {
+                    tx.execute(
+                        "UPDATE runs SET start_node = ?2 WHERE id = ?1",
+                        params![run_id, node],
+                    )?;
+                }
+            }
+        }
+        (Some("run_from_node"), None) => {
+            return invalid("field `node` is required with mode `run_from_node`");
+        }
+        (Some("skip_next_spec"), None) => match &blocked {
+            Some(spec) => {
+                tx.execute(
+                    "UPDATE run_specs SET status = 'skipped', finished_at = ?3 WHERE run_id = ?1 AND spec_id = ?2",
+                    params![run_id, spec, store::now()],
+                )?;
+            }
+            None => {
+                let next = driver_next_candidate(tx, &graph, &run)?;
+                let Some((spec, group)) = next else {
+                    return invalid(format!("graph `{}` has no next spec to skip", graph.name));
+                };
+                let ordinal: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM run_specs WHERE run_id = ?1",
+                    [&run_id],
+                    |r| r.get(0),
+                )?;
+                let now = store::now();
+                tx.execute(
+                    "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at) VALUES (?1, ?2, ?3, ?4, 'skipped', 0, ?5, ?5)",
+                    params![run_id, spec, ordinal, group, now],
+                )?;
+            }
+        },
+        (Some("skip_next_spec"), Some(_)) => {
+            return invalid("field `node` belongs to mode `run_from_node`");
+        }
+        (Some(other), _) => {
+            return invalid(format!(
+                "field `mode` must be `run_from_node` or `skip_next_spec`, got `{other}`"
+            ));
+        }
+        (None, Some(_)) => return invalid("field `node` needs mode `run_from_node`"),
+    }
+    tx.execute(
+        "UPDATE runs SET status = 'running', blocker = NULL WHERE id = ?1",
+        [&run_id],
+    )?;
+    graphs::set_status(tx, graph_id, GraphStatus::Running, None, None)?;
+    Ok(run_id)
+}
+
+fn driver_next_candidate(
+    tx: &Connection,
+    graph: &Graph,
+    run: &Run,
+) -> Result<Option<(String, Option<String>)>, EngineError> {
+    driver::next_candidate_for(tx, graph, run)
+}
+
+/// Marks every active run interrupted and pauses its graph; returns the pause events.
+fn interrupt_active(tx: &Connection, why: &str) -> Result<Vec<EngineEvent>, EngineError> {
+    let active: Vec<String> = tx
+        .prepare("SELECT id FROM runs WHERE status = 'running'")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut events = Vec::new();
+    for run_id in active {
+        let run = runs::get(tx, &run_id)?;
+        let graph = graphs::get_by_id(tx, &run.graph_id)?;
+        let stopped = interrupt_node_runs(tx, &run_id, why)?;
+        let at = match &stopped {
+            Some((node, spec)) => format!(
+                " (node `{node}` on spec {} was interrupted and will not be re-run on its own)",
+                ids::short(spec)
+            ),
+            None => String::new(),
+        };
+        let blocker = format!(
+            "interrupted: {why}{at}; `canopy graph continue {g}` goes on with the next spec, `--mode run_from_node --node NODE` runs the interrupted spec again, `canopy graph reset {g}` abandons the run",
+            g = graph.name
+        );
+        tx.execute(
+            "UPDATE runs SET status = 'interrupted', blocker = ?2 WHERE id = ?1",
+            params![run_id, blocker],
+        )?;
+        graphs::set_status(tx, &graph.id, GraphStatus::Paused, Some(&blocker), None)?;
+        events.push(EngineEvent::RunBlocked {
+            run: events::RunContext {
+                graph_id: graph.id.clone(),
+                graph_name: graph.name.clone(),
+                run_id: run_id.clone(),
+                workdir: run.workdir.clone(),
+                queue_id: run.queue_id.clone(),
+            },
+            blocker,
+            node: stopped.as_ref().map(|(node, _)| node.clone()),
+            spec_id: stopped.map(|(_, spec)| spec),
+        });
+    }
+    Ok(events)
+}
