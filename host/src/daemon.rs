@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use crate::api::{self, AppState};
 use crate::config::{self, Config, Platform};
 use crate::datadir::DataDir;
-use crate::engine::{Engine, LogEvents};
+use crate::engine::Engine;
+use crate::hooks::HookDispatcher;
 use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
 use crate::sessions;
 use crate::store::Store;
@@ -94,7 +95,18 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         platforms: config.platforms(),
     });
     let plugins = PluginHost::start(&data, store.clone(), &config, services).await?;
-    let engine = Engine::new(store.clone(), plugins.clone(), Arc::new(LogEvents));
+    let interrupted_hooks = crate::hooks::runs::interrupt_unfinished(
+        &store.conn(),
+        "the daemon stopped before this hook run finished",
+    )?;
+    if interrupted_hooks > 0 {
+        tracing::warn!(
+            hook_runs = interrupted_hooks,
+            "hook runs unfinished when the daemon last stopped are marked interrupted"
+        );
+    }
+    let hooks = HookDispatcher::new(store.clone(), plugins.clone());
+    let engine = Engine::new(store.clone(), plugins.clone(), Arc::new(hooks.clone()));
     let interrupted = engine.recover()?;
     if interrupted > 0 {
         tracing::warn!(
@@ -120,7 +132,9 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     write_address(&data, &url)?;
     tracing::info!(%url, data_dir = %data.root().display(), "canopy daemon listening");
 
+    let engine_store = store.clone();
     let app = api::router(AppState {
+        hooks,
         store,
         plugins,
         engine: engine.clone(),
@@ -130,6 +144,10 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         .with_graceful_shutdown(shutdown_signal())
         .await;
     let stopped = engine.shutdown()?;
+    crate::hooks::runs::interrupt_unfinished(
+        &engine_store.conn(),
+        "the daemon shut down before this hook run finished",
+    )?;
     if stopped > 0 {
         tracing::info!(runs = stopped, "in-flight runs recorded as interrupted");
     }

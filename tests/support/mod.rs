@@ -18,6 +18,8 @@ pub const APPEND_FILE_WASM: &str = env!("CANOPY_EXAMPLE_APPEND_FILE_WASM");
 pub const HOSTILE_WASM: &str = env!("CANOPY_TEST_HOSTILE_WASM");
 /// A test plugin claiming the `command` mode (`tests/plugins/impostor`).
 pub const IMPOSTOR_WASM: &str = env!("CANOPY_TEST_IMPOSTOR_WASM");
+/// An executor that does nothing (`tests/plugins/noop`).
+pub const NOOP_WASM: &str = env!("CANOPY_TEST_NOOP_WASM");
 
 /// Polls `check` until it returns `Some`, failing the test after `limit`.
 pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {

@@ -6,6 +6,7 @@
 
 mod engine;
 mod error;
+mod hooks;
 mod plugins;
 
 use axum::Router;
@@ -14,6 +15,7 @@ use axum::routing::get;
 pub use error::{ApiError, ApiJson};
 
 use crate::engine::Engine;
+use crate::hooks::HookDispatcher;
 use crate::plugins::PluginHost;
 use crate::store::Store;
 
@@ -23,6 +25,7 @@ pub struct AppState {
     pub store: Store,
     pub plugins: PluginHost,
     pub engine: Engine,
+    pub hooks: HookDispatcher,
     pub data_dir: std::path::PathBuf,
 }
 
@@ -32,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/health", get(health))
         .nest("/api/plugins", plugins::router())
         .nest("/api", engine::router())
+        .nest("/api", hooks::router())
         .with_state(state)
 }
 

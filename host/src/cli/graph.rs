@@ -353,6 +353,18 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                     ]
                 })
                 .collect();
+            println!("\nhooks:");
+            for (event, list) in graph["hooks"].as_object().into_iter().flatten() {
+                for (index, hook) in list
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                {
+                    println!("  {event}[{index}]  {hook}");
+                }
+            }
             println!("\nnode runs (newest first):");
             print!(
                 "{}",
@@ -362,6 +374,14 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                         "SUMMARY"
                     ],
                     &rows
+                )
+            );
+            println!("\nhook runs of the current run (newest first):");
+            print!(
+                "{}",
+                table::render(
+                    &super::hooks::HOOK_RUN_HEADERS,
+                    &super::hooks::hook_run_rows(&graph["completion_hook_runs"])
                 )
             );
         }

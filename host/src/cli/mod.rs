@@ -3,6 +3,7 @@
 
 mod client;
 mod graph;
+mod hooks;
 mod plugin;
 mod queue;
 mod spec;
@@ -49,6 +50,9 @@ enum Command {
     /// Queues of specs, with context groups.
     #[command(subcommand)]
     Queue(queue::QueueCommand),
+    /// Hook runs, the event taxonomy, and dry runs of a graph's hooks.
+    #[command(subcommand)]
+    Hooks(hooks::HooksCommand),
 }
 
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
@@ -86,6 +90,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Spec(command) => spec::run(&Client::connect(&data)?, command).await,
         Command::Graph(command) => graph::run(&Client::connect(&data)?, command).await,
         Command::Queue(command) => queue::run(&Client::connect(&data)?, command).await,
+        Command::Hooks(command) => hooks::run(&Client::connect(&data)?, command).await,
     }
 }
 

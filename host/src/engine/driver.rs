@@ -14,10 +14,11 @@ use super::events::{CompletedSpec, EngineEvent, RunContext};
 use super::git::{self, LISTED_PATHS, TreeState};
 use super::graphs::{self, Graph, GraphStatus};
 use super::runs::{self, Run};
-use super::{Engine, EngineError, ids};
+use super::{Engine, EngineError};
 use crate::markers::{MarkerValues, NODE_MARKERS};
 use crate::plugins::{CallRequest, PluginError, Provenance, Status, split_work_config};
 use crate::store;
+use crate::store::ids;
 
 /// Bytes of a node's detail kept in its record.
 const DETAIL_LIMIT: usize = 16 * 1024;
@@ -34,7 +35,6 @@ struct NodeStep {
     node_config: serde_json::Map<String, Value>,
     node_count: usize,
     resume_session: Option<String>,
-    completed_so_far: String,
 }
 
 /// What the driver does next.
@@ -66,10 +66,17 @@ pub(super) async fn drive(engine: Engine, graph_id: String, run_id: String) {
 
 async fn drive_run(engine: &Engine, graph_id: &str, run_id: &str) -> Result<(), EngineError> {
     let mut guard_passed: Option<String> = None;
+    let mut hint = 0;
     loop {
-        let next = engine
-            .store()
-            .transaction(|tx| Ok(next_step(tx, graph_id, run_id, guard_passed.as_deref())?))?;
+        let next = engine.store().transaction(|tx| {
+            Ok(next_step(
+                tx,
+                graph_id,
+                run_id,
+                guard_passed.as_deref(),
+                &mut hint,
+            )?)
+        })?;
         match next {
             Next::Stop => return Ok(()),
             Next::Settle => {
@@ -126,35 +133,45 @@ fn context(graph: &Graph, run: &Run) -> RunContext {
 }
 
 /// The next spec the run should take: the first pending queue member (queue runs) or bound
-/// spec the run has not reached yet.
+/// spec the run has not reached yet, with its group and position. The search starts at
+/// `from_position` (where the run last was, so a long run does not rescan what it did) and falls
+/// back to the whole list when nothing is found there (after a reorder, say).
 pub(super) fn next_candidate_for(
     tx: &Connection,
-    graph: &Graph,
+    graph_id: &str,
     run: &Run,
-) -> Result<Option<(String, Option<String>)>, EngineError> {
-    let next = match &run.queue_id {
-        Some(queue_id) => tx
-            .prepare_cached(
-                "SELECT m.spec_id, m.group_label FROM queue_members m
-                 WHERE m.queue_id = ?1
-                   AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = m.spec_id)
-                   AND NOT EXISTS (SELECT 1 FROM run_specs rs JOIN runs r ON r.id = rs.run_id
-                                   WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped'))
-                 ORDER BY m.position LIMIT 1",
-            )?
-            .query_row(params![queue_id, run.id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?,
-        None => tx
-            .prepare_cached(
-                "SELECT gs.spec_id, NULL FROM graph_specs gs
-                 WHERE gs.graph_id = ?1
-                   AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = gs.spec_id)
-                 ORDER BY gs.position LIMIT 1",
-            )?
-            .query_row(params![graph.id, run.id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?,
+    from_position: i64,
+) -> Result<Option<(String, Option<String>, i64)>, EngineError> {
+    let find = |from: i64| -> Result<Option<(String, Option<String>, i64)>, EngineError> {
+        let next = match &run.queue_id {
+            Some(queue_id) => tx
+                .prepare_cached(
+                    "SELECT m.spec_id, m.group_label, m.position FROM queue_members m
+                     WHERE m.queue_id = ?1 AND m.position >= ?3
+                       AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = m.spec_id)
+                       AND NOT EXISTS (SELECT 1 FROM run_specs rs JOIN runs r ON r.id = rs.run_id
+                                       WHERE rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped') AND r.queue_id = m.queue_id)
+                     ORDER BY m.position LIMIT 1",
+                )?
+                .query_row(params![queue_id, run.id, from], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?,
+            None => tx
+                .prepare_cached(
+                    "SELECT gs.spec_id, NULL, gs.position FROM graph_specs gs
+                     WHERE gs.graph_id = ?1 AND gs.position >= ?3
+                       AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = gs.spec_id)
+                     ORDER BY gs.position LIMIT 1",
+                )?
+                .query_row(params![graph_id, run.id, from], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?,
+        };
+        Ok(next)
     };
-    Ok(next)
+    match find(from_position)? {
+        Some(found) => Ok(Some(found)),
+        None if from_position > 0 => find(0),
+        None => Ok(None),
+    }
 }
 
 /// Decides the next step; when it is a node, records the node run as running.
@@ -163,12 +180,13 @@ fn next_step(
     graph_id: &str,
     run_id: &str,
     guard_passed: Option<&str>,
+    hint: &mut i64,
 ) -> Result<Next, EngineError> {
     let run = runs::get(tx, run_id)?;
     if run.status != "running" {
         return Ok(Next::Stop);
     }
-    let graph = graphs::get_by_id(tx, graph_id)?;
+    let graph = graphs::get_shallow(tx, graph_id)?;
     let current: Option<(String, i64, Option<String>)> = tx
         .prepare_cached("SELECT spec_id, next_node, group_label FROM run_specs WHERE run_id = ?1 AND status = 'running'")?
         .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
@@ -178,7 +196,8 @@ fn next_step(
             (spec_id, usize::try_from(next_node).unwrap_or(0), group)
         }
         None => {
-            let Some((spec_id, group)) = next_candidate_for(tx, &graph, &run)? else {
+            let Some((spec_id, group, position)) = next_candidate_for(tx, graph_id, &run, *hint)?
+            else {
                 return Ok(Next::Settle);
             };
             let first = !tx.query_row(
@@ -205,15 +224,12 @@ fn next_step(
                 },
                 None => 0,
             };
-            let ordinal: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM run_specs WHERE run_id = ?1",
-                [run_id],
-                |r| r.get(0),
-            )?;
             tx.execute(
-                "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
-                params![run_id, spec_id, ordinal, group, start as i64, store::now()],
+                "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, 'running', ?4, ?5)",
+                params![run_id, spec_id, group, start as i64, store::now()],
             )?;
+            *hint = position;
             if directed {
                 tx.execute("UPDATE runs SET start_node = NULL WHERE id = ?1", [run_id])?;
             }
@@ -223,7 +239,7 @@ fn next_step(
     let Some(node) = graph.nodes.get(node_index) else {
         // The graph lost nodes since this spec started: the spec is done with the nodes it has.
         finish_spec(tx, run_id, &spec_id, "completed", None)?;
-        return next_step(tx, graph_id, run_id, guard_passed);
+        return next_step(tx, graph_id, run_id, guard_passed, hint);
     };
     let (spec_name, spec_body): (String, String) = tx
         .query_row(
@@ -237,7 +253,6 @@ fn next_step(
         (Some(queue_id), Some(group)) => warm_session(tx, queue_id, group, run_id, &spec_id)?,
         _ => None,
     };
-    let completed_so_far = completed_specs_text(&completed_specs(tx, run_id)?);
     let node_run_id = store::new_id();
     tx.execute(
         "INSERT INTO node_runs (id, run_id, graph_id, spec_id, node, node_index, mode, status, resume_session, started_at)
@@ -265,7 +280,6 @@ fn next_step(
         node_config: node.config.clone(),
         node_count: graph.nodes.len(),
         resume_session,
-        completed_so_far,
     })))
 }
 
@@ -299,18 +313,6 @@ fn completed_specs(tx: &Connection, run_id: &str) -> Result<Vec<CompletedSpec>, 
         .query_map([run_id], |r| Ok(CompletedSpec { id: r.get(0)?, name: r.get(1)?, summary: r.get(2)? }))?
         .collect::<rusqlite::Result<_>>()?;
     Ok(specs)
-}
-
-/// `{{completed_specs}}`: name and one-line summary per line.
-pub fn completed_specs_text(specs: &[CompletedSpec]) -> String {
-    specs
-        .iter()
-        .map(|s| match &s.summary {
-            Some(summary) => format!("{} — {summary}", s.name),
-            None => s.name.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn finish_spec(
@@ -351,7 +353,6 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
         node_config,
         node_count,
         resume_session,
-        completed_so_far,
     } = step;
     let started = std::time::Instant::now();
     let result = match split_work_config(&node_config) {
@@ -363,7 +364,6 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
                 ("spec_id", spec_id.clone()),
                 ("spec_body", spec_body),
                 ("node", node_name.clone()),
-                ("completed_specs", completed_so_far),
             ]
             .into_iter()
             .filter(|(_, v)| !v.is_empty())

@@ -5,8 +5,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{EngineError, ids, invalid, specs};
+use super::{EngineError, invalid, specs};
+use crate::hooks::HookMap;
 use crate::store;
+use crate::store::ids;
 
 /// A graph's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,8 +74,8 @@ pub struct Graph {
     pub allow_dirty_start: bool,
     pub status: GraphStatus,
     pub blocker: Option<String>,
-    /// The single completion hook config of the first schema (before hooks became a map).
-    pub on_completed: Option<Value>,
+    /// Event → ordered hook configs.
+    pub hooks: HookMap,
     pub current_run_id: Option<String>,
     pub created_at: String,
     pub updated_at: String,
@@ -94,7 +96,12 @@ pub struct GraphInput {
     pub specs: Option<Vec<String>>,
     #[serde(default)]
     pub allow_dirty_start: Option<bool>,
-    /// `null` clears it.
+    /// Event → ordered hook configs; events named here replace that event's hooks (`[]` or
+    /// `null` removes them), events not named keep theirs.
+    #[serde(default)]
+    pub hooks: Option<Value>,
+    /// The single completion hook of the shape before hooks were a map: sets the
+    /// `on_completed` hooks to this one config (`null` removes them).
     #[serde(default, deserialize_with = "some_value")]
     pub on_completed: Option<Value>,
 }
@@ -103,11 +110,11 @@ fn some_value<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Value>, 
     Value::deserialize(de).map(Some)
 }
 
-const COLUMNS: &str = "id, name, workdir, nodes, allow_dirty_start, status, blocker, on_completed, current_run_id, created_at, updated_at";
+const COLUMNS: &str = "id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, created_at, updated_at";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Graph> {
     let nodes: String = row.get(3)?;
-    let on_completed: Option<String> = row.get(7)?;
+    let hooks: String = row.get(7)?;
     Ok(Graph {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -119,12 +126,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Graph> {
         allow_dirty_start: row.get(4)?,
         status: GraphStatus::parse(&row.get::<_, String>(5)?)?,
         blocker: row.get(6)?,
-        on_completed: on_completed
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(7, rusqlite::types::Type::Text, e.into())
-            })?,
+        hooks: serde_json::from_str(&hooks).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(7, rusqlite::types::Type::Text, e.into())
+        })?,
         current_run_id: row.get(8)?,
         created_at: row.get(9)?,
         updated_at: row.get(10)?,
@@ -162,6 +166,17 @@ pub fn resolve(conn: &Connection, name_or_id: &str) -> Result<String, EngineErro
 pub fn get(conn: &Connection, name_or_id: &str) -> Result<Graph, EngineError> {
     let id = resolve(conn, name_or_id)?;
     get_by_id(conn, &id)
+}
+
+/// One graph by its full id, without its bound specs (what the driver needs per step).
+pub fn get_shallow(conn: &Connection, id: &str) -> Result<Graph, EngineError> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM graphs WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()?
+        .ok_or_else(|| EngineError::NotFound {
+            kind: "graph",
+            id: id.to_string(),
+        })
 }
 
 /// One graph by its full id.
@@ -286,7 +301,7 @@ pub struct GraphWrite {
     pub nodes: Vec<Node>,
     pub specs: Vec<String>,
     pub allow_dirty_start: bool,
-    pub on_completed: Option<Value>,
+    pub hooks: HookMap,
 }
 
 /// Inserts a new graph.
@@ -312,7 +327,7 @@ pub fn insert(conn: &Connection, write: &GraphWrite) -> Result<String, EngineErr
             write.workdir,
             serde_json::to_string(&write.nodes)?,
             write.allow_dirty_start,
-            write.on_completed.as_ref().map(Value::to_string),
+            Value::Object(write.hooks.clone()).to_string(),
             now
         ],
     )?;
@@ -334,14 +349,14 @@ pub fn replace(conn: &Connection, id: &str, write: &GraphWrite) -> Result<(), En
         )));
     }
     conn.execute(
-        "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, on_completed = ?6, updated_at = ?7 WHERE id = ?1",
+        "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, hooks = ?6, updated_at = ?7 WHERE id = ?1",
         params![
             id,
             write.name,
             write.workdir,
             serde_json::to_string(&write.nodes)?,
             write.allow_dirty_start,
-            write.on_completed.as_ref().map(Value::to_string),
+            Value::Object(write.hooks.clone()).to_string(),
             store::now()
         ],
     )?;

@@ -10,7 +10,6 @@ mod error;
 pub mod events;
 mod git;
 pub mod graphs;
-mod ids;
 pub mod queues;
 pub mod runs;
 pub mod spec_format;
@@ -30,9 +29,12 @@ pub use queues::{NewQueue, Queue};
 pub use runs::{NodeRun, Run, RunSpec};
 pub use specs::{NewSpec, Spec, SpecPatch};
 
-use crate::markers::{HOOK_MARKERS, NODE_MARKERS};
+use crate::hooks::runs::{HookRun, HookRunFilter};
+use crate::hooks::{HookEvent, HookMap, SpecScope, validate_hooks};
+
+use crate::markers::NODE_MARKERS;
 use crate::plugins::{PluginError, PluginHost, split_work_config};
-use crate::store::{self, Store};
+use crate::store::{self, Store, ids};
 
 /// The engine. Cheap to clone.
 #[derive(Clone)]
@@ -65,10 +67,39 @@ pub struct GraphView {
     /// Each spec of the current run's source (its queue's members, or the bound specs) and
     /// what the run did with it, reconstructed from the run history.
     pub progress: Vec<Progress>,
+    /// The hook runs of the current run, newest first.
+    pub completion_hook_runs: Vec<HookRun>,
+    /// After an update that changed hooks while a run is active: the events of that run still
+    /// to come, which the new hooks will serve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_events: Option<Vec<String>>,
+}
+
+/// The events an active run can still fire.
+fn remaining_events(view: &GraphView, _run: &RunView) -> Vec<String> {
+    let mut events = Vec::new();
+    if view
+        .progress
+        .iter()
+        .any(|p| matches!(p.result.as_str(), "not_reached" | "running" | "blocked"))
+    {
+        events.push(HookEvent::OnSpecCompleted.as_str().to_string());
+    }
+    for event in [
+        HookEvent::OnBlocked,
+        HookEvent::OnCompleted,
+        HookEvent::OnFailed,
+    ] {
+        events.push(event.as_str().to_string());
+    }
+    events
 }
 
 /// Node runs `graph get` shows of the current run (the latest ones; `GET /api/runs/{id}` has all).
 const RECENT_NODE_RUNS: usize = 20;
+
+/// Hook runs `graph get` shows of the current run.
+const RECENT_HOOK_RUNS: usize = 50;
 
 /// A run with its specs and node runs.
 #[derive(Debug, Clone, Serialize)]
@@ -253,15 +284,65 @@ impl Engine {
             })
     }
 
-    /// Checks the single completion hook config of the first schema.
-    async fn validate_on_completed(&self, hook: &Value) -> Result<(), EngineError> {
-        let Some(config) = hook.as_object() else {
-            return invalid("field `on_completed` must be a hook config object (or null)");
+    /// The specs a hook's `spec_ids` may name: the graph's bound specs and its active run's
+    /// queue members.
+    fn spec_scope(
+        &self,
+        graph: Option<&Graph>,
+        bound: &[String],
+    ) -> Result<SpecScope, EngineError> {
+        self.read(|conn| {
+            let mut ids = bound.to_vec();
+            if let Some(run_id) = graph.and_then(|g| g.current_run_id.as_deref()) {
+                let run = runs::get(conn, run_id)?;
+                if let (Some(queue_id), true) = (&run.queue_id, runs::is_active(&run)) {
+                    ids.extend(
+                        queues::members(conn, queue_id)?
+                            .into_iter()
+                            .map(|m| m.spec_id),
+                    );
+                }
+            }
+            Ok(SpecScope { ids })
+        })
+    }
+
+    /// The hooks map a create / update asks for: `current` with the events named in `hooks`
+    /// replaced, and `on_completed` (the single-hook shape) replacing that event's list.
+    async fn merged_hooks(
+        &self,
+        current: &HookMap,
+        hooks: Option<&Value>,
+        on_completed: Option<&Value>,
+        scope: &SpecScope,
+    ) -> Result<HookMap, EngineError> {
+        let mut merged = current.clone();
+        let mut requested = match hooks {
+            Some(Value::Object(map)) => map.clone(),
+            Some(Value::Null) | None => serde_json::Map::new(),
+            Some(_) => {
+                return invalid(format!(
+                    "field `hooks` must be an object mapping events ({}) to arrays of hook configs",
+                    HookEvent::names()
+                ));
+            }
         };
-        let work = split_work_config(config)
-            .map_err(|err| EngineError::Invalid(format!("on_completed: {err}")))?;
-        self.validate_work("on_completed", &work.mode, &work.config, HOOK_MARKERS)
+        if let Some(single) = on_completed {
+            if requested.contains_key("on_completed") {
+                return invalid(
+                    "give the completion hook either in `hooks.on_completed` or in `on_completed`, not both",
+                );
+            }
+            requested.insert("on_completed".to_string(), single.clone());
+        }
+        let validated = validate_hooks(self.plugins(), &Value::Object(requested.clone()), scope)
             .await
+            .map_err(EngineError::Invalid)?;
+        for event in requested.keys() {
+            merged.remove(event);
+        }
+        merged.extend(validated);
+        Ok(merged)
     }
 
     /// Creates a graph from the API's JSON.
@@ -273,27 +354,34 @@ impl Engine {
         let workdir = graphs::check_workdir("workdir", workdir)?;
         let nodes = graphs::parse_nodes(input.nodes.as_deref().unwrap_or_default())?;
         self.validate_nodes(&nodes).await?;
-        let on_completed = input.on_completed.filter(|v| !v.is_null());
-        if let Some(hook) = &on_completed {
-            self.validate_on_completed(hook).await?;
-        }
+        let specs = self
+            .read(|conn| graphs::resolve_specs(conn, input.specs.as_deref().unwrap_or_default()))?;
+        let scope = self.spec_scope(None, &specs)?;
+        let hooks = self
+            .merged_hooks(
+                &HookMap::new(),
+                input.hooks.as_ref(),
+                input.on_completed.as_ref(),
+                &scope,
+            )
+            .await?;
         let id = self.write(|tx| {
-            let specs = graphs::resolve_specs(tx, input.specs.as_deref().unwrap_or_default())?;
             let write = graphs::GraphWrite {
                 name,
                 workdir,
                 nodes,
                 specs,
                 allow_dirty_start: input.allow_dirty_start.unwrap_or(false),
-                on_completed,
+                hooks,
             };
             graphs::insert(tx, &write)
         })?;
         self.graph_view(&id)
     }
 
-    /// Applies a partial update, validated whole before anything is written. Nodes edited while
-    /// a run is active take effect at the next node the run dispatches.
+    /// Applies a partial update, validated whole before anything is written. Nodes and hooks
+    /// edited while a run is active take effect at the run's next dispatch / next event; when
+    /// hooks change then, the answer names the events still to come (`remaining_events`).
     pub async fn update_graph(
         &self,
         name_or_id: &str,
@@ -316,30 +404,44 @@ impl Engine {
             }
             None => current.nodes.clone(),
         };
-        let on_completed = match input.on_completed {
-            Some(Value::Null) => None,
-            Some(hook) => {
-                self.validate_on_completed(&hook).await?;
-                Some(hook)
-            }
-            None => current.on_completed.clone(),
+        let specs = match &input.specs {
+            Some(prefixes) => self.read(|conn| graphs::resolve_specs(conn, prefixes))?,
+            None => current.specs.iter().map(|s| s.id.clone()).collect(),
         };
+        let hooks_touched = input.hooks.is_some() || input.on_completed.is_some();
+        let hooks = if hooks_touched {
+            let scope = self.spec_scope(Some(&current), &specs)?;
+            self.merged_hooks(
+                &current.hooks,
+                input.hooks.as_ref(),
+                input.on_completed.as_ref(),
+                &scope,
+            )
+            .await?
+        } else {
+            current.hooks.clone()
+        };
+        let hooks_changed = hooks != current.hooks;
         self.write(|tx| {
-            let specs = match &input.specs {
-                Some(prefixes) => graphs::resolve_specs(tx, prefixes)?,
-                None => current.specs.iter().map(|s| s.id.clone()).collect(),
-            };
             let write = graphs::GraphWrite {
                 name,
                 workdir,
                 nodes,
                 specs,
                 allow_dirty_start: input.allow_dirty_start.unwrap_or(current.allow_dirty_start),
-                on_completed,
+                hooks,
             };
             graphs::replace(tx, &current.id, &write)
         })?;
-        self.graph_view(&current.id)
+        let mut view = self.graph_view(&current.id)?;
+        if hooks_changed {
+            view.remaining_events = view
+                .current_run
+                .as_ref()
+                .filter(|r| runs::is_active(&r.run))
+                .map(|run| remaining_events(&view, run));
+        }
+        Ok(view)
     }
 
     pub fn list_graphs(&self) -> Result<Vec<GraphView>, EngineError> {
@@ -380,7 +482,14 @@ impl Engine {
                 Some(run) => progress(conn, &graph, run)?,
                 None => Vec::new(),
             };
-            Ok(GraphView { graph, consistency_warning, current_run, progress })
+            let completion_hook_runs = match &graph.current_run_id {
+                Some(run_id) => crate::hooks::runs::query(
+                    conn,
+                    &HookRunFilter { run_id: Some(run_id.clone()), last: RECENT_HOOK_RUNS, ..HookRunFilter::default() },
+                )?,
+                None => Vec::new(),
+            };
+            Ok(GraphView { graph, consistency_warning, current_run, progress, completion_hook_runs, remaining_events: None })
         })
     }
 
@@ -417,6 +526,110 @@ impl Engine {
         self.read(|conn| {
             let id = graphs::resolve(conn, name_or_id)?;
             runs::node_runs_of_graph(conn, &id, limit)
+        })
+    }
+
+    /// The event `event` would be for a past run of a graph (its latest run unless `run` names
+    /// one), rebuilt from the run history; `None` when that event would not fire for it.
+    pub fn event_from_history(
+        &self,
+        name_or_id: &str,
+        event: HookEvent,
+        run: Option<&str>,
+        spec: Option<&str>,
+    ) -> Result<(Graph, Run, Option<EngineEvent>), EngineError> {
+        self.read(|conn| {
+            let graph = graphs::get(conn, name_or_id)?;
+            let run_id = match run {
+                Some(prefix) => runs::resolve(conn, prefix)?,
+                None => match runs::list(conn, Some(&graph.id), 1)?.into_iter().next() {
+                    Some(run) => run.id,
+                    None => {
+                        return Err(EngineError::Conflict(format!(
+                            "graph `{}` has no run yet to test its hooks against; run it first",
+                            graph.name
+                        )));
+                    }
+                },
+            };
+            let run = runs::get(conn, &run_id)?;
+            if run.graph_id != graph.id {
+                return invalid(format!(
+                    "field `run`: run {} belongs to another graph",
+                    ids::short(&run.id)
+                ));
+            }
+            let context = events::RunContext {
+                graph_id: graph.id.clone(),
+                graph_name: graph.name.clone(),
+                run_id: run.id.clone(),
+                workdir: run.workdir.clone(),
+                queue_id: run.queue_id.clone(),
+            };
+            let specs = runs::specs_of(conn, &run.id)?;
+            let completed: Vec<events::CompletedSpec> = specs
+                .iter()
+                .filter(|s| s.status == "completed")
+                .map(|s| events::CompletedSpec {
+                    id: s.spec_id.clone(),
+                    name: s.spec_name.clone().unwrap_or_default(),
+                    summary: s.summary.clone(),
+                })
+                .collect();
+            let spec_id = spec.map(|s| specs::resolve(conn, s)).transpose()?;
+            let node_runs = runs::node_runs_of(conn, &run.id)?;
+            let last_node = |status: &str| {
+                node_runs
+                    .iter()
+                    .rev()
+                    .find(|n| n.status == status)
+                    .map(|n| n.node.clone())
+            };
+            let built = match event {
+                HookEvent::OnCompleted => Some(EngineEvent::RunCompleted {
+                    run: context,
+                    completed,
+                }),
+                HookEvent::OnSpecCompleted => {
+                    let spec = match &spec_id {
+                        Some(id) => {
+                            let found = specs::get(conn, id)?;
+                            let summary = specs
+                                .iter()
+                                .find(|s| &s.spec_id == id)
+                                .and_then(|s| s.summary.clone());
+                            Some(events::CompletedSpec {
+                                id: found.id,
+                                name: found.name,
+                                summary,
+                            })
+                        }
+                        None => completed.last().cloned(),
+                    };
+                    spec.map(|spec| EngineEvent::SpecCompleted { run: context, spec })
+                }
+                HookEvent::OnFailed => {
+                    let failed: Vec<&RunSpec> =
+                        specs.iter().filter(|s| s.status == "failed").collect();
+                    let spec_id = spec_id.or_else(|| match failed.as_slice() {
+                        [one] => Some(one.spec_id.clone()),
+                        _ => None,
+                    });
+                    Some(EngineEvent::RunFailed {
+                        run: context,
+                        blocker: run.blocker.clone().unwrap_or_default(),
+                        node: last_node("failed"),
+                        spec_id,
+                    })
+                }
+                HookEvent::OnBlocked => Some(EngineEvent::RunBlocked {
+                    run: context,
+                    blocker: run.blocker.clone().unwrap_or_default(),
+                    node: last_node("blocked"),
+                    spec_id: None,
+                }),
+            };
+            Ok((graph, run, built))
         })
     }
 
@@ -759,19 +972,15 @@ fn continue_run(
                 )?;
             }
             None => {
-                let next = driver_next_candidate(tx, &graph, &run)?;
-                let Some((spec, group)) = next else {
+                let next = driver::next_candidate_for(tx, graph_id, &run, 0)?;
+                let Some((spec, group, _)) = next else {
                     return invalid(format!("graph `{}` has no next spec to skip", graph.name));
                 };
-                let ordinal: i64 = tx.query_row(
-                    "SELECT COUNT(*) FROM run_specs WHERE run_id = ?1",
-                    [&run_id],
-                    |r| r.get(0),
-                )?;
                 let now = store::now();
                 tx.execute(
-                    "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at) VALUES (?1, ?2, ?3, ?4, 'skipped', 0, ?5, ?5)",
-                    params![run_id, spec, ordinal, group, now],
+                    "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at)
+                     VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, 'skipped', 0, ?4, ?4)",
+                    params![run_id, spec, group, now],
                 )?;
             }
         },
@@ -791,14 +1000,6 @@ fn continue_run(
     )?;
     graphs::set_status(tx, graph_id, GraphStatus::Running, None, None)?;
     Ok(run_id)
-}
-
-fn driver_next_candidate(
-    tx: &Connection,
-    graph: &Graph,
-    run: &Run,
-) -> Result<Option<(String, Option<String>)>, EngineError> {
-    driver::next_candidate_for(tx, graph, run)
 }
 
 /// Marks every active run interrupted and pauses its graph; returns the pause events.

@@ -8,8 +8,9 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use super::{EngineError, ids, invalid, specs};
+use super::{EngineError, invalid, specs};
 use crate::store;
+use crate::store::ids;
 
 /// A queue member.
 #[derive(Debug, Clone, Serialize)]

@@ -7,7 +7,8 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::{EngineError, ids};
+use super::EngineError;
+use crate::store::ids;
 
 /// A run as stored.
 #[derive(Debug, Clone, Serialize)]
@@ -108,6 +109,11 @@ fn node_run_from_row(row: &Row<'_>) -> rusqlite::Result<NodeRun> {
         finished_at: row.get(16)?,
         duration_ms: row.get(17)?,
     })
+}
+
+/// True while a run can still go on (running, paused, or interrupted awaiting a continue).
+pub fn is_active(run: &Run) -> bool {
+    matches!(run.status.as_str(), "running" | "paused" | "interrupted")
 }
 
 /// One run by full id.

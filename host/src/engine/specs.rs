@@ -4,8 +4,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 use super::spec_format::{self, SpecFormat};
-use super::{EngineError, ids, invalid};
+use super::{EngineError, invalid};
 use crate::store;
+use crate::store::ids;
 
 /// A spec as the API returns it.
 #[derive(Debug, Clone, Serialize)]

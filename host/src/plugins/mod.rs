@@ -763,6 +763,20 @@ impl PluginHost {
         }
     }
 
+    /// The config as the executor of `mode` would receive it for these marker values (template
+    /// fields rendered, `(none)` for missing markers).
+    pub fn render(
+        &self,
+        mode: &str,
+        config: &Map<String, Value>,
+        values: &MarkerValues,
+    ) -> Result<Value, PluginError> {
+        let plugin = self.for_mode(mode)?;
+        let mut rendered = config.clone();
+        markers::render_config(&mut rendered, &plugin.templates, values);
+        Ok(Value::Object(rendered))
+    }
+
     /// The timeout a config asks for (`timeout_seconds` / `timeout_minutes`), or the default.
     pub fn timeout_for(&self, config: &Map<String, Value>) -> Duration {
         let seconds = config.get("timeout_seconds").and_then(Value::as_u64);

@@ -122,7 +122,69 @@ const MIGRATIONS: &[&str] = &[
         duration_ms      INTEGER
     );
     CREATE INDEX node_runs_by_run ON node_runs (run_id, started_at);
+    CREATE INDEX node_runs_by_graph ON node_runs (graph_id, started_at);
+    CREATE INDEX run_specs_by_ordinal ON run_specs (run_id, ordinal);
+    CREATE INDEX graph_specs_by_position ON graph_specs (graph_id, position);
+    CREATE INDEX queue_members_by_position ON queue_members (queue_id, position);
+    CREATE INDEX run_specs_by_spec ON run_specs (spec_id, status);
     CREATE INDEX node_runs_running ON node_runs (status) WHERE status = 'running';
+    "#,
+    // 3: hooks become an event-keyed map (the single `on_completed` config moves into it),
+    // hook-run records, interactive sessions and message delivery.
+    r#"
+    ALTER TABLE graphs ADD COLUMN hooks TEXT NOT NULL DEFAULT '{}';
+    UPDATE graphs SET hooks = json_object('on_completed', json_array(json(on_completed)))
+     WHERE on_completed IS NOT NULL AND json_valid(on_completed);
+    ALTER TABLE graphs DROP COLUMN on_completed;
+    CREATE TABLE hook_runs (
+        id               TEXT PRIMARY KEY,
+        graph_id         TEXT NOT NULL,
+        graph_name       TEXT NOT NULL,
+        run_id           TEXT,
+        event            TEXT NOT NULL CHECK (event IN ('on_completed', 'on_failed', 'on_blocked', 'on_spec_completed')),
+        hook_index       INTEGER NOT NULL,
+        hook_config      TEXT NOT NULL,      -- JSON: the exact config that fired
+        spec_id          TEXT,
+        mode             TEXT,
+        plugin           TEXT,
+        plugin_version   TEXT,
+        plugin_sha256    TEXT,
+        rendered         TEXT,               -- JSON: {"config": rendered config, "markers": values}
+        status           TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'timed_out', 'interrupted')),
+        summary          TEXT,
+        error            TEXT,
+        output           TEXT,               -- tail of the executor's detail
+        test             INTEGER NOT NULL DEFAULT 0,
+        fired_at         TEXT NOT NULL,
+        started_at       TEXT,
+        finished_at      TEXT,
+        duration_ms      INTEGER
+    );
+    CREATE INDEX hook_runs_by_graph ON hook_runs (graph_id, fired_at);
+    CREATE INDEX hook_runs_by_run ON hook_runs (run_id, fired_at);
+    CREATE INDEX hook_runs_by_time ON hook_runs (fired_at);
+    CREATE TABLE sessions (
+        id                TEXT PRIMARY KEY,
+        name              TEXT NOT NULL,
+        status            TEXT NOT NULL CHECK (status IN ('live', 'finished')),
+        conversation_id   TEXT,              -- the harness's own conversation id, when known
+        tmux_target       TEXT,              -- deliver by typing into this tmux pane
+        tmux_socket       TEXT,
+        created_at        TEXT NOT NULL,
+        updated_at        TEXT NOT NULL
+    );
+    CREATE INDEX sessions_by_name ON sessions (name, status);
+    ALTER TABLE messages ADD COLUMN session_id TEXT;      -- the session the message is for
+    ALTER TABLE messages ADD COLUMN error TEXT;
+    ALTER TABLE messages ADD COLUMN delivered_at TEXT;
+    CREATE INDEX messages_by_session ON messages (session_id, created_at);
+    CREATE TABLE notifications (
+        id          TEXT PRIMARY KEY,
+        kind        TEXT NOT NULL,
+        message     TEXT NOT NULL,
+        message_id  TEXT,
+        created_at  TEXT NOT NULL
+    );
     "#,
 ];
 

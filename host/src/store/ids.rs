@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::EngineError;
+use crate::engine::EngineError;
 
 /// Candidates listed when a prefix is ambiguous.
 const MAX_CANDIDATES: usize = 10;

@@ -1,0 +1,121 @@
+//! Engine benchmark: run it with `cargo bench --bench engine`.
+//!
+//! Starts the real daemon (release build) on a temp data dir and measures
+//! 1. engine throughput: 1,000 specs through a one-node graph whose node is a no-op wasm
+//!    executor, from the `run` request to the run's completion, every node run durably recorded
+//!    (checked in the SQLite file afterwards);
+//! 2. `graph get` over HTTP with one client, on a small graph and on the 1,000-spec graph.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{Daemon, wait_for};
+
+const SPECS: usize = 1_000;
+
+fn body(name: &str) -> String {
+    let mut body = format!("<spec>\n<objective>\n{name}\n</objective>\n");
+    for tag in [
+        "functional_requirements",
+        "non_functional_requirements",
+        "constraints",
+        "guidelines",
+        "in_scope",
+        "out_of_scope",
+    ] {
+        body.push_str(&format!("<{tag}>\n-\n</{tag}>\n"));
+    }
+    body + "</spec>\n"
+}
+
+fn get_throughput(daemon: &Daemon, path: &str, window: Duration) -> (usize, f64) {
+    let client = reqwest::blocking::Client::new();
+    let url = format!("{}{path}", daemon.url);
+    let started = Instant::now();
+    let mut count = 0;
+    while started.elapsed() < window {
+        let response = client.get(&url).send().unwrap();
+        assert!(response.status().is_success());
+        let _ = response.bytes().unwrap();
+        count += 1;
+    }
+    (count, count as f64 / started.elapsed().as_secs_f64())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let daemon = Daemon::start();
+    daemon.ok(&["plugin", "install", support::NOOP_WASM]);
+    let workdir = tempfile::tempdir().unwrap();
+
+    let mut ids = Vec::with_capacity(SPECS);
+    for i in 0..SPECS {
+        let (status, spec) = daemon.send(
+            "POST",
+            "/api/specs",
+            &json!({ "name": format!("spec {i}"), "body": body(&format!("spec {i}")) }),
+        );
+        assert_eq!(status, 201);
+        ids.push(spec["id"].as_str().unwrap().to_string());
+    }
+    let (status, _) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "bench", "workdir": workdir.path(), "nodes": [{ "name": "noop", "mode": "noop" }], "specs": ids }),
+    );
+    assert_eq!(status, 201);
+
+    println!("canopy engine benchmark ({SPECS} specs, one no-op wasm node each)\n");
+    for round in 1..=3 {
+        let started = Instant::now();
+        let (status, view) = daemon.send(
+            "POST",
+            "/api/graphs/bench/control",
+            &json!({ "action": "run" }),
+        );
+        assert_eq!(status, 200, "{view}");
+        let run_id = view["current_run"]["id"].as_str().unwrap().to_string();
+        wait_for("the run to complete", Duration::from_secs(300), || {
+            let (_, runs) = daemon.get("/api/runs?graph=bench&last=1");
+            (runs["runs"][0]["status"] != "running").then_some(())
+        });
+        let elapsed = started.elapsed();
+        let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
+        let recorded: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM node_runs WHERE run_id = ?1 AND status = 'completed'",
+                [&run_id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(recorded as usize, SPECS, "every node run is recorded");
+        println!(
+            "run {round}: {SPECS} specs in {:.3} s = {:.0} specs/s ({:.0} µs per spec), {recorded} node runs recorded",
+            elapsed.as_secs_f64(),
+            SPECS as f64 / elapsed.as_secs_f64(),
+            elapsed.as_secs_f64() * 1e6 / SPECS as f64
+        );
+    }
+
+    let (status, _) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "small", "workdir": workdir.path(), "nodes": [{ "name": "noop", "mode": "noop" }], "specs": &ids[..3] }),
+    );
+    assert_eq!(status, 201);
+    daemon.ok(&["graph", "run", "small", "--wait"]);
+    println!();
+    let (count, rate) = get_throughput(&daemon, "/api/graphs/small", Duration::from_secs(3));
+    println!(
+        "graph get (3-spec graph, after a run), one client: {rate:.0} requests/s ({count} in 3 s)"
+    );
+    let (count, rate) = get_throughput(&daemon, "/api/graphs/bench", Duration::from_secs(3));
+    println!(
+        "graph get ({SPECS}-spec graph, after a run), one client: {rate:.0} requests/s ({count} in 3 s)"
+    );
+}

@@ -1,0 +1,215 @@
+//! `/api/hook-runs`, `/api/hooks/events`, `/api/graphs/{name}/hooks/test`: hook-run history, the
+//! event taxonomy, and dry runs.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiJson, AppState};
+use crate::hooks::dispatch_firing;
+use crate::hooks::dry_run::{DryRun, evaluate};
+use crate::hooks::runs::{self, HookRunFilter, STATUSES};
+use crate::hooks::{EVENTS, HookEvent};
+use crate::markers::HOOK_MARKERS;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/hook-runs", get(list_runs))
+        .route("/hooks/events", get(events))
+        .route("/graphs/{name}/hooks/test", post(test))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunsQuery {
+    #[serde(default)]
+    graph: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    /// RFC 3339 instant, or a duration back from now (`10m`, `2h`).
+    #[serde(default)]
+    since: Option<String>,
+    #[serde(default)]
+    last: Option<usize>,
+}
+
+/// Parses `since`: an instant (RFC 3339) or a span back from now.
+fn parse_since(text: &str) -> Result<String, ApiError> {
+    let instant = humantime::parse_rfc3339_weak(text)
+        .or_else(|_| humantime::parse_duration(text).map(|span| std::time::SystemTime::now() - span))
+        .map_err(|_| ApiError::bad_request(format!("field `since`: `{text}` is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration (10m, 2h)")))?;
+    Ok(humantime::format_rfc3339_micros(instant).to_string())
+}
+
+async fn list_runs(
+    State(state): State<AppState>,
+    Query(query): Query<RunsQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let graph_id = query
+        .graph
+        .as_deref()
+        .map(|g| state.engine.get_graph(g).map(|v| v.graph.id))
+        .transpose()?;
+    let event = query
+        .event
+        .as_deref()
+        .map(|e| {
+            HookEvent::parse(e).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "field `event`: unknown event `{e}`; the events are {}",
+                    HookEvent::names()
+                ))
+            })
+        })
+        .transpose()?;
+    if let Some(status) = &query.status
+        && !STATUSES.contains(&status.as_str())
+    {
+        return Err(ApiError::bad_request(format!(
+            "field `status`: unknown status `{status}`; statuses: {}",
+            STATUSES.join(", ")
+        )));
+    }
+    let since = query.since.as_deref().map(parse_since).transpose()?;
+    let filter = HookRunFilter {
+        graph_id,
+        run_id: None,
+        event,
+        status: query.status,
+        since,
+        last: query.last.unwrap_or(50).clamp(1, 10_000),
+    };
+    let found =
+        runs::query(&state.store.conn(), &filter).map_err(|e| ApiError::internal(&e.into()))?;
+    Ok(ApiJson(json!({ "runs": found })))
+}
+
+async fn events() -> ApiJson<Value> {
+    let events: Vec<Value> = EVENTS
+        .iter()
+        .map(|event| {
+            let markers: Vec<&str> = ["graph_name", "workdir"]
+                .into_iter()
+                .chain(event.markers().iter().copied())
+                .collect();
+            json!({
+                "event": event.as_str(),
+                "description": event.description(),
+                "markers": markers,
+                "spec_ids": event.takes_spec_ids(),
+            })
+        })
+        .collect();
+    ApiJson(
+        json!({ "events": events, "markers": HOOK_MARKERS, "unset_marker_value": crate::markers::NONE }),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestBody {
+    event: String,
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    spec: Option<String>,
+    #[serde(default)]
+    run: Option<String>,
+    #[serde(default)]
+    execute: bool,
+}
+
+/// How long `execute` waits for the test runs to finish.
+const EXECUTE_WAIT: Duration = Duration::from_secs(600);
+
+async fn test(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<TestBody>,
+) -> Result<ApiJson<DryRun>, ApiError> {
+    let event = HookEvent::parse(&body.event).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "field `event`: unknown event `{}`; the events are {}",
+            body.event,
+            HookEvent::names()
+        ))
+    })?;
+    let (graph, run, engine_event) =
+        state
+            .engine
+            .event_from_history(&name, event, body.run.as_deref(), body.spec.as_deref())?;
+    let count = crate::hooks::config::hooks_of(&graph.hooks, event).len();
+    if let Some(index) = body.index
+        && index >= count
+    {
+        return Err(ApiError::bad_request(format!(
+            "field `index`: {} has {count} hook(s) on {}",
+            graph.name,
+            event.as_str()
+        )));
+    }
+    let firing = engine_event.as_ref().and_then(crate::hooks::Firing::of);
+    let event_note = match (&engine_event, &firing) {
+        (None, _) => Some(format!(
+            "run {} has no spec for {} to be about",
+            &run.id[..12],
+            event.as_str()
+        )),
+        (Some(_), None) => {
+            Some("on_completed fires only for a run that completed at least one spec".to_string())
+        }
+        _ => None,
+    };
+    let hooks = evaluate(
+        &state.plugins,
+        &graph.hooks,
+        event,
+        firing.as_ref(),
+        body.index,
+    )
+    .await;
+    let mut runs_recorded = Vec::new();
+    if body.execute
+        && let Some(firing) = &firing
+    {
+        let ids = dispatch_firing(&state.hooks, firing.clone(), body.index)?;
+        let deadline = tokio::time::Instant::now() + EXECUTE_WAIT;
+        loop {
+            let all = runs::query(
+                &state.store.conn(),
+                &HookRunFilter {
+                    run_id: Some(run.id.clone()),
+                    last: 10_000,
+                    ..HookRunFilter::default()
+                },
+            )
+            .map_err(|e| ApiError::internal(&e.into()))?;
+            let mine: Vec<_> = all.into_iter().filter(|r| ids.contains(&r.id)).collect();
+            if mine
+                .iter()
+                .all(|r| !matches!(r.status.as_str(), "queued" | "running"))
+                || tokio::time::Instant::now() > deadline
+            {
+                runs_recorded = mine;
+                runs_recorded.reverse();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(ApiJson(DryRun {
+        graph: graph.name,
+        run_id: run.id,
+        event,
+        markers: firing.map(|f| f.markers).unwrap_or_default(),
+        event_note,
+        hooks,
+        runs: runs_recorded,
+    }))
+}

@@ -1,0 +1,255 @@
+//! `canopy hooks ...`: hook-run history, the event taxonomy, and dry runs.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Client, encode, print_json, short, str_at, table};
+
+#[derive(Debug, Subcommand)]
+pub enum HooksCommand {
+    /// Hook runs, newest first.
+    Runs {
+        #[arg(long)]
+        graph: Option<String>,
+        /// on_completed, on_failed, on_blocked or on_spec_completed.
+        #[arg(long)]
+        event: Option<String>,
+        /// queued, running, completed, failed, timed_out or interrupted.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs fired since this time (RFC 3339) or this long ago (10m, 2h).
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        last: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The events hooks can be keyed by and the markers each provides.
+    Events {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Render an event's hooks against the graph's latest run (or --run): which would fire,
+    /// with what values, and what is wrong with them. --execute runs them, as test runs.
+    Test {
+        graph: String,
+        event: String,
+        /// Only the hook at this index of the event's list.
+        #[arg(long)]
+        index: Option<usize>,
+        /// The spec the event is about (on_spec_completed, on_failed).
+        #[arg(long)]
+        spec: Option<String>,
+        /// The run to test against (default: the latest).
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        execute: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Hook-run rows for a table.
+pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
+    runs.as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            vec![
+                str_at(r, "/fired_at")
+                    .chars()
+                    .take(19)
+                    .collect::<String>()
+                    .replace('T', " "),
+                str_at(r, "/graph_name").to_string(),
+                format!("{}[{}]", str_at(r, "/event"), r["hook_index"]),
+                r["mode"].as_str().unwrap_or("-").to_string(),
+                format!(
+                    "{}{}",
+                    str_at(r, "/status"),
+                    if r["test"].as_bool() == Some(true) {
+                        " (test)"
+                    } else {
+                        ""
+                    }
+                ),
+                r["duration_ms"]
+                    .as_i64()
+                    .map_or_else(|| "-".to_string(), |ms| format!("{ms} ms")),
+                r["error"]
+                    .as_str()
+                    .or(r["summary"].as_str())
+                    .unwrap_or("-")
+                    .lines()
+                    .next()
+                    .unwrap_or("-")
+                    .to_string(),
+            ]
+        })
+        .collect()
+}
+
+pub const HOOK_RUN_HEADERS: [&str; 7] = [
+    "FIRED",
+    "GRAPH",
+    "EVENT",
+    "MODE",
+    "STATUS",
+    "DURATION",
+    "SUMMARY / ERROR",
+];
+
+pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
+    match command {
+        HooksCommand::Runs {
+            graph,
+            event,
+            status,
+            since,
+            last,
+            json,
+        } => {
+            let mut query: Vec<(&str, String)> = vec![("last", last.to_string())];
+            for (key, value) in [
+                ("graph", graph),
+                ("event", event),
+                ("status", status),
+                ("since", since),
+            ] {
+                if let Some(value) = value {
+                    query.push((key, value));
+                }
+            }
+            let request = client
+                .request(reqwest::Method::GET, "/api/hook-runs")
+                .query(&query);
+            let answer: Value = client.send(request).await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                print!(
+                    "{}",
+                    table::render(&HOOK_RUN_HEADERS, &hook_run_rows(&answer["runs"]))
+                );
+            }
+        }
+        HooksCommand::Events { json } => {
+            let answer: Value = client.get("/api/hooks/events").await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                for event in answer["events"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    let markers: Vec<String> = event["markers"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(|m| format!("{{{{{m}}}}}"))
+                        .collect();
+                    println!(
+                        "{}: {}",
+                        str_at(event, "/event"),
+                        str_at(event, "/description")
+                    );
+                    println!(
+                        "    markers: {}{}",
+                        markers.join(" "),
+                        if event["spec_ids"] == true {
+                            "; takes spec_ids"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+            }
+        }
+        HooksCommand::Test {
+            graph,
+            event,
+            index,
+            spec,
+            run,
+            execute,
+            json,
+        } => {
+            let body = json!({ "event": event, "index": index, "spec": spec, "run": run, "execute": execute });
+            let answer: Value = client
+                .post(&format!("/api/graphs/{}/hooks/test", encode(&graph)), &body)
+                .await?;
+            if json {
+                print_json(&answer)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{} {} against run {}",
+                str_at(&answer, "/graph"),
+                str_at(&answer, "/event"),
+                short(str_at(&answer, "/run_id"))
+            );
+            if let Some(note) = answer["event_note"].as_str() {
+                println!("note: {note}");
+            }
+            println!("markers:");
+            for (key, value) in answer["markers"].as_object().into_iter().flatten() {
+                println!(
+                    "  {{{{{key}}}}} = {}",
+                    value.as_str().unwrap_or_default().replace('\n', "\n    ")
+                );
+            }
+            let hooks = answer["hooks"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if hooks.is_empty() {
+                println!("no hooks on {}", str_at(&answer, "/event"));
+            }
+            let mut problems = false;
+            for hook in hooks {
+                let fires = if hook["would_fire"] == true {
+                    "would fire".to_string()
+                } else {
+                    format!("would not fire: {}", str_at(hook, "/reason"))
+                };
+                println!(
+                    "\n[{}] {} mode, {fires}",
+                    hook["index"],
+                    hook["mode"].as_str().unwrap_or("?")
+                );
+                println!("  config:   {}", hook["config"]);
+                if !hook["rendered"].is_null() {
+                    println!("  rendered: {}", hook["rendered"]);
+                }
+                for problem in hook["problems"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    problems = true;
+                    println!("  problem:  {}", problem.as_str().unwrap_or_default());
+                }
+            }
+            if execute {
+                println!("\ntest runs:");
+                print!(
+                    "{}",
+                    table::render(&HOOK_RUN_HEADERS, &hook_run_rows(&answer["runs"]))
+                );
+            }
+            if problems {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,153 @@
+//! The `hooks` map on a graph, and its validation at edit time.
+//!
+//! The map goes from event name to an ordered array of hook configs. A config names exactly one
+//! mode (as a node does) and may carry `spec_ids` (on `on_spec_completed` / `on_failed` only).
+//! The whole map is checked before anything is written, and the first problem is reported with
+//! its event, index and field.
+
+use serde_json::{Map, Value};
+
+use super::HookEvent;
+use crate::markers::HOOK_MARKERS;
+use crate::plugins::{PluginHost, split_work_config};
+
+/// A validated hooks map: event name → array of hook config objects (`spec_ids` resolved to
+/// full ids).
+pub type HookMap = Map<String, Value>;
+
+/// The specs a hook's `spec_ids` may name: the graph's bound specs and the members of its
+/// active run's queue.
+#[derive(Debug, Clone, Default)]
+pub struct SpecScope {
+    pub ids: Vec<String>,
+}
+
+impl SpecScope {
+    /// Resolves a full id or an unambiguous prefix within the scope.
+    pub fn resolve(&self, prefix: &str) -> Result<String, String> {
+        let prefix = prefix.trim().to_ascii_lowercase();
+        let mut matches: Vec<&String> = self
+            .ids
+            .iter()
+            .filter(|id| !prefix.is_empty() && id.starts_with(&prefix))
+            .collect();
+        matches.sort();
+        matches.dedup();
+        match matches.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(format!(
+                "`{prefix}` matches no spec of the graph or of its active run's queue"
+            )),
+            several => Err(format!(
+                "`{prefix}` is ambiguous; it matches {}",
+                several
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+}
+
+/// The executor part of a hook config: everything but the hook-level `spec_ids`.
+pub fn executor_config(hook: &Map<String, Value>) -> Map<String, Value> {
+    let mut config = hook.clone();
+    config.remove("spec_ids");
+    config
+}
+
+/// The `spec_ids` of a hook, if it has them.
+pub fn spec_ids(hook: &Map<String, Value>) -> Option<Vec<String>> {
+    hook.get("spec_ids").and_then(Value::as_array).map(|ids| {
+        ids.iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+/// Parses and checks a whole hooks map. `raw` may give an event a single config object (the
+/// shape completion hooks had before hooks were lists) instead of an array.
+pub async fn validate_hooks(
+    plugins: &PluginHost,
+    raw: &Value,
+    scope: &SpecScope,
+) -> Result<HookMap, String> {
+    let Some(map) = raw.as_object() else {
+        return Err(format!(
+            "field `hooks` must be an object mapping events ({}) to arrays of hook configs",
+            HookEvent::names()
+        ));
+    };
+    let mut validated = HookMap::new();
+    for (key, value) in map {
+        let Some(event) = HookEvent::parse(key) else {
+            return Err(format!(
+                "field `hooks`: unknown event `{key}`; the events are {}",
+                HookEvent::names()
+            ));
+        };
+        let list = match value {
+            Value::Array(items) => items.clone(),
+            Value::Object(_) => vec![value.clone()],
+            Value::Null => Vec::new(),
+            _ => return Err(format!("hooks.{key} must be an array of hook configs")),
+        };
+        let mut hooks = Vec::with_capacity(list.len());
+        for (index, hook) in list.iter().enumerate() {
+            let at = format!("hooks.{key}[{index}]");
+            let Some(config) = hook.as_object() else {
+                return Err(format!("{at} must be a hook config object"));
+            };
+            let mut config = config.clone();
+            if let Some(ids) = config.get("spec_ids") {
+                if !event.takes_spec_ids() {
+                    return Err(format!(
+                        "{at}: field `spec_ids` is not allowed on {key}, which is not per-spec (spec_ids filters on_spec_completed and on_failed)"
+                    ));
+                }
+                let Some(ids) = ids
+                    .as_array()
+                    .filter(|ids| ids.iter().all(Value::is_string))
+                else {
+                    return Err(format!(
+                        "{at}: field `spec_ids` must be an array of spec ids"
+                    ));
+                };
+                if ids.is_empty() {
+                    return Err(format!(
+                        "{at}: field `spec_ids` must name at least one spec (leave it out to fire for every spec)"
+                    ));
+                }
+                let mut resolved = Vec::with_capacity(ids.len());
+                for (i, id) in ids.iter().enumerate() {
+                    let full = scope
+                        .resolve(id.as_str().unwrap_or_default())
+                        .map_err(|err| format!("{at}: field `spec_ids[{i}]`: {err}"))?;
+                    resolved.push(Value::String(full));
+                }
+                config.insert("spec_ids".to_string(), Value::Array(resolved));
+            }
+            let work = split_work_config(&executor_config(&config))
+                .map_err(|err| format!("{at}: {err}"))?;
+            plugins
+                .validate(&work.mode, &work.config, HOOK_MARKERS)
+                .await
+                .map_err(|err| format!("{at} ({} mode): {err}", work.mode))?;
+            hooks.push(Value::Object(config));
+        }
+        if !hooks.is_empty() {
+            validated.insert(event.as_str().to_string(), Value::Array(hooks));
+        }
+    }
+    Ok(validated)
+}
+
+/// The hooks of one event, from a stored map.
+pub fn hooks_of(map: &HookMap, event: HookEvent) -> Vec<Map<String, Value>> {
+    map.get(event.as_str())
+        .and_then(Value::as_array)
+        .map(|hooks| hooks.iter().filter_map(Value::as_object).cloned().collect())
+        .unwrap_or_default()
+}
