@@ -14,7 +14,7 @@ use crate::datadir::DataDir;
 use crate::engine::Engine;
 use crate::hooks::HookDispatcher;
 use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
-use crate::sessions;
+use crate::sessions::{self, Delivery};
 use crate::store::Store;
 
 /// What the daemon provides to plugins behind the `host` interface.
@@ -31,10 +31,7 @@ impl HostServices for DaemonServices {
         text: &str,
         provenance: &Provenance,
     ) -> Result<String, String> {
-        sessions::enqueue(&self.store, plugin, &target, text, provenance).map_err(|err| {
-            tracing::error!(err = %format!("{err:#}"), "cannot store a session message");
-            "the daemon could not store the message".to_string()
-        })
+        sessions::enqueue(&self.store, plugin, &target, text, provenance)
     }
 
     fn agent_platform(&self, name: &str) -> Result<Platform, String> {
@@ -133,7 +130,10 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     tracing::info!(%url, data_dir = %data.root().display(), "canopy daemon listening");
 
     let engine_store = store.clone();
+    let delivery = Delivery::new(store.clone());
+    let scheduler = tokio::spawn(scheduler(delivery.clone()));
     let app = api::router(AppState {
+        delivery,
         hooks,
         store,
         plugins,
@@ -143,6 +143,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await;
+    scheduler.abort();
     let stopped = engine.shutdown()?;
     crate::hooks::runs::interrupt_unfinished(
         &engine_store.conn(),
@@ -155,6 +156,17 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     served.context("the HTTP server failed")?;
     tracing::info!("canopy daemon stopped");
     Ok(())
+}
+
+/// The scheduler: delivers pending session messages every tick, whether or not a client is
+/// attached.
+async fn scheduler(delivery: Delivery) {
+    let mut interval = tokio::time::interval(sessions::TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        delivery.tick().await;
+    }
 }
 
 fn write_address(data: &DataDir, url: &str) -> Result<()> {

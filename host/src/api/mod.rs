@@ -8,6 +8,7 @@ mod engine;
 mod error;
 mod hooks;
 mod plugins;
+mod sessions;
 
 use axum::Router;
 use axum::routing::get;
@@ -17,6 +18,7 @@ pub use error::{ApiError, ApiJson};
 use crate::engine::Engine;
 use crate::hooks::HookDispatcher;
 use crate::plugins::PluginHost;
+use crate::sessions::Delivery;
 use crate::store::Store;
 
 /// What every handler can reach. Cheap to clone.
@@ -26,6 +28,7 @@ pub struct AppState {
     pub plugins: PluginHost,
     pub engine: Engine,
     pub hooks: HookDispatcher,
+    pub delivery: Delivery,
     pub data_dir: std::path::PathBuf,
 }
 
@@ -36,6 +39,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/api/plugins", plugins::router())
         .nest("/api", engine::router())
         .nest("/api", hooks::router())
+        .nest("/api", sessions::router())
         .with_state(state)
 }
 

@@ -6,6 +6,7 @@ mod graph;
 mod hooks;
 mod plugin;
 mod queue;
+mod session;
 mod spec;
 mod table;
 
@@ -53,6 +54,9 @@ enum Command {
     /// Hook runs, the event taxonomy, and dry runs of a graph's hooks.
     #[command(subcommand)]
     Hooks(hooks::HooksCommand),
+    /// Interactive sessions and the messages hooks send them.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
 }
 
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
@@ -91,6 +95,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Graph(command) => graph::run(&Client::connect(&data)?, command).await,
         Command::Queue(command) => queue::run(&Client::connect(&data)?, command).await,
         Command::Hooks(command) => hooks::run(&Client::connect(&data)?, command).await,
+        Command::Session(command) => session::run(&Client::connect(&data)?, command).await,
     }
 }
 

@@ -1,0 +1,293 @@
+//! `canopy session ...`: interactive sessions, their inboxes, and recall of undelivered messages.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Client, encode, print_json, short, str_at, table};
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Start a live session.
+    New {
+        #[arg(long)]
+        name: String,
+        /// The harness's own conversation id, when known.
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Deliver messages by typing them into this tmux pane (e.g. `work:0.1`).
+        #[arg(long)]
+        tmux_target: Option<String>,
+        /// The tmux server's socket, when it is not the default one.
+        #[arg(long, requires = "tmux_target")]
+        tmux_socket: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List live sessions (--all: finished ones too).
+    List {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one session.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finish a live session.
+    Finish { id: String },
+    /// Relaunch a finished session: same id, same name (a fresh name only if another live
+    /// session holds it).
+    Resume {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring in a harness conversation: one Canopy has seen resumes its session, an unknown one
+    /// becomes a new session with a fresh id and name.
+    Import {
+        conversation_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A session's messages; --follow streams new ones as they are delivered.
+    Inbox {
+        id: String,
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Messages that could not be delivered (their session was gone), kept for recall.
+    Recall {
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the daemon had to tell you (undeliverable messages, say).
+    Notifications {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn print_message(message: &Value) {
+    let provenance = &message["provenance"];
+    let aimed = message["aimed_at"]
+        .as_str()
+        .map(|n| format!(", aimed at `{n}`"))
+        .unwrap_or_default();
+    println!(
+        "[{}] {} from graph {} ({}[{}]{aimed}):",
+        str_at(message, "/created_at")
+            .chars()
+            .take(19)
+            .collect::<String>()
+            .replace('T', " "),
+        str_at(message, "/status"),
+        str_at(provenance, "/graph_name"),
+        str_at(provenance, "/event"),
+        provenance["hook_index"],
+    );
+    for line in str_at(message, "/text").lines() {
+        println!("  {line}");
+    }
+}
+
+fn session_line(session: &Value) -> String {
+    format!(
+        "session {} {} ({})",
+        short(str_at(session, "/id")),
+        str_at(session, "/name"),
+        str_at(session, "/status")
+    )
+}
+
+pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
+    let path = |id: &str| format!("/api/sessions/{}", encode(id));
+    let single = |session: Value, json: bool| -> Result<ExitCode> {
+        if json {
+            print_json(&session)?;
+        } else {
+            println!("{}", session_line(&session));
+        }
+        Ok(ExitCode::SUCCESS)
+    };
+    match command {
+        SessionCommand::New {
+            name,
+            conversation,
+            tmux_target,
+            tmux_socket,
+            json,
+        } => {
+            let body = json!({ "name": name, "conversation_id": conversation, "tmux_target": tmux_target, "tmux_socket": tmux_socket });
+            return single(client.post("/api/sessions", &body).await?, json);
+        }
+        SessionCommand::List { all, json } => {
+            let answer: Value = client.get(&format!("/api/sessions?all={all}")).await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                let rows: Vec<Vec<String>> = answer["sessions"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            short(str_at(s, "/id")).to_string(),
+                            str_at(s, "/name").to_string(),
+                            str_at(s, "/status").to_string(),
+                            s["conversation_id"].as_str().unwrap_or("-").to_string(),
+                            s["tmux_target"].as_str().unwrap_or("inbox").to_string(),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table::render(&["ID", "NAME", "STATUS", "CONVERSATION", "DELIVERY"], &rows)
+                );
+            }
+        }
+        SessionCommand::Show { id, json } => {
+            let session: Value = client.get(&path(&id)).await?;
+            if json {
+                print_json(&session)?;
+            } else {
+                println!("id:            {}", str_at(&session, "/id"));
+                println!("name:          {}", str_at(&session, "/name"));
+                println!("status:        {}", str_at(&session, "/status"));
+                println!(
+                    "conversation:  {}",
+                    session["conversation_id"].as_str().unwrap_or("-")
+                );
+                println!(
+                    "delivery:      {}",
+                    session["tmux_target"]
+                        .as_str()
+                        .map_or("inbox".to_string(), |t| format!("tmux pane {t}"))
+                );
+            }
+        }
+        SessionCommand::Finish { id } => {
+            let session: Value = client
+                .post(&format!("{}/finish", path(&id)), &json!({}))
+                .await?;
+            println!("{}", session_line(&session));
+        }
+        SessionCommand::Resume { id, json } => {
+            return single(
+                client
+                    .post(&format!("{}/resume", path(&id)), &json!({}))
+                    .await?,
+                json,
+            );
+        }
+        SessionCommand::Import {
+            conversation_id,
+            json,
+        } => {
+            return single(
+                client
+                    .post(
+                        "/api/sessions/import",
+                        &json!({ "conversation_id": conversation_id }),
+                    )
+                    .await?,
+                json,
+            );
+        }
+        SessionCommand::Inbox { id, follow, json } => {
+            if !follow {
+                let answer: Value = client.get(&format!("{}/inbox", path(&id))).await?;
+                if json {
+                    print_json(&answer)?;
+                } else {
+                    for message in answer["messages"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or_default()
+                    {
+                        print_message(message);
+                    }
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let request = client.request(
+                reqwest::Method::GET,
+                &format!("{}/inbox?follow=true", path(&id)),
+            );
+            let mut response = request.send().await.context("cannot reach the daemon")?;
+            if !response.status().is_success() {
+                let body: Value = response.json().await.unwrap_or_default();
+                anyhow::bail!(
+                    "{}",
+                    body.pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("the daemon refused")
+                );
+            }
+            let mut buffer = String::new();
+            while let Some(chunk) = response.chunk().await.context("the stream broke")? {
+                buffer.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(end) = buffer.find("\n\n") {
+                    let frame: String = buffer.drain(..end + 2).collect();
+                    for line in frame.lines() {
+                        if let Some(data) = line.strip_prefix("data:") {
+                            let message: Value =
+                                serde_json::from_str(data.trim()).unwrap_or(Value::Null);
+                            if json {
+                                println!("{message}");
+                            } else {
+                                print_message(&message);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        SessionCommand::Recall { json } => {
+            let answer: Value = client.get("/api/messages?status=undeliverable").await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                for message in answer["messages"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    print_message(message);
+                    println!("  why: {}", str_at(message, "/error"));
+                }
+            }
+        }
+        SessionCommand::Notifications { json } => {
+            let answer: Value = client.get("/api/notifications").await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                for note in answer["notifications"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    println!(
+                        "{}  {}",
+                        str_at(note, "/created_at")
+                            .chars()
+                            .take(19)
+                            .collect::<String>()
+                            .replace('T', " "),
+                        str_at(note, "/message")
+                    );
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
