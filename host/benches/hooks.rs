@@ -106,16 +106,23 @@ fn report(label: &str, rows: &[(SystemTime, SystemTime)]) {
     );
 }
 
-async fn bench(
-    engine: &Engine,
-    hooks: &HookDispatcher,
-    store: &Store,
-    workdir: &str,
-    spec: &str,
-    name: &str,
-    hook: serde_json::Value,
-    paced: Option<u32>,
-) {
+/// What every benchmark line shares.
+struct Bench {
+    engine: Engine,
+    hooks: HookDispatcher,
+    store: Store,
+    workdir: String,
+    spec: String,
+}
+
+async fn bench(b: &Bench, name: &str, hook: serde_json::Value, paced: Option<u32>) {
+    let Bench {
+        engine,
+        hooks,
+        store,
+        workdir,
+        spec,
+    } = b;
     let view = engine
         .create_graph(GraphInput {
             name: Some(name.to_string()),
@@ -198,45 +205,24 @@ async fn main() {
     println!(
         "canopy hook benchmark: {FIRINGS} on_spec_completed firings per line, SQLite in a temp data dir\n"
     );
+    let b = Bench {
+        engine,
+        hooks,
+        store,
+        workdir,
+        spec,
+    };
+    bench(&b, "wasm-noop", json!({ "mode": "noop" }), None).await;
     bench(
-        &engine,
-        &hooks,
-        &store,
-        &workdir,
-        &spec,
-        "wasm-noop",
-        json!({ "mode": "noop" }),
-        None,
-    )
-    .await;
-    bench(
-        &engine,
-        &hooks,
-        &store,
-        &workdir,
-        &spec,
+        &b,
         "wasm-noop-paced",
         json!({ "mode": "noop" }),
         Some(5_000),
     )
     .await;
+    bench(&b, "command-true", json!({ "command": "true" }), None).await;
     bench(
-        &engine,
-        &hooks,
-        &store,
-        &workdir,
-        &spec,
-        "command-true",
-        json!({ "command": "true" }),
-        None,
-    )
-    .await;
-    bench(
-        &engine,
-        &hooks,
-        &store,
-        &workdir,
-        &spec,
+        &b,
         "command-true-paced",
         json!({ "command": "true" }),
         Some(500),
