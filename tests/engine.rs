@@ -9,56 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Daemon, git_repo, real, script, wait_for};
-
-/// A tagged spec body whose objective is `objective`.
-fn body(objective: &str) -> String {
-    let mut body = format!("<spec>\n<objective>\n{objective}\n</objective>\n");
-    for tag in [
-        "functional_requirements",
-        "non_functional_requirements",
-        "constraints",
-        "guidelines",
-        "in_scope",
-        "out_of_scope",
-    ] {
-        body.push_str(&format!("<{tag}>\n- {tag} of it\n</{tag}>\n"));
-    }
-    body.push_str("</spec>\n");
-    body
-}
-
-fn add_spec(daemon: &Daemon, name: &str) -> String {
-    let (status, spec) = daemon.send(
-        "POST",
-        "/api/specs",
-        &json!({ "name": name, "body": body(&format!("ship {name}")) }),
-    );
-    assert_eq!(status, 201, "{spec}");
-    spec["id"].as_str().unwrap().to_string()
-}
-
-fn create_graph(daemon: &Daemon, graph: Value) -> Value {
-    let (status, body) = daemon.send("POST", "/api/graphs", &graph);
-    assert_eq!(status, 201, "{body}");
-    body
-}
-
-fn control(daemon: &Daemon, graph: &str, request: Value) -> (u16, Value) {
-    daemon.send("POST", &format!("/api/graphs/{graph}/control"), &request)
-}
-
-/// Waits until the graph is no longer running.
-fn settled(daemon: &Daemon, graph: &str) -> Value {
-    wait_for(
-        &format!("graph {graph} to stop running"),
-        Duration::from_secs(60),
-        || {
-            let (_, view) = daemon.get(&format!("/api/graphs/{graph}"));
-            (view["status"] != "running").then_some(view)
-        },
-    )
-}
+use support::{Daemon, git_repo, real, script, spec_body, wait_for};
 
 fn results(view: &Value) -> Vec<(String, String)> {
     view["progress"]
@@ -100,11 +51,9 @@ fn a_graph_of_command_nodes_runs_its_bound_specs_in_order() {
     let repo = git_repo();
     let log_dir = tempfile::tempdir().unwrap();
     let log = log_dir.path().join("log.txt");
-    let a = add_spec(&daemon, "Login form");
-    let b = add_spec(&daemon, "Password reset");
-    create_graph(
-        &daemon,
-        json!({
+    let a = daemon.add_spec("Login form");
+    let b = daemon.add_spec("Password reset");
+    daemon.create_graph(json!({
             "name": "web",
             "workdir": repo.path(),
             "nodes": [
@@ -153,10 +102,10 @@ fn a_graph_of_command_nodes_runs_its_bound_specs_in_order() {
 #[test]
 fn specs_are_validated_on_write_naming_the_offending_tag() {
     let daemon = Daemon::start();
-    let full = body("x");
+    let full = spec_body("x");
     let cases = [
         (
-            full.replace("<guidelines>\n- guidelines of it\n</guidelines>\n", ""),
+            full.replace("<guidelines>\n- guidelines\n</guidelines>\n", ""),
             "spec body: missing tag <guidelines>",
         ),
         (
@@ -172,7 +121,7 @@ fn specs_are_validated_on_write_naming_the_offending_tag() {
             "spec body: unknown tag <notes>",
         ),
         (
-            full.replace("- in_scope of it", "<objective>nested</objective>"),
+            full.replace("- in_scope", "<objective>nested</objective>"),
             "spec body: tag <objective> is out of place: inside <in_scope>",
         ),
         (
@@ -214,7 +163,7 @@ fn specs_are_validated_on_write_naming_the_offending_tag() {
 #[test]
 fn heading_format_specs_stay_readable_and_are_flagged() {
     let mut daemon = Daemon::start();
-    let tagged = add_spec(&daemon, "Tagged");
+    let tagged = daemon.add_spec("Tagged");
     daemon.stop();
     // A spec written before the tagged format existed.
     let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
@@ -243,7 +192,7 @@ fn heading_format_specs_stay_readable_and_are_flagged() {
     // Rewriting it by hand in the tagged format clears the flag; a heading body is refused.
     let err = daemon.fails(&["spec", "update", "abc123", "--body", "## Objective\nnew\n"]);
     assert!(err.contains("older heading format"), "{err}");
-    daemon.ok(&["spec", "update", "abc123", "--body", &body("Ship it")]);
+    daemon.ok(&["spec", "update", "abc123", "--body", &spec_body("Ship it")]);
     assert_eq!(
         daemon.json(&["spec", "show", "abc123"])["needs_conversion"],
         false
@@ -254,7 +203,7 @@ fn heading_format_specs_stay_readable_and_are_flagged() {
 fn ids_take_unambiguous_prefixes_and_refuse_ambiguous_ones() {
     let daemon = Daemon::start();
     let ids: Vec<String> = (0..24)
-        .map(|i| add_spec(&daemon, &format!("spec {i}")))
+        .map(|i| daemon.add_spec(&format!("spec {i}")))
         .collect();
     // 24 random ids over 16 first digits: some first digit is shared.
     let shared = ids
@@ -285,10 +234,8 @@ fn ids_take_unambiguous_prefixes_and_refuse_ambiguous_ones() {
 fn graph_updates_are_validated_whole_and_running_a_running_graph_conflicts() {
     let daemon = Daemon::start();
     let repo = git_repo();
-    let a = add_spec(&daemon, "A");
-    create_graph(
-        &daemon,
-        json!({ "name": "g", "workdir": repo.path(), "nodes": [{ "name": "n", "command": "sleep 5" }], "specs": [a] }),
+    let a = daemon.add_spec("A");
+    daemon.create_graph(json!({ "name": "g", "workdir": repo.path(), "nodes": [{ "name": "n", "command": "sleep 5" }], "specs": [a] }),
     );
 
     let (status, answer) = daemon.send(
@@ -328,9 +275,9 @@ fn graph_updates_are_validated_whole_and_running_a_running_graph_conflicts() {
         "a refused update changed the graph"
     );
 
-    let (status, _) = control(&daemon, "g", json!({ "action": "run" }));
+    let (status, _) = daemon.control("g", json!({ "action": "run" }));
     assert_eq!(status, 200);
-    let (status, answer) = control(&daemon, "g", json!({ "action": "run" }));
+    let (status, answer) = daemon.control("g", json!({ "action": "run" }));
     assert_eq!(status, 409);
     assert!(
         answer["error"]["message"]
@@ -339,7 +286,7 @@ fn graph_updates_are_validated_whole_and_running_a_running_graph_conflicts() {
             .contains("already running"),
         "{answer}"
     );
-    let (status, view) = control(&daemon, "g", json!({ "action": "reset" }));
+    let (status, view) = daemon.control("g", json!({ "action": "reset" }));
     assert_eq!(status, 200);
     assert_eq!(view["status"], "idle");
     let (_, runs) = daemon.get("/api/runs?graph=g");
@@ -355,18 +302,16 @@ fn a_blocked_node_pauses_the_graph_and_continue_resumes_it() {
     let repo = git_repo();
     let flag_dir = tempfile::tempdir().unwrap();
     let flag = flag_dir.path().join("unblocked");
-    let a = add_spec(&daemon, "A");
-    let b = add_spec(&daemon, "B");
+    let a = daemon.add_spec("A");
+    let b = daemon.add_spec("B");
     let gate = format!(
         r#"if [ -e {flag} ]; then echo passed; else printf '{{"status":"blocked","blocker":"needs a human"}}' > "$CANOPY_RESULT_FILE"; fi"#,
         flag = flag.display()
     );
-    create_graph(
-        &daemon,
-        json!({ "name": "gated", "workdir": repo.path(), "nodes": [{ "name": "gate", "command": gate }, { "name": "after", "command": "echo after" }], "specs": [a, b] }),
+    daemon.create_graph(json!({ "name": "gated", "workdir": repo.path(), "nodes": [{ "name": "gate", "command": gate }, { "name": "after", "command": "echo after" }], "specs": [a, b] }),
     );
-    control(&daemon, "gated", json!({ "action": "run" }));
-    let view = settled(&daemon, "gated");
+    daemon.control("gated", json!({ "action": "run" }));
+    let view = daemon.settled("gated");
     assert_eq!(view["status"], "paused");
     assert_eq!(
         view["blocker"],
@@ -381,8 +326,8 @@ fn a_blocked_node_pauses_the_graph_and_continue_resumes_it() {
     );
 
     std::fs::write(&flag, "").unwrap();
-    control(&daemon, "gated", json!({ "action": "continue" }));
-    let view = settled(&daemon, "gated");
+    daemon.control("gated", json!({ "action": "continue" }));
+    let view = daemon.settled("gated");
     assert_eq!(view["status"], "completed", "{view:#}");
     assert_eq!(view["blocker"], Value::Null);
     assert_eq!(
@@ -395,12 +340,10 @@ fn a_blocked_node_pauses_the_graph_and_continue_resumes_it() {
 fn a_run_settles_failed_naming_the_failed_specs() {
     let daemon = Daemon::start();
     let repo = git_repo();
-    let ok = add_spec(&daemon, "Works");
-    let bad = add_spec(&daemon, "Breaks");
-    let also_ok = add_spec(&daemon, "Works too");
-    create_graph(
-        &daemon,
-        json!({ "name": "mixed", "workdir": repo.path(), "nodes": [{ "name": "build", "command": "case {{spec_name}} in Breaks) echo compile error >&2; exit 2;; esac" }], "specs": [ok, bad, also_ok] }),
+    let ok = daemon.add_spec("Works");
+    let bad = daemon.add_spec("Breaks");
+    let also_ok = daemon.add_spec("Works too");
+    daemon.create_graph(json!({ "name": "mixed", "workdir": repo.path(), "nodes": [{ "name": "build", "command": "case {{spec_name}} in Breaks) echo compile error >&2; exit 2;; esac" }], "specs": [ok, bad, also_ok] }),
     );
     let output = daemon.cli(&["graph", "run", "mixed", "--wait"]);
     assert!(!output.status.success(), "a failed run exits non-zero");
@@ -457,11 +400,11 @@ fn a_queue_is_drained_in_order_and_grouped_specs_resume_their_siblings_session()
     let tools = tempfile::tempdir().unwrap();
     let daemon = Daemon::start_with_config(&standin_platform(tools.path()));
     let repo = git_repo();
-    let a = add_spec(&daemon, "alpha");
-    let b = add_spec(&daemon, "beta");
-    let c = add_spec(&daemon, "gamma");
-    let d = add_spec(&daemon, "delta");
-    let bound = add_spec(&daemon, "bound-only");
+    let a = daemon.add_spec("alpha");
+    let b = daemon.add_spec("beta");
+    let c = daemon.add_spec("gamma");
+    let d = daemon.add_spec("delta");
+    let bound = daemon.add_spec("bound-only");
     let queue = daemon.json(&["queue", "create", "work", &a, &c]);
     let q = queue["id"].as_str().unwrap().to_string();
     daemon.ok(&["queue", "group", &q, &a, "auth"]);
@@ -488,9 +431,7 @@ fn a_queue_is_drained_in_order_and_grouped_specs_resume_their_siblings_session()
     // A reorder that keeps the group together is fine.
     daemon.ok(&["queue", "reorder", &q, &c, &a, &b, &d]);
 
-    create_graph(
-        &daemon,
-        json!({ "name": "agents", "workdir": repo.path(), "nodes": [{ "name": "work", "platform": "standin", "prompt": "{{spec_name}}" }], "specs": [bound] }),
+    daemon.create_graph(json!({ "name": "agents", "workdir": repo.path(), "nodes": [{ "name": "work", "platform": "standin", "prompt": "{{spec_name}}" }], "specs": [bound] }),
     );
     let output = daemon.ok(&["graph", "run", "agents", "--queue", &q[..8], "--wait"]);
     assert!(output.contains("status:   completed"), "{output}");
@@ -550,15 +491,13 @@ fn a_dirty_tree_pauses_the_run_with_the_first_20_paths_and_each_way_out_works() 
     let log = log_dir.path().join("log.txt");
     let specs: Vec<String> = ["one", "two", "three", "four"]
         .iter()
-        .map(|n| add_spec(&daemon, n))
+        .map(|n| daemon.add_spec(n))
         .collect();
     let queue = daemon.json(&[
         "queue", "create", "q", &specs[0], &specs[1], &specs[2], &specs[3],
     ]);
     let q = queue["id"].as_str().unwrap().to_string();
-    create_graph(
-        &daemon,
-        json!({ "name": "guarded", "workdir": repo.path(), "nodes": [
+    daemon.create_graph(json!({ "name": "guarded", "workdir": repo.path(), "nodes": [
             { "name": "prepare", "command": format!("echo prepare {{{{spec_name}}}} >> {}", log.display()) },
             { "name": "build", "command": format!("echo build {{{{spec_name}}}} >> {}", log.display()) }
         ], "specs": [] }),
@@ -566,12 +505,8 @@ fn a_dirty_tree_pauses_the_run_with_the_first_20_paths_and_each_way_out_works() 
 
     // Dirty at launch: the run pauses before the first spec.
     dirty(repo.path(), 23);
-    control(
-        &daemon,
-        "guarded",
-        json!({ "action": "run", "queue_id": q }),
-    );
-    let view = settled(&daemon, "guarded");
+    daemon.control("guarded", json!({ "action": "run", "queue_id": q }));
+    let view = daemon.settled("guarded");
     assert_eq!(view["status"], "paused");
     let blocker = view["blocker"].as_str().unwrap();
     assert!(
@@ -591,12 +526,11 @@ fn a_dirty_tree_pauses_the_run_with_the_first_20_paths_and_each_way_out_works() 
 
     // Way out 1: a directed start on that spec, at a node; the guard does not refuse it again,
     // but the move to the next spec is guarded again.
-    control(
-        &daemon,
+    daemon.control(
         "guarded",
         json!({ "action": "continue", "mode": "run_from_node", "node": "build" }),
     );
-    let view = settled(&daemon, "guarded");
+    let view = daemon.settled("guarded");
     assert_eq!(view["status"], "paused");
     assert!(
         view["blocker"]
@@ -611,12 +545,11 @@ fn a_dirty_tree_pauses_the_run_with_the_first_20_paths_and_each_way_out_works() 
     for i in 0..23 {
         std::fs::remove_file(repo.path().join(format!("scratch-{i:02}.txt"))).unwrap();
     }
-    control(
-        &daemon,
+    daemon.control(
         "guarded",
         json!({ "action": "continue", "mode": "skip_next_spec" }),
     );
-    let view = settled(&daemon, "guarded");
+    let view = daemon.settled("guarded");
     assert_eq!(view["status"], "completed", "{view:#}");
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
@@ -633,7 +566,7 @@ fn a_dirty_tree_pauses_the_run_with_the_first_20_paths_and_each_way_out_works() 
     );
 
     // Way out 3: allow_dirty_start lets a run advance on a dirty tree.
-    let more = add_spec(&daemon, "five");
+    let more = daemon.add_spec("five");
     daemon.ok(&["queue", "add", &q, &more]);
     dirty(repo.path(), 1);
     let (status, _) = daemon.send(
@@ -658,13 +591,11 @@ fn a_daemon_killed_mid_run_reports_the_run_interrupted_on_restart() {
     let repo = git_repo();
     let marker_dir = tempfile::tempdir().unwrap();
     let started = marker_dir.path().join("started");
-    let a = add_spec(&daemon, "slow");
-    let b = add_spec(&daemon, "next");
-    create_graph(
-        &daemon,
-        json!({ "name": "slow", "workdir": repo.path(), "nodes": [{ "name": "work", "command": format!("touch {}; sleep 30", started.display()) }], "specs": [a, b] }),
+    let a = daemon.add_spec("slow");
+    let b = daemon.add_spec("next");
+    daemon.create_graph(json!({ "name": "slow", "workdir": repo.path(), "nodes": [{ "name": "work", "command": format!("touch {}; sleep 30", started.display()) }], "specs": [a, b] }),
     );
-    control(&daemon, "slow", json!({ "action": "run" }));
+    daemon.control("slow", json!({ "action": "run" }));
     wait_for("the node to start", Duration::from_secs(30), || {
         started.exists().then_some(())
     });
@@ -703,12 +634,10 @@ fn a_graceful_shutdown_records_in_flight_node_runs_as_interrupted() {
     let marker_dir = tempfile::tempdir().unwrap();
     let started = marker_dir.path().join("started");
     let pid_file = marker_dir.path().join("pid");
-    let a = add_spec(&daemon, "slow");
-    create_graph(
-        &daemon,
-        json!({ "name": "slow", "workdir": repo.path(), "nodes": [{ "name": "work", "command": format!("echo $$ > {}; touch {}; sleep 30", pid_file.display(), started.display()) }], "specs": [a] }),
+    let a = daemon.add_spec("slow");
+    daemon.create_graph(json!({ "name": "slow", "workdir": repo.path(), "nodes": [{ "name": "work", "command": format!("echo $$ > {}; touch {}; sleep 30", pid_file.display(), started.display()) }], "specs": [a] }),
     );
-    control(&daemon, "slow", json!({ "action": "run" }));
+    daemon.control("slow", json!({ "action": "run" }));
     wait_for("the node to start", Duration::from_secs(30), || {
         started.exists().then_some(())
     });
@@ -749,10 +678,8 @@ fn a_graceful_shutdown_records_in_flight_node_runs_as_interrupted() {
 fn a_graph_marked_running_with_nothing_running_carries_a_consistency_warning() {
     let mut daemon = Daemon::start();
     let repo = git_repo();
-    let a = add_spec(&daemon, "A");
-    create_graph(
-        &daemon,
-        json!({ "name": "stale", "workdir": repo.path(), "nodes": [{ "name": "n", "command": "true" }], "specs": [a] }),
+    let a = daemon.add_spec("A");
+    daemon.create_graph(json!({ "name": "stale", "workdir": repo.path(), "nodes": [{ "name": "n", "command": "true" }], "specs": [a] }),
     );
     let output = daemon.ok(&["graph", "run", "stale", "--wait"]);
     assert!(output.contains("completed"));

@@ -11,56 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::{Daemon, git_repo, real, script, wait_for};
 
-fn body(objective: &str) -> String {
-    let mut body = format!("<spec>\n<objective>\n{objective}\n</objective>\n");
-    for tag in [
-        "functional_requirements",
-        "non_functional_requirements",
-        "constraints",
-        "guidelines",
-        "in_scope",
-        "out_of_scope",
-    ] {
-        body.push_str(&format!("<{tag}>\n- {tag}\n</{tag}>\n"));
-    }
-    body + "</spec>\n"
-}
-
-fn add_spec(daemon: &Daemon, name: &str) -> String {
-    let (status, spec) = daemon.send(
-        "POST",
-        "/api/specs",
-        &json!({ "name": name, "body": body(name) }),
-    );
-    assert_eq!(status, 201, "{spec}");
-    spec["id"].as_str().unwrap().to_string()
-}
-
-fn create_graph(daemon: &Daemon, graph: Value) -> Value {
-    let (status, body) = daemon.send("POST", "/api/graphs", &graph);
-    assert_eq!(status, 201, "{body}");
-    body
-}
-
 fn patch(daemon: &Daemon, graph: &str, body: Value) -> (u16, Value) {
     daemon.send("PATCH", &format!("/api/graphs/{graph}"), &body)
-}
-
-fn control(daemon: &Daemon, graph: &str, request: Value) -> Value {
-    let (status, view) = daemon.send("POST", &format!("/api/graphs/{graph}/control"), &request);
-    assert_eq!(status, 200, "{view}");
-    view
-}
-
-fn settled(daemon: &Daemon, graph: &str) -> Value {
-    wait_for(
-        &format!("graph {graph} to stop running"),
-        Duration::from_secs(60),
-        || {
-            let (_, view) = daemon.get(&format!("/api/graphs/{graph}"));
-            (view["status"] != "running").then_some(view)
-        },
-    )
 }
 
 /// Waits until the graph has `count` hook runs, none of them queued or running; oldest first.
@@ -122,22 +74,19 @@ impl Setup {
 fn hooks_of_one_event_run_in_order_and_a_failing_one_changes_nothing_else() {
     let s = Setup::new();
     let log = s.log("order.log");
-    let a = add_spec(&s.daemon, "A");
-    create_graph(
-        &s.daemon,
-        json!({
-            "name": "g", "workdir": s.repo.path(), "specs": [a],
-            "nodes": [{ "name": "n", "command": "true" }],
-            "hooks": { "on_completed": [
-                { "command": format!("sleep 0.3; {}", append(&log, "first")) },
-                { "command": "echo broken >&2; exit 3" },
-                { "command": append(&log, "third") }
-            ] }
-        }),
-    );
+    let a = s.daemon.add_spec("A");
+    s.daemon.create_graph(json!({
+        "name": "g", "workdir": s.repo.path(), "specs": [a],
+        "nodes": [{ "name": "n", "command": "true" }],
+        "hooks": { "on_completed": [
+            { "command": format!("sleep 0.3; {}", append(&log, "first")) },
+            { "command": "echo broken >&2; exit 3" },
+            { "command": append(&log, "third") }
+        ] }
+    }));
     let view = {
-        control(&s.daemon, "g", json!({ "action": "run" }));
-        settled(&s.daemon, "g")
+        s.daemon.control_ok("g", json!({ "action": "run" }));
+        s.daemon.settled("g")
     };
     assert_eq!(view["status"], "completed");
     let runs = hook_runs(&s.daemon, "g", 3);
@@ -172,31 +121,26 @@ fn hooks_of_one_event_run_in_order_and_a_failing_one_changes_nothing_else() {
 fn on_completed_fires_once_per_completing_run_and_only_when_a_spec_completed() {
     let s = Setup::new();
     let log = s.log("completed.log");
-    let a = add_spec(&s.daemon, "A");
-    let b = add_spec(&s.daemon, "B");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a, b], "nodes": [{ "name": "n", "command": "echo did {{spec_name}}" }],
+    let a = s.daemon.add_spec("A");
+    let b = s.daemon.add_spec("B");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a, b], "nodes": [{ "name": "n", "command": "echo did {{spec_name}}" }],
                 "hooks": { "on_completed": [{ "command": format!("echo {{{{completed_specs}}}} | tr '\\n' '|' >> {}; echo >> {}", log.display(), log.display()) }] } }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    settled(&s.daemon, "g");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    s.daemon.settled("g");
     hook_runs(&s.daemon, "g", 1);
     assert_eq!(lines(&log), ["A — did A|B — did B|"]);
     // completed → reset → completed fires again.
-    control(&s.daemon, "g", json!({ "action": "reset" }));
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    settled(&s.daemon, "g");
+    s.daemon.control_ok("g", json!({ "action": "reset" }));
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    s.daemon.settled("g");
     hook_runs(&s.daemon, "g", 2);
     assert_eq!(lines(&log).len(), 2);
     // A run that completes no spec (an empty queue) does not fire it.
     let queue = s.daemon.json(&["queue", "create", "empty"]);
-    control(
-        &s.daemon,
-        "g",
-        json!({ "action": "run", "queue_id": queue["id"] }),
-    );
-    let view = settled(&s.daemon, "g");
+    s.daemon
+        .control_ok("g", json!({ "action": "run", "queue_id": queue["id"] }));
+    let view = s.daemon.settled("g");
     assert_eq!(view["status"], "completed");
     let (_, answer) = s.daemon.get("/api/hook-runs?graph=g");
     assert_eq!(answer["runs"].as_array().unwrap().len(), 2);
@@ -206,11 +150,9 @@ fn on_completed_fires_once_per_completing_run_and_only_when_a_spec_completed() {
 fn on_failed_carries_the_failing_spec_and_spec_ids_filter_it() {
     let s = Setup::new();
     let log = s.log("failed.log");
-    let ok = add_spec(&s.daemon, "fine");
-    let bad = add_spec(&s.daemon, "broken");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [ok, bad],
+    let ok = s.daemon.add_spec("fine");
+    let bad = s.daemon.add_spec("broken");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [ok, bad],
                 "nodes": [{ "name": "build", "command": "case {{spec_name}} in broken) exit 1;; esac" }],
                 "hooks": { "on_failed": [
                     { "command": append(&log, "any {{spec_id}} {{node}} {{spec_name}}") },
@@ -218,8 +160,8 @@ fn on_failed_carries_the_failing_spec_and_spec_ids_filter_it() {
                     { "command": append(&log, "only-broken"), "spec_ids": [&bad[..10]] }
                 ] } }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    assert_eq!(settled(&s.daemon, "g")["status"], "failed");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    assert_eq!(s.daemon.settled("g")["status"], "failed");
     let runs = hook_runs(&s.daemon, "g", 2);
     assert_eq!(
         lines(&log),
@@ -243,18 +185,16 @@ fn on_blocked_fires_once_per_pause_including_a_dirty_tree() {
     let s = Setup::new();
     let log = s.log("blocked.log");
     let flag = s.log("flag");
-    let a = add_spec(&s.daemon, "A");
+    let a = s.daemon.add_spec("A");
     let gate = format!(
         r#"if [ -e {} ]; then echo ok; else printf '{{"status":"blocked","blocker":"waiting for review"}}' > "$CANOPY_RESULT_FILE"; fi"#,
         flag.display()
     );
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "gate", "command": gate }],
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "gate", "command": gate }],
                 "hooks": { "on_blocked": [{ "command": format!("printf '%s|%s\\n' {{{{node}}}} {{{{blocker}}}} >> {}", log.display()) }] } }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    assert_eq!(settled(&s.daemon, "g")["status"], "paused");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    assert_eq!(s.daemon.settled("g")["status"], "paused");
     hook_runs(&s.daemon, "g", 1);
     assert_eq!(
         lines(&log),
@@ -266,11 +206,11 @@ fn on_blocked_fires_once_per_pause_including_a_dirty_tree() {
 
     // The pause is over; a dirty tree makes a new pause at the next run, which fires again.
     std::fs::write(&flag, "").unwrap();
-    control(&s.daemon, "g", json!({ "action": "continue" }));
-    assert_eq!(settled(&s.daemon, "g")["status"], "completed");
+    s.daemon.control_ok("g", json!({ "action": "continue" }));
+    assert_eq!(s.daemon.settled("g")["status"], "completed");
     std::fs::write(s.repo.path().join("wip.txt"), "x").unwrap();
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    assert_eq!(settled(&s.daemon, "g")["status"], "paused");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    assert_eq!(s.daemon.settled("g")["status"], "paused");
     hook_runs(&s.daemon, "g", 2);
     let second = &lines(&log)[1];
     assert!(second.starts_with("(none)|dirty tree:"), "{second}");
@@ -279,53 +219,61 @@ fn on_blocked_fires_once_per_pause_including_a_dirty_tree() {
 #[test]
 fn on_spec_completed_fires_per_spec_for_bound_and_queued_specs_with_every_marker() {
     let s = Setup::new();
-    let log = s.log("spec.log");
-    let bound = add_spec(&s.daemon, "bound one");
-    let queued = add_spec(&s.daemon, "queued one");
-    let hostile = add_spec(&s.daemon, "x; touch pwned; $(touch pwned2)");
-    let markers = "{{graph_name}}|{{workdir}}|{{completed_specs}}|{{spec_name}}|{{spec_id}}|{{blocker}}|{{node}}";
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [bound], "nodes": [{ "name": "n", "command": "true" }],
-                "hooks": { "on_spec_completed": [{ "command": format!("printf '%s\\n' \"$CANOPY_HOOK_WORKDIR\" {} >> {}", markers.replace('|', " "), log.display()) }] } }),
-    );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    settled(&s.daemon, "g");
-    hook_runs(&s.daemon, "g", 1);
-    let workdir = real(s.repo.path());
+    let bound = s.daemon.add_spec("bound one");
+    let queued = s.daemon.add_spec("queued one");
+    let hostile = s.daemon.add_spec("x; touch pwned; $(touch pwned2)");
+    let markers = "{{graph_name}} {{workdir}} {{completed_specs}} {{spec_name}} {{spec_id}} {{blocker}} {{node}}";
+    // Each firing writes its own file (events' hooks may run side by side).
+    let out = s.out.path().display().to_string();
+    s.daemon.create_graph(json!({
+        "name": "g", "workdir": s.repo.path(), "specs": [bound], "nodes": [{ "name": "n", "command": "true" }],
+        "hooks": { "on_spec_completed": [{ "command": format!("printf '%s\\n' \"$CANOPY_HOOK_WORKDIR\" {markers} > {out}/fired-{{{{spec_id}}}}.txt") }] }
+    }));
+    let fired = |id: &str| lines(&s.out.path().join(format!("fired-{id}.txt")));
     let expect = |name: &str, id: &str, dir: &str| {
-        vec![
+        let mut values = vec![
             dir.to_string(),
             "g".into(),
             dir.to_string(),
             "(none)".into(),
             name.into(),
             id.into(),
-            "(none)".into(),
-            "(none)".into(),
-        ]
+        ];
+        values.extend(["(none)".to_string(), "(none)".to_string()]);
+        values
     };
-    assert_eq!(lines(&log), expect("bound one", &bound, &workdir));
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    s.daemon.settled("g");
+    hook_runs(&s.daemon, "g", 1);
+    assert_eq!(
+        fired(&bound),
+        expect("bound one", &bound, &real(s.repo.path()))
+    );
 
     // From a queue, in a run with a workdir override: {{workdir}} and CANOPY_HOOK_WORKDIR follow it.
-    std::fs::remove_file(&log).unwrap();
     let other = git_repo();
     let queue = s.daemon.json(&["queue", "create", "q", &queued, &hostile]);
-    control(
-        &s.daemon,
+    s.daemon.control_ok(
         "g",
         json!({ "action": "run", "queue_id": queue["id"], "workdir": other.path() }),
     );
-    settled(&s.daemon, "g");
-    hook_runs(&s.daemon, "g", 3);
+    s.daemon.settled("g");
+    let runs = hook_runs(&s.daemon, "g", 3);
+    let specs: Vec<&str> = runs
+        .iter()
+        .map(|r| r["spec_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        specs,
+        [bound.as_str(), queued.as_str(), hostile.as_str()],
+        "once per spec, in the order they completed"
+    );
     let other_dir = real(other.path());
-    let mut expected = expect("queued one", &queued, &other_dir);
-    expected.extend(expect(
-        "x; touch pwned; $(touch pwned2)",
-        &hostile,
-        &other_dir,
-    ));
-    assert_eq!(lines(&log), expected);
+    assert_eq!(fired(&queued), expect("queued one", &queued, &other_dir));
+    assert_eq!(
+        fired(&hostile),
+        expect("x; touch pwned; $(touch pwned2)", &hostile, &other_dir)
+    );
     for planted in ["pwned", "pwned2"] {
         assert!(
             !other.path().join(planted).exists() && !s.repo.path().join(planted).exists(),
@@ -351,17 +299,15 @@ fn none_renders_in_agent_and_interactive_hooks_too() {
         agent.display()
     ));
     s.daemon.ok(&["session", "new", "--name", "watcher"]);
-    let a = add_spec(&s.daemon, "A");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
+    let a = s.daemon.add_spec("A");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
                 "hooks": { "on_completed": [
                     { "platform": "standin", "prompt": "done {{graph_name}}; blocker {{blocker}}; spec {{spec_name}}" },
                     { "prompt": "graph {{graph_name}} done; blocker {{blocker}}; node {{node}}", "target_session_name": "watcher" }
                 ] } }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    settled(&s.daemon, "g");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    s.daemon.settled("g");
     let runs = hook_runs(&s.daemon, "g", 2);
     assert!(runs.iter().all(|r| r["status"] == "completed"), "{runs:#?}");
     assert_eq!(
@@ -389,11 +335,9 @@ fn none_renders_in_agent_and_interactive_hooks_too() {
 #[test]
 fn hook_configs_are_validated_at_edit_time_naming_event_index_and_field() {
     let s = Setup::new();
-    let a = add_spec(&s.daemon, "A");
-    let outsider = add_spec(&s.daemon, "not in the graph");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }] }),
+    let a = s.daemon.add_spec("A");
+    let outsider = s.daemon.add_spec("not in the graph");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }] }),
     );
     let cases = [
         (
@@ -464,16 +408,14 @@ fn spec_ids_resolve_prefixes_against_the_active_runs_queue() {
     let s = Setup::new();
     let log = s.log("ids.log");
     let flag = s.log("go");
-    let first = add_spec(&s.daemon, "first");
-    let second = add_spec(&s.daemon, "second");
+    let first = s.daemon.add_spec("first");
+    let second = s.daemon.add_spec("second");
     let queue = s.daemon.json(&["queue", "create", "q", &first, &second]);
     let gate = format!(
         r#"if [ -e {} ]; then true; else printf '{{"status":"blocked","blocker":"wait"}}' > "$CANOPY_RESULT_FILE"; fi"#,
         flag.display()
     );
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [], "nodes": [{ "name": "gate", "command": gate }] }),
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [], "nodes": [{ "name": "gate", "command": gate }] }),
     );
     // No active run: a queue member is not a spec of the graph.
     let (status, answer) = patch(
@@ -482,12 +424,9 @@ fn spec_ids_resolve_prefixes_against_the_active_runs_queue() {
         json!({ "hooks": { "on_spec_completed": [{ "command": "true", "spec_ids": [&second[..10]] }] } }),
     );
     assert_eq!(status, 400, "{answer}");
-    control(
-        &s.daemon,
-        "g",
-        json!({ "action": "run", "queue_id": queue["id"] }),
-    );
-    assert_eq!(settled(&s.daemon, "g")["status"], "paused");
+    s.daemon
+        .control_ok("g", json!({ "action": "run", "queue_id": queue["id"] }));
+    assert_eq!(s.daemon.settled("g")["status"], "paused");
     let (status, answer) = patch(
         &s.daemon,
         "g",
@@ -499,8 +438,8 @@ fn spec_ids_resolve_prefixes_against_the_active_runs_queue() {
         json!([second])
     );
     std::fs::write(&flag, "").unwrap();
-    control(&s.daemon, "g", json!({ "action": "continue" }));
-    assert_eq!(settled(&s.daemon, "g")["status"], "completed");
+    s.daemon.control_ok("g", json!({ "action": "continue" }));
+    assert_eq!(s.daemon.settled("g")["status"], "completed");
     hook_runs(&s.daemon, "g", 1);
     assert_eq!(lines(&log), ["second"]);
 }
@@ -510,18 +449,16 @@ fn a_hook_added_mid_run_fires_for_the_remaining_events_only() {
     let s = Setup::new();
     let log = s.log("live.log");
     let flag = s.log("go");
-    let a = add_spec(&s.daemon, "early");
-    let b = add_spec(&s.daemon, "late");
+    let a = s.daemon.add_spec("early");
+    let b = s.daemon.add_spec("late");
     let gate = format!(
         r#"if [ {{{{spec_name}}}} = late ] && [ ! -e {} ]; then printf '{{"status":"blocked","blocker":"wait"}}' > "$CANOPY_RESULT_FILE"; fi"#,
         flag.display()
     );
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a, b], "nodes": [{ "name": "gate", "command": gate }] }),
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a, b], "nodes": [{ "name": "gate", "command": gate }] }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    assert_eq!(settled(&s.daemon, "g")["status"], "paused");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    assert_eq!(s.daemon.settled("g")["status"], "paused");
     // `early` completed before the edit: not retroactive.
     let (status, answer) = patch(
         &s.daemon,
@@ -539,10 +476,13 @@ fn a_hook_added_mid_run_fires_for_the_remaining_events_only() {
         ])
     );
     std::fs::write(&flag, "").unwrap();
-    control(&s.daemon, "g", json!({ "action": "continue" }));
-    settled(&s.daemon, "g");
+    s.daemon.control_ok("g", json!({ "action": "continue" }));
+    s.daemon.settled("g");
     let runs = hook_runs(&s.daemon, "g", 2);
-    assert_eq!(lines(&log), ["spec late", "run done"]);
+    // Each event's hooks run in order; hooks of different events may run side by side.
+    let mut fired = lines(&log);
+    fired.sort();
+    assert_eq!(fired, ["run done", "spec late"]);
     // An edit after the events fired does not re-fire them, and the records keep what fired.
     let (status, _) = patch(
         &s.daemon,
@@ -562,15 +502,13 @@ fn a_hook_added_mid_run_fires_for_the_remaining_events_only() {
 #[test]
 fn hook_runs_record_what_fired_and_can_be_queried() {
     let s = Setup::new();
-    let a = add_spec(&s.daemon, "A");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
+    let a = s.daemon.add_spec("A");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
                 "hooks": { "on_spec_completed": [{ "command": "echo spec {{spec_name}} done; echo warn >&2" }],
                            "on_completed": [{ "command": "sleep 5", "timeout_seconds": 1 }] } }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    settled(&s.daemon, "g");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    s.daemon.settled("g");
     let runs = hook_runs(&s.daemon, "g", 2);
     let spec_run = &runs[0];
     assert_eq!(spec_run["event"], "on_spec_completed");
@@ -625,15 +563,13 @@ fn a_slow_hook_does_not_hold_up_the_next_spec() {
     let s = Setup::new();
     let specs: Vec<String> = ["one", "two", "three"]
         .iter()
-        .map(|n| add_spec(&s.daemon, n))
+        .map(|n| s.daemon.add_spec(n))
         .collect();
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": specs, "nodes": [{ "name": "n", "command": "true" }],
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": specs, "nodes": [{ "name": "n", "command": "true" }],
                 "hooks": { "on_spec_completed": [{ "command": "sleep 3" }] } }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    let view = settled(&s.daemon, "g");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    let view = s.daemon.settled("g");
     assert_eq!(view["status"], "completed");
     let (_, answer) = s.daemon.get("/api/hook-runs?graph=g");
     let unfinished = answer["runs"]
@@ -685,8 +621,8 @@ fn the_legacy_on_completed_column_becomes_a_hook_by_migration() {
         view["hooks"],
         json!({ "on_completed": [{ "command": "echo {{graph_name}} done: {{completed_specs}} > legacy-hook.txt" }] })
     );
-    control(&daemon, "legacy", json!({ "action": "run" }));
-    settled(&daemon, "legacy");
+    daemon.control_ok("legacy", json!({ "action": "run" }));
+    daemon.settled("legacy");
     hook_runs(&daemon, "legacy", 1);
     assert_eq!(
         std::fs::read_to_string(repo.path().join("legacy-hook.txt")).unwrap(),
@@ -710,18 +646,16 @@ fn the_legacy_on_completed_column_becomes_a_hook_by_migration() {
 fn hooks_test_renders_an_events_hooks_and_execute_records_test_runs() {
     let s = Setup::new();
     let log = s.log("test.log");
-    let a = add_spec(&s.daemon, "alpha");
-    let b = add_spec(&s.daemon, "beta");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a, b], "nodes": [{ "name": "n", "command": "echo did {{spec_name}}" }],
+    let a = s.daemon.add_spec("alpha");
+    let b = s.daemon.add_spec("beta");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a, b], "nodes": [{ "name": "n", "command": "echo did {{spec_name}}" }],
                 "hooks": { "on_spec_completed": [
                     { "command": append(&log, "{{spec_name}}") },
                     { "command": append(&log, "only-alpha"), "spec_ids": [&a] }
                 ] } }),
     );
-    control(&s.daemon, "g", json!({ "action": "run" }));
-    settled(&s.daemon, "g");
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    s.daemon.settled("g");
     hook_runs(&s.daemon, "g", 3);
     std::fs::remove_file(&log).unwrap();
 
@@ -763,10 +697,8 @@ fn hooks_test_renders_an_events_hooks_and_execute_records_test_runs() {
 #[test]
 fn interactive_hooks_resolve_names_at_every_fire_and_ids_fail_loudly() {
     let s = Setup::new();
-    let a = add_spec(&s.daemon, "A");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
+    let a = s.daemon.add_spec("A");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
                 "hooks": { "on_completed": [
                     { "prompt": "to the name", "target_session_name": "reviewer" },
                     { "prompt": "to the id", "target_session_id": "0000feedface0000" }
@@ -778,8 +710,8 @@ fn interactive_hooks_resolve_names_at_every_fire_and_ids_fail_loudly() {
             "/api/graphs/g/control",
             &json!({ "action": "reset" }),
         );
-        control(&s.daemon, "g", json!({ "action": "run" }));
-        settled(&s.daemon, "g");
+        s.daemon.control_ok("g", json!({ "action": "run" }));
+        s.daemon.settled("g");
         hook_runs(&s.daemon, "g", expected)
     };
     // Zero live sessions with the name.
@@ -1045,16 +977,14 @@ fn docs_maintenance_on_completed_keeps_the_changelog_and_refuses_stray_edits() {
         sneaky.display()
     ));
     let log_dir = tempfile::tempdir().unwrap();
-    let a = add_spec(&s.daemon, "Login form");
-    let b = add_spec(&s.daemon, "Password reset");
-    create_graph(
-        &s.daemon,
-        json!({ "name": "web", "workdir": s.repo.path(), "specs": [a, b],
+    let a = s.daemon.add_spec("Login form");
+    let b = s.daemon.add_spec("Password reset");
+    s.daemon.create_graph(json!({ "name": "web", "workdir": s.repo.path(), "specs": [a, b],
                 "nodes": [{ "name": "build", "command": format!("echo built >> {}; echo shipped {{{{spec_name}}}}", log_dir.path().join("b.log").display()) }],
                 "hooks": { "on_completed": [{ "mode": "docs-maintenance" }] } }),
     );
-    control(&s.daemon, "web", json!({ "action": "run" }));
-    assert_eq!(settled(&s.daemon, "web")["status"], "completed");
+    s.daemon.control_ok("web", json!({ "action": "run" }));
+    assert_eq!(s.daemon.settled("web")["status"], "completed");
     let runs = hook_runs(&s.daemon, "web", 1);
     assert_eq!(runs[0]["status"], "completed", "{:#}", runs[0]);
     let changelog = std::fs::read_to_string(s.repo.path().join("docs/CHANGELOG.md")).unwrap();
@@ -1070,8 +1000,8 @@ fn docs_maintenance_on_completed_keeps_the_changelog_and_refuses_stray_edits() {
     assert_eq!(status, 200);
     let (status, _) = patch(&s.daemon, "web", json!({ "allow_dirty_start": true }));
     assert_eq!(status, 200);
-    control(&s.daemon, "web", json!({ "action": "run" }));
-    assert_eq!(settled(&s.daemon, "web")["status"], "completed");
+    s.daemon.control_ok("web", json!({ "action": "run" }));
+    assert_eq!(s.daemon.settled("web")["status"], "completed");
     let runs = hook_runs(&s.daemon, "web", 2);
     assert_eq!(runs[1]["status"], "failed");
     assert_eq!(

@@ -18,21 +18,6 @@ use support::{Daemon, wait_for};
 
 const SPECS: usize = 1_000;
 
-fn body(name: &str) -> String {
-    let mut body = format!("<spec>\n<objective>\n{name}\n</objective>\n");
-    for tag in [
-        "functional_requirements",
-        "non_functional_requirements",
-        "constraints",
-        "guidelines",
-        "in_scope",
-        "out_of_scope",
-    ] {
-        body.push_str(&format!("<{tag}>\n-\n</{tag}>\n"));
-    }
-    body + "</spec>\n"
-}
-
 fn get_throughput(daemon: &Daemon, path: &str, window: Duration) -> (usize, f64) {
     let client = reqwest::blocking::Client::new();
     let url = format!("{}{path}", daemon.url);
@@ -58,7 +43,7 @@ fn main() {
         let (status, spec) = daemon.send(
             "POST",
             "/api/specs",
-            &json!({ "name": format!("spec {i}"), "body": body(&format!("spec {i}")) }),
+            &json!({ "name": format!("spec {i}"), "body": support::spec_body(&format!("spec {i}")) }),
         );
         assert_eq!(status, 201);
         ids.push(spec["id"].as_str().unwrap().to_string());

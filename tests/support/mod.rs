@@ -176,6 +176,48 @@ impl Daemon {
         (status, response.json().unwrap_or(Value::Null))
     }
 
+    /// Adds a spec (tagged body around `name`) over the API; returns its id.
+    pub fn add_spec(&self, name: &str) -> String {
+        let (status, spec) = self.send(
+            "POST",
+            "/api/specs",
+            &serde_json::json!({ "name": name, "body": spec_body(name) }),
+        );
+        assert_eq!(status, 201, "{spec}");
+        spec["id"].as_str().unwrap().to_string()
+    }
+
+    /// Creates a graph over the API; returns `graph get`.
+    pub fn create_graph(&self, graph: Value) -> Value {
+        let (status, body) = self.send("POST", "/api/graphs", &graph);
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
+    /// `graph_control`; returns (status, body).
+    pub fn control(&self, graph: &str, request: Value) -> (u16, Value) {
+        self.send("POST", &format!("/api/graphs/{graph}/control"), &request)
+    }
+
+    /// `graph_control` that must succeed; returns `graph get`.
+    pub fn control_ok(&self, graph: &str, request: Value) -> Value {
+        let (status, view) = self.control(graph, request);
+        assert_eq!(status, 200, "{view}");
+        view
+    }
+
+    /// Waits until the graph is no longer running; returns `graph get`.
+    pub fn settled(&self, graph: &str) -> Value {
+        wait_for(
+            &format!("graph {graph} to stop running"),
+            Duration::from_secs(60),
+            || {
+                let (_, view) = self.get(&format!("/api/graphs/{graph}"));
+                (view["status"] != "running").then_some(view)
+            },
+        )
+    }
+
     /// Stops the daemon with SIGTERM and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -213,6 +255,22 @@ impl Drop for Daemon {
             self.stop();
         }
     }
+}
+
+/// A spec body in the tagged format, with `objective` as its objective.
+pub fn spec_body(objective: &str) -> String {
+    let mut body = format!("<spec>\n<objective>\n{objective}\n</objective>\n");
+    for tag in [
+        "functional_requirements",
+        "non_functional_requirements",
+        "constraints",
+        "guidelines",
+        "in_scope",
+        "out_of_scope",
+    ] {
+        body.push_str(&format!("<{tag}>\n- {tag}\n</{tag}>\n"));
+    }
+    body + "</spec>\n"
 }
 
 /// A temp dir holding a git repo with one commit.
