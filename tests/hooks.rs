@@ -1009,3 +1009,85 @@ fn docs_maintenance_on_completed_keeps_the_changelog_and_refuses_stray_edits() {
         "docs maintenance changed files outside docs_paths (docs, README.md): src/lib.rs"
     );
 }
+
+#[test]
+fn the_hook_catalog_and_event_taxonomy_describe_what_is_configured() {
+    let s = Setup::new();
+    let a = s.daemon.add_spec("A");
+    s.daemon.create_graph(json!({
+        "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
+        "hooks": {
+            "on_completed": [{ "command": "true" }, { "mode": "docs-maintenance" }],
+            "on_spec_completed": [{ "command": "echo {{spec_name}}", "spec_ids": [&a] }]
+        }
+    }));
+    let (_, all) = s.daemon.get("/api/hooks/catalog");
+    let hooks = all["hooks"].as_array().unwrap();
+    let listed: Vec<(String, i64, String, String)> = hooks
+        .iter()
+        .map(|h| {
+            (
+                h["event"].as_str().unwrap().to_string(),
+                h["index"].as_i64().unwrap(),
+                h["mode"].as_str().unwrap().to_string(),
+                h["executor"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (
+                "on_completed".to_string(),
+                0,
+                "command".to_string(),
+                "command".to_string()
+            ),
+            (
+                "on_completed".to_string(),
+                1,
+                "docs-maintenance".to_string(),
+                "docs-maintenance".to_string()
+            ),
+            (
+                "on_spec_completed".to_string(),
+                0,
+                "command".to_string(),
+                "command".to_string()
+            ),
+        ]
+    );
+    assert_eq!(hooks[2]["spec_ids"], json!([a]));
+    let (_, only) = s
+        .daemon
+        .get("/api/hooks/catalog?event=on_completed&mode=docs-maintenance");
+    assert_eq!(only["hooks"].as_array().unwrap().len(), 1);
+    let table = s.daemon.ok(&["hooks", "list", "--graph", "g"]);
+    assert!(
+        table.contains("on_spec_completed[0]") && table.contains("command 0.1.0"),
+        "{table}"
+    );
+
+    let events = s.daemon.json(&["hooks", "events"]);
+    let names: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "on_completed",
+            "on_failed",
+            "on_blocked",
+            "on_spec_completed"
+        ]
+    );
+    assert_eq!(
+        events["events"][1]["markers"],
+        json!(["graph_name", "workdir", "blocker", "node", "spec_id"])
+    );
+    assert_eq!(events["events"][3]["spec_ids"], true);
+    assert_eq!(events["events"][0]["spec_ids"], false);
+}

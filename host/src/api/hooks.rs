@@ -20,6 +20,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/hook-runs", get(list_runs))
         .route("/hooks/events", get(events))
+        .route("/hooks/catalog", get(catalog))
         .route("/graphs/{name}/hooks/test", post(test))
 }
 
@@ -109,6 +110,76 @@ async fn events() -> ApiJson<Value> {
     ApiJson(
         json!({ "events": events, "markers": HOOK_MARKERS, "unset_marker_value": crate::markers::NONE }),
     )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogQuery {
+    #[serde(default)]
+    graph: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+/// Every configured hook across graphs (or one graph), in firing order per event, with the
+/// executor that would run it now.
+async fn catalog(
+    State(state): State<AppState>,
+    Query(query): Query<CatalogQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let event = query
+        .event
+        .as_deref()
+        .map(|e| {
+            HookEvent::parse(e).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "field `event`: unknown event `{e}`; the events are {}",
+                    HookEvent::names()
+                ))
+            })
+        })
+        .transpose()?;
+    let graphs = match &query.graph {
+        Some(name) => vec![state.engine.get_graph(name)?],
+        None => state.engine.list_graphs()?,
+    };
+    let mut hooks = Vec::new();
+    for view in graphs {
+        for candidate in EVENTS {
+            if event.is_some_and(|e| e != candidate) {
+                continue;
+            }
+            for (index, hook) in crate::hooks::config::hooks_of(&view.graph.hooks, candidate)
+                .into_iter()
+                .enumerate()
+            {
+                let mode = crate::plugins::split_work_config(
+                    &crate::hooks::config::executor_config(&hook),
+                )
+                .ok()
+                .map(|w| w.mode);
+                if query.mode.is_some() && query.mode != mode {
+                    continue;
+                }
+                let executor = mode
+                    .as_deref()
+                    .and_then(|m| state.plugins.plugin_ref(m).ok());
+                hooks.push(json!({
+                    "graph": view.graph.name,
+                    "graph_id": view.graph.id,
+                    "event": candidate.as_str(),
+                    "index": index,
+                    "mode": mode,
+                    "executor": executor,
+                    "spec_ids": hook.get("spec_ids"),
+                    "config": hook,
+                }));
+            }
+        }
+    }
+    Ok(ApiJson(json!({ "hooks": hooks })))
 }
 
 #[derive(Debug, Deserialize)]

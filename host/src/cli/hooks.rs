@@ -28,6 +28,17 @@ pub enum HooksCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Every configured hook (the catalog), with the executor that would run it.
+    List {
+        #[arg(long)]
+        graph: Option<String>,
+        #[arg(long)]
+        event: Option<String>,
+        #[arg(long)]
+        mode: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// The events hooks can be keyed by and the markers each provides.
     Events {
         #[arg(long)]
@@ -136,6 +147,54 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                 print!(
                     "{}",
                     table::render(&HOOK_RUN_HEADERS, &hook_run_rows(&answer["runs"]))
+                );
+            }
+        }
+        HooksCommand::List {
+            graph,
+            event,
+            mode,
+            json,
+        } => {
+            let mut query: Vec<(&str, String)> = Vec::new();
+            for (key, value) in [("graph", graph), ("event", event), ("mode", mode)] {
+                if let Some(value) = value {
+                    query.push((key, value));
+                }
+            }
+            let request = client
+                .request(reqwest::Method::GET, "/api/hooks/catalog")
+                .query(&query);
+            let answer: Value = client.send(request).await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                let rows: Vec<Vec<String>> = answer["hooks"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|h| {
+                        let executor = match &h["executor"] {
+                            Value::Object(e) => format!(
+                                "{} {}",
+                                e["name"].as_str().unwrap_or_default(),
+                                e["version"].as_str().unwrap_or_default()
+                            ),
+                            _ => "(no executor installed)".to_string(),
+                        };
+                        vec![
+                            str_at(h, "/graph").to_string(),
+                            format!("{}[{}]", str_at(h, "/event"), h["index"]),
+                            h["mode"].as_str().unwrap_or("?").to_string(),
+                            executor,
+                            h["config"].to_string(),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table::render(&["GRAPH", "EVENT", "MODE", "EXECUTOR", "CONFIG"], &rows)
                 );
             }
         }
