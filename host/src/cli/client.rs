@@ -11,8 +11,16 @@ use crate::datadir::DataDir;
 pub struct Client {
     base: String,
     http: reqwest::Client,
+    /// For long-lived streams (`inbox --follow`): no overall deadline.
+    streaming: reqwest::Client,
     data_dir: std::path::PathBuf,
 }
+
+/// How long connecting to the daemon may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long one request may take (a dry run with `--execute` waits for its hooks).
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl Client {
     /// Reads the daemon's address from the data dir. Fails, saying how to start a daemon, when
@@ -25,11 +33,19 @@ impl Client {
         }
         let http = reqwest::Client::builder()
             .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .context("cannot build the HTTP client")?;
+        let streaming = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;
         Ok(Self {
             base,
             http,
+            streaming,
             data_dir: data.root().to_path_buf(),
         })
     }
@@ -85,6 +101,11 @@ impl Client {
     /// DELETE.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         self.send(self.http.delete(self.url(path))).await
+    }
+
+    /// A request for a long-lived stream: connect timeout only.
+    pub fn stream(&self, path: &str) -> reqwest::RequestBuilder {
+        self.streaming.get(self.url(path))
     }
 
     /// A request builder for anything else.
