@@ -64,6 +64,7 @@ extern crate self as canopy_plugin_sdk;
 pub mod agent;
 mod command;
 mod config;
+pub mod fs;
 mod manifest;
 mod outcome;
 

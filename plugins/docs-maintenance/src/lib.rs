@@ -13,7 +13,6 @@
 //! the agent). Nothing more.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use canopy_plugin_sdk::agent::{AgentRequest, run_agent};
@@ -263,11 +262,6 @@ fn append_changelog(workdir: &str, changelog: &str, entry: &str) -> Result<(), S
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
         Err(err) => return Err(format!("cannot read `{changelog}`: {err}")),
     };
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|err| format!("cannot open `{changelog}` for writing: {err}"))?;
     let mut text = String::new();
     match existing {
         None => text.push_str("# Changelog\n\n"),
@@ -277,8 +271,7 @@ fn append_changelog(workdir: &str, changelog: &str, entry: &str) -> Result<(), S
         Some(_) => {}
     }
     text.push_str(entry);
-    file.write_all(text.as_bytes())
-        .map_err(|err| format!("cannot write `{changelog}`: {err}"))
+    canopy_plugin_sdk::fs::append(&path, text.as_bytes())
 }
 
 /// Paths git reports as changed, each with a (size, mtime) stamp when the file exists.

@@ -8,8 +8,6 @@
 //! With `line` set, that one rendered line is appended; without it, one `name=value` line per
 //! marker. It needs `fs-write:.` (read-write access to the workdir) and nothing else.
 
-use std::io::Write as _;
-
 use canopy_plugin_sdk::{Config, Escape, Executor, Invocation, Manifest, Outcome, export_executor};
 use serde::Deserialize;
 
@@ -71,13 +69,7 @@ impl Executor for AppendFile {
                 .collect(),
         };
         let path = format!("{}/{}", invocation.workdir(), config.file);
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|err| format!("cannot open {path}: {err}"))?;
-        file.write_all(text.as_bytes())
-            .map_err(|err| format!("cannot append to {path}: {err}"))?;
+        canopy_plugin_sdk::fs::append(&path, text.as_bytes())?;
         Ok(Outcome::completed().with_summary(format!(
             "appended {} bytes to {}",
             text.len(),
