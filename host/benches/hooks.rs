@@ -41,14 +41,7 @@ impl HostServices for NoServices {
 
 fn body() -> String {
     let mut body = "<spec>\n<objective>\nbench\n</objective>\n".to_string();
-    for tag in [
-        "functional_requirements",
-        "non_functional_requirements",
-        "constraints",
-        "guidelines",
-        "in_scope",
-        "out_of_scope",
-    ] {
+    for tag in &canopy::engine::spec_format::SECTIONS[1..] {
         body.push_str(&format!("<{tag}>\n-\n</{tag}>\n"));
     }
     body + "</spec>\n"

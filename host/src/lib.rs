@@ -15,3 +15,4 @@ pub mod markers;
 pub mod plugins;
 pub mod sessions;
 pub mod store;
+pub mod text;

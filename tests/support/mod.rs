@@ -260,14 +260,7 @@ impl Drop for Daemon {
 /// A spec body in the tagged format, with `objective` as its objective.
 pub fn spec_body(objective: &str) -> String {
     let mut body = format!("<spec>\n<objective>\n{objective}\n</objective>\n");
-    for tag in [
-        "functional_requirements",
-        "non_functional_requirements",
-        "constraints",
-        "guidelines",
-        "in_scope",
-        "out_of_scope",
-    ] {
+    for tag in &canopy::engine::spec_format::SECTIONS[1..] {
         body.push_str(&format!("<{tag}>\n- {tag}\n</{tag}>\n"));
     }
     body + "</spec>\n"

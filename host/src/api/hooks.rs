@@ -40,6 +40,16 @@ struct RunsQuery {
     last: Option<usize>,
 }
 
+/// Parses an event name; the error lists the events.
+fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
+    HookEvent::parse(text).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "field `event`: unknown event `{text}`; the events are {}",
+            HookEvent::names()
+        ))
+    })
+}
+
 /// Parses `since`: an instant (RFC 3339) or a span back from now.
 fn parse_since(text: &str) -> Result<String, ApiError> {
     let instant = humantime::parse_rfc3339_weak(text)
@@ -57,18 +67,7 @@ async fn list_runs(
         .as_deref()
         .map(|g| state.engine.get_graph(g).map(|v| v.graph.id))
         .transpose()?;
-    let event = query
-        .event
-        .as_deref()
-        .map(|e| {
-            HookEvent::parse(e).ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "field `event`: unknown event `{e}`; the events are {}",
-                    HookEvent::names()
-                ))
-            })
-        })
-        .transpose()?;
+    let event = query.event.as_deref().map(parse_event).transpose()?;
     if let Some(status) = &query.status
         && !STATUSES.contains(&status.as_str())
     {
@@ -129,18 +128,7 @@ async fn catalog(
     State(state): State<AppState>,
     Query(query): Query<CatalogQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let event = query
-        .event
-        .as_deref()
-        .map(|e| {
-            HookEvent::parse(e).ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "field `event`: unknown event `{e}`; the events are {}",
-                    HookEvent::names()
-                ))
-            })
-        })
-        .transpose()?;
+    let event = query.event.as_deref().map(parse_event).transpose()?;
     let graphs = match &query.graph {
         Some(name) => vec![state.engine.get_graph(name)?],
         None => state.engine.list_graphs()?,
@@ -204,13 +192,7 @@ async fn test(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<TestBody>,
 ) -> Result<ApiJson<DryRun>, ApiError> {
-    let event = HookEvent::parse(&body.event).ok_or_else(|| {
-        ApiError::bad_request(format!(
-            "field `event`: unknown event `{}`; the events are {}",
-            body.event,
-            HookEvent::names()
-        ))
-    })?;
+    let event = parse_event(&body.event)?;
     let (graph, run, engine_event) =
         state
             .engine

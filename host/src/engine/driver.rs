@@ -329,17 +329,6 @@ fn finish_spec(
     Ok(())
 }
 
-fn truncate(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    let mut start = text.len() - limit;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("…{}", &text[start..])
-}
-
 /// Calls the executor for one node and records what came of it. Returns the events to emit.
 async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, EngineError> {
     let NodeStep {
@@ -418,7 +407,7 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
                     status,
                     report.outcome.summary.clone(),
                     reason,
-                    Some(truncate(&report.outcome.detail, DETAIL_LIMIT)),
+                    Some(crate::text::tail(&report.outcome.detail, DETAIL_LIMIT)),
                     report.outcome.harness_session.clone(),
                     Some(report.plugin.clone()),
                 )

@@ -301,7 +301,7 @@ fn finished_of(
         Ok(report) => {
             let rendered =
                 Some(json!({ "config": report.rendered_config, "markers": markers_json }));
-            let output = Some(tail(&report.outcome.detail, OUTPUT_LIMIT));
+            let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
             let (status, error) = match report.outcome.status {
                 Status::Completed => ("completed", None),
                 Status::Failed { reason } if reason.starts_with("timed out") => {
@@ -339,17 +339,6 @@ fn finished_of(
             ..Finished::default()
         },
     }
-}
-
-fn tail(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    let mut start = text.len() - limit;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("…{}", &text[start..])
 }
 
 impl EventSink for HookDispatcher {
