@@ -625,6 +625,25 @@ fn a_daemon_killed_mid_run_reports_the_run_interrupted_on_restart() {
     ));
     assert_eq!(run["node_runs"].as_array().unwrap().len(), 1);
     assert_eq!(view["consistency_warning"], Value::Null);
+
+    // The way out the blocker names: run the interrupted spec again from a node.
+    let (status, _) = daemon.send(
+        "PATCH",
+        "/api/graphs/slow",
+        &json!({ "nodes": [{ "name": "work", "command": "echo redone {{spec_name}}" }] }),
+    );
+    assert_eq!(status, 200);
+    daemon.control_ok(
+        "slow",
+        json!({ "action": "continue", "mode": "run_from_node", "node": "work" }),
+    );
+    let view = daemon.settled("slow");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert_eq!(
+        results(&view),
+        pairs(&[("slow", "completed"), ("next", "completed")])
+    );
+    assert_eq!(view["progress"][0]["summary"], "redone slow");
 }
 
 #[test]

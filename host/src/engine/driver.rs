@@ -329,6 +329,24 @@ fn finish_spec(
     Ok(())
 }
 
+/// How a node run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Completed,
+    Failed,
+    Blocked,
+}
+
+impl Ended {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Blocked => "blocked",
+        }
+    }
+}
+
 /// Calls the executor for one node and records what came of it. Returns the events to emit.
 async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, EngineError> {
     let NodeStep {
@@ -399,9 +417,9 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
         let (status, summary, reason, detail, session, plugin) = match &result {
             Ok(report) => {
                 let (status, reason) = match &report.outcome.status {
-                    Status::Completed => ("completed", None),
-                    Status::Failed { reason } => ("failed", Some(reason.clone())),
-                    Status::Blocked { blocker } => ("blocked", Some(blocker.clone())),
+                    Status::Completed => (Ended::Completed, None),
+                    Status::Failed { reason } => (Ended::Failed, Some(reason.clone())),
+                    Status::Blocked { blocker } => (Ended::Blocked, Some(blocker.clone())),
                 };
                 (
                     status,
@@ -412,7 +430,7 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
                     Some(report.plugin.clone()),
                 )
             }
-            Err(err) => ("failed", None, Some(err.to_string()), None, None, None),
+            Err(err) => (Ended::Failed, None, Some(err.to_string()), None, None, None),
         };
         tx.execute(
             "UPDATE node_runs SET status = ?2, summary = ?3, reason = ?4, detail = ?5, harness_session = ?6,
@@ -420,7 +438,7 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
              WHERE id = ?1",
             params![
                 node_run_id,
-                status,
+                status.as_str(),
                 summary,
                 reason,
                 detail,
@@ -439,13 +457,13 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
             )?;
         }
         match status {
-            "completed" if node_index + 1 < node_count => {
+            Ended::Completed if node_index + 1 < node_count => {
                 tx.execute(
                     "UPDATE run_specs SET next_node = ?3 WHERE run_id = ?1 AND spec_id = ?2",
                     params![run.run_id, spec_id, (node_index + 1) as i64],
                 )?;
             }
-            "completed" => {
+            Ended::Completed => {
                 finish_spec(tx, &run.run_id, &spec_id, "completed", summary.as_deref())?;
                 super::specs::set_summary(tx, &spec_id, summary.as_deref())?;
                 events.push(EngineEvent::SpecCompleted {
@@ -453,7 +471,7 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
                     spec: CompletedSpec { id: spec_id.clone(), name: spec_name.clone(), summary: summary.clone() },
                 });
             }
-            "blocked" => {
+            Ended::Blocked => {
                 tx.execute(
                     "UPDATE run_specs SET status = 'blocked' WHERE run_id = ?1 AND spec_id = ?2",
                     params![run.run_id, spec_id],
@@ -467,7 +485,7 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
                 pause(tx, &run.graph_id, &run.run_id, &blocker)?;
                 events.push(EngineEvent::RunBlocked { run: run.clone(), blocker, node: Some(node_name.clone()), spec_id: Some(spec_id.clone()) });
             }
-            _ => finish_spec(tx, &run.run_id, &spec_id, "failed", None)?,
+            Ended::Failed => finish_spec(tx, &run.run_id, &spec_id, "failed", None)?,
         }
         Ok(events)
     })

@@ -946,10 +946,23 @@ fn continue_run(
                     names.join(", ")
                 ));
             };
-            match &blocked {
+            // The spec the run stopped on -- blocked, or cut off by an interruption -- is the
+            // one a directed start runs again; otherwise it applies to the next spec.
+            let stopped_on = match &blocked {
+                Some(spec) => Some(spec.clone()),
+                None if run.status == "interrupted" => tx
+                    .query_row(
+                        "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'interrupted' ORDER BY ordinal DESC LIMIT 1",
+                        [&run_id],
+                        |r| r.get(0),
+                    )
+                    .optional()?,
+                None => None,
+            };
+            match &stopped_on {
                 Some(spec) => {
                     tx.execute(
-                        "UPDATE run_specs SET status = 'running', next_node = ?3 WHERE run_id = ?1 AND spec_id = ?2",
+                        "UPDATE run_specs SET status = 'running', next_node = ?3, finished_at = NULL WHERE run_id = ?1 AND spec_id = ?2",
                         params![run_id, spec, index as i64],
                     )?;
                 }
