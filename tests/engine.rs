@@ -713,3 +713,64 @@ fn a_graph_marked_running_with_nothing_running_carries_a_consistency_warning() {
     let warning = view["consistency_warning"].as_str().unwrap();
     assert!(warning.starts_with("graph `stale` is marked running, but no node run is in progress and no resume is scheduled"), "{warning}");
 }
+
+#[test]
+fn a_blocked_spec_can_be_skipped_or_restarted_from_a_node_and_busy_things_are_not_deleted() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("log.txt");
+    let specs: Vec<String> = ["one", "two", "three"]
+        .iter()
+        .map(|n| daemon.add_spec(n))
+        .collect();
+    let queue = daemon.json(&["queue", "create", "q", &specs[0], &specs[1], &specs[2]]);
+    let q = queue["id"].as_str().unwrap().to_string();
+    // Every spec blocks at `check` the first time it gets there.
+    let check = format!(
+        r#"if grep -qx "check {{{{spec_name}}}}" {log}; then echo ok; else echo check {{{{spec_name}}}} >> {log}; printf '{{"status":"blocked","blocker":"look at it"}}' > "$CANOPY_RESULT_FILE"; fi"#,
+        log = log.display()
+    );
+    daemon.create_graph(json!({ "name": "g", "workdir": repo.path(), "specs": [], "nodes": [
+        { "name": "prepare", "command": format!("echo prepare {{{{spec_name}}}} >> {}", log.display()) },
+        { "name": "check", "command": check },
+        { "name": "ship", "command": format!("echo ship {{{{spec_name}}}} >> {}", log.display()) }
+    ] }));
+    daemon.control_ok("g", json!({ "action": "run", "queue_id": q }));
+    assert_eq!(daemon.settled("g")["status"], "paused");
+
+    // Busy things are not deleted.
+    let err = daemon.fails(&["spec", "rm", &specs[0]]);
+    assert!(err.contains("is still used by queue q"), "{err}");
+    let err = daemon.fails(&["queue", "rm", &q]);
+    assert!(err.contains("is being drained by graph `g`"), "{err}");
+
+    // Skip the blocked spec: the run moves on to `two`, which blocks too.
+    daemon.control_ok(
+        "g",
+        json!({ "action": "continue", "mode": "skip_next_spec" }),
+    );
+    assert_eq!(daemon.settled("g")["status"], "paused");
+    // Restart `two` from its first node; then `three` blocks, and a plain continue re-runs the
+    // blocked node.
+    daemon.control_ok(
+        "g",
+        json!({ "action": "continue", "mode": "run_from_node", "node": "prepare" }),
+    );
+    assert_eq!(daemon.settled("g")["status"], "paused");
+    daemon.control_ok("g", json!({ "action": "continue" }));
+    let view = daemon.settled("g");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert_eq!(
+        results(&view),
+        pairs(&[
+            ("one", "skipped"),
+            ("two", "completed"),
+            ("three", "completed")
+        ])
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "prepare one\ncheck one\nprepare two\ncheck two\nprepare two\nship two\nprepare three\ncheck three\nship three\n"
+    );
+}
