@@ -29,6 +29,25 @@ pub enum EngineError {
     Internal(#[from] anyhow::Error),
 }
 
+impl From<crate::store::ids::IdError> for EngineError {
+    fn from(err: crate::store::ids::IdError) -> Self {
+        use crate::store::ids::IdError;
+        match err {
+            IdError::NotFound { kind, id } => Self::NotFound { kind, id },
+            IdError::Ambiguous {
+                kind,
+                prefix,
+                candidates,
+            } => Self::Ambiguous {
+                kind,
+                prefix,
+                candidates,
+            },
+            IdError::Sql(err) => Self::Internal(err.into()),
+        }
+    }
+}
+
 impl From<rusqlite::Error> for EngineError {
     fn from(err: rusqlite::Error) -> Self {
         Self::Internal(err.into())

@@ -158,7 +158,7 @@ pub fn resolve(conn: &Connection, name_or_id: &str) -> Result<String, EngineErro
         .optional()?;
     match by_name {
         Some(id) => Ok(id),
-        None => ids::resolve(conn, "graphs", "graph", name_or_id),
+        None => Ok(ids::resolve(conn, "graphs", "graph", name_or_id)?),
     }
 }
 

@@ -48,7 +48,7 @@ pub struct NewQueue {
 
 /// Resolves a queue id or prefix.
 pub fn resolve(conn: &Connection, prefix: &str) -> Result<String, EngineError> {
-    ids::resolve(conn, "queues", "queue", prefix)
+    Ok(ids::resolve(conn, "queues", "queue", prefix)?)
 }
 
 /// The members of a queue in order, with their status.

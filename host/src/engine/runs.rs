@@ -129,7 +129,7 @@ pub fn get(conn: &Connection, id: &str) -> Result<Run, EngineError> {
 
 /// Resolves a run id or prefix.
 pub fn resolve(conn: &Connection, prefix: &str) -> Result<String, EngineError> {
-    ids::resolve(conn, "runs", "run", prefix)
+    Ok(ids::resolve(conn, "runs", "run", prefix)?)
 }
 
 /// Runs, newest first, optionally of one graph.

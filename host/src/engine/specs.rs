@@ -140,7 +140,7 @@ pub fn list(conn: &Connection, workdir: Option<&str>) -> Result<Vec<Spec>, Engin
 
 /// Resolves an id or prefix.
 pub fn resolve(conn: &Connection, prefix: &str) -> Result<String, EngineError> {
-    ids::resolve(conn, "specs", "spec", prefix)
+    Ok(ids::resolve(conn, "specs", "spec", prefix)?)
 }
 
 /// One spec by id or prefix.

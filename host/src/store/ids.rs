@@ -2,7 +2,23 @@
 
 use rusqlite::Connection;
 
-use crate::engine::EngineError;
+/// An id or prefix that does not name exactly one row.
+#[derive(Debug, thiserror::Error)]
+pub enum IdError {
+    /// Nothing matches.
+    #[error("no {kind} matches `{id}`")]
+    NotFound { kind: &'static str, id: String },
+    /// Several match.
+    #[error("{kind} id prefix `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
+    Ambiguous {
+        kind: &'static str,
+        prefix: String,
+        candidates: Vec<String>,
+    },
+    /// The lookup itself failed.
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+}
 
 /// Candidates listed when a prefix is ambiguous.
 const MAX_CANDIDATES: usize = 10;
@@ -13,10 +29,10 @@ pub fn resolve(
     table: &'static str,
     kind: &'static str,
     prefix: &str,
-) -> Result<String, EngineError> {
+) -> Result<String, IdError> {
     let prefix = prefix.trim();
     if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(EngineError::NotFound {
+        return Err(IdError::NotFound {
             kind,
             id: prefix.to_string(),
         });
@@ -30,12 +46,12 @@ pub fn resolve(
         .query_map([prefix.to_ascii_lowercase()], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     match ids.as_slice() {
-        [] => Err(EngineError::NotFound {
+        [] => Err(IdError::NotFound {
             kind,
             id: prefix.to_string(),
         }),
         [one] => Ok(one.clone()),
-        _ => Err(EngineError::Ambiguous {
+        _ => Err(IdError::Ambiguous {
             kind,
             prefix: prefix.to_string(),
             candidates: ids.into_iter().take(MAX_CANDIDATES).collect(),
