@@ -5,6 +5,7 @@
 //! executor host, writes every state change in one transaction, runs one driver task per running
 //! graph, and reports what happens as [`EngineEvent`]s to an [`EventSink`] (where hooks attach).
 
+mod control;
 mod driver;
 mod error;
 pub mod events;
@@ -14,27 +15,32 @@ pub mod queues;
 pub mod runs;
 pub mod spec_format;
 pub mod specs;
+mod view;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
+use rusqlite::Connection;
 use serde_json::Value;
 
+pub use control::ControlRequest;
 pub use error::{EngineError, invalid};
 pub use events::{EngineEvent, EventSink, LogEvents};
 pub use graphs::{Graph, GraphInput, GraphStatus, Node};
 pub use queues::{NewQueue, Queue};
 pub use runs::{NodeRun, Run, RunSpec};
 pub use specs::{NewSpec, Spec, SpecPatch};
+pub use view::{GraphView, Progress, RunView};
 
-use crate::hooks::runs::{HookRun, HookRunFilter};
+use control::{continue_run, interrupt_active, reset, start_run};
+use view::{RECENT_HOOK_RUNS, RECENT_NODE_RUNS, progress, remaining_events};
+
+use crate::hooks::runs::HookRunFilter;
 use crate::hooks::{HookEvent, HookMap, SpecScope, validate_hooks};
 
 use crate::markers::NODE_MARKERS;
 use crate::plugins::{PluginError, PluginHost, split_work_config};
-use crate::store::{self, Store, ids};
+use crate::store::{Store, ids};
 
 /// The engine. Cheap to clone.
 #[derive(Clone)]
@@ -54,92 +60,6 @@ struct Inner {
     events: Arc<dyn EventSink>,
     /// The driver task of each running graph.
     drivers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
-}
-
-/// A graph with what `graph get` adds: the current run, progress, warnings.
-#[derive(Debug, Clone, Serialize)]
-pub struct GraphView {
-    #[serde(flatten)]
-    pub graph: Graph,
-    /// Set when the graph says running but nothing runs and nothing is scheduled.
-    pub consistency_warning: Option<String>,
-    pub current_run: Option<RunView>,
-    /// Each spec of the current run's source (its queue's members, or the bound specs) and
-    /// what the run did with it, reconstructed from the run history.
-    pub progress: Vec<Progress>,
-    /// The hook runs of the current run, newest first.
-    pub completion_hook_runs: Vec<HookRun>,
-    /// After an update that changed hooks while a run is active: the events of that run still
-    /// to come, which the new hooks will serve.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub remaining_events: Option<Vec<String>>,
-}
-
-/// The events an active run can still fire.
-fn remaining_events(view: &GraphView, _run: &RunView) -> Vec<String> {
-    let mut events = Vec::new();
-    if view
-        .progress
-        .iter()
-        .any(|p| matches!(p.result.as_str(), "not_reached" | "running" | "blocked"))
-    {
-        events.push(HookEvent::OnSpecCompleted.as_str().to_string());
-    }
-    for event in [
-        HookEvent::OnBlocked,
-        HookEvent::OnCompleted,
-        HookEvent::OnFailed,
-    ] {
-        events.push(event.as_str().to_string());
-    }
-    events
-}
-
-/// Node runs `graph get` shows of the current run (the latest ones; `GET /api/runs/{id}` has all).
-const RECENT_NODE_RUNS: usize = 20;
-
-/// Hook runs `graph get` shows of the current run.
-const RECENT_HOOK_RUNS: usize = 50;
-
-/// A run with its specs and node runs.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunView {
-    #[serde(flatten)]
-    pub run: Run,
-    pub specs: Vec<RunSpec>,
-    pub node_runs: Vec<NodeRun>,
-}
-
-/// One spec of a run's source and what the run did with it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Progress {
-    pub position: usize,
-    pub spec_id: String,
-    pub spec_name: String,
-    pub group: Option<String>,
-    /// The spec's status in this run, or `not_reached`.
-    pub result: String,
-    pub summary: Option<String>,
-}
-
-/// A `graph_control` request.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ControlRequest {
-    /// `run`, `reset` or `continue`.
-    pub action: String,
-    /// run: drain this queue instead of the bound specs.
-    #[serde(default)]
-    pub queue_id: Option<String>,
-    /// run: use this workdir for this run.
-    #[serde(default)]
-    pub workdir: Option<String>,
-    /// continue: `run_from_node` or `skip_next_spec`; none resumes.
-    #[serde(default)]
-    pub mode: Option<String>,
-    /// continue with `run_from_node`: the node to start the next spec at.
-    #[serde(default)]
-    pub node: Option<String>,
 }
 
 impl Engine {
@@ -760,300 +680,4 @@ impl Engine {
         })?;
         Ok(events.len())
     }
-}
-
-/// Each spec of the run's source and what this run did with it.
-fn progress(conn: &Connection, graph: &Graph, run: &RunView) -> Result<Vec<Progress>, EngineError> {
-    let source: Vec<(String, String, Option<String>)> = match &run.run.queue_id {
-        Some(queue_id) => queues::members(conn, queue_id)?
-            .into_iter()
-            .map(|m| (m.spec_id, m.spec_name, m.group))
-            .collect(),
-        None => graph
-            .specs
-            .iter()
-            .map(|s| (s.id.clone(), s.name.clone(), None))
-            .collect(),
-    };
-    let mut seen: Vec<Progress> = source
-        .into_iter()
-        .enumerate()
-        .map(|(index, (spec_id, spec_name, group))| {
-            let reached = run.specs.iter().find(|s| s.spec_id == spec_id);
-            Progress {
-                position: index + 1,
-                result: reached.map_or_else(|| "not_reached".to_string(), |s| s.status.clone()),
-                summary: reached.and_then(|s| s.summary.clone()),
-                spec_id,
-                spec_name,
-                group,
-            }
-        })
-        .collect();
-    // Specs the run reached that have since left the source still show.
-    for reached in &run.specs {
-        if !seen.iter().any(|p| p.spec_id == reached.spec_id) {
-            seen.push(Progress {
-                position: seen.len() + 1,
-                spec_id: reached.spec_id.clone(),
-                spec_name: reached
-                    .spec_name
-                    .clone()
-                    .unwrap_or_else(|| "(deleted spec)".to_string()),
-                group: reached.group.clone(),
-                result: reached.status.clone(),
-                summary: reached.summary.clone(),
-            });
-        }
-    }
-    Ok(seen)
-}
-
-fn start_run(
-    tx: &Connection,
-    graph_id: &str,
-    queue: Option<&str>,
-    workdir: Option<&str>,
-) -> Result<String, EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
-    match graph.status {
-        GraphStatus::Running => {
-            return Err(EngineError::Conflict(format!(
-                "graph `{}` is already running; wait for it or reset it",
-                graph.name
-            )));
-        }
-        GraphStatus::Paused => {
-            return Err(EngineError::Conflict(format!(
-                "graph `{}` is paused ({}); continue it or reset it before starting a new run",
-                graph.name,
-                graph.blocker.as_deref().unwrap_or("no blocker")
-            )));
-        }
-        GraphStatus::Idle | GraphStatus::Completed | GraphStatus::Failed => {}
-    }
-    let queue_id = queue
-        .map(|q| {
-            queues::resolve(tx, q)
-                .map_err(|err| EngineError::Invalid(format!("field `queue_id`: {err}")))
-        })
-        .transpose()?;
-    if queue_id.is_none() && graph.specs.is_empty() {
-        return invalid(format!(
-            "graph `{}` has no bound specs; bind specs (field `specs`) or run it with a queue (`queue_id`)",
-            graph.name
-        ));
-    }
-    let workdir = match workdir {
-        Some(dir) => graphs::check_workdir("workdir", dir)?,
-        None => graph.workdir.clone(),
-    };
-    let run_id = store::new_id();
-    tx.execute(
-        "INSERT INTO runs (id, graph_id, workdir, queue_id, status, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
-        params![run_id, graph_id, workdir, queue_id, store::now()],
-    )?;
-    tx.execute(
-        "UPDATE graphs SET status = 'running', blocker = NULL, current_run_id = ?2, updated_at = ?3 WHERE id = ?1",
-        params![graph_id, run_id, store::now()],
-    )?;
-    Ok(run_id)
-}
-
-fn interrupt_node_runs(
-    tx: &Connection,
-    run_id: &str,
-    why: &str,
-) -> Result<Option<(String, String)>, EngineError> {
-    let running: Option<(String, String)> = tx
-        .query_row(
-            "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    tx.execute(
-        "UPDATE node_runs SET status = 'interrupted', reason = ?2, finished_at = ?3 WHERE run_id = ?1 AND status = 'running'",
-        params![run_id, why, store::now()],
-    )?;
-    tx.execute(
-        "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
-        params![run_id, store::now()],
-    )?;
-    Ok(running)
-}
-
-fn reset(tx: &Connection, graph_id: &str) -> Result<(), EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
-    if let Some(run_id) = &graph.current_run_id {
-        interrupt_node_runs(tx, run_id, "the graph was reset while this node ran")?;
-        tx.execute(
-            "UPDATE runs SET status = 'reset', finished_at = COALESCE(finished_at, ?2) WHERE id = ?1 AND status IN ('running', 'paused', 'interrupted')",
-            params![run_id, store::now()],
-        )?;
-    }
-    tx.execute(
-        "UPDATE graphs SET status = 'idle', blocker = NULL, current_run_id = NULL, updated_at = ?2 WHERE id = ?1",
-        params![graph_id, store::now()],
-    )?;
-    Ok(())
-}
-
-fn continue_run(
-    tx: &Connection,
-    graph_id: &str,
-    mode: Option<&str>,
-    node: Option<&str>,
-) -> Result<String, EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
-    let Some(run_id) = graph.current_run_id.clone() else {
-        return Err(EngineError::Conflict(format!(
-            "graph `{}` has no run to continue; start one with `run`",
-            graph.name
-        )));
-    };
-    let run = runs::get(tx, &run_id)?;
-    let resumable = matches!(run.status.as_str(), "paused" | "interrupted")
-        || (run.status == "running" && !runs::node_in_progress(tx, &run_id)?);
-    if !resumable {
-        return Err(EngineError::Conflict(format!(
-            "graph `{}` is {}; only a paused or interrupted run can be continued",
-            graph.name, run.status
-        )));
-    }
-    let blocked: Option<String> = tx
-        .query_row(
-            "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'blocked'",
-            [&run_id],
-            |r| r.get(0),
-        )
-        .optional()?;
-    match (mode, node) {
-        (None, None) => {
-            if let Some(spec) = &blocked {
-                tx.execute(
-                    "UPDATE run_specs SET status = 'running' WHERE run_id = ?1 AND spec_id = ?2",
-                    params![run_id, spec],
-                )?;
-            }
-        }
-        (Some("run_from_node"), Some(node)) => {
-            let Some(index) = graph.nodes.iter().position(|n| n.name == node) else {
-                let names: Vec<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();
-                return invalid(format!(
-                    "field `node`: graph `{}` has no node `{node}`; its nodes: {}",
-                    graph.name,
-                    names.join(", ")
-                ));
-            };
-            // The spec the run stopped on -- blocked, or cut off by an interruption -- is the
-            // one a directed start runs again; otherwise it applies to the next spec.
-            let stopped_on = match &blocked {
-                Some(spec) => Some(spec.clone()),
-                None if run.status == "interrupted" => tx
-                    .query_row(
-                        "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'interrupted' ORDER BY ordinal DESC LIMIT 1",
-                        [&run_id],
-                        |r| r.get(0),
-                    )
-                    .optional()?,
-                None => None,
-            };
-            match &stopped_on {
-                Some(spec) => {
-                    tx.execute(
-                        "UPDATE run_specs SET status = 'running', next_node = ?3, finished_at = NULL WHERE run_id = ?1 AND spec_id = ?2",
-                        params![run_id, spec, index as i64],
-                    )?;
-                }
-                None => {
-                    tx.execute(
-                        "UPDATE runs SET start_node = ?2 WHERE id = ?1",
-                        params![run_id, node],
-                    )?;
-                }
-            }
-        }
-        (Some("run_from_node"), None) => {
-            return invalid("field `node` is required with mode `run_from_node`");
-        }
-        (Some("skip_next_spec"), None) => match &blocked {
-            Some(spec) => {
-                tx.execute(
-                    "UPDATE run_specs SET status = 'skipped', finished_at = ?3 WHERE run_id = ?1 AND spec_id = ?2",
-                    params![run_id, spec, store::now()],
-                )?;
-            }
-            None => {
-                let next = driver::next_candidate_for(tx, graph_id, &run, 0)?;
-                let Some((spec, group, _)) = next else {
-                    return invalid(format!("graph `{}` has no next spec to skip", graph.name));
-                };
-                let now = store::now();
-                tx.execute(
-                    "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at)
-                     VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, 'skipped', 0, ?4, ?4)",
-                    params![run_id, spec, group, now],
-                )?;
-            }
-        },
-        (Some("skip_next_spec"), Some(_)) => {
-            return invalid("field `node` belongs to mode `run_from_node`");
-        }
-        (Some(other), _) => {
-            return invalid(format!(
-                "field `mode` must be `run_from_node` or `skip_next_spec`, got `{other}`"
-            ));
-        }
-        (None, Some(_)) => return invalid("field `node` needs mode `run_from_node`"),
-    }
-    tx.execute(
-        "UPDATE runs SET status = 'running', blocker = NULL WHERE id = ?1",
-        [&run_id],
-    )?;
-    graphs::set_status(tx, graph_id, GraphStatus::Running, None, None)?;
-    Ok(run_id)
-}
-
-/// Marks every active run interrupted and pauses its graph; returns the pause events.
-fn interrupt_active(tx: &Connection, why: &str) -> Result<Vec<EngineEvent>, EngineError> {
-    let active: Vec<String> = tx
-        .prepare("SELECT id FROM runs WHERE status = 'running'")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut events = Vec::new();
-    for run_id in active {
-        let run = runs::get(tx, &run_id)?;
-        let graph = graphs::get_by_id(tx, &run.graph_id)?;
-        let stopped = interrupt_node_runs(tx, &run_id, why)?;
-        let at = match &stopped {
-            Some((node, spec)) => format!(
-                " (node `{node}` on spec {} was interrupted and will not be re-run on its own)",
-                ids::short(spec)
-            ),
-            None => String::new(),
-        };
-        let blocker = format!(
-            "interrupted: {why}{at}; `canopy graph continue {g}` goes on with the next spec, `--mode run_from_node --node NODE` runs the interrupted spec again, `canopy graph reset {g}` abandons the run",
-            g = graph.name
-        );
-        tx.execute(
-            "UPDATE runs SET status = 'interrupted', blocker = ?2 WHERE id = ?1",
-            params![run_id, blocker],
-        )?;
-        graphs::set_status(tx, &graph.id, GraphStatus::Paused, Some(&blocker), None)?;
-        events.push(EngineEvent::RunBlocked {
-            run: events::RunContext {
-                graph_id: graph.id.clone(),
-                graph_name: graph.name.clone(),
-                run_id: run_id.clone(),
-                workdir: run.workdir.clone(),
-                queue_id: run.queue_id.clone(),
-            },
-            blocker,
-            node: stopped.as_ref().map(|(node, _)| node.clone()),
-            spec_id: stopped.map(|(_, spec)| spec),
-        });
-    }
-    Ok(events)
 }

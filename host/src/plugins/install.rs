@@ -1,0 +1,422 @@
+//! Installing plugins: the checks a component must pass (a component, of the supported
+//! contract, with a sane manifest, requesting only granted capabilities, clashing with no other
+//! plugin's modes), the built-ins embedded in the binary, and removal of unused components.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::Value;
+use wasmtime::Engine;
+
+use super::call::{Call, Reply};
+use super::capabilities::{self, Capability};
+use super::{
+    LoadedPlugin, Manifest, PluginError, PluginHost, PluginInfo, PluginRecord, TemplateField,
+    bindings, registry, sha256_hex, templates_of,
+};
+use crate::markers::Escape;
+
+/// A built-in plugin: embedded in the binary, installed on first start with its requested
+/// capabilities granted, re-installed when the binary carries a new build.
+struct Builtin {
+    bytes: &'static [u8],
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_AGENT_WASM")),
+    },
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_COMMAND_WASM")),
+    },
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_INTERACTIVE_WASM")),
+    },
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_DOCS_MAINTENANCE_WASM")),
+    },
+];
+
+impl PluginHost {
+    pub(super) async fn install_builtins(&self) -> anyhow::Result<()> {
+        for builtin in BUILTINS {
+            let sha = sha256_hex(builtin.bytes);
+            let current = self
+                .plugins()
+                .values()
+                .find(|p| p.record.builtin && p.record.sha256 == sha)
+                .map(|p| p.record.name.clone());
+            if current.is_some() {
+                continue;
+            }
+            let info = self
+                .install_component(builtin.bytes.to_vec(), InstallMode::Builtin)
+                .await
+                .map_err(|err| anyhow::anyhow!("cannot install a built-in plugin: {err}"))?;
+            tracing::info!(plugin = %info.record.name, version = %info.record.version, "built-in plugin installed");
+        }
+        Ok(())
+    }
+
+    /// Installs a plugin component with the operator's grants.
+    pub async fn install(
+        &self,
+        bytes: Vec<u8>,
+        grants: &[String],
+        replace: bool,
+    ) -> Result<PluginInfo, PluginError> {
+        let granted = capabilities::parse_list(grants)
+            .map_err(|err| PluginError::Refused(format!("--grant: {err}")))?;
+        self.install_component(bytes, InstallMode::Operator { granted, replace })
+            .await
+    }
+
+    async fn install_component(
+        &self,
+        bytes: Vec<u8>,
+        mode: InstallMode,
+    ) -> Result<PluginInfo, PluginError> {
+        let _serialised = self.inner.install_lock.lock().await;
+        check_header(&bytes).map_err(PluginError::Refused)?;
+        let sha256 = sha256_hex(&bytes);
+        let (pre, load) = self.prepare(&sha256, Some(bytes.clone())).await?;
+
+        // Ask the component who it is, with no capability at all.
+        let probe = LoadedPlugin {
+            record: placeholder_record(&sha256),
+            pre: pre.clone(),
+            load,
+            templates: Vec::new(),
+        };
+        let manifest = match self.quick_call(&probe, Call::Describe).await? {
+            Reply::Manifest(manifest) => {
+                manifest_from_wit(manifest).map_err(PluginError::Refused)?
+            }
+            Reply::Valid | Reply::Outcome(_) => {
+                return Err(PluginError::Refused("describe returned no manifest".into()));
+            }
+        };
+        let requested = capabilities::parse_list(&manifest.capabilities).map_err(|err| {
+            PluginError::Refused(format!("plugin `{}` requests {err}", manifest.name))
+        })?;
+
+        let (granted, replace, builtin) = match mode {
+            InstallMode::Builtin => (requested.clone(), true, true),
+            InstallMode::Operator { granted, replace } => (granted, replace, false),
+        };
+        let missing: Vec<String> = requested
+            .difference(&granted)
+            .map(ToString::to_string)
+            .collect();
+        if !missing.is_empty() {
+            return Err(PluginError::Refused(format!(
+                "plugin `{}` requests capabilities that were not granted: {}; install it with {}",
+                manifest.name,
+                missing.join(", "),
+                missing
+                    .iter()
+                    .map(|c| format!("--grant {c}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )));
+        }
+
+        let displaced = self.check_conflicts(&manifest, builtin, replace)?;
+        // A built-in keeps the enabled state the operator gave it, and stays disabled while an
+        // operator's plugin serves one of its modes.
+        let enabled = !builtin || {
+            let plugins = self.plugins();
+            // The stored row decides (the old build may not have loaded).
+            let was_enabled = registry::all(&self.inner.store.conn())?
+                .into_iter()
+                .find(|r| r.name == manifest.name)
+                .is_none_or(|r| r.enabled);
+            let taken = plugins.values().any(|p| {
+                p.record.name != manifest.name
+                    && p.record.enabled
+                    && p.record
+                        .manifest
+                        .modes
+                        .iter()
+                        .any(|m| manifest.modes.contains(m))
+            });
+            was_enabled && !taken
+        };
+        let record = PluginRecord {
+            name: manifest.name.clone(),
+            version: manifest.version.clone(),
+            sha256: sha256.clone(),
+            granted: granted.iter().map(ToString::to_string).collect(),
+            builtin,
+            enabled,
+            installed_at: crate::store::now(),
+            manifest,
+        };
+
+        let path = self.wasm_path(&sha256);
+        if !path.is_file() {
+            let partial = path.with_extension("wasm.partial");
+            std::fs::write(&partial, &bytes)
+                .with_context(|| format!("cannot write {}", partial.display()))?;
+            std::fs::rename(&partial, &path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        let previous = self
+            .plugins()
+            .get(&record.name)
+            .map(|p| p.record.sha256.clone());
+        self.inner.store.transaction(|tx| {
+            for (name, is_builtin) in &displaced {
+                if *is_builtin {
+                    registry::set_enabled(tx, name, false)?;
+                } else {
+                    registry::delete(tx, name)?;
+                }
+            }
+            registry::put(tx, &record)
+        })?;
+
+        let templates = templates_of(&record.manifest);
+        let loaded = Arc::new(LoadedPlugin {
+            record,
+            pre,
+            load,
+            templates,
+        });
+        {
+            let mut plugins = self.plugins_mut();
+            for (name, is_builtin) in &displaced {
+                if *is_builtin {
+                    if let Some(old) = plugins.get(name) {
+                        let mut record = old.record.clone();
+                        record.enabled = false;
+                        let disabled = LoadedPlugin {
+                            record,
+                            pre: old.pre.clone(),
+                            load: old.load,
+                            templates: old.templates.clone(),
+                        };
+                        plugins.insert(name.clone(), Arc::new(disabled));
+                    }
+                } else {
+                    plugins.remove(name);
+                }
+            }
+            plugins.insert(loaded.record.name.clone(), loaded.clone());
+        }
+        if let Some(old) = previous.filter(|old| *old != sha256) {
+            self.forget_component(&old);
+        }
+        Ok(PluginInfo {
+            record: loaded.record.clone(),
+            load: loaded.load,
+        })
+    }
+
+    /// Which installed plugins the new manifest clashes with; with `replace`, the ones to displace
+    /// (name, builtin).
+    fn check_conflicts(
+        &self,
+        manifest: &Manifest,
+        builtin: bool,
+        replace: bool,
+    ) -> Result<Vec<(String, bool)>, PluginError> {
+        let plugins = self.plugins();
+        if let Some(existing) = plugins.get(&manifest.name) {
+            if existing.record.builtin && !builtin {
+                return Err(PluginError::Conflict(format!(
+                    "`{}` is the name of a built-in plugin; give your plugin another name",
+                    manifest.name
+                )));
+            }
+            if !replace {
+                return Err(PluginError::Conflict(format!(
+                    "plugin `{}` {} is already installed; pass --replace to replace it",
+                    manifest.name, existing.record.version
+                )));
+            }
+        }
+        let mut displaced = Vec::new();
+        let mut clashes = Vec::new();
+        for other in plugins
+            .values()
+            .filter(|p| p.record.name != manifest.name && p.record.enabled)
+        {
+            let shared: Vec<&String> = manifest
+                .modes
+                .iter()
+                .filter(|m| other.record.manifest.modes.contains(m))
+                .collect();
+            if shared.is_empty() {
+                continue;
+            }
+            if builtin && !other.record.builtin {
+                // An operator's plugin took over this mode; the new built-in stays out of its way.
+                continue;
+            }
+            clashes.push(format!(
+                "{} (served by `{}`)",
+                shared
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                other.record.name
+            ));
+            displaced.push((other.record.name.clone(), other.record.builtin));
+        }
+        if !clashes.is_empty() && !replace {
+            return Err(PluginError::Conflict(format!(
+                "plugin `{}` serves modes that are already served: {}; pass --replace to take them over",
+                manifest.name,
+                clashes.join("; ")
+            )));
+        }
+        Ok(displaced)
+    }
+
+    pub(super) fn forget_component(&self, sha256: &str) {
+        let still_used = self.plugins().values().any(|p| p.record.sha256 == sha256);
+        if !still_used {
+            let _ = std::fs::remove_file(self.wasm_path(sha256));
+            self.inner.cache.forget(sha256);
+        }
+    }
+}
+
+enum InstallMode {
+    Builtin,
+    Operator {
+        granted: BTreeSet<Capability>,
+        replace: bool,
+    },
+}
+
+fn placeholder_record(sha256: &str) -> PluginRecord {
+    PluginRecord {
+        name: format!("component {}", &sha256[..12.min(sha256.len())]),
+        version: String::new(),
+        sha256: sha256.to_string(),
+        manifest: Manifest {
+            name: String::new(),
+            version: String::new(),
+            modes: Vec::new(),
+            capabilities: Vec::new(),
+            config_schema: Value::Null,
+            templates: Vec::new(),
+        },
+        granted: BTreeSet::new(),
+        builtin: false,
+        enabled: false,
+        installed_at: String::new(),
+    }
+}
+
+/// Checks a manifest a plugin returned and converts it.
+fn manifest_from_wit(wit: bindings::canopy::hooks::types::Manifest) -> Result<Manifest, String> {
+    let valid_name = |name: &str| {
+        !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    };
+    if !valid_name(&wit.name) {
+        return Err(format!(
+            "the plugin's name `{}` must be 1-64 characters of a-z, 0-9, `-`, `_`",
+            wit.name
+        ));
+    }
+    if wit.modes.is_empty() {
+        return Err(format!("plugin `{}` serves no mode", wit.name));
+    }
+    for mode in &wit.modes {
+        if !valid_name(mode) {
+            return Err(format!(
+                "plugin `{}`: mode `{mode}` must be 1-64 characters of a-z, 0-9, `-`, `_`",
+                wit.name
+            ));
+        }
+    }
+    let config_schema: Value = serde_json::from_str(&wit.config_schema)
+        .map_err(|err| format!("plugin `{}`: config schema is not JSON: {err}", wit.name))?;
+    Ok(Manifest {
+        name: wit.name,
+        version: wit.version,
+        modes: wit.modes,
+        capabilities: wit.capabilities,
+        config_schema,
+        templates: wit
+            .templates
+            .into_iter()
+            .map(|t| TemplateField {
+                field: t.field,
+                escape: match t.escape {
+                    bindings::canopy::hooks::types::Escape::Plain => Escape::Plain,
+                    bindings::canopy::hooks::types::Escape::Shell => Escape::Shell,
+                },
+            })
+            .collect(),
+    })
+}
+
+/// Refuses anything that is not a WebAssembly component, with a message that says what it is.
+fn check_header(bytes: &[u8]) -> Result<(), String> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(
+            "not a WebAssembly file (it does not start with the \\0asm header)".to_string(),
+        );
+    }
+    match &bytes[4..8] {
+        [1, 0, 0, 0] => Err(
+            "this is a core WebAssembly module, not a component; build the plugin for wasm32-wasip2 \
+             (`cargo build --target wasm32-wasip2 --release`)"
+                .to_string(),
+        ),
+        [_, _, 1, 0] => Ok(()),
+        other => Err(format!("unsupported WebAssembly encoding (version/layer bytes {other:?})")),
+    }
+}
+
+/// Refuses a component built against another version of the `canopy:hooks` contract.
+pub(super) fn check_contract(
+    engine: &Engine,
+    component: &wasmtime::component::Component,
+) -> Result<(), String> {
+    let ty = component.component_type();
+    let prefix = "canopy:hooks/";
+    let mut exported = None;
+    for (name, _) in ty.exports(engine) {
+        if let Some(version) = name.strip_prefix("canopy:hooks/plugin@") {
+            exported = Some(version.to_string());
+        }
+    }
+    let mut versions: BTreeSet<String> = ty
+        .imports(engine)
+        .filter_map(|(name, _)| {
+            name.strip_prefix(prefix)
+                .and_then(|rest| rest.split_once('@'))
+                .map(|(_, v)| v.to_string())
+        })
+        .collect();
+    match exported {
+        None => {
+            return Err(format!(
+                "the component does not export `{}`: it is not a Canopy executor (build it with canopy-plugin-sdk)",
+                bindings::PLUGIN_EXPORT
+            ));
+        }
+        Some(version) => versions.insert(version),
+    };
+    if let Some(other) = versions
+        .iter()
+        .find(|v| v.as_str() != bindings::WIT_VERSION)
+    {
+        return Err(format!(
+            "the component was built against canopy:hooks@{other}, which this Canopy does not support (it supports canopy:hooks@{})",
+            bindings::WIT_VERSION
+        ));
+    }
+    Ok(())
+}
