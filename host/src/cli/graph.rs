@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, print_json, short, str_at, table};
+use super::{Client, encode, items, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
@@ -115,10 +115,7 @@ fn print_graph(graph: &Value) {
             str_at(run, "/status"),
             str_at(run, "/started_at")
         );
-        let rows: Vec<Vec<String>> = graph["progress"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+        let rows: Vec<Vec<String>> = items(&graph["progress"])
             .iter()
             .map(|p| {
                 vec![
@@ -183,10 +180,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = answer["graphs"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
+                let rows: Vec<Vec<String>> = items(&answer["graphs"])
                     .iter()
                     .map(|g| {
                         vec![
@@ -307,23 +301,14 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             }
             print_graph(&graph);
             println!("\nnodes:");
-            for (index, node) in graph["nodes"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
-                .enumerate()
-            {
+            for (index, node) in items(&graph["nodes"]).iter().enumerate() {
                 let mut config = node.clone();
                 if let Some(object) = config.as_object_mut() {
                     object.remove("name");
                 }
                 println!("  {}. {}  {}", index + 1, str_at(node, "/name"), config);
             }
-            let rows: Vec<Vec<String>> = runs["node_runs"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
+            let rows: Vec<Vec<String>> = items(&runs["node_runs"])
                 .iter()
                 .map(|n| {
                     vec![

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, print_json, short, str_at, table};
+use super::{Client, encode, items, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {
@@ -169,10 +169,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = answer["hooks"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
+                let rows: Vec<Vec<String>> = items(&answer["hooks"])
                     .iter()
                     .map(|h| {
                         let executor = match &h["executor"] {
@@ -203,15 +200,8 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                for event in answer["events"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                {
-                    let markers: Vec<String> = event["markers"]
-                        .as_array()
-                        .map(Vec::as_slice)
-                        .unwrap_or_default()
+                for event in items(&answer["events"]) {
+                    let markers: Vec<String> = items(&event["markers"])
                         .iter()
                         .filter_map(Value::as_str)
                         .map(|m| format!("{{{{{m}}}}}"))
@@ -266,10 +256,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                     value.as_str().unwrap_or_default().replace('\n', "\n    ")
                 );
             }
-            let hooks = answer["hooks"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default();
+            let hooks = items(&answer["hooks"]);
             if hooks.is_empty() {
                 println!("no hooks on {}", str_at(&answer, "/event"));
             }
@@ -289,11 +276,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                 if !hook["rendered"].is_null() {
                     println!("  rendered: {}", hook["rendered"]);
                 }
-                for problem in hook["problems"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                {
+                for problem in items(&hook["problems"]) {
                     problems = true;
                     println!("  problem:  {}", problem.as_str().unwrap_or_default());
                 }

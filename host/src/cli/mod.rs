@@ -115,6 +115,11 @@ pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The array at `value` (empty when it is not one), for listing API answers.
+pub(crate) fn items(value: &Value) -> &[Value] {
+    value.as_array().map(Vec::as_slice).unwrap_or_default()
+}
+
 pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
     value
         .pointer(pointer)

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, list_at, print_json, short, str_at, table};
+use super::{Client, encode, items, list_at, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -109,10 +109,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = answer["plugins"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
+                let rows: Vec<Vec<String>> = items(&answer["plugins"])
                     .iter()
                     .map(|p| {
                         vec![

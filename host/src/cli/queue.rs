@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, print_json, short, str_at, table};
+use super::{Client, encode, items, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
@@ -58,10 +58,7 @@ fn print_queue(queue: &Value) {
         short(str_at(queue, "/id")),
         str_at(queue, "/name")
     );
-    let rows: Vec<Vec<String>> = queue["members"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    let rows: Vec<Vec<String>> = items(&queue["members"])
         .iter()
         .map(|m| {
             vec![
@@ -97,16 +94,10 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = answer["queues"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
+                let rows: Vec<Vec<String>> = items(&answer["queues"])
                     .iter()
                     .map(|q| {
-                        let members = q["members"]
-                            .as_array()
-                            .map(Vec::as_slice)
-                            .unwrap_or_default();
+                        let members = items(&q["members"]);
                         let pending = members
                             .iter()
                             .filter(|m| m["pending"].as_bool() == Some(true))

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, print_json, short, str_at, table};
+use super::{Client, encode, items, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -133,10 +133,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = answer["sessions"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
+                let rows: Vec<Vec<String>> = items(&answer["sessions"])
                     .iter()
                     .map(|s| {
                         vec![
@@ -208,11 +205,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                 if json {
                     print_json(&answer)?;
                 } else {
-                    for message in answer["messages"]
-                        .as_array()
-                        .map(Vec::as_slice)
-                        .unwrap_or_default()
-                    {
+                    for message in items(&answer["messages"]) {
                         print_message(message);
                     }
                 }
@@ -256,11 +249,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                for message in answer["messages"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                {
+                for message in items(&answer["messages"]) {
                     print_message(message);
                     println!("  why: {}", str_at(message, "/error"));
                 }
@@ -271,11 +260,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                for note in answer["notifications"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                {
+                for note in items(&answer["notifications"]) {
                     println!(
                         "{}  {}",
                         str_at(note, "/created_at")

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
-use super::{Client, encode, print_json, short, str_at, table};
+use super::{Client, encode, items, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum SpecCommand {
@@ -126,10 +126,7 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = answer["specs"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
+                let rows: Vec<Vec<String>> = items(&answer["specs"])
                     .iter()
                     .map(|s| {
                         let mut name = str_at(s, "/name").to_string();
