@@ -27,6 +27,10 @@ const PLUGINS: &[(&str, &str)] = &[
     ("canopy-test-hostile", "CANOPY_TEST_HOSTILE_WASM"),
     ("canopy-test-impostor", "CANOPY_TEST_IMPOSTOR_WASM"),
     ("canopy-test-noop", "CANOPY_TEST_NOOP_WASM"),
+    (
+        "canopy-test-slow-describe",
+        "CANOPY_TEST_SLOW_DESCRIBE_WASM",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -20,6 +20,8 @@ pub const HOSTILE_WASM: &str = env!("CANOPY_TEST_HOSTILE_WASM");
 pub const IMPOSTOR_WASM: &str = env!("CANOPY_TEST_IMPOSTOR_WASM");
 /// An executor that does nothing (`tests/plugins/noop`).
 pub const NOOP_WASM: &str = env!("CANOPY_TEST_NOOP_WASM");
+/// An executor whose `describe` sleeps a minute (`tests/plugins/slow-describe`).
+pub const SLOW_DESCRIBE_WASM: &str = env!("CANOPY_TEST_SLOW_DESCRIBE_WASM");
 
 /// Polls `check` until it returns `Some`, failing the test after `limit`.
 pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
