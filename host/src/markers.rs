@@ -59,6 +59,15 @@ pub enum MarkerError {
         marker: String,
         supported: Vec<String>,
     },
+    /// A marker in a shell field sits where its quoted value would not stay one inert word.
+    #[error(
+        "field `{field}`: marker `{{{{{marker}}}}}` sits inside {context}; Canopy quotes every marker's value for the shell itself, so write it outside any quotes (e.g. `echo \"done: \"{{{{{marker}}}}}`)"
+    )]
+    Quoted {
+        field: String,
+        marker: String,
+        context: &'static str,
+    },
     /// A field that is not a template holds a marker.
     #[error("field `{field}` does not take markers (found `{{{{{marker}}}}}`); markers are rendered only in: {}", if .templates.is_empty() { "no field of this mode".to_string() } else { .templates.join(", ") })]
     NotATemplate {
@@ -147,7 +156,166 @@ pub fn render(text: &str, values: &MarkerValues, how: Escape) -> String {
     out
 }
 
-/// Checks a config at edit time: markers only in template fields, and only supported ones.
+/// Where in a shell command a marker sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShellContext {
+    /// Outside quotes (also inside `$(...)` or backticks, which start a fresh command).
+    Word,
+    Single,
+    Double,
+    HereDocument,
+}
+
+impl ShellContext {
+    fn describe(self) -> Option<&'static str> {
+        match self {
+            Self::Word => None,
+            Self::Single => Some("single quotes"),
+            Self::Double => Some("double quotes"),
+            Self::HereDocument => Some("a here-document"),
+        }
+    }
+}
+
+/// The quoting context of each marker occurrence in a shell command, as a POSIX shell parses it:
+/// quotes, backslash escapes, `$(...)` and backticks (which open a fresh, unquoted command even
+/// inside double quotes), comments, and here-documents (whose bodies expand `$(...)`).
+fn shell_contexts<'a>(text: &'a str) -> Vec<(&'a str, ShellContext)> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Frame {
+        Top,
+        Subst(u32),
+        Backtick,
+        Single,
+        Double,
+    }
+    let bytes = text.as_bytes();
+    let markers = occurrences(text);
+    let mut next_marker = markers.iter().peekable();
+    let mut found = Vec::new();
+    let mut stack = vec![Frame::Top];
+    let mut heredoc_pending = false;
+    let mut in_heredoc = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(marker) = next_marker.next_if(|m| m.start <= i) {
+            let top = *stack.last().unwrap_or(&Frame::Top);
+            let context = if in_heredoc {
+                ShellContext::HereDocument
+            } else {
+                match top {
+                    Frame::Single => ShellContext::Single,
+                    Frame::Double => ShellContext::Double,
+                    Frame::Top | Frame::Subst(_) | Frame::Backtick => ShellContext::Word,
+                }
+            };
+            found.push((marker.name, context));
+            i = marker.end;
+            continue;
+        }
+        let c = bytes[i];
+        let next = bytes.get(i + 1).copied();
+        let top = *stack.last().unwrap_or(&Frame::Top);
+        if in_heredoc {
+            i += 1;
+            continue;
+        }
+        match top {
+            Frame::Single => {
+                if c == b'\'' {
+                    stack.pop();
+                }
+            }
+            Frame::Double => match c {
+                b'\\' => i += 1,
+                b'"' => {
+                    stack.pop();
+                }
+                b'$' if next == Some(b'(') => {
+                    stack.push(Frame::Subst(0));
+                    i += 1;
+                }
+                b'`' => stack.push(Frame::Backtick),
+                _ => {}
+            },
+            Frame::Top | Frame::Subst(_) | Frame::Backtick => match c {
+                b'\\' => i += 1,
+                b'\'' => stack.push(Frame::Single),
+                b'"' => stack.push(Frame::Double),
+                b'`' if top == Frame::Backtick => {
+                    stack.pop();
+                }
+                b'`' => stack.push(Frame::Backtick),
+                b'$' if next == Some(b'(') => {
+                    stack.push(Frame::Subst(0));
+                    i += 1;
+                }
+                b'(' => {
+                    if let Some(Frame::Subst(depth)) = stack.last_mut() {
+                        *depth += 1;
+                    }
+                }
+                b')' => match stack.last_mut() {
+                    Some(Frame::Subst(0)) => {
+                        stack.pop();
+                    }
+                    Some(Frame::Subst(depth)) => *depth -= 1,
+                    _ => {}
+                },
+                b'#' if i == 0
+                    || bytes[i - 1].is_ascii_whitespace()
+                    || b";&|(".contains(&bytes[i - 1]) =>
+                {
+                    // A comment: nothing up to the end of the line is parsed.
+                    while i + 1 < bytes.len() && bytes[i + 1] != b'\n' {
+                        i += 1;
+                    }
+                }
+                b'<' if next == Some(b'<') && bytes.get(i + 2) != Some(&b'<') => {
+                    heredoc_pending = true;
+                    i += 1;
+                }
+                b'\n' if heredoc_pending => in_heredoc = true,
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    found
+}
+
+/// The first marker of a shell template that sits inside quotes or a here-document, where its
+/// shell-quoted value would not stay one inert word.
+fn check_shell_quoting(field: &str, text: &str) -> Result<(), MarkerError> {
+    match shell_contexts(text)
+        .into_iter()
+        .find_map(|(marker, context)| context.describe().map(|c| (marker, c)))
+    {
+        Some((marker, context)) => Err(MarkerError::Quoted {
+            field: field.to_string(),
+            marker: marker.to_string(),
+            context,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks that every shell template field of `config` renders safely (no marker inside quotes).
+/// Run at edit time by [`check_config`], and again before each call for configs stored earlier.
+pub fn check_rendering(
+    config: &serde_json::Map<String, Value>,
+    templates: &[(String, Escape)],
+) -> Result<(), MarkerError> {
+    for (field, how) in templates {
+        if let (Escape::Shell, Some(Value::String(text))) = (how, config.get(field)) {
+            check_shell_quoting(field, text)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a config at edit time: markers only in template fields, only supported ones, and in
+/// shell fields never inside quotes.
 pub fn check_config(
     config: &serde_json::Map<String, Value>,
     templates: &[(String, Escape)],
@@ -176,7 +344,7 @@ pub fn check_config(
             }
         }
     }
-    Ok(())
+    check_rendering(config, templates)
 }
 
 fn collect_strings<'a>(value: &'a Value, into: &mut Vec<&'a str>) {
@@ -258,6 +426,65 @@ mod tests {
             render("{{x}}", &MarkerValues::new(), Escape::Shell),
             "'(none)'"
         );
+    }
+
+    #[test]
+    fn markers_inside_quotes_or_here_documents_are_refused() {
+        let refused = [
+            (r#"echo "{{spec_name}}""#, "double quotes"),
+            (r#"echo "done: {{spec_name}} now""#, "double quotes"),
+            ("echo '{{spec_name}}'", "single quotes"),
+            (r#"echo "$(printf '%s' "{{spec_name}}")""#, "double quotes"),
+            ("cat <<EOF\n{{spec_name}}\nEOF", "a here-document"),
+        ];
+        for (command, context) in refused {
+            let err = check_shell_quoting("command", command)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.starts_with(&format!(
+                    "field `command`: marker `{{{{spec_name}}}}` sits inside {context}"
+                )),
+                "{command}: {err}"
+            );
+        }
+        let allowed = [
+            "echo {{spec_name}}",
+            "notify-send 'done: '{{spec_name}}",
+            r#"echo "done: "{{spec_name}} 'and' "more""#,
+            r#"echo "$(printf %s {{spec_name}})""#,
+            "echo `basename {{workdir}}`",
+            r#"echo \"{{spec_name}}\""#,
+            "echo {{spec_name}} # it's \"fine\"",
+            "cat <<EOF {{spec_name}}\nbody\nEOF",
+        ];
+        for command in allowed {
+            assert_eq!(check_shell_quoting("command", command), Ok(()), "{command}");
+        }
+    }
+
+    #[test]
+    fn a_hostile_value_in_an_accepted_template_stays_inert() {
+        // Each template the check accepts, rendered with a value that tries to break out, runs
+        // as one word.
+        let hostile = "$(touch x)'\"`id`\"' ; echo pwned";
+        for template in [
+            "printf %s {{spec_name}}",
+            r#"printf %s "$(printf %s {{spec_name}})""#,
+            "printf %s ''{{spec_name}}",
+        ] {
+            assert_eq!(check_shell_quoting("command", template), Ok(()));
+            let command = render(template, &values(&[("spec_name", hostile)]), Escape::Shell);
+            let output = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&command)
+                .output();
+            let printed = output
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            assert_eq!(printed, hostile, "command was {command}");
+        }
     }
 
     #[test]
