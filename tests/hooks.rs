@@ -181,6 +181,40 @@ fn on_failed_carries_the_failing_spec_and_spec_ids_filter_it() {
 }
 
 #[test]
+fn on_failed_fires_a_filtered_hook_once_for_each_of_its_failed_specs() {
+    let s = Setup::new();
+    let log = s.log("failed.log");
+    let first = s.daemon.add_spec("first-broken");
+    let fine = s.daemon.add_spec("fine");
+    let second = s.daemon.add_spec("second-broken");
+    s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [first, fine, second],
+                "nodes": [{ "name": "build", "command": "case {{spec_name}} in *broken) exit 1;; esac" }],
+                "hooks": { "on_failed": [
+                    { "command": append(&log, "first {{spec_id}}"), "spec_ids": [&first[..10]] },
+                    { "command": append(&log, "both {{spec_id}}"), "spec_ids": [&first[..10], &second[..10], &fine[..10]] },
+                    { "command": append(&log, "fine {{spec_id}}"), "spec_ids": [&fine[..10]] }
+                ] } }),
+    );
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    assert_eq!(s.daemon.settled("g")["status"], "failed");
+    let runs = hook_runs(&s.daemon, "g", 3);
+    let mut fired = lines(&log);
+    fired.sort();
+    let mut expected = vec![
+        format!("first {first}"),
+        format!("both {first}"),
+        format!("both {second}"),
+    ];
+    expected.sort();
+    assert_eq!(fired, expected, "the earlier failed spec is matched too");
+    let spec_of_runs: Vec<&str> = runs
+        .iter()
+        .map(|r| r["spec_id"].as_str().unwrap())
+        .collect();
+    assert!(spec_of_runs.contains(&first.as_str()) && spec_of_runs.contains(&second.as_str()));
+}
+
+#[test]
 fn on_blocked_fires_once_per_pause_including_a_dirty_tree() {
     let s = Setup::new();
     let log = s.log("blocked.log");

@@ -606,10 +606,16 @@ fn settle(tx: &Connection, graph_id: &str, run_id: &str) -> Result<EngineEvent, 
         [one] => Some(one.spec_id.clone()),
         _ => last_failed.as_ref().map(|(_, spec)| spec.clone()),
     };
+    let failed_specs = bad
+        .iter()
+        .filter(|s| matches!(s.status.as_str(), "failed" | "interrupted"))
+        .map(|s| s.spec_id.clone())
+        .collect();
     Ok(EngineEvent::RunFailed {
         run: context(&graph, &run),
         blocker,
         node: last_failed.map(|(node, _)| node),
         spec_id,
+        failed_specs,
     })
 }

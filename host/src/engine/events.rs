@@ -41,6 +41,9 @@ pub enum EngineEvent {
         node: Option<String>,
         /// The spec the failure belongs to, when it belongs to one.
         spec_id: Option<String>,
+        /// Every spec of the run that failed (or was interrupted), in run order: `on_failed`
+        /// hooks filtered by `spec_ids` fire once for each of theirs.
+        failed_specs: Vec<String>,
     },
     /// The graph paused with a blocker.
     RunBlocked {

@@ -540,6 +540,7 @@ impl Engine {
                         blocker: run.blocker.clone().unwrap_or_default(),
                         node: last_node("failed"),
                         spec_id,
+                        failed_specs: failed.iter().map(|s| s.spec_id.clone()).collect(),
                     })
                 }
                 HookEvent::OnBlocked => Some(EngineEvent::RunBlocked {

@@ -33,9 +33,12 @@ pub struct Firing {
     pub event: HookEvent,
     pub run: RunContext,
     pub markers: MarkerValues,
-    /// The spec `spec_ids` are matched against (on_spec_completed, and on_failed when the
-    /// failure belongs to a spec).
+    /// The spec the event is about (on_spec_completed, and on_failed when the failure belongs
+    /// to a spec): `{{spec_id}}` of a hook without `spec_ids`.
     pub spec_id: Option<String>,
+    /// The specs `spec_ids` are matched against, in order: the completed spec, or every spec
+    /// that failed in the run. A filtered hook fires once for each of its own.
+    pub specs: Vec<String>,
 }
 
 impl Firing {
@@ -43,6 +46,7 @@ impl Firing {
     /// a run that completed at least one spec).
     pub fn of(event: &EngineEvent) -> Option<Self> {
         let mut markers = MarkerValues::new();
+        let mut specs = Vec::new();
         let (hook_event, run, spec_id) = match event {
             EngineEvent::RunCompleted { run, completed } => {
                 if completed.is_empty() {
@@ -56,6 +60,7 @@ impl Firing {
                 blocker,
                 node,
                 spec_id,
+                failed_specs,
             } => {
                 markers.insert("blocker".into(), blocker.clone());
                 if let Some(node) = node {
@@ -63,6 +68,10 @@ impl Firing {
                 }
                 if let Some(spec) = spec_id {
                     markers.insert("spec_id".into(), spec.clone());
+                }
+                specs.clone_from(failed_specs);
+                if specs.is_empty() {
+                    specs.extend(spec_id.clone());
                 }
                 (HookEvent::OnFailed, run, spec_id.clone())
             }
@@ -78,6 +87,7 @@ impl Firing {
             EngineEvent::SpecCompleted { run, spec } => {
                 markers.insert("spec_name".into(), spec.name.clone());
                 markers.insert("spec_id".into(), spec.id.clone());
+                specs.push(spec.id.clone());
                 (HookEvent::OnSpecCompleted, run, Some(spec.id.clone()))
             }
         };
@@ -88,19 +98,38 @@ impl Firing {
             run: run.clone(),
             markers,
             spec_id,
+            specs,
         })
+    }
+
+    /// The spec each run of `hook` is about: once with the event's spec for a hook without
+    /// `spec_ids`; once per matching spec for a filtered one (none: it does not fire).
+    pub fn runs_of(&self, hook: &Map<String, Value>) -> Vec<Option<String>> {
+        match spec_ids(hook) {
+            None => vec![self.spec_id.clone()],
+            Some(ids) => self
+                .specs
+                .iter()
+                .filter(|spec| ids.contains(spec))
+                .map(|spec| Some(spec.clone()))
+                .collect(),
+        }
+    }
+
+    /// The marker values of one run of a hook about `spec`.
+    fn markers_for(&self, spec: Option<&String>) -> MarkerValues {
+        let mut markers = self.markers.clone();
+        if let Some(spec) = spec {
+            markers.insert("spec_id".into(), spec.clone());
+        }
+        markers
     }
 }
 
-/// Whether a hook fires for this firing: no `spec_ids`, or the firing's spec among them.
+/// Whether a hook fires for this firing at all: no `spec_ids`, or one of the firing's specs
+/// among them.
 pub fn matches(hook: &Map<String, Value>, firing: &Firing) -> bool {
-    match spec_ids(hook) {
-        None => true,
-        Some(ids) => firing
-            .spec_id
-            .as_ref()
-            .is_some_and(|spec| ids.contains(spec)),
-    }
+    !firing.runs_of(hook).is_empty()
 }
 
 /// Runs graphs' hooks as the engine reports events.
@@ -126,6 +155,8 @@ struct Queued {
     record_id: String,
     index: usize,
     hook: Map<String, Value>,
+    /// The spec this run is about (`{{spec_id}}`).
+    spec_id: Option<String>,
 }
 
 impl HookDispatcher {
@@ -162,10 +193,16 @@ impl HookDispatcher {
         test: bool,
     ) -> rusqlite::Result<Vec<String>> {
         let hooks = hooks_of(&self.stored_hooks(&firing.run.graph_id)?, firing.event);
-        let selected: Vec<(usize, Map<String, Value>)> = hooks
+        let selected: Vec<(usize, Map<String, Value>, Option<String>)> = hooks
             .into_iter()
             .enumerate()
-            .filter(|(index, hook)| only.is_none_or(|o| o == *index) && matches(hook, &firing))
+            .filter(|(index, _)| only.is_none_or(|o| o == *index))
+            .flat_map(|(index, hook)| {
+                firing
+                    .runs_of(&hook)
+                    .into_iter()
+                    .map(move |spec| (index, hook.clone(), spec))
+            })
             .collect();
         if selected.is_empty() {
             return Ok(Vec::new());
@@ -174,7 +211,7 @@ impl HookDispatcher {
             let mut conn = self.inner.store.conn();
             let tx = conn.transaction()?;
             let mut queued = Vec::with_capacity(selected.len());
-            for (index, hook) in selected {
+            for (index, hook, spec_id) in selected {
                 let config = Value::Object(hook.clone());
                 let mode = split_work_config(&executor_config(&hook))
                     .ok()
@@ -188,7 +225,7 @@ impl HookDispatcher {
                         event: firing.event,
                         hook_index: index,
                         hook_config: &config,
-                        spec_id: firing.spec_id.as_deref(),
+                        spec_id: spec_id.as_deref(),
                         mode: mode.as_deref(),
                         test,
                     },
@@ -197,6 +234,7 @@ impl HookDispatcher {
                     record_id,
                     index,
                     hook,
+                    spec_id,
                 });
             }
             tx.commit()?;
@@ -227,7 +265,9 @@ impl HookDispatcher {
             record_id,
             index,
             hook,
+            spec_id,
         } = queued;
+        let markers = firing.markers_for(spec_id.as_ref());
         let started = Instant::now();
         let work = split_work_config(&executor_config(&hook));
         let plugin = work
@@ -253,7 +293,7 @@ impl HookDispatcher {
                     .execute(CallRequest {
                         mode: work.mode,
                         config: work.config,
-                        markers: firing.markers.clone(),
+                        markers: markers.clone(),
                         supported_markers: HOOK_MARKERS,
                         workdir: PathBuf::from(&firing.run.workdir),
                         provenance: Provenance {
@@ -262,7 +302,7 @@ impl HookDispatcher {
                             run_id: firing.run.run_id.clone(),
                             event: firing.event.as_str().to_string(),
                             hook_index: u32::try_from(index).ok(),
-                            spec_id: firing.spec_id.clone(),
+                            spec_id,
                         },
                         timeout: None,
                         resume_session: None,
@@ -272,7 +312,7 @@ impl HookDispatcher {
             Err(message) => Err(PluginError::InvalidConfig(message)),
         };
         let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-        let finished = finished_of(result, &firing.markers, duration_ms);
+        let finished = finished_of(result, &markers, duration_ms);
         if finished.status != "completed" {
             tracing::warn!(
                 graph = %firing.run.graph_name,
