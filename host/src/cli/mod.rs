@@ -63,6 +63,17 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(cli.command, Command::Daemon { .. });
+    if !daemon {
+        // Rust ignores SIGPIPE, so printing to a closed pipe (`canopy plugin list | head -1`)
+        // panics in `println!`. A client command should end quietly like other CLIs: restore the
+        // default, which ends the process when it writes to a pipe nobody reads. The daemon keeps
+        // ignoring it (a client hanging up must not kill it).
+        // SAFETY: called before any thread is spawned (the runtime is built below) and before
+        // anything is printed; SIG_DFL is a valid disposition for SIGPIPE.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     init_tracing(daemon);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
