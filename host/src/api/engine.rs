@@ -1,13 +1,13 @@
 //! `/api/specs`, `/api/graphs`, `/api/runs`, `/api/queues`: the engine's resources.
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::engine::{
     ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, Queue, RunView, Spec, SpecPatch,
 };
@@ -42,6 +42,7 @@ pub fn router() -> Router<AppState> {
 // ----- specs -----
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SpecQuery {
     #[serde(default)]
     workdir: Option<String>,
@@ -49,7 +50,7 @@ struct SpecQuery {
 
 async fn list_specs(
     State(state): State<AppState>,
-    Query(query): Query<SpecQuery>,
+    ApiQuery(query): ApiQuery<SpecQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let specs = state.engine.list_specs(query.workdir.as_deref())?;
     Ok(ApiJson(json!({ "specs": specs })))
@@ -132,17 +133,16 @@ async fn control(
 }
 
 #[derive(Debug, Deserialize)]
-struct LastQuery {
+#[serde(deny_unknown_fields)]
+struct NodeRunsQuery {
     #[serde(default)]
     last: Option<usize>,
-    #[serde(default)]
-    graph: Option<String>,
 }
 
 async fn graph_node_runs(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    Query(query): Query<LastQuery>,
+    ApiQuery(query): ApiQuery<NodeRunsQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let runs = state
         .engine
@@ -152,9 +152,18 @@ async fn graph_node_runs(
 
 // ----- runs -----
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunsQuery {
+    #[serde(default)]
+    last: Option<usize>,
+    #[serde(default)]
+    graph: Option<String>,
+}
+
 async fn list_runs(
     State(state): State<AppState>,
-    Query(query): Query<LastQuery>,
+    ApiQuery(query): ApiQuery<RunsQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let runs = state
         .engine

@@ -1,9 +1,11 @@
 //! The API's one error type and its JSON body.
 
-use axum::extract::FromRequest;
 use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 
 use crate::engine::EngineError;
 use crate::plugins::PluginError;
@@ -116,4 +118,54 @@ impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
     fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
     }
+}
+
+/// `axum::extract::Query`, but a bad query string answers with our JSON error (400) naming the
+/// parameter. Query structs deny unknown fields, so a misspelt parameter is refused too.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parse_query(parts.uri.query().unwrap_or_default()).map(ApiQuery)
+    }
+}
+
+/// Deserializes a query string; the error names the parameter and the value it refused.
+fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let deserializer =
+        serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let parameter = err.path().iter().find_map(|segment| match segment {
+            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+            _ => None,
+        });
+        let problem = err.into_inner().to_string();
+        // An unknown, missing or repeated parameter: serde's message names it.
+        let about_a_name = [
+            ("unknown field ", "unknown query parameter "),
+            ("missing field ", "missing query parameter "),
+            ("duplicate field ", "repeated query parameter "),
+        ]
+        .iter()
+        .find_map(|(serde, ours)| {
+            problem
+                .strip_prefix(serde)
+                .map(|rest| format!("{ours}{rest}"))
+        });
+        let message = match (about_a_name, parameter) {
+            (Some(message), _) => message,
+            (None, Some(name)) => {
+                let value = form_urlencoded::parse(query.as_bytes())
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| value.into_owned())
+                    .unwrap_or_default();
+                format!("query parameter `{name}`: `{value}` is not valid: {problem}")
+            }
+            (None, None) => format!("query string: {problem}"),
+        };
+        ApiError::bad_request(message)
+    })
 }

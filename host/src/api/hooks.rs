@@ -1,15 +1,15 @@
 //! `/api/hook-runs`, `/api/hooks/events`, `/api/graphs/{name}/hooks/test`: hook-run history, the
 //! event taxonomy, and dry runs.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::hooks::dispatch_firing;
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{self, HookRunFilter, STATUSES};
@@ -50,17 +50,41 @@ fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
     })
 }
 
-/// Parses `since`: an instant (RFC 3339) or a span back from now.
+/// Parses `since`: an instant (RFC 3339) or a span back from now, which may reach back no
+/// further than 1970-01-01 (the times the store can hold).
 fn parse_since(text: &str) -> Result<String, ApiError> {
-    let instant = humantime::parse_rfc3339_weak(text)
-        .or_else(|_| humantime::parse_duration(text).map(|span| std::time::SystemTime::now() - span))
-        .map_err(|_| ApiError::bad_request(format!("field `since`: `{text}` is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration (10m, 2h)")))?;
+    let now = SystemTime::now();
+    let instant = match humantime::parse_rfc3339_weak(text) {
+        Ok(instant) => instant,
+        Err(_) => {
+            let span = humantime::parse_duration(text).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "query parameter `since`: `{text}` is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration (10m, 2h)"
+                ))
+            })?;
+            now.checked_sub(span)
+                .ok_or_else(|| since_out_of_range(text, now))?
+        }
+    };
+    if instant < UNIX_EPOCH {
+        return Err(since_out_of_range(text, now));
+    }
     Ok(humantime::format_rfc3339_micros(instant).to_string())
+}
+
+fn since_out_of_range(text: &str, now: SystemTime) -> ApiError {
+    // humantime's year is 365.25 days.
+    let years = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs() / 31_557_600);
+    ApiError::bad_request(format!(
+        "query parameter `since`: `{text}` reaches back before 1970-01-01T00:00:00Z; give a duration of at most {years}y or a time from 1970 on"
+    ))
 }
 
 async fn list_runs(
     State(state): State<AppState>,
-    Query(query): Query<RunsQuery>,
+    ApiQuery(query): ApiQuery<RunsQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let graph_id = query
         .graph
@@ -126,7 +150,7 @@ struct CatalogQuery {
 /// executor that would run it now.
 async fn catalog(
     State(state): State<AppState>,
-    Query(query): Query<CatalogQuery>,
+    ApiQuery(query): ApiQuery<CatalogQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let event = query.event.as_deref().map(parse_event).transpose()?;
     let graphs = match &query.graph {

@@ -2,7 +2,8 @@
 //!
 //! Errors are `{"error": {"code": "...", "message": "..."}}` with a status that fits: 400 bad
 //! input (the message names the field), 404 unknown resource, 409 conflict, 422 a plugin call
-//! that failed, 500 something on our side (details in the daemon log, not in the response).
+//! that failed, 500 something on our side (details in the daemon log, not in the response). An
+//! unknown route is 404 and a method a route does not take 405, with the same body.
 
 mod engine;
 mod error;
@@ -11,9 +12,10 @@ mod plugins;
 mod sessions;
 
 use axum::Router;
+use axum::http::{Method, Uri};
 use axum::routing::get;
 
-pub use error::{ApiError, ApiJson};
+pub use error::{ApiError, ApiJson, ApiQuery};
 
 use crate::engine::Engine;
 use crate::hooks::HookDispatcher;
@@ -40,7 +42,26 @@ pub fn router(state: AppState) -> Router {
         .nest("/api", engine::router())
         .nest("/api", hooks::router())
         .nest("/api", sessions::router())
+        // After every route: it applies to the routes registered before it.
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
         .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no such route: {method} {}; the routes are listed under HTTP API in the README",
+        uri.path()
+    ))
+}
+
+/// 405; axum adds the `Allow` header listing the methods the route takes.
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} does not take {method}", uri.path()),
+    )
 }
 
 async fn health(

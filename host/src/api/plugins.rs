@@ -5,13 +5,13 @@ use std::path::PathBuf;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::plugins::{BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, Provenance};
 
 /// Largest component accepted for install.
@@ -36,6 +36,7 @@ async fn list(State(state): State<AppState>) -> ApiJson<Value> {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct InstallQuery {
     /// Comma-separated capabilities.
     #[serde(default)]
@@ -46,7 +47,7 @@ struct InstallQuery {
 
 async fn install(
     State(state): State<AppState>,
-    Query(query): Query<InstallQuery>,
+    ApiQuery(query): ApiQuery<InstallQuery>,
     body: Bytes,
 ) -> Result<(StatusCode, ApiJson<PluginInfo>), ApiError> {
     let grants: Vec<String> = query

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -13,7 +13,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::sessions::{self, Message, NewSession, Session};
 
 pub fn router() -> Router<AppState> {
@@ -29,6 +29,7 @@ pub fn router() -> Router<AppState> {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListQuery {
     #[serde(default)]
     all: bool,
@@ -36,7 +37,7 @@ struct ListQuery {
 
 async fn list(
     State(state): State<AppState>,
-    Query(query): Query<ListQuery>,
+    ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let sessions = sessions::list(&state.store.conn(), query.all)?;
     Ok(ApiJson(json!({ "sessions": sessions })))
@@ -110,6 +111,7 @@ fn engine_error(err: anyhow::Error) -> ApiError {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct InboxQuery {
     #[serde(default)]
     follow: bool,
@@ -118,7 +120,7 @@ struct InboxQuery {
 async fn inbox(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    Query(query): Query<InboxQuery>,
+    ApiQuery(query): ApiQuery<InboxQuery>,
 ) -> Result<Response, ApiError> {
     let session = sessions::get(&state.store.conn(), &id)?;
     if !query.follow {
@@ -174,6 +176,7 @@ fn follow_stream(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct MessagesQuery {
     #[serde(default)]
     status: Option<String>,
@@ -181,7 +184,7 @@ struct MessagesQuery {
 
 async fn messages(
     State(state): State<AppState>,
-    Query(query): Query<MessagesQuery>,
+    ApiQuery(query): ApiQuery<MessagesQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     if let Some(status) = &query.status
         && !matches!(status.as_str(), "pending" | "delivered" | "undeliverable")
