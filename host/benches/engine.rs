@@ -24,7 +24,7 @@ fn get_throughput(daemon: &Daemon, path: &str, window: Duration) -> (usize, f64)
     let started = Instant::now();
     let mut count = 0;
     while started.elapsed() < window {
-        let response = client.get(&url).send().unwrap();
+        let response = client.get(&url).bearer_auth(daemon.token()).send().unwrap();
         assert!(response.status().is_success());
         let _ = response.bytes().unwrap();
         count += 1;

@@ -83,8 +83,11 @@ fn lock(data: &DataDir) -> Result<DaemonLock> {
 
 /// Runs the daemon until SIGINT / SIGTERM.
 pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
+    crate::datadir::private_umask();
     let data = data.create()?;
     let _lock = lock(&data)?;
+    // After the lock: a second daemon refused on this data dir must not replace the token.
+    let token = write_token(&data)?;
     let config = Config::load(&data.config_file())?;
     let store = Store::open(&data.database())?;
     let services = Arc::new(DaemonServices {
@@ -132,14 +135,17 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let engine_store = store.clone();
     let delivery = Delivery::new(store.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
-    let app = api::router(AppState {
-        delivery,
-        hooks,
-        store,
-        plugins,
-        engine: engine.clone(),
-        data_dir: data.root().to_path_buf(),
-    });
+    let app = api::router(
+        AppState {
+            delivery,
+            hooks,
+            store,
+            plugins,
+            engine: engine.clone(),
+            data_dir: data.root().to_path_buf(),
+        },
+        api::Access::new(bound.port(), token, data.token_file()),
+    );
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await;
@@ -176,6 +182,38 @@ fn write_address(data: &DataDir, url: &str) -> Result<()> {
         .with_context(|| format!("cannot write {}", partial.display()))?;
     std::fs::rename(&partial, &path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// Writes a new API token (32 random bytes, hex) to the data dir, readable by this user only,
+/// replacing the file whole (a reader never sees half a token).
+fn write_token(data: &DataDir) -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)
+        .map_err(|err| anyhow::anyhow!("cannot draw random bytes for the API token: {err}"))?;
+    let token = hex::encode(bytes);
+    let path = data.token_file();
+    let partial = path.with_extension("token.partial");
+    // A leftover from a crash may have other permissions; `mode` applies only to a new file.
+    match std::fs::remove_file(&partial) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => {
+            return Err(err).with_context(|| format!("cannot remove {}", partial.display()));
+        }
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))?;
+    file.write_all(format!("{token}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    std::fs::rename(&partial, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(token)
 }
 
 async fn shutdown_signal() {

@@ -2,7 +2,11 @@
 //!
 //! Chosen by `--data-dir`, else `CANOPY_HOME`, else `$XDG_DATA_HOME/canopy`, else
 //! `~/.local/share/canopy`.
+//!
+//! The data dir is private: its folders are 0700 and its files 0600 (the daemon runs with umask
+//! 077, and [`DataDir::create`] tightens whatever an older install left more open).
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -23,7 +27,8 @@ impl DataDir {
         Ok(Self { root })
     }
 
-    /// Creates the data dir and its subfolders if missing; canonicalises the root.
+    /// Creates the data dir and its subfolders if missing, makes them private (0700, and 0600
+    /// for any file in them readable by others); canonicalises the root.
     pub fn create(&self) -> Result<Self> {
         for dir in [
             self.root.clone(),
@@ -33,11 +38,15 @@ impl DataDir {
         ] {
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("cannot create data dir folder {}", dir.display()))?;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).with_context(
+                || format!("cannot make data dir folder {} private", dir.display()),
+            )?;
         }
         let root = self
             .root
             .canonicalize()
             .with_context(|| format!("cannot resolve data dir {}", self.root.display()))?;
+        tighten(&root);
         Ok(Self { root })
     }
 
@@ -80,6 +89,79 @@ impl DataDir {
     pub fn address_file(&self) -> PathBuf {
         self.root.join("daemon.addr")
     }
+
+    /// The API token of the running daemon (0600, new at every start); the CLI sends it as
+    /// `Authorization: Bearer <token>`.
+    pub fn token_file(&self) -> PathBuf {
+        self.root.join("daemon.token")
+    }
+}
+
+/// Removes group and other permissions from everything under `dir` (an older install's database,
+/// say). Symlinks are left alone; what cannot be changed is logged, not fatal.
+fn tighten(dir: &Path) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) => {
+            tracing::warn!(dir = %dir.display(), %err, "cannot list data dir folder to make it private");
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0
+            && let Err(err) =
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o700))
+        {
+            tracing::warn!(path = %path.display(), %err, "cannot make data dir entry private");
+        }
+        if meta.is_dir() {
+            tighten(&path);
+        }
+    }
+}
+
+/// The umask the process had before [`private_umask`].
+static USER_UMASK: std::sync::OnceLock<libc::mode_t> = std::sync::OnceLock::new();
+
+/// The umask the user started the daemon with (the daemon itself runs with 077 so that
+/// everything it creates in the data dir is private): what processes it runs for the user in
+/// their workdirs should get back.
+pub fn user_umask() -> Option<libc::mode_t> {
+    USER_UMASK.get().copied()
+}
+
+/// Runs `command` with the user's umask rather than the daemon's 077, so that what it creates in
+/// the user's workdir is as the user would have it. A no-op outside the daemon.
+pub fn with_user_umask(command: &mut tokio::process::Command) {
+    if let Some(mask) = user_umask() {
+        // SAFETY: the closure runs in the child between fork and exec and only calls umask(2),
+        // which is async-signal-safe and cannot fail.
+        unsafe {
+            command.pre_exec(move || {
+                libc::umask(mask);
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Makes every file and folder this process creates from now on private to its user (0600 /
+/// 0700): the daemon calls it first, for the database, the token, plugins, the cache, scratch
+/// files.
+pub fn private_umask() {
+    // SAFETY: umask(2) only sets this process's file-mode creation mask and cannot fail; it is
+    // process-wide, which is the point: no thread of the daemon creates group- or
+    // world-readable files after this.
+    let previous = unsafe { libc::umask(0o077) };
+    let _ = USER_UMASK.set(previous);
 }
 
 fn default_root() -> Result<PathBuf> {

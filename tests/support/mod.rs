@@ -44,7 +44,31 @@ pub struct Daemon {
     _tmp: Option<tempfile::TempDir>,
     child: Option<Child>,
     pub url: String,
+    /// The API token the daemon wrote to `daemon.token`.
+    token: String,
     log: PathBuf,
+}
+
+/// A response to [`Daemon::raw`].
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// The header lines, as sent.
+    pub head: String,
+    /// The body parsed as JSON (`Null` if it is not JSON).
+    pub body: Value,
+}
+
+impl RawResponse {
+    /// The value of header `name` (case-insensitive), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case(name)
+                .then_some(value.trim())
+        })
+    }
 }
 
 impl Daemon {
@@ -90,6 +114,7 @@ impl Daemon {
             _tmp: None,
             child: Some(child),
             url: String::new(),
+            token: String::new(),
             log,
         };
         daemon.url = wait_for(
@@ -108,7 +133,82 @@ impl Daemon {
                     .filter(|s| !s.is_empty())
             },
         );
+        // Written before the address.
+        daemon.token = std::fs::read_to_string(data_dir.join("daemon.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert!(!daemon.token.is_empty(), "the daemon wrote an empty token");
         daemon
+    }
+
+    /// The API token (`Authorization: Bearer <token>`).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// `host:port` of the daemon, as in its URL (`127.0.0.1:PORT`).
+    pub fn host(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// The daemon's port.
+    pub fn port(&self) -> u16 {
+        self.host().rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// Sends exactly this request over a fresh connection: `METHOD path HTTP/1.1`, these header
+    /// lines and nothing else (no Host, no token unless given; `Content-Length` when there is a
+    /// body, and `Connection: close`), then the body. For requests a well-behaved client would not
+    /// send: a browser's, a rebinding page's.
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> RawResponse {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.host()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut request = format!("{method} {path} HTTP/1.1\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if !body.is_empty() {
+            request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        request.push_str("Connection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).unwrap();
+        let split = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| panic!("no HTTP answer: {}", String::from_utf8_lossy(&answer)));
+        let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+        let mut payload = answer[split + 4..].to_vec();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {head}"));
+        let mut response = RawResponse {
+            status,
+            head,
+            body: Value::Null,
+        };
+        if response
+            .header("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"))
+        {
+            payload = dechunk(&payload);
+        }
+        response.body = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+        response
     }
 
     /// The daemon's log so far.
@@ -160,7 +260,11 @@ impl Daemon {
 
     /// GET a JSON resource; returns (status, body).
     pub fn get(&self, path: &str) -> (u16, Value) {
-        let response = reqwest::blocking::get(format!("{}{path}", self.url)).unwrap();
+        let response = reqwest::blocking::Client::new()
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .unwrap();
         let status = response.status().as_u16();
         (status, response.json().unwrap_or(Value::Null))
     }
@@ -171,6 +275,7 @@ impl Daemon {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let response = client
             .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
             .json(body)
             .send()
             .unwrap();
@@ -257,6 +362,22 @@ impl Drop for Daemon {
             self.stop();
         }
     }
+}
+
+/// Decodes a chunked HTTP body.
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = data.windows(2).position(|w| w == b"\r\n") {
+        let size_text = String::from_utf8_lossy(&data[..end]).into_owned();
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        let start = end + 2;
+        out.extend_from_slice(&data[start..start + size]);
+        data = &data[start + size + 2..];
+    }
+    out
 }
 
 /// A spec body in the tagged format, with `objective` as its objective.

@@ -4,18 +4,25 @@
 //! input (the message names the field), 404 unknown resource, 409 conflict, 422 a plugin call
 //! that failed, 500 something on our side (details in the daemon log, not in the response). An
 //! unknown route is 404 and a method a route does not take 405, with the same body.
+//!
+//! Every request passes [`guard`] first: the right `Host`, no foreign `Origin`, the daemon's token
+//! as `Authorization: Bearer`, and a JSON body (401, 403 or 415 otherwise).
 
 mod engine;
 mod error;
+mod guard;
 mod hooks;
 mod plugins;
 mod sessions;
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{Method, Uri};
 use axum::routing::get;
 
 pub use error::{ApiError, ApiJson, ApiQuery};
+pub use guard::Access;
 
 use crate::engine::Engine;
 use crate::hooks::HookDispatcher;
@@ -34,8 +41,8 @@ pub struct AppState {
     pub data_dir: std::path::PathBuf,
 }
 
-/// The whole API.
-pub fn router(state: AppState) -> Router {
+/// The whole API, behind its guard.
+pub fn router(state: AppState, access: Access) -> Router {
     Router::new()
         .route("/api/health", get(health))
         .nest("/api/plugins", plugins::router())
@@ -46,6 +53,10 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(access),
+            guard::guard,
+        ))
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

@@ -1,7 +1,7 @@
 //! The CLI's HTTP client: finds the daemon through the data dir and turns API errors into
 //! messages.
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use serde::de::DeserializeOwned;
 
 use crate::datadir::DataDir;
@@ -25,20 +25,24 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 *
 impl Client {
     /// Reads the daemon's address from the data dir. Fails, saying how to start a daemon, when
     /// none is running there.
+    /// Every request carries the daemon's API token, read from the data dir next to the address.
     pub fn connect(data: &DataDir) -> Result<Self> {
         let address = std::fs::read_to_string(data.address_file()).unwrap_or_default();
         let base = address.trim().to_string();
         if base.is_empty() {
             return Err(no_daemon(data.root()));
         }
+        let headers = auth_headers(data)?;
         let http = reqwest::Client::builder()
             .no_proxy()
+            .default_headers(headers.clone())
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;
         let streaming = reqwest::Client::builder()
             .no_proxy()
+            .default_headers(headers)
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;
@@ -116,6 +120,32 @@ impl Client {
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+}
+
+/// `Authorization: Bearer <token>` with the token the running daemon wrote to the data dir.
+fn auth_headers(data: &DataDir) -> Result<reqwest::header::HeaderMap> {
+    let path = data.token_file();
+    let token = std::fs::read_to_string(&path).map_err(|err| {
+        anyhow!(
+            "cannot read the daemon's API token {}: {err}; the daemon writes it when it starts: restart the daemon of data dir {} (`canopy daemon --data-dir {}`), and run this command as the user who runs the daemon",
+            path.display(),
+            data.root().display(),
+            data.root().display()
+        )
+    })?;
+    let token = token.trim();
+    if token.is_empty() {
+        bail!(
+            "the daemon's API token {} is empty; restart the daemon to write a new one",
+            path.display()
+        );
+    }
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+        .with_context(|| format!("the daemon's API token {} is not valid", path.display()))?;
+    value.set_sensitive(true);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    Ok(headers)
 }
 
 fn no_daemon(data_dir: &std::path::Path) -> anyhow::Error {

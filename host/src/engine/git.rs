@@ -18,11 +18,14 @@ pub enum TreeState {
 
 /// Runs `git status --porcelain` in `workdir`, with a timeout.
 pub async fn tree_state(workdir: &Path) -> TreeState {
-    let status = tokio::process::Command::new("git")
+    let mut command = tokio::process::Command::new("git");
+    command
         .args(["status", "--porcelain", "--untracked-files=all"])
         .current_dir(workdir)
-        .kill_on_drop(true)
-        .output();
+        .kill_on_drop(true);
+    // `git status` may rewrite the repository's index: with the user's umask, not the daemon's.
+    crate::datadir::with_user_umask(&mut command);
+    let status = command.output();
     match tokio::time::timeout(Duration::from_secs(30), status).await {
         Ok(Ok(output)) if output.status.success() => {
             let lines: Vec<String> = String::from_utf8_lossy(&output.stdout)

@@ -1,0 +1,707 @@
+//! Who may use the API, and how it answers what it cannot take: the real `canopy` binary,
+//! hostile requests replayed byte for byte (a web page's, a DNS-rebinding page's), the data dir's
+//! permissions, query-string errors, and the CLI writing into a closed pipe.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// The names of the installed plugins.
+fn plugin_names(daemon: &Daemon) -> Vec<String> {
+    let list = daemon.json(&["plugin", "list"]);
+    list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The error code and message of an API error body.
+fn error_of(body: &Value) -> (&str, &str) {
+    (
+        body["error"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an API error: {body}")),
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an API error: {body}")),
+    )
+}
+
+fn bearer(daemon: &Daemon) -> String {
+    format!("Bearer {}", daemon.token())
+}
+
+#[test]
+fn a_web_page_cannot_install_a_plugin() {
+    let daemon = Daemon::start();
+    let before = plugin_names(&daemon);
+    let wasm = std::fs::read(APPEND_FILE_WASM).unwrap();
+    let host = daemon.host().to_string();
+    let path = "/api/plugins?grant=fs-write:.&replace=true";
+
+    // What a page on https://evil.example sends with `fetch(url, {method: "POST", body})`: a
+    // "simple" request (text/plain, no preflight), its Origin, no token.
+    let browser = daemon.raw(
+        "POST",
+        path,
+        &[
+            ("Host", &host),
+            ("Origin", "https://evil.example"),
+            ("Content-Type", "text/plain;charset=UTF-8"),
+        ],
+        &wasm,
+    );
+    assert_eq!(browser.status, 403, "{:?}", browser);
+    assert_eq!(error_of(&browser.body).0, "forbidden_origin");
+
+    // The same page after rebinding evil.example to 127.0.0.1: same-origin, so its own Host.
+    let port = daemon.port();
+    let rebound_host = format!("evil.example:{port}");
+    let rebound_origin = format!("http://evil.example:{port}");
+    let rebound = daemon.raw(
+        "POST",
+        path,
+        &[
+            ("Host", &rebound_host),
+            ("Origin", &rebound_origin),
+            ("Content-Type", "text/plain"),
+        ],
+        &wasm,
+    );
+    assert_eq!(rebound.status, 403, "{:?}", rebound);
+    assert_eq!(error_of(&rebound.body).0, "forbidden_host");
+
+    // No Origin, right Host, still no token.
+    let anonymous = daemon.raw(
+        "POST",
+        path,
+        &[("Host", &host), ("Content-Type", "application/wasm")],
+        &wasm,
+    );
+    assert_eq!(anonymous.status, 401, "{:?}", anonymous);
+
+    assert_eq!(plugin_names(&daemon), before);
+    assert!(!before.contains(&"append-file".to_string()));
+
+    // The CLI, with the token, installs it (the positive control).
+    daemon.ok(&[
+        "plugin",
+        "install",
+        APPEND_FILE_WASM,
+        "--grant",
+        "fs-write:.",
+    ]);
+    assert!(plugin_names(&daemon).contains(&"append-file".to_string()));
+}
+
+#[test]
+fn only_requests_addressed_to_the_daemon_are_answered() {
+    let daemon = Daemon::start();
+    let token = bearer(&daemon);
+    let port = daemon.port();
+    let host = daemon.host().to_string();
+
+    let evil = daemon.raw(
+        "GET",
+        "/api/health",
+        &[("Host", "evil.example"), ("Authorization", &token)],
+        b"",
+    );
+    assert_eq!(evil.status, 403, "{:?}", evil);
+    let (code, message) = error_of(&evil.body);
+    assert_eq!(code, "forbidden_host");
+    assert!(message.contains("`evil.example`"), "{message}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+
+    let other_port = format!("127.0.0.1:{}", port.wrapping_add(1));
+    for bad in ["evil.example", &format!("evil.example:{port}"), &other_port] {
+        let answer = daemon.raw(
+            "GET",
+            "/api/health",
+            &[("Host", bad), ("Authorization", &token)],
+            b"",
+        );
+        assert_eq!(answer.status, 403, "Host {bad}: {:?}", answer);
+    }
+    let missing = daemon.raw("GET", "/api/health", &[("Authorization", &token)], b"");
+    assert_eq!(missing.status, 403, "{:?}", missing);
+    assert_eq!(error_of(&missing.body).0, "forbidden_host");
+    // An absolute-form target naming another host.
+    let absolute = daemon.raw(
+        "GET",
+        "http://evil.example/api/health",
+        &[("Host", &host), ("Authorization", &token)],
+        b"",
+    );
+    assert_eq!(absolute.status, 403, "{:?}", absolute);
+
+    for good in [
+        host.clone(),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let answer = daemon.raw(
+            "GET",
+            "/api/health",
+            &[("Host", &good), ("Authorization", &token)],
+            b"",
+        );
+        assert_eq!(answer.status, 200, "Host {good}: {:?}", answer);
+        assert_eq!(answer.body["status"], "ok");
+    }
+}
+
+#[test]
+fn every_request_needs_the_token() {
+    let daemon = Daemon::start();
+    let host = daemon.host().to_string();
+    let token_file = daemon.data_dir.canonicalize().unwrap().join("daemon.token");
+
+    let none = daemon.raw("GET", "/api/health", &[("Host", &host)], b"");
+    assert_eq!(none.status, 401, "{:?}", none);
+    let (code, message) = error_of(&none.body);
+    assert_eq!(code, "unauthorized");
+    assert!(message.contains("Authorization: Bearer"), "{message}");
+    assert!(message.contains("the CLI reads it from there"), "{message}");
+    assert!(
+        message.contains(&token_file.display().to_string()),
+        "{message}"
+    );
+    assert_eq!(
+        none.header("www-authenticate"),
+        Some("Bearer realm=\"canopy\"")
+    );
+
+    let wrong = daemon.raw(
+        "GET",
+        "/api/plugins",
+        &[("Host", &host), ("Authorization", "Bearer 00")],
+        b"",
+    );
+    assert_eq!(wrong.status, 401, "{:?}", wrong);
+    assert!(error_of(&wrong.body).1.starts_with("wrong API token"));
+
+    // The right length but not the token; another scheme carrying the token.
+    let almost = format!("Bearer {}", "0".repeat(daemon.token().len()));
+    let basic = format!("Basic {}", daemon.token());
+    for header in [almost.as_str(), basic.as_str()] {
+        let answer = daemon.raw(
+            "GET",
+            "/api/plugins",
+            &[("Host", &host), ("Authorization", header)],
+            b"",
+        );
+        assert_eq!(answer.status, 401, "{header}: {:?}", answer);
+    }
+    // Unknown routes are behind the token too.
+    let unknown = daemon.raw("GET", "/api/nope", &[("Host", &host)], b"");
+    assert_eq!(unknown.status, 401, "{:?}", unknown);
+
+    let right = daemon.raw(
+        "GET",
+        "/api/health",
+        &[("Host", &host), ("Authorization", &bearer(&daemon))],
+        b"",
+    );
+    assert_eq!(right.status, 200, "{:?}", right);
+}
+
+#[test]
+fn the_token_is_private_new_at_every_start_and_the_cli_sends_it() {
+    let mut daemon = Daemon::start();
+    let token_file = daemon.data_dir.join("daemon.token");
+    let first = daemon.token().to_string();
+    assert_eq!(first.len(), 64, "{first}");
+    assert!(first.bytes().all(|b| b.is_ascii_hexdigit()), "{first}");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+
+    // The positive control: the CLI reads the token and works.
+    let list = daemon.ok(&["plugin", "list"]);
+    assert!(list.contains("command"), "{list}");
+
+    daemon.stop();
+    let data_dir = daemon.data_dir.clone();
+    let restarted = Daemon::start_on(&data_dir);
+    assert_ne!(restarted.token(), first);
+    let stale = restarted.raw(
+        "GET",
+        "/api/health",
+        &[
+            ("Host", restarted.host()),
+            ("Authorization", &format!("Bearer {first}")),
+        ],
+        b"",
+    );
+    assert_eq!(stale.status, 401, "{:?}", stale);
+    restarted.ok(&["plugin", "list"]);
+
+    // Without the token file the CLI says where it looked and what to do.
+    std::fs::remove_file(&token_file).unwrap();
+    let err = restarted.fails(&["plugin", "list"]);
+    assert!(err.contains("cannot read the daemon's API token"), "{err}");
+    assert!(err.contains("daemon.token"), "{err}");
+    assert!(err.contains("restart the daemon"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_foreign_origin_is_refused_even_with_the_token() {
+    let daemon = Daemon::start();
+    let host = daemon.host().to_string();
+    let token = bearer(&daemon);
+    let body = serde_json::to_vec(&json!({ "name": "evil", "body": spec_body("evil") })).unwrap();
+
+    for origin in ["https://evil.example", "null", "http://127.0.0.1:1"] {
+        let answer = daemon.raw(
+            "POST",
+            "/api/specs",
+            &[
+                ("Host", &host),
+                ("Origin", origin),
+                ("Authorization", &token),
+                ("Content-Type", "application/json"),
+            ],
+            &body,
+        );
+        assert_eq!(answer.status, 403, "Origin {origin}: {:?}", answer);
+        let (code, message) = error_of(&answer.body);
+        assert_eq!(code, "forbidden_origin");
+        assert!(message.contains(&format!("`{origin}`")), "{message}");
+    }
+    let (_, specs) = daemon.get("/api/specs");
+    assert_eq!(specs["specs"], json!([]));
+
+    // The daemon's own origin is fine.
+    let own = format!("http://{host}");
+    let answer = daemon.raw(
+        "POST",
+        "/api/specs",
+        &[
+            ("Host", &host),
+            ("Origin", &own),
+            ("Authorization", &token),
+            ("Content-Type", "application/json"),
+        ],
+        &body,
+    );
+    assert_eq!(answer.status, 201, "{:?}", answer);
+}
+
+#[test]
+fn bodies_must_be_json_except_the_component_of_an_install() {
+    let daemon = Daemon::start();
+    let host = daemon.host().to_string();
+    let token = bearer(&daemon);
+    let body = serde_json::to_vec(&json!({ "name": "plain", "body": spec_body("plain") })).unwrap();
+
+    let plain = daemon.raw(
+        "POST",
+        "/api/specs",
+        &[
+            ("Host", &host),
+            ("Authorization", &token),
+            ("Content-Type", "text/plain"),
+        ],
+        &body,
+    );
+    assert_eq!(plain.status, 415, "{:?}", plain);
+    let (code, message) = error_of(&plain.body);
+    assert_eq!(code, "unsupported_media_type");
+    assert!(
+        message.contains("Content-Type: application/json"),
+        "{message}"
+    );
+    assert!(message.contains("`text/plain`"), "{message}");
+
+    let untyped = daemon.raw(
+        "PATCH",
+        "/api/specs/x",
+        &[("Host", &host), ("Authorization", &token)],
+        &body,
+    );
+    assert_eq!(untyped.status, 415, "{:?}", untyped);
+    assert!(error_of(&untyped.body).1.contains("no Content-Type"));
+
+    // A DELETE with a form body.
+    let form = daemon.raw(
+        "DELETE",
+        "/api/specs/x",
+        &[
+            ("Host", &host),
+            ("Authorization", &token),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        b"a=b",
+    );
+    assert_eq!(form.status, 415, "{:?}", form);
+
+    // The install route takes the component as application/wasm, and only that.
+    let wasm = std::fs::read(APPEND_FILE_WASM).unwrap();
+    let json_install = daemon.raw(
+        "POST",
+        "/api/plugins?grant=fs-write:.",
+        &[
+            ("Host", &host),
+            ("Authorization", &token),
+            ("Content-Type", "application/json"),
+        ],
+        &wasm,
+    );
+    assert_eq!(json_install.status, 415, "{:?}", json_install);
+    assert!(
+        error_of(&json_install.body)
+            .1
+            .contains("Content-Type: application/wasm"),
+        "{:?}",
+        json_install
+    );
+
+    // JSON with a charset is JSON; a request without a body needs no type.
+    let charset = daemon.raw(
+        "POST",
+        "/api/specs",
+        &[
+            ("Host", &host),
+            ("Authorization", &token),
+            ("Content-Type", "application/json; charset=utf-8"),
+        ],
+        &body,
+    );
+    assert_eq!(charset.status, 201, "{:?}", charset);
+    let id = charset.body["id"].as_str().unwrap().to_string();
+    let bodiless = daemon.raw(
+        "DELETE",
+        &format!("/api/specs/{id}"),
+        &[("Host", &host), ("Authorization", &token)],
+        b"",
+    );
+    assert_eq!(bodiless.status, 200, "{:?}", bodiless);
+}
+
+/// Every file and folder under `dir` whose mode gives anything to group or others.
+fn open_to_others(dir: &Path) -> Vec<String> {
+    let mut open = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            open.push(format!("{} {mode:o}", path.display()));
+        }
+        if meta.is_dir() {
+            open.extend(open_to_others(&path));
+        }
+    }
+    open
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn the_data_dir_is_private() {
+    let mut daemon = Daemon::start();
+    daemon.ok(&[
+        "plugin",
+        "install",
+        APPEND_FILE_WASM,
+        "--grant",
+        "fs-write:.",
+    ]);
+    let data_dir = daemon.data_dir.clone();
+    // A call: its result file goes through tmp/.
+    let workdir = tempfile::tempdir().unwrap();
+    daemon.ok(&[
+        "plugin",
+        "run",
+        "command",
+        "--config",
+        r#"{"command": "echo done > out.txt"}"#,
+        "--workdir",
+        workdir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(mode_of(&data_dir), 0o700);
+    for name in ["canopy.db", "daemon.addr", "daemon.lock", "daemon.token"] {
+        assert_eq!(mode_of(&data_dir.join(name)), 0o600, "{name}");
+    }
+    let wasm: Vec<_> = std::fs::read_dir(data_dir.join("plugins"))
+        .unwrap()
+        .collect();
+    assert!(!wasm.is_empty());
+    assert_eq!(open_to_others(&data_dir), Vec::<String>::new());
+
+    // An older install's data dir, open to everyone, is tightened at the next start.
+    daemon.stop();
+    let status = Command::new("chmod")
+        .args(["-R", "go+rwX"])
+        .arg(&data_dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(mode_of(&data_dir.join("canopy.db")), 0o666);
+    let daemon = Daemon::start_on(&data_dir);
+    daemon.ok(&[
+        "plugin",
+        "install",
+        HOSTILE_WASM,
+        "--grant",
+        "process,fs-read,fs-write:.,network,sessions",
+    ]);
+    assert_eq!(mode_of(&data_dir), 0o700);
+    assert_eq!(mode_of(&data_dir.join("canopy.db")), 0o600);
+    assert_eq!(open_to_others(&data_dir), Vec::<String>::new());
+}
+
+#[test]
+fn query_string_errors_are_json_naming_the_parameter() {
+    let daemon = Daemon::start();
+    daemon.create_graph(
+        json!({ "name": "g", "workdir": "/tmp", "nodes": [{ "name": "n", "command": "true" }] }),
+    );
+    let (status, session) = daemon.send("POST", "/api/sessions", &json!({ "name": "lead" }));
+    assert_eq!(status, 201, "{session}");
+    let session_id = session["id"].as_str().unwrap().to_string();
+
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            "/api/hook-runs?last=many".into(),
+            "query parameter `last`",
+            "`many`",
+        ),
+        (
+            "/api/hook-runs?last=-1".into(),
+            "query parameter `last`",
+            "`-1`",
+        ),
+        (
+            "/api/runs?last=many".into(),
+            "query parameter `last`",
+            "`many`",
+        ),
+        (
+            "/api/graphs/g/node-runs?last=-1".into(),
+            "query parameter `last`",
+            "`-1`",
+        ),
+        (
+            "/api/sessions?all=maybe".into(),
+            "query parameter `all`",
+            "`maybe`",
+        ),
+        (
+            format!("/api/sessions/{session_id}/inbox?follow=maybe"),
+            "query parameter `follow`",
+            "`maybe`",
+        ),
+        (
+            "/api/hook-runs?bogus=1".into(),
+            "unknown query parameter `bogus`",
+            "expected one of",
+        ),
+        (
+            "/api/hooks/catalog?grph=g".into(),
+            "unknown query parameter `grph`",
+            "`graph`",
+        ),
+        (
+            "/api/specs?work_dir=/tmp".into(),
+            "unknown query parameter `work_dir`",
+            "`workdir`",
+        ),
+        (
+            "/api/messages?state=pending".into(),
+            "unknown query parameter `state`",
+            "`status`",
+        ),
+        (
+            "/api/graphs/g/node-runs?graph=g".into(),
+            "unknown query parameter `graph`",
+            "`last`",
+        ),
+        (
+            "/api/sessions?all=true&all=false".into(),
+            "repeated query parameter `all`",
+            "",
+        ),
+    ];
+    for (path, names, detail) in &cases {
+        let (status, body) = daemon.get(path);
+        assert_eq!(status, 400, "{path}: {body}");
+        let (code, message) = error_of(&body);
+        assert_eq!(code, "bad_request", "{path}");
+        assert!(message.contains(names), "{path}: {message}");
+        assert!(message.contains(detail), "{path}: {message}");
+    }
+
+    // The install query too (the body is the component).
+    let answer = daemon.raw(
+        "POST",
+        "/api/plugins?replace=maybe",
+        &[
+            ("Host", daemon.host()),
+            ("Authorization", &bearer(&daemon)),
+            ("Content-Type", "application/wasm"),
+        ],
+        &std::fs::read(NOOP_WASM).unwrap(),
+    );
+    assert_eq!(answer.status, 400, "{:?}", answer);
+    assert!(
+        error_of(&answer.body)
+            .1
+            .contains("query parameter `replace`")
+    );
+
+    // Valid queries still work.
+    for path in [
+        "/api/hook-runs?last=5&graph=g",
+        "/api/runs?graph=g&last=1",
+        "/api/sessions?all=true",
+        "/api/hooks/catalog?graph=g",
+        "/api/messages?status=pending",
+    ] {
+        let (status, body) = daemon.get(path);
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+}
+
+#[test]
+fn unknown_routes_and_methods_answer_json() {
+    let daemon = Daemon::start();
+    for path in [
+        "/api/nope",
+        "/",
+        "/api/plugins/command/nope",
+        "/api/plugins/",
+    ] {
+        let (status, body) = daemon.get(path);
+        assert_eq!(status, 404, "{path}: {body}");
+        let (code, message) = error_of(&body);
+        assert_eq!(code, "not_found");
+        assert!(message.contains(&format!("GET {path}")), "{message}");
+    }
+    let (status, body) = daemon.send("DELETE", "/api/health", &json!({}));
+    assert_eq!(status, 405, "{body}");
+    let (code, message) = error_of(&body);
+    assert_eq!(code, "method_not_allowed");
+    assert!(
+        message.contains("/api/health does not take DELETE"),
+        "{message}"
+    );
+
+    let put = daemon.raw(
+        "PUT",
+        "/api/hook-runs",
+        &[("Host", daemon.host()), ("Authorization", &bearer(&daemon))],
+        b"",
+    );
+    assert_eq!(put.status, 405, "{:?}", put);
+    assert_eq!(error_of(&put.body).0, "method_not_allowed");
+    assert!(put.header("allow").unwrap().contains("GET"), "{:?}", put);
+    assert!(
+        put.header("content-type")
+            .unwrap()
+            .starts_with("application/json"),
+        "{:?}",
+        put
+    );
+}
+
+#[test]
+fn since_out_of_range_is_a_bad_request_not_a_dropped_connection() {
+    let daemon = Daemon::start();
+    // 60y reaches back before 1970 until 2030.
+    let sixty_years = std::time::Duration::from_secs(60 * 31_557_600);
+    let before_epoch = std::time::SystemTime::now()
+        .checked_sub(sixty_years)
+        .is_none_or(|t| t < std::time::UNIX_EPOCH);
+    let mut inputs = vec!["100y", "18446744073709551615s"];
+    if before_epoch {
+        inputs.push("60y");
+    }
+    for since in inputs {
+        let (status, body) = daemon.get(&format!("/api/hook-runs?since={since}"));
+        assert_eq!(status, 400, "since={since}: {body}");
+        let (code, message) = error_of(&body);
+        assert_eq!(code, "bad_request");
+        assert!(
+            message.starts_with(&format!("query parameter `since`: `{since}` reaches back before 1970-01-01T00:00:00Z; give a duration of at most ")),
+            "{message}"
+        );
+        assert!(message.contains("or a time from 1970 on"), "{message}");
+    }
+    let (status, body) = daemon.get("/api/hook-runs?since=1969-12-31T23:59:59Z");
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = daemon.get("/api/hook-runs?since=soon");
+    assert_eq!(status, 400, "{body}");
+    assert!(error_of(&body).1.contains("`since`"));
+
+    // The daemon still answers, and sensible values work.
+    let (status, _) = daemon.get("/api/health");
+    assert_eq!(status, 200);
+    for since in ["10y", "2h", "1970-01-01T00:00:00Z"] {
+        let (status, body) = daemon.get(&format!("/api/hook-runs?since={since}"));
+        assert_eq!(status, 200, "since={since}: {body}");
+    }
+    // The CLI shows the message.
+    let err = daemon.fails(&["hooks", "runs", "--since", "100y"]);
+    assert!(
+        err.contains("query parameter `since`: `100y` reaches back before 1970"),
+        "{err}"
+    );
+}
+
+/// Runs the CLI with stdout a pipe whose reader goes away after `read` bytes; returns stderr.
+fn cli_into_closed_pipe(daemon: &Daemon, args: &[&str], read: usize) -> String {
+    use std::io::Read as _;
+    let mut child = Command::new(CANOPY)
+        .arg("--data-dir")
+        .arg(&daemon.data_dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    if read > 0 {
+        let mut buf = vec![0; read];
+        let _ = stdout.read(&mut buf);
+    }
+    drop(stdout);
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_ne!(output.status.code(), Some(101), "{stderr}");
+    stderr
+}
+
+#[test]
+fn the_cli_ends_quietly_when_its_output_pipe_closes() {
+    let daemon = Daemon::start();
+    for args in [
+        &["plugin", "list", "--json"][..],
+        &["plugin", "list"],
+        &["hooks", "events"],
+        &["hooks", "events", "--json"],
+    ] {
+        for read in [0, 16] {
+            let stderr = cli_into_closed_pipe(&daemon, args, read);
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+            assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        }
+    }
+}
