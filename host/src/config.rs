@@ -13,6 +13,11 @@
 //! model_args = ["--model", "{model}"]
 //! effort_args = ["--effort", "{effort}"]
 //! resume_args = ["--resume", "{session}"]
+//!
+//! # How processes run for plugins (see `crate::procs`).
+//! [process]
+//! pass_env = ["SSH_AUTH_SOCK", "ANTHROPIC_API_KEY"]  # beyond PATH, HOME, LANG, TZ, TERM
+//! kill_orphans_on_start = true   # kill what calls left running when the daemon last died
 //! ```
 
 use std::collections::BTreeMap;
@@ -36,6 +41,40 @@ pub struct Config {
     /// Agent platforms, on top of the built-in `claude` and `codex`.
     #[serde(default)]
     pub platforms: BTreeMap<String, Platform>,
+    /// How processes run for plugins.
+    #[serde(default)]
+    pub process: ProcessConfig,
+}
+
+/// How the daemon runs processes for plugins (`[process]`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessConfig {
+    /// Variables of the daemon's environment handed to every process, beyond the ones every
+    /// process gets (`PATH`, `HOME`, `LANG`, `TZ`, `TERM`).
+    pub pass_env: Vec<String>,
+    /// At start, kill the processes that calls in flight when the daemon last stopped left
+    /// running.
+    pub kill_orphans_on_start: bool,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        Self {
+            pass_env: Vec::new(),
+            kill_orphans_on_start: true,
+        }
+    }
+}
+
+/// True for a portable environment variable name: letters, digits and `_`, not starting with a
+/// digit.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
 /// Limits applied to plugin calls.
@@ -128,6 +167,12 @@ impl Config {
                 );
             }
         }
+        if let Some(bad) = config.process.pass_env.iter().find(|n| !is_env_name(n)) {
+            anyhow::bail!(
+                "{}: process.pass_env: `{bad}` is not an environment variable name (letters, digits and `_`, not starting with a digit)",
+                path.display()
+            );
+        }
         if config.limits.plugin_memory_mib < 16 {
             anyhow::bail!(
                 "{}: limits.plugin_memory_mib must be at least 16",
@@ -142,5 +187,49 @@ impl Config {
         let mut platforms = builtin_platforms();
         platforms.extend(self.platforms.clone());
         platforms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("canopy.toml");
+        std::fs::write(&path, text)?;
+        Config::load(&path)
+    }
+
+    #[test]
+    fn process_section_defaults_to_no_extra_env_and_killing_orphans() -> Result<()> {
+        let config = load("")?;
+        assert_eq!(config.process, ProcessConfig::default());
+        assert!(config.process.kill_orphans_on_start);
+        let config = load(
+            "[process]\npass_env = [\"SSH_AUTH_SOCK\", \"_X1\"]\nkill_orphans_on_start = false\n",
+        )?;
+        assert_eq!(config.process.pass_env, ["SSH_AUTH_SOCK", "_X1"]);
+        assert!(!config.process.kill_orphans_on_start);
+        Ok(())
+    }
+
+    #[test]
+    fn an_invalid_pass_env_name_is_refused_naming_the_field() {
+        for bad in ["1ABC", "A-B", "", "A=B", "PATH "] {
+            let err = load(&format!("[process]\npass_env = [{bad:?}]\n"))
+                .err()
+                .map(|e| format!("{e:#}"))
+                .unwrap_or_default();
+            assert!(
+                err.contains("process.pass_env") && err.contains(&format!("`{bad}`")),
+                "{bad:?}: {err}"
+            );
+        }
+        let err = load("[process]\nkill_orphans_on_start = \"yes\"\n")
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(err.contains("kill_orphans_on_start"), "{err}");
     }
 }

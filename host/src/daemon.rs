@@ -89,6 +89,8 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     // After the lock: a second daemon refused on this data dir must not replace the token.
     let token = write_token(&data)?;
     let config = Config::load(&data.config_file())?;
+    // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
+    crate::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
     let services = Arc::new(DaemonServices {
         store: store.clone(),

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod hooks;
 pub mod markers;
 pub mod plugins;
+pub mod procs;
 pub mod sessions;
 pub mod store;
 pub mod text;

@@ -90,8 +90,25 @@ impl Daemon {
         daemon
     }
 
+    /// A daemon on a fresh data dir with this `canopy.toml` and these variables in its
+    /// environment.
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let data_dir = tmp.path().join("data");
+        std::fs::create_dir_all(&data_dir).unwrap();
+        std::fs::write(data_dir.join("canopy.toml"), config).unwrap();
+        let mut daemon = Self::start_on_with_env(&data_dir, env);
+        daemon._tmp = Some(tmp);
+        daemon
+    }
+
     /// A daemon on an existing data dir (a restart).
     pub fn start_on(data_dir: &Path) -> Self {
+        Self::start_on_with_env(data_dir, &[])
+    }
+
+    /// A daemon on an existing data dir with these variables in its environment.
+    pub fn start_on_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Self {
         let address = data_dir.join("daemon.addr");
         let _ = std::fs::remove_file(&address);
         let log = data_dir.join(format!("daemon-{}.log", std::process::id()));
@@ -104,6 +121,7 @@ impl Daemon {
             .args(["daemon", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("CANOPY_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)

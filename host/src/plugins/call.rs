@@ -354,12 +354,14 @@ impl host::Host for CallState {
         });
         let spec = ProcessSpec {
             program: cmd.program.clone(),
+            arg0: None,
             args: cmd.args,
             cwd,
             env: cmd.env,
             stdin: cmd.stdin,
             timeout,
             result_file,
+            detach: crate::procs::current_options().detach,
         };
         tracing::debug!(plugin = &*self.plugin, program = %cmd.program, "run-command");
         let exit = process::run(spec)

@@ -482,6 +482,10 @@ impl PluginHost {
         supported_markers: &[&str],
     ) -> Result<(), PluginError> {
         let plugin = self.for_mode(mode)?;
+        // `detach` is the host's (see `crate::procs`): checked here, never shown to the plugin.
+        let mut config = config.clone();
+        crate::procs::take_detach(&mut config).map_err(PluginError::InvalidConfig)?;
+        let config = &config;
         markers::check_config(config, &plugin.templates, supported_markers)
             .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
         let mut rendered = config.clone();
@@ -544,6 +548,7 @@ impl PluginHost {
             .entry("workdir".to_string())
             .or_insert_with(|| workdir.to_string_lossy().into_owned());
         let mut config = request.config;
+        let detach = crate::procs::take_detach(&mut config).map_err(PluginError::InvalidConfig)?;
         markers::render_config(&mut config, &plugin.templates, &values);
         let rendered = Value::Object(config);
         let marker_list: Vec<(String, String)> = request
@@ -576,7 +581,9 @@ impl PluginHost {
             services: self.inner.services.clone(),
             tmp_dir: self.inner.tmp_dir.clone(),
         };
-        let outcome = match setup.run(Call::Execute(Box::new(invocation))).await? {
+        let options = crate::procs::CallOptions { detach };
+        let call = setup.run(Call::Execute(Box::new(invocation)));
+        let outcome = match crate::procs::with_options(options, call).await? {
             Reply::Outcome(outcome) => Outcome::from_wit(outcome),
             Reply::Manifest(_) | Reply::Valid => {
                 return Err(PluginError::Internal(anyhow::anyhow!(

@@ -1,30 +1,44 @@
-//! Running a process for a plugin: its own process group, bounded output, a hard deadline.
+//! Running a process for a plugin: a clean environment, its own process group, bounded output,
+//! a hard deadline, and nothing left behind when the call ends (see [`crate::procs`]).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::procs::{self, CallProcesses};
 
 /// Bytes of stdout / stderr kept (the last ones).
 pub const OUTPUT_LIMIT: usize = 64 * 1024;
 
 /// How long the output pipes may stay open after the process exits (held by children it left
-/// behind) before the whole group is killed.
+/// behind) before the host stops waiting for them.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How long to wait for the pipes once everything the call left was killed.
+const CLOSE_GRACE: Duration = Duration::from_millis(500);
 
 /// A process to run.
 #[derive(Debug, Clone)]
 pub struct ProcessSpec {
+    /// What to execute: a name looked up on `PATH`, or a path.
     pub program: String,
+    /// `argv[0]`, when it differs from `program` (a program resolved by the host).
+    pub arg0: Option<String>,
     pub args: Vec<String>,
     pub cwd: PathBuf,
+    /// Set on top of the clean environment (see [`crate::procs::env`]).
     pub env: Vec<(String, String)>,
     pub stdin: Option<Vec<u8>>,
     pub timeout: Duration,
     /// Path handed to the process as `CANOPY_RESULT_FILE`, read back after it exits.
     pub result_file: Option<PathBuf>,
+    /// Leave what the process starts running after it exits (`detach = true`); otherwise the
+    /// whole call -- its group and every process carrying its marker -- is killed.
+    pub detach: bool,
 }
 
 /// How it ended.
@@ -38,13 +52,20 @@ pub struct ProcessExit {
     pub result: Option<String>,
 }
 
-/// Runs the process to completion or to its deadline, then kills its process group.
+/// Runs the process to completion or to its deadline, then kills what is left of the call.
 pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     let started = Instant::now();
+    // Recorded before the spawn: a daemon that dies from here on leaves a trace of this call.
+    let mut call = CallProcesses::new(spec.detach)?;
     let mut command = tokio::process::Command::new(&spec.program);
+    if let Some(arg0) = &spec.arg0 {
+        command.arg0(arg0);
+    }
     command
         .args(&spec.args)
         .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(procs::inherited_env())
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
@@ -58,9 +79,12 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     if let Some(path) = &spec.result_file {
         command.env("CANOPY_RESULT_FILE", path);
     }
-    let mut child = command.spawn()?;
-    // Whatever happens to this future (a deadline, a reset that drops it), the group dies.
-    let mut group = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()));
+    // Last, so the plugin's env cannot choose it.
+    let (marker, id) = call.marker();
+    command.env(marker, id);
+    // Whatever happens to this future from here (a deadline, a reset that drops it), `call`
+    // kills the group and sweeps the rest when dropped.
+    let mut child = call.spawn(&mut command)?;
 
     if let (Some(bytes), Some(mut stdin)) = (spec.stdin, child.stdin.take()) {
         tokio::spawn(async move {
@@ -68,58 +92,50 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
             let _ = stdin.write_all(&bytes).await;
         });
     }
+    let out = Tail::default();
+    let err = Tail::default();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let reading = async move {
-        let out = async {
-            match stdout {
-                Some(pipe) => read_tail(pipe).await,
-                None => Vec::new(),
-            }
-        };
-        let err = async {
-            match stderr {
-                Some(pipe) => read_tail(pipe).await,
-                None => Vec::new(),
-            }
-        };
-        tokio::join!(out, err)
+    let reading = {
+        let (out, err) = (out.clone(), err.clone());
+        async move {
+            tokio::join!(read_tail(stdout, out), read_tail(stderr, err));
+        }
     };
     tokio::pin!(reading);
 
     // Read and wait together, in this task; no task hop per process.
     let deadline = tokio::time::Instant::now() + spec.timeout;
-    let mut output = None;
+    let mut drained = false;
     let (status, timed_out) = loop {
         tokio::select! {
-            read = &mut reading, if output.is_none() => output = Some(read),
+            () = &mut reading, if !drained => drained = true,
             waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
                 Ok(status) => break (Some(status?), false),
                 Err(_) => {
-                    group.kill();
+                    call.kill_group();
                     break (child.wait().await.ok(), true);
                 }
             },
         }
     };
-    // Children left in the group may hold the pipes open; give them a moment, then kill them.
-    let (stdout, stderr) = match output {
-        Some(read) => read,
-        None => {
-            let drain_until = deadline.min(tokio::time::Instant::now() + DRAIN_GRACE);
-            match tokio::time::timeout_at(drain_until, &mut reading).await {
-                Ok(read) => read,
-                Err(_) => {
-                    group.kill();
-                    (Vec::new(), Vec::new())
-                }
-            }
-        }
-    };
-    if timed_out {
-        group.kill();
+    call.leader_reaped();
+    // Children left behind may hold the pipes open; give them a moment to finish writing.
+    if !drained {
+        let drain_until = deadline.min(tokio::time::Instant::now() + DRAIN_GRACE);
+        drained = tokio::time::timeout_at(drain_until, &mut reading)
+            .await
+            .is_ok();
     }
-    group.disarm();
+    let detach = spec.detach;
+    let killed = call.finish().await;
+    if killed > 0 {
+        tracing::debug!(program = %spec.program, killed, "killed processes the command left behind");
+    }
+    if !drained && !detach {
+        // Everything of the call is dead now: the pipes close.
+        let _ = tokio::time::timeout(CLOSE_GRACE, &mut reading).await;
+    }
 
     let result = match &spec.result_file {
         Some(path) => read_result_file(path),
@@ -128,55 +144,48 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     Ok(ProcessExit {
         code: status.and_then(|s| s.code()),
         timed_out,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        stdout: out.text(),
+        stderr: err.text(),
         duration: started.elapsed(),
         result,
     })
 }
 
-/// Kills a process group when dropped (unless disarmed), so a call that is abandoned midway --
-/// a reset, a daemon shutdown -- leaves no process behind.
-struct GroupGuard(Option<i32>);
+/// The last [`OUTPUT_LIMIT`] bytes read from a pipe so far; shared, so what was read is kept
+/// even when the host stops waiting for the pipe to close.
+#[derive(Debug, Clone, Default)]
+struct Tail(Arc<Mutex<VecDeque<u8>>>);
 
-impl GroupGuard {
-    fn kill(&self) {
-        if let Some(pgid) = self.0 {
-            // SAFETY: kill(2) with a negative pid signals the process group we created with
-            // process_group(0); it has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
+impl Tail {
+    fn push(&self, bytes: &[u8]) {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.extend(bytes);
+        let excess = kept.len().saturating_sub(OUTPUT_LIMIT);
+        kept.drain(..excess);
     }
 
-    /// The process ended normally: leave whatever it left behind alone.
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
+    fn text(&self) -> String {
+        let kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (front, back) = kept.as_slices();
+        let mut bytes = Vec::with_capacity(kept.len());
+        bytes.extend_from_slice(front);
+        bytes.extend_from_slice(back);
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 }
 
-/// Reads a pipe to its end, keeping only the last [`OUTPUT_LIMIT`] bytes.
-async fn read_tail(mut pipe: impl AsyncRead + Unpin) -> Vec<u8> {
-    let mut kept: VecDeque<u8> = VecDeque::new();
+/// Reads a pipe to its end into `tail`.
+async fn read_tail(pipe: Option<impl AsyncRead + Unpin>, tail: Tail) {
+    let Some(mut pipe) = pipe else {
+        return;
+    };
     let mut buffer = [0u8; 8192];
     loop {
         match pipe.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                kept.extend(&buffer[..n]);
-                let excess = kept.len().saturating_sub(OUTPUT_LIMIT);
-                kept.drain(..excess);
-            }
+            Ok(n) => tail.push(&buffer[..n]),
         }
     }
-    kept.into()
 }
 
 /// Reads (at most [`OUTPUT_LIMIT`] bytes of) the result file and removes it. A missing file is
@@ -198,12 +207,14 @@ mod tests {
     fn spec(script: &str, timeout: Duration) -> ProcessSpec {
         ProcessSpec {
             program: "sh".into(),
+            arg0: None,
             args: vec!["-c".into(), script.into()],
             cwd: std::env::temp_dir(),
             env: vec![("GREETING".into(), "hi".into())],
             stdin: Some(b"from stdin".to_vec()),
             timeout,
             result_file: None,
+            detach: false,
         }
     }
 
@@ -253,6 +264,93 @@ mod tests {
             !alive(&orphan),
             "the background child {orphan} survived the group kill"
         );
+        Ok(())
+    }
+
+    /// Waits (bounded) until `pid` is no longer a live process.
+    async fn wait_dead(pid: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(pid) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        !alive(pid)
+    }
+
+    #[tokio::test]
+    async fn the_environment_is_clean_but_for_path_the_plugin_env_and_the_marker()
+    -> std::io::Result<()> {
+        // Cargo runs tests with CARGO_* variables set: none may reach the process.
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        let exit = run(spec("env", Duration::from_secs(10))).await?;
+        let names: Vec<&str> = exit
+            .stdout
+            .lines()
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+            .collect();
+        for name in &names {
+            assert!(
+                crate::procs::env::BASE.contains(name)
+                    || ["GREETING", "CANOPY_CALL_ID", "PWD", "SHLVL", "_"].contains(name),
+                "{name} leaked into the process: {names:?}"
+            );
+        }
+        assert!(names.contains(&"PATH") && names.contains(&"GREETING"));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_background_child_is_killed_after_a_normal_exit() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let pid_file = dir.path().join("bg.pid");
+        let script = format!(
+            "sleep 30 > /dev/null 2>&1 & echo $! > {}",
+            pid_file.display()
+        );
+        let exit = run(spec(&script, Duration::from_secs(10))).await?;
+        assert_eq!(exit.code, Some(0));
+        let orphan = std::fs::read_to_string(&pid_file)?.trim().to_string();
+        assert!(wait_dead(&orphan).await, "{orphan} outlived its call");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_setsid_escapee_is_found_by_its_marker() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let pid_file = dir.path().join("escapee.pid");
+        let script = format!(
+            "setsid sleep 30 > /dev/null 2>&1 & echo $! > {}; sleep 30",
+            pid_file.display()
+        );
+        let exit = run(spec(&script, Duration::from_millis(500))).await?;
+        assert!(exit.timed_out);
+        let escapee = std::fs::read_to_string(&pid_file)?.trim().to_string();
+        assert!(wait_dead(&escapee).await, "{escapee} outlived its call");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_detached_command_leaves_its_children_running() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let pid_file = dir.path().join("bg.pid");
+        let script = format!(
+            "sleep 30 > /dev/null 2>&1 & echo $! > {}",
+            pid_file.display()
+        );
+        let exit = run(ProcessSpec {
+            detach: true,
+            ..spec(&script, Duration::from_secs(10))
+        })
+        .await?;
+        assert_eq!(exit.code, Some(0));
+        let child = std::fs::read_to_string(&pid_file)?.trim().to_string();
+        let was_alive = alive(&child);
+        if let Ok(pid) = child.parse::<i32>() {
+            // SAFETY: kill(2) on the pid the script reported; cleanup only.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        assert!(was_alive, "the detached child {child} was killed");
         Ok(())
     }
 

@@ -1,0 +1,423 @@
+//! Supervising the processes plugins run: what they inherit, and that nothing they start
+//! outlives its call or the daemon.
+//!
+//! - **Environment** ([`env`]): a process gets `PATH`, `HOME`, `LANG`, `TZ`, `TERM` (those the
+//!   daemon has), the variables named in `[process] pass_env`, the env the plugin sets on its
+//!   command, and the host's own `CANOPY_*` variables -- never the rest of the daemon's
+//!   environment.
+//! - **Marker**: every process of one `run-command` call carries `CANOPY_CALL_ID=<id>` (set last,
+//!   so a plugin cannot choose it), and children inherit it. A process that left the call's
+//!   process group (`setsid`) is still found by it in `/proc/<pid>/environ`.
+//! - **After every call** ([`CallProcesses::finish`]), also one that exited normally: the call's
+//!   group is killed, then every process started since the call began that is in that group or
+//!   carries its marker, until two scans in a row find none (a process re-parented between two
+//!   reads of one scan is in the next). A command marked `detach = true` (a top-level field of
+//!   the hook or node config, [`take_detach`]) is left running instead; its group is still
+//!   killed if it runs into its deadline.
+//! - **Subreaper** ([`reaper`]): the daemon adopts orphaned descendants and reaps them, without
+//!   stealing the exit status of a child someone waits for.
+//! - **Crashes** ([`ledger`]): each call's group is recorded in `procs/` in the data dir while it
+//!   runs; the next start kills what a dead daemon left running (`[process]
+//!   kill_orphans_on_start`, on by default).
+//!
+//! Limits: a process that both leaves the group and starts over with an empty environment
+//! (`setsid env -i ...`) carries no marker; it is still adopted and reaped by the daemon when
+//! it exits, but not killed when its call ends.
+
+pub mod env;
+pub mod ledger;
+pub mod reaper;
+pub mod table;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::{Map, Value};
+
+use crate::config::ProcessConfig;
+use ledger::{Entry, Ledger};
+use table::ProcStat;
+
+/// The variable that marks every process of one call.
+pub const CALL_ID_VAR: &str = "CANOPY_CALL_ID";
+
+/// What the daemon set up at start; a process run outside a daemon (unit tests) gets the
+/// defaults: no extra variables, no ledger.
+#[derive(Debug)]
+struct Supervisor {
+    pass_env: Vec<String>,
+    ledger: Option<Ledger>,
+}
+
+static SUPERVISOR: OnceLock<Supervisor> = OnceLock::new();
+
+fn supervisor() -> &'static Supervisor {
+    SUPERVISOR.get_or_init(|| Supervisor {
+        pass_env: Vec::new(),
+        ledger: None,
+    })
+}
+
+/// Sets the daemon up to supervise processes: makes it a child subreaper, kills what calls of
+/// a daemon that died on this data dir left running (unless configured otherwise), and starts
+/// reaping adopted orphans. Call once, early in the daemon, inside its runtime.
+pub async fn start(data_root: &Path, config: &ProcessConfig) -> Result<()> {
+    if let Err(err) = reaper::become_subreaper() {
+        tracing::warn!(%err, "cannot become a child subreaper; processes that leave their call's group are found by their marker only, and orphans are reaped by init");
+    }
+    let ledger = Ledger::open(&data_root.join("procs"))
+        .with_context(|| format!("cannot create {}", data_root.join("procs").display()))?;
+    let recovery = ledger::recover(&ledger, config.kill_orphans_on_start).await;
+    if recovery.recorded > 0 {
+        if config.kill_orphans_on_start {
+            tracing::warn!(
+                calls = recovery.recorded,
+                killed = recovery.killed,
+                left = recovery.left,
+                "killed {} processes left running by {} calls in flight when the daemon last stopped",
+                recovery.killed,
+                recovery.recorded
+            );
+        } else {
+            tracing::warn!(
+                calls = recovery.recorded,
+                left = recovery.left,
+                "left {} processes of {} calls in flight when the daemon last stopped running (process.kill_orphans_on_start = false)",
+                recovery.left,
+                recovery.recorded
+            );
+        }
+    }
+    let supervisor = Supervisor {
+        pass_env: config.pass_env.clone(),
+        ledger: Some(ledger),
+    };
+    if SUPERVISOR.set(supervisor).is_err() {
+        tracing::warn!("process supervision was already set up; keeping the first setup");
+    }
+    tokio::spawn(reaper::run());
+    Ok(())
+}
+
+/// The variables a process inherits from the daemon's environment.
+pub fn inherited_env() -> Vec<(String, OsString)> {
+    env::inherited(&supervisor().pass_env, |name| std::env::var_os(name))
+}
+
+/// Resolves a bare program name on the daemon's own `PATH` (not one a plugin passes).
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    env::which(program, std::env::var_os("PATH").as_ref())
+}
+
+/// True for a call id as the host makes them (32 lowercase hex digits).
+pub fn is_call_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The environment entry that marks a call's processes.
+pub fn marker_entry(call: &str) -> String {
+    format!("{CALL_ID_VAR}={call}")
+}
+
+/// Takes the host-level `detach` field out of a hook or node config (the executor never sees
+/// it): `true` leaves what the command starts running after the call ends.
+pub fn take_detach(config: &mut Map<String, Value>) -> Result<bool, String> {
+    match config.remove("detach") {
+        None => Ok(false),
+        Some(Value::Bool(detach)) => Ok(detach),
+        Some(other) => Err(format!("field `detach` must be true or false, not {other}")),
+    }
+}
+
+/// Options the host sets for every process of one plugin call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Leave what the call's commands start running after they exit.
+    pub detach: bool,
+}
+
+tokio::task_local! {
+    static OPTIONS: CallOptions;
+}
+
+/// Runs `call` (a plugin call) with these options for every process it runs.
+pub async fn with_options<F: std::future::Future>(options: CallOptions, call: F) -> F::Output {
+    OPTIONS.scope(options, call).await
+}
+
+/// The options of the plugin call being served.
+pub fn current_options() -> CallOptions {
+    OPTIONS.try_with(|options| *options).unwrap_or_default()
+}
+
+/// How long a sweep keeps killing (a process may fork while it does).
+const SWEEP_LIMIT: Duration = Duration::from_secs(2);
+
+/// The processes of one `run-command` call: its marker, its group, its record in the ledger.
+/// Dropped before [`finish`](Self::finish) -- the call was abandoned -- it kills the group at
+/// once and sweeps the rest in the background.
+#[derive(Debug)]
+pub struct CallProcesses {
+    id: String,
+    detach: bool,
+    leader: Option<ProcStat>,
+    /// The leader's pid while it is registered with the reaper.
+    registered: Option<i32>,
+    /// Clock ticks after boot before which nothing of this call started.
+    since: u64,
+    finished: bool,
+}
+
+impl CallProcesses {
+    /// A new call's tracking; recorded in the ledger (unless `detach`) before anything runs.
+    pub fn new(detach: bool) -> std::io::Result<Self> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let call = Self {
+            id,
+            detach,
+            leader: None,
+            registered: None,
+            since: boot_ticks(),
+            finished: false,
+        };
+        call.record()?;
+        Ok(call)
+    }
+
+    /// The marker variable and its value, to set on the command (last).
+    pub fn marker(&self) -> (&'static str, &str) {
+        (CALL_ID_VAR, &self.id)
+    }
+
+    fn record(&self) -> std::io::Result<()> {
+        let Some(ledger) = supervisor().ledger.as_ref().filter(|_| !self.detach) else {
+            return Ok(());
+        };
+        ledger
+            .record(&Entry {
+                call: self.id.clone(),
+                boot_id: table::boot_id(),
+                pgid: self.leader.map(|l| l.pid),
+                start: self.leader.map(|l| l.start),
+            })
+            .map_err(|err| {
+                std::io::Error::new(
+                    err.kind(),
+                    format!("cannot record the call's processes in the data dir: {err}"),
+                )
+            })
+    }
+
+    /// Spawns the call's group leader (`command` must make a process group of its own) and
+    /// records its group.
+    pub fn spawn(
+        &mut self,
+        command: &mut tokio::process::Command,
+    ) -> std::io::Result<tokio::process::Child> {
+        let child = reaper::spawn(command)?;
+        let pid = child.id().and_then(|id| i32::try_from(id).ok());
+        self.registered = pid;
+        self.leader = pid.and_then(table::stat);
+        if self.leader.is_none() {
+            // Exited already (and not reaped yet, so stat would have found it) -- or no
+            // procfs: keep the group id for the kill.
+            self.leader = pid.map(|pid| ProcStat {
+                pid,
+                state: 'R',
+                ppid: 0,
+                pgrp: pid,
+                start: self.since,
+            });
+        }
+        self.record()?;
+        Ok(child)
+    }
+
+    /// The leader was reaped by its waiter.
+    pub fn leader_reaped(&mut self) {
+        if let Some(pid) = self.registered.take() {
+            reaper::forget(pid);
+        }
+    }
+
+    /// Kills the call's process group now (the deadline).
+    pub fn kill_group(&self) {
+        if let Some(leader) = self.leader {
+            table::kill_group(leader.pid);
+        }
+    }
+
+    /// The call is over: unless detached, kills everything it left -- its group and every
+    /// process carrying its marker -- reaps what the daemon adopted, and clears its record.
+    /// Returns how many processes were killed.
+    pub async fn finish(mut self) -> usize {
+        self.finished = true;
+        self.leader_reaped();
+        if self.detach {
+            return 0;
+        }
+        let mut sweep = Sweep::of(&self);
+        let deadline = tokio::time::Instant::now() + SWEEP_LIMIT;
+        let mut clean_scans = 0;
+        loop {
+            let live = sweep.pass();
+            clean_scans = if live == 0 { clean_scans + 1 } else { 0 };
+            if clean_scans >= 2 {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(call = %self.id, live, "processes of a finished call still alive after {SWEEP_LIMIT:?} of killing");
+                // Left in the ledger: the next start tries again.
+                return sweep.killed;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if let Some(ledger) = &supervisor().ledger {
+            ledger.remove(&self.id);
+        }
+        sweep.killed
+    }
+}
+
+impl Drop for CallProcesses {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.kill_group();
+        self.leader_reaped();
+        let finishing = Self {
+            id: std::mem::take(&mut self.id),
+            detach: self.detach,
+            leader: self.leader,
+            registered: None,
+            since: self.since,
+            finished: false,
+        };
+        self.finished = true;
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    finishing.finish().await;
+                });
+            }
+            Err(_) => {
+                // No runtime (shutting down): one pass now; the ledger covers the rest.
+                let mut finishing = finishing;
+                finishing.finished = true;
+                if !finishing.detach {
+                    Sweep::of(&finishing).pass();
+                }
+            }
+        }
+    }
+}
+
+/// One call's kill-and-reap passes.
+struct Sweep {
+    marker: String,
+    group: Option<i32>,
+    since: u64,
+    killed: usize,
+}
+
+impl Sweep {
+    fn of(call: &CallProcesses) -> Self {
+        Self {
+            marker: marker_entry(&call.id),
+            group: call.leader.map(|l| l.pid),
+            since: call.since,
+            killed: 0,
+        }
+    }
+
+    /// Kills the group and every live process of the call; reaps adopted orphans. Returns how
+    /// many live processes of the call it found.
+    fn pass(&mut self) -> usize {
+        if let Some(group) = self.group {
+            table::kill_group(group);
+        }
+        let me = i32::try_from(std::process::id()).unwrap_or_default();
+        let mut live = 0;
+        for process in table::scan() {
+            if process.pid == me || process.zombie() || process.start < self.since {
+                continue;
+            }
+            let ours =
+                self.group == Some(process.pgrp) || table::environ_has(process.pid, &self.marker);
+            if ours {
+                live += 1;
+                if table::kill_verified(&process) {
+                    self.killed += 1;
+                }
+            }
+        }
+        reaper::reap_orphans();
+        live
+    }
+}
+
+/// Now, in clock ticks after boot (the unit of a process's start time), rounded down.
+fn boot_ticks() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes one timespec to a valid pointer.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    // SAFETY: sysconf(3) reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if read != 0 || hz <= 0 {
+        return 0;
+    }
+    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(now.tv_nsec).unwrap_or(0);
+    let hz = u64::try_from(hz).unwrap_or(100);
+    // One tick of slack: the kernel rounds start times on its own clock.
+    (secs * hz + nanos * hz / 1_000_000_000).saturating_sub(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn detach_is_taken_out_of_the_config_and_must_be_a_boolean() {
+        let mut config = json!({ "command": "x", "detach": true })
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(take_detach(&mut config), Ok(true));
+        assert_eq!(Value::Object(config), json!({ "command": "x" }));
+        let mut plain = Map::new();
+        assert_eq!(take_detach(&mut plain), Ok(false));
+        let mut wrong = json!({ "detach": "yes" })
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            take_detach(&mut wrong),
+            Err("field `detach` must be true or false, not \"yes\"".to_string())
+        );
+    }
+
+    #[test]
+    fn call_ids_are_32_lowercase_hex_digits() {
+        let call = CallProcesses::new(true).map(|c| c.id.clone());
+        assert!(call.as_deref().is_ok_and(is_call_id), "{call:?}");
+        assert!(!is_call_id("") && !is_call_id("PATH") && !is_call_id(&"A".repeat(32)));
+    }
+
+    #[test]
+    fn boot_ticks_is_after_this_process_started() {
+        let me = table::stat(i32::try_from(std::process::id()).unwrap_or_default());
+        assert!(me.is_some_and(|me| boot_ticks() + 1 >= me.start));
+    }
+}

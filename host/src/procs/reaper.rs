@@ -1,0 +1,122 @@
+//! The daemon as a child subreaper, and reaping the orphans it adopts.
+//!
+//! With `PR_SET_CHILD_SUBREAPER`, a process whose parent exits is re-parented to the daemon
+//! instead of to init, so everything a call starts stays a descendant of the daemon. When such
+//! an adopted orphan exits, only the daemon can reap it: nothing else would, and it would stay a
+//! zombie. But the daemon also has children of its own that tokio (or std) waits for by pid --
+//! process-group leaders spawned for plugins, `git status`, `tmux` -- and reaping one of those
+//! first would steal its exit status (`wait` would fail with ECHILD).
+//!
+//! The rule: [`reap_orphans`] reaps a child only if it is a zombie, is **not** in the daemon's
+//! own process group, and is **not** in [`SPAWNED`]:
+//!
+//! - every direct child the daemon spawns without a process group of its own (`git`, `tmux`,
+//!   `sh` for markers, bench probes) inherits the daemon's group, so it is never touched;
+//! - every child spawned into a group of its own goes through [`spawn`], which holds the
+//!   [`SPAWNED`] lock across the fork and records the pid before releasing it; the pid leaves
+//!   the registry only after its waiter has reaped it ([`forget`]);
+//! - [`reap_orphans`] holds the same lock while it scans and reaps, so it never sees one of our
+//!   own children before it is registered.
+//!
+//! What is left are processes that were re-parented to the daemon: orphans of plugin processes.
+//! A zombie found by the scan cannot be reaped by anyone else in between (no other waiter knows
+//! its pid), so the `waitpid` is about the process scanned.
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::table;
+
+/// Pids of the group leaders the daemon spawned and still waits for.
+static SPAWNED: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+fn registry() -> MutexGuard<'static, BTreeSet<i32>> {
+    SPAWNED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Makes this process a child subreaper (Linux): orphaned descendants are re-parented to it.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl(2) with PR_SET_CHILD_SUBREAPER takes an integer flag; no memory is passed.
+    let done = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Spawns `command` (which must put the child in a process group of its own) and registers the
+/// child's pid, under the lock [`reap_orphans`] takes, so the reaper never reaps it.
+pub fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let mut spawned = registry();
+    let child = command.spawn()?;
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        spawned.insert(pid);
+    }
+    Ok(child)
+}
+
+/// The child `pid` was reaped by its waiter (or handed to tokio's orphan queue): the reaper may
+/// treat a zombie with that pid as an orphan again.
+pub fn forget(pid: i32) {
+    registry().remove(&pid);
+}
+
+/// Reaps the adopted orphans that have exited; returns how many.
+pub fn reap_orphans() -> usize {
+    let spawned = registry();
+    let me = i32::try_from(std::process::id()).unwrap_or_default();
+    // SAFETY: getpgrp(2) cannot fail and touches no memory.
+    let own_group = unsafe { libc::getpgrp() };
+    let mut reaped = 0;
+    for process in table::scan() {
+        if process.ppid != me
+            || !process.zombie()
+            || process.pgrp == own_group
+            || spawned.contains(&process.pid)
+        {
+            continue;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid(2) on one pid with WNOHANG; `status` is a valid out-pointer.
+        let done = unsafe { libc::waitpid(process.pid, &mut status, libc::WNOHANG) };
+        if done == process.pid {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
+/// Least time between two reaping scans.
+const MIN_GAP: Duration = Duration::from_millis(100);
+/// A scan at least this often, whatever the signals say.
+const PERIOD: Duration = Duration::from_secs(5);
+
+/// Reaps adopted orphans for the daemon's lifetime: after SIGCHLD (at most every [`MIN_GAP`])
+/// and every [`PERIOD`].
+pub async fn run() {
+    let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+        Ok(signal) => Some(signal),
+        Err(err) => {
+            tracing::warn!(%err, "cannot listen for SIGCHLD; reaping orphans every 5 s only");
+            None
+        }
+    };
+    loop {
+        let signalled = async {
+            match sigchld.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let _ = tokio::time::timeout(PERIOD, signalled).await;
+        let reaped = reap_orphans();
+        if reaped > 0 {
+            tracing::debug!(reaped, "reaped exited orphans");
+        }
+        tokio::time::sleep(MIN_GAP).await;
+    }
+}

@@ -1,0 +1,195 @@
+//! Reading the process table from `/proc`, and killing one process without hitting another that
+//! took its pid.
+
+use std::io::Read as _;
+use std::os::fd::AsRawFd as _;
+use std::os::fd::{FromRawFd as _, OwnedFd};
+
+/// The few fields of `/proc/<pid>/stat` the supervisor needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    /// `R`, `S`, `D`, `Z` (zombie), ...
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    /// Start time in clock ticks after boot: with the pid, names one process for the whole uptime.
+    pub start: u64,
+}
+
+impl ProcStat {
+    /// Exited and waiting for its parent to reap it.
+    pub fn zombie(&self) -> bool {
+        self.state == 'Z'
+    }
+}
+
+/// Parses `/proc/<pid>/stat`. The command name sits in parentheses and may itself hold spaces
+/// and parentheses, so fields are counted from the last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let (head, rest) = text.rsplit_once(')')?;
+    let pid = head.split_once('(')?.0.trim().parse().ok()?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(3) ppid(4) pgrp(5) ... starttime(22).
+    Some(ProcStat {
+        pid,
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The stat of one process, if it exists.
+pub fn stat(pid: i32) -> Option<ProcStat> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|text| parse_stat(&text))
+}
+
+/// Every process visible in `/proc` (threads are not listed). A process that exists for the
+/// whole scan is in it; one that starts or ends during the scan may or may not be.
+pub fn scan() -> Vec<ProcStat> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(stat)
+        .collect()
+}
+
+/// Environments larger than this are not read further (Linux caps argv + envp near 2 MiB).
+const ENVIRON_LIMIT: u64 = 4 << 20;
+
+/// True when the environment `pid` started with holds exactly the entry `entry`
+/// (`NAME=value`). Unreadable (another user's process, gone) is false.
+pub fn environ_has(pid: i32, entry: &str) -> bool {
+    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let mut bytes = Vec::new();
+    if file.take(ENVIRON_LIMIT).read_to_end(&mut bytes).is_err() {
+        return false;
+    }
+    bytes
+        .split(|b| *b == 0)
+        .any(|item| item == entry.as_bytes())
+}
+
+/// Sends SIGKILL to `target` if the process now holding its pid is still the one scanned (same
+/// start time). The pid is pinned with a pidfd first, so the check and the signal are about the
+/// same process even if it exits and its pid is reused in between. True when signalled.
+pub fn kill_verified(target: &ProcStat) -> bool {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new file descriptor or -1; no
+    // memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, target.pid, 0) };
+    let Ok(fd) = i32::try_from(fd) else {
+        return false;
+    };
+    if fd < 0 {
+        // No pidfd support (Linux < 5.3): check, then signal by pid (a window remains).
+        if stat(target.pid).is_some_and(|now| now.start == target.start) {
+            // SAFETY: kill(2) on a pid; no memory-safety preconditions.
+            return unsafe { libc::kill(target.pid, libc::SIGKILL) } == 0;
+        }
+        return false;
+    }
+    // SAFETY: `fd` was just returned by pidfd_open and is owned by nothing else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if stat(target.pid).is_none_or(|now| now.start != target.start) {
+        return false;
+    }
+    // SAFETY: pidfd_send_signal(2) with a valid pidfd, a signal number, a null siginfo (allowed:
+    // the kernel fills it as for kill(2)) and no flags.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    sent == 0
+}
+
+/// Sends SIGKILL to every process in group `pgid`; false when the group is gone.
+pub fn kill_group(pgid: i32) -> bool {
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory-safety
+    // preconditions. `pgid > 1` keeps it from meaning "every process" (-1).
+    unsafe { libc::kill(-pgid, libc::SIGKILL) == 0 }
+}
+
+/// This boot's id: start times and pids mean nothing across a reboot.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_is_parsed_from_the_last_parenthesis() {
+        let line =
+            "4242 (a) b (c)) S 17 4240 4240 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3";
+        assert_eq!(
+            parse_stat(line),
+            Some(ProcStat {
+                pid: 4242,
+                state: 'S',
+                ppid: 17,
+                pgrp: 4240,
+                start: 987654,
+            })
+        );
+        assert_eq!(parse_stat("12 (x) Z 1"), None);
+    }
+
+    #[test]
+    fn this_process_is_in_the_scan_with_its_own_group() {
+        let me = i32::try_from(std::process::id()).unwrap_or_default();
+        let found = scan().into_iter().find(|p| p.pid == me);
+        // SAFETY: getpgrp(2) cannot fail.
+        let pgrp = unsafe { libc::getpgrp() };
+        assert!(found.is_some_and(|p| p.pgrp == pgrp && !p.zombie()));
+    }
+
+    #[test]
+    fn environ_entries_match_whole() -> std::io::Result<()> {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("CANOPY_TEST_MARK", "abc")
+            .spawn()?;
+        let pid = i32::try_from(child.id()).unwrap_or_default();
+        let whole = environ_has(pid, "CANOPY_TEST_MARK=abc");
+        let prefix = environ_has(pid, "CANOPY_TEST_MARK=ab");
+        let stale = ProcStat {
+            start: stat(pid).map_or(0, |s| s.start + 1),
+            ..stat(pid).unwrap_or(ProcStat {
+                pid,
+                state: 'S',
+                ppid: 0,
+                pgrp: 0,
+                start: 0,
+            })
+        };
+        let wrong_start_spared = !kill_verified(&stale);
+        let killed = stat(pid).is_some_and(|s| kill_verified(&s));
+        child.wait()?;
+        assert!(whole && !prefix, "whole {whole}, prefix {prefix}");
+        assert!(
+            wrong_start_spared,
+            "a process with another start time was signalled"
+        );
+        assert!(killed);
+        Ok(())
+    }
+}

@@ -1,0 +1,345 @@
+//! The processes plugins run, end to end: what they inherit from the daemon, that nothing they
+//! start outlives its call (or a daemon that was killed).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+/// `plugin run NAME [--mode MODE] --config CONFIG --workdir DIR --json`: Ok(report) or, when
+/// the call itself failed, Err(stderr).
+fn run(
+    daemon: &Daemon,
+    name: &str,
+    mode: Option<&str>,
+    config: &Value,
+    workdir: &Path,
+) -> Result<Value, String> {
+    let config = config.to_string();
+    let workdir = workdir.to_string_lossy().into_owned();
+    let mut args = vec![
+        "plugin",
+        "run",
+        name,
+        "--config",
+        &config,
+        "--workdir",
+        &workdir,
+        "--json",
+    ];
+    if let Some(mode) = mode {
+        args.extend(["--mode", mode]);
+    }
+    let output = daemon.cli(&args);
+    // A call that ran prints its report, also when its outcome is a failure.
+    serde_json::from_slice(&output.stdout)
+        .map_err(|_| String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// Runs a `command` config; the report.
+fn command(daemon: &Daemon, config: Value, workdir: &Path) -> Value {
+    run(daemon, "command", None, &config, workdir).unwrap()
+}
+
+/// `hostile-exec` of `program args`: the program's stdout.
+fn exec(daemon: &Daemon, program: &str, args: &[&str], workdir: &Path) -> Result<String, String> {
+    let config = json!({ "program": program, "args": args });
+    run(daemon, "hostile", Some("hostile-exec"), &config, workdir)
+        .map(|report| report["outcome"]["detail"].as_str().unwrap().to_string())
+}
+
+fn install_hostile(daemon: &Daemon, grants: &str) {
+    daemon.ok(&[
+        "plugin",
+        "install",
+        HOSTILE_WASM,
+        "--grant",
+        grants,
+        "--replace",
+    ]);
+}
+
+/// The pid a command wrote to `file`, once it is there.
+fn pid_in(file: &Path) -> i32 {
+    wait_for(
+        &format!("a pid in {}", file.display()),
+        Duration::from_secs(30),
+        || std::fs::read_to_string(file).ok()?.trim().parse().ok(),
+    )
+}
+
+/// The state letter of `pid` (`Z` for a zombie), or none when there is no such process.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+fn alive(pid: i32) -> bool {
+    state(pid).is_some_and(|s| s != 'Z')
+}
+
+/// Waits until `pid` is gone: neither running nor a zombie.
+fn wait_gone(pid: i32, what: &str) {
+    wait_for(what, Duration::from_secs(10), || {
+        state(pid).is_none().then_some(())
+    });
+}
+
+fn kill(pid: i32) {
+    // SAFETY: kill(2) on a pid this test started or read from a pid file; no memory involved.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+// ----- 5. A clean environment --------------------------------------------------------------
+
+#[test]
+fn a_process_gets_a_clean_environment_and_only_the_variables_passed_on_purpose() {
+    let secrets = [
+        ("CANOPY_TEST_SECRET", "s3cret-value"),
+        ("CANOPY_TEST_PASSED", "passed-value"),
+    ];
+    let workdir = tempfile::tempdir().unwrap();
+
+    let plain = Daemon::start_with_env("", &secrets);
+    install_hostile(&plain, "fs-read,process");
+    let env = exec(&plain, "env", &[], workdir.path()).unwrap();
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+    assert!(
+        env.lines().any(|l| l.starts_with("CANOPY_CALL_ID=")),
+        "{env}"
+    );
+    for (name, value) in secrets {
+        assert!(
+            !env.contains(name) && !env.contains(value),
+            "the daemon's {name} reached the process:\n{env}"
+        );
+    }
+    // The built-in `command` executor still finds `sh`'s programs on PATH.
+    let report = command(
+        &plain,
+        json!({ "command": "printf '%s' \"${CANOPY_TEST_SECRET:-absent}\" > secret.txt; ls / > /dev/null" }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("secret.txt")).unwrap(),
+        "absent"
+    );
+
+    let passing =
+        Daemon::start_with_env("[process]\npass_env = [\"CANOPY_TEST_PASSED\"]\n", &secrets);
+    install_hostile(&passing, "fs-read,process");
+    let env = exec(&passing, "env", &[], workdir.path()).unwrap();
+    assert!(
+        env.lines().any(|l| l == "CANOPY_TEST_PASSED=passed-value"),
+        "{env}"
+    );
+    assert!(!env.contains("s3cret-value"), "{env}");
+}
+
+#[test]
+fn an_invalid_pass_env_name_stops_the_daemon_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("canopy.toml"),
+        "[process]\npass_env = [\"NOT-A-NAME\"]\n",
+    )
+    .unwrap();
+    let output = Command::new(CANOPY)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("process.pass_env") && stderr.contains("`NOT-A-NAME`"),
+        "{stderr}"
+    );
+}
+
+// ----- 6. Nothing outlives its call ---------------------------------------------------------
+
+#[test]
+fn a_background_child_of_a_command_that_exited_normally_is_killed() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let report = command(
+        &daemon,
+        json!({ "command": "sleep 300 > /dev/null 2>&1 & echo $! > bg.pid" }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    let pid = pid_in(&workdir.path().join("bg.pid"));
+    wait_gone(pid, "the background sleep to be killed and reaped");
+}
+
+#[test]
+fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let report = command(
+        &daemon,
+        json!({
+            "command": "setsid sleep 300 > /dev/null 2>&1 & echo $! > escapee.pid; sleep 30",
+            "timeout_seconds": 1
+        }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "failed", "{report:#}");
+    let pid = pid_in(&workdir.path().join("escapee.pid"));
+    wait_gone(pid, "the setsid grandchild to be killed and reaped");
+}
+
+#[test]
+fn a_grandchild_killed_at_the_deadline_does_not_stay_a_zombie() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let report = command(
+        &daemon,
+        json!({ "command": "sleep 300 & echo $! > child.pid; wait", "timeout_seconds": 1 }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "failed", "{report:#}");
+    let pid = pid_in(&workdir.path().join("child.pid"));
+    wait_gone(pid, "the killed grandchild to be reaped");
+}
+
+#[test]
+fn a_detached_command_is_left_running_and_detach_must_be_a_boolean() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let report = command(
+        &daemon,
+        json!({ "command": "sleep 300 > /dev/null 2>&1 & echo $! > bg.pid", "detach": true }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    assert!(
+        report["rendered_config"].get("detach").is_none(),
+        "the executor saw the host's field: {report:#}"
+    );
+    let pid = pid_in(&workdir.path().join("bg.pid"));
+    // The call has returned: anything not detached would have been killed before that.
+    assert!(alive(pid), "the detached sleep {pid} was killed");
+    kill(pid);
+
+    let err = run(
+        &daemon,
+        "command",
+        None,
+        &json!({ "command": "true", "detach": "yes" }),
+        workdir.path(),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("field `detach` must be true or false"),
+        "{err}"
+    );
+}
+
+// ----- 17. Nothing outlives a daemon that was killed ----------------------------------------
+
+#[test]
+fn processes_left_by_a_killed_daemon_are_killed_at_the_next_start() {
+    let mut daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let pid_file = workdir.path().join("sleep.pid");
+    let config = json!({ "command": "sleep 300 & echo $! > sleep.pid; wait" }).to_string();
+    let mut cli: Child = Command::new(CANOPY)
+        .arg("--data-dir")
+        .arg(&daemon.data_dir)
+        .args(["plugin", "run", "command", "--config", &config, "--workdir"])
+        .arg(workdir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = pid_in(&pid_file);
+    let records = std::fs::read_dir(daemon.data_dir.join("procs"))
+        .unwrap()
+        .count();
+    assert_eq!(records, 1, "the running call's group is recorded");
+
+    daemon.kill();
+    wait_for("the CLI to give up", Duration::from_secs(30), || {
+        cli.try_wait().unwrap()
+    });
+    assert!(
+        alive(pid),
+        "the sleep died with the daemon; nothing to recover"
+    );
+
+    let restarted = Daemon::start_on(&daemon.data_dir);
+    // Re-parented to init by the crash: gone or a zombie init has yet to reap.
+    wait_for(
+        "the orphaned sleep to be killed",
+        Duration::from_secs(10),
+        || (!alive(pid)).then_some(()),
+    );
+    assert!(
+        restarted
+            .log()
+            .contains("killed 2 processes left running by 1 calls"),
+        "{}",
+        restarted.log()
+    );
+    assert_eq!(
+        std::fs::read_dir(daemon.data_dir.join("procs"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn a_planted_process_record_does_not_get_an_unrelated_process_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let procs = data_dir.join("procs");
+    std::fs::create_dir_all(&procs).unwrap();
+    let mut bystander = Command::new("sleep").arg("300").spawn().unwrap();
+    let pid = i32::try_from(bystander.id()).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    // Its real pid, group and start time, this boot: only the marker is missing.
+    let call = "0123456789abcdef0123456789abcdef";
+    std::fs::write(
+        procs.join(format!("{call}.json")),
+        json!({ "call": call, "boot_id": boot_id.trim(), "pgid": pid, "start": start }).to_string(),
+    )
+    .unwrap();
+
+    // Recovery runs before the daemon listens.
+    let daemon = Daemon::start_on(&data_dir);
+    let log = daemon.log();
+    assert!(
+        log.contains("killed 0 processes left running by 1 calls"),
+        "{log}"
+    );
+    assert!(
+        alive(pid),
+        "the daemon killed a process that was not its own"
+    );
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}
