@@ -1,12 +1,17 @@
 //! The processes plugins run, end to end: what they inherit from the daemon, that nothing they
-//! start outlives its call (or a daemon that was killed).
+//! start outlives its call (or a daemon that was killed), which programs a grant allows, and
+//! where a network grant reaches.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -342,4 +347,107 @@ fn a_planted_process_record_does_not_get_an_unrelated_process_killed() {
     );
     bystander.kill().unwrap();
     bystander.wait().unwrap();
+}
+
+// ----- 7. A grant for one program -----------------------------------------------------------
+
+#[test]
+fn a_program_grant_runs_only_that_program() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    install_hostile(&daemon, "fs-read,process:git");
+    let version = exec(&daemon, "git", &["--version"], workdir.path()).unwrap();
+    assert!(version.starts_with("git version"), "{version}");
+    for refused in ["env", "/usr/bin/git", "./git"] {
+        let err = exec(&daemon, refused, &[], workdir.path()).unwrap_err();
+        assert!(
+            err.contains(&format!("may not run `{refused}`")) && err.contains("`process:git`"),
+            "{err}"
+        );
+    }
+}
+
+// ----- 8. Network grants --------------------------------------------------------------------
+
+/// A loopback listener answering every connection with `pong`; counts connections.
+fn pong_listener() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut line = String::new();
+            let _ = BufReader::new(&stream).read_line(&mut line);
+            let _ = stream.write_all(b"pong\n");
+        }
+    });
+    (port, accepted)
+}
+
+fn connect(daemon: &Daemon, port: u16, workdir: &Path) -> Result<String, String> {
+    let config = json!({ "addr": format!("127.0.0.1:{port}") });
+    run(daemon, "hostile", Some("hostile-connect"), &config, workdir)
+        .map(|report| report["outcome"]["summary"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn network_grants_reach_what_they_name_and_loopback_only_when_named() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let (port, accepted) = pong_listener();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+
+    install_hostile(&daemon, "fs-read,network");
+    let err = connect(&daemon, port, workdir.path()).unwrap_err();
+    assert!(
+        err.contains(&format!("connect 127.0.0.1:{port}"))
+            && err.to_lowercase().contains("permission denied"),
+        "{err}"
+    );
+    assert!(
+        daemon
+            .log()
+            .contains("not permitted by the plugin's network grant"),
+        "{}",
+        daemon.log()
+    );
+
+    install_hostile(&daemon, &format!("fs-read,network:127.0.0.1:{other_port}"));
+    let err = connect(&daemon, port, workdir.path()).unwrap_err();
+    assert!(err.to_lowercase().contains("permission denied"), "{err}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "a refused grant connected"
+    );
+
+    for grant in [
+        format!("network:127.0.0.1:{port}"),
+        format!("network:localhost:{port}"),
+        "network:127.0.0.1:*".to_string(),
+        "network:loopback".to_string(),
+    ] {
+        install_hostile(&daemon, &format!("fs-read,{grant}"));
+        assert_eq!(
+            connect(&daemon, port, workdir.path()).as_deref(),
+            Ok("pong"),
+            "{grant}"
+        );
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 4);
+
+    let refused = daemon.fails(&[
+        "plugin",
+        "install",
+        HOSTILE_WASM,
+        "--grant",
+        "network:127.0.0.1",
+        "--replace",
+    ]);
+    assert!(refused.contains("network:127.0.0.1"), "{refused}");
 }

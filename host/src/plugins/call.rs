@@ -226,8 +226,33 @@ impl CallSetup<'_> {
                     })?;
             }
         }
-        if self.grants.network() {
-            wasi.inherit_network().allow_ip_name_lookup(true);
+        if let Some(policy) = self.grants.network() {
+            // TCP and UDP stay off in wasmtime-wasi until allowed; every address the guest
+            // binds, connects, sends to or receives from then goes through the grant. Host
+            // names of the grant are resolved once per call, at its first socket use.
+            let access = Arc::new(tokio::sync::OnceCell::new());
+            let warned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            wasi.allow_tcp(true)
+                .allow_udp(true)
+                .allow_ip_name_lookup(true)
+                .socket_addr_check(move |addr, usage| {
+                    let (policy, access, warned) = (policy.clone(), access.clone(), warned.clone());
+                    Box::pin(async move {
+                        let access = access.get_or_init(|| policy.resolve()).await;
+                        use super::capabilities::NetUse;
+                        use wasmtime_wasi::sockets::SocketAddrUse as Use;
+                        let usage = match usage {
+                            Use::TcpBind | Use::UdpBind => NetUse::Bind,
+                            Use::TcpListen | Use::TcpAccept => NetUse::Serve,
+                            Use::TcpConnect | Use::UdpSend | Use::UdpReceive => NetUse::Reach,
+                        };
+                        let permitted = access.permits(addr, usage);
+                        if !permitted && !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                            tracing::warn!(plugin = access.plugin(), %addr, ?usage, "socket address not permitted by the plugin's network grant (further refusals in this call are not logged)");
+                        }
+                        permitted
+                    })
+                });
         }
         let state = CallState {
             wasi: wasi.build(),
@@ -337,7 +362,27 @@ impl host::Host for CallState {
     }
 
     async fn run_command(&mut self, cmd: types::Command) -> Result<types::Exit, String> {
-        self.grants.require(&Capability::Process)?;
+        // A program named by a `process:<program>` grant is looked up on the daemon's own PATH:
+        // a PATH the plugin passes cannot swap in another program of that name.
+        use super::capabilities::ProgramGrant;
+        let (program, arg0) = match self.grants.program(&cmd.program)? {
+            ProgramGrant::Any => (cmd.program.clone(), None),
+            ProgramGrant::Listed if crate::procs::env::is_path(&cmd.program) => {
+                (cmd.program.clone(), None)
+            }
+            ProgramGrant::Listed => {
+                let found = crate::procs::which(&cmd.program).ok_or_else(|| {
+                    format!(
+                        "cannot run `{}`: not found on the daemon's PATH (`process:{}` is granted)",
+                        cmd.program, cmd.program
+                    )
+                })?;
+                (
+                    found.to_string_lossy().into_owned(),
+                    Some(cmd.program.clone()),
+                )
+            }
+        };
         let workdir = self
             .workdir
             .clone()
@@ -353,8 +398,8 @@ impl host::Host for CallState {
                 .join(format!("result-{}.json", crate::store::new_id()))
         });
         let spec = ProcessSpec {
-            program: cmd.program.clone(),
-            arg0: None,
+            program,
+            arg0,
             args: cmd.args,
             cwd,
             env: cmd.env,

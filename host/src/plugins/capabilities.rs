@@ -6,26 +6,44 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 /// One capability.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
-    /// Run processes (`run-command`).
+    /// Run any program (`run-command`).
     Process,
+    /// Run only this program (`process:git`): a bare name, looked up on the daemon's `PATH`, or
+    /// a path, which the plugin must name exactly.
+    ProcessProgram(String),
     /// Queue messages for interactive sessions (`enqueue-message`).
     Sessions,
     /// Read the workdir (preopened read-only).
     FsRead,
     /// Read and write under this relative subpath of the workdir (`.` for all of it).
     FsWrite(String),
-    /// Open outgoing sockets and resolve names.
+    /// Open outgoing sockets to any address but this machine's own (loopback), and resolve
+    /// names.
     Network,
+    /// Open outgoing sockets to one destination (`network:api.example.com:443`,
+    /// `network:127.0.0.1:*`, `network:loopback`), and resolve names.
+    NetworkTo(NetTarget),
+}
+
+/// Where a `network:<target>` grant lets a plugin connect.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NetTarget {
+    /// `loopback`: any port on this machine's loopback addresses.
+    Loopback,
+    /// `HOST:PORT`: a host name or IP address (IPv6 in brackets), and a port or `*` for any.
+    Host { host: String, port: Option<u16> },
 }
 
 /// What the known capabilities look like, for error messages.
-pub const KNOWN: &str = "process, sessions, fs-read, fs-write:<subpath>, network";
+pub const KNOWN: &str = "process, process:<program>, sessions, fs-read, fs-write:<subpath>, network, network:<host>:<port|*>, network:loopback";
 
 impl FromStr for Capability {
     type Err = String;
@@ -36,11 +54,148 @@ impl FromStr for Capability {
             "sessions" => Ok(Self::Sessions),
             "fs-read" => Ok(Self::FsRead),
             "network" => Ok(Self::Network),
-            other => match other.strip_prefix("fs-write:") {
-                Some(sub) => normalise_subpath(sub).map(Self::FsWrite),
-                None => Err(format!("unknown capability `{other}`; known: {KNOWN}")),
-            },
+            other => {
+                if let Some(sub) = other.strip_prefix("fs-write:") {
+                    normalise_subpath(sub).map(Self::FsWrite)
+                } else if let Some(program) = other.strip_prefix("process:") {
+                    parse_program(program).map(Self::ProcessProgram)
+                } else if let Some(target) = other.strip_prefix("network:") {
+                    target.parse().map(Self::NetworkTo)
+                } else {
+                    Err(format!("unknown capability `{other}`; known: {KNOWN}"))
+                }
+            }
         }
+    }
+}
+
+/// A program a `process:` grant names: one word, no control characters.
+fn parse_program(program: &str) -> Result<String, String> {
+    if program.is_empty() || program.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "capability `process:{program}`: name one program, like `process:git` or `process:/usr/bin/git`"
+        ));
+    }
+    Ok(program.to_string())
+}
+
+impl FromStr for NetTarget {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text == "loopback" {
+            return Ok(Self::Loopback);
+        }
+        let wrong = |why: &str| {
+            format!(
+                "capability `network:{text}`: {why}; write `network:<host>:<port>` (port `*` for any, IPv6 in brackets) or `network:loopback`"
+            )
+        };
+        let (host, port) = text.rsplit_once(':').ok_or_else(|| wrong("no port"))?;
+        let port = match port {
+            "*" => None,
+            port => match port.parse::<u16>() {
+                Ok(port) if port > 0 => Some(port),
+                _ => return Err(wrong(&format!("`{port}` is not a port"))),
+            },
+        };
+        let host = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            inner
+                .parse::<Ipv6Addr>()
+                .map_err(|_| wrong(&format!("`{inner}` is not an IPv6 address")))?
+                .to_string()
+        } else if let Ok(ip) = host.parse::<IpAddr>() {
+            if ip.is_ipv6() {
+                return Err(wrong("put an IPv6 address in brackets"));
+            }
+            ip.to_string()
+        } else {
+            let name = host.trim_end_matches('.').to_ascii_lowercase();
+            let valid = !name.is_empty()
+                && name.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                });
+            if !valid {
+                return Err(wrong(&format!("`{host}` is not a host name or IP address")));
+            }
+            name
+        };
+        if host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified()) {
+            return Err(wrong(
+                "an unspecified address (0.0.0.0, ::) is not a destination",
+            ));
+        }
+        Ok(Self::Host { host, port })
+    }
+}
+
+impl fmt::Display for NetTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Loopback => f.write_str("loopback"),
+            Self::Host { host, port } => {
+                if host.parse::<Ipv6Addr>().is_ok() {
+                    write!(f, "[{host}]")?;
+                } else {
+                    f.write_str(host)?;
+                }
+                match port {
+                    Some(port) => write!(f, ":{port}"),
+                    None => f.write_str(":*"),
+                }
+            }
+        }
+    }
+}
+
+impl NetTarget {
+    /// A destination on this machine: `localhost` or a loopback address.
+    fn is_local(&self) -> bool {
+        match self {
+            Self::Loopback => true,
+            Self::Host { host, .. } => {
+                host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+            }
+        }
+    }
+}
+
+/// True when a grant of `granted` covers a plugin's request for `requested`: the same
+/// capability, or a wider one (`process` covers `process:git`; `network:h:*` covers
+/// `network:h:443`; `network` covers any destination off this machine, `network:loopback` any
+/// on it).
+pub fn covers(granted: &BTreeSet<Capability>, requested: &Capability) -> bool {
+    if granted.contains(requested) {
+        return true;
+    }
+    match requested {
+        Capability::ProcessProgram(_) => granted.contains(&Capability::Process),
+        Capability::NetworkTo(
+            target @ NetTarget::Host {
+                host,
+                port: Some(_),
+            },
+        ) => {
+            granted.contains(&Capability::NetworkTo(NetTarget::Host {
+                host: host.clone(),
+                port: None,
+            })) || covers_destination(granted, target)
+        }
+        Capability::NetworkTo(target) => covers_destination(granted, target),
+        Capability::Process
+        | Capability::Sessions
+        | Capability::FsRead
+        | Capability::FsWrite(_)
+        | Capability::Network => false,
+    }
+}
+
+fn covers_destination(granted: &BTreeSet<Capability>, target: &NetTarget) -> bool {
+    if target.is_local() {
+        granted.contains(&Capability::NetworkTo(NetTarget::Loopback))
+    } else {
+        granted.contains(&Capability::Network)
     }
 }
 
@@ -48,10 +203,12 @@ impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Process => f.write_str("process"),
+            Self::ProcessProgram(program) => write!(f, "process:{program}"),
             Self::Sessions => f.write_str("sessions"),
             Self::FsRead => f.write_str("fs-read"),
             Self::FsWrite(sub) => write!(f, "fs-write:{sub}"),
             Self::Network => f.write_str("network"),
+            Self::NetworkTo(target) => write!(f, "network:{target}"),
         }
     }
 }
@@ -135,9 +292,65 @@ impl Grants {
         }
     }
 
-    /// Ok when networking is granted.
-    pub fn network(&self) -> bool {
-        self.granted.contains(&Capability::Network)
+    /// Whether the plugin may run `program`, and how: any program with `process`, or only the
+    /// ones its `process:<program>` grants name (exactly as written). The error names the
+    /// program and the grant.
+    pub fn program(&self, program: &str) -> Result<ProgramGrant, String> {
+        if self.granted.contains(&Capability::Process) {
+            return Ok(ProgramGrant::Any);
+        }
+        let listed: Vec<String> = self
+            .granted
+            .iter()
+            .filter_map(|c| match c {
+                Capability::ProcessProgram(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect();
+        if listed.iter().any(|p| p == program) {
+            return Ok(ProgramGrant::Listed);
+        }
+        if listed.is_empty() {
+            return self
+                .require(&Capability::Process)
+                .map(|()| ProgramGrant::Any);
+        }
+        Err(format!(
+            "plugin `{}` may not run `{program}`: its grant allows only {}; the operator grants it with `canopy plugin install <file> --grant process:{program} --replace` (or `--grant process` for any program)",
+            self.plugin,
+            listed
+                .iter()
+                .map(|p| format!("`process:{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+
+    /// The network the plugin may reach, or none without a network grant.
+    pub fn network(&self) -> Option<NetPolicy> {
+        let mut policy = NetPolicy {
+            plugin: self.plugin.clone(),
+            anywhere: false,
+            loopback: false,
+            hosts: Vec::new(),
+        };
+        let mut any = false;
+        for capability in &self.granted {
+            match capability {
+                Capability::Network => policy.anywhere = true,
+                Capability::NetworkTo(NetTarget::Loopback) => policy.loopback = true,
+                Capability::NetworkTo(NetTarget::Host { host, port }) => {
+                    policy.hosts.push((host.clone(), *port));
+                }
+                Capability::Process
+                | Capability::ProcessProgram(_)
+                | Capability::Sessions
+                | Capability::FsRead
+                | Capability::FsWrite(_) => continue,
+            }
+            any = true;
+        }
+        any.then_some(policy)
     }
 
     /// The directories to preopen for a call in `workdir` (already canonical). `fs-write`
@@ -190,6 +403,141 @@ impl Grants {
     }
 }
 
+/// How a plugin may run a program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramGrant {
+    /// `process`: any program, resolved as the process's `PATH` says.
+    Any,
+    /// Named by a `process:<program>` grant: a bare name must be resolved on the daemon's own
+    /// `PATH`, not one the plugin passes.
+    Listed,
+}
+
+/// What a socket address is used for, as far as a grant cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetUse {
+    /// Binding a local address (implicitly, before a connect or a send, it is the wildcard
+    /// address with port 0).
+    Bind,
+    /// Listening, accepting.
+    Serve,
+    /// Connecting to, sending to or receiving from a remote address.
+    Reach,
+}
+
+/// How long resolving the host names of a grant may take.
+const RESOLVE_LIMIT: Duration = Duration::from_secs(5);
+
+/// The network a call may reach, from its grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetPolicy {
+    plugin: String,
+    /// `network`: every address off this machine.
+    anywhere: bool,
+    /// `network:loopback`.
+    loopback: bool,
+    /// `network:HOST:PORT` entries.
+    hosts: Vec<(String, Option<u16>)>,
+}
+
+/// A [`NetPolicy`] with its host names resolved: what the socket address check consults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetAccess {
+    plugin: String,
+    anywhere: bool,
+    loopback: bool,
+    allowed: Vec<(IpAddr, Option<u16>)>,
+}
+
+impl NetPolicy {
+    /// Resolves the host names of the grant (once per call). `localhost` is the loopback
+    /// addresses; any other name counts only for the addresses off this machine it resolves
+    /// to, so a name cannot lead a plugin to loopback. A name that does not resolve allows
+    /// nothing.
+    pub async fn resolve(&self) -> NetAccess {
+        let mut allowed = Vec::new();
+        for (host, port) in &self.hosts {
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                allowed.push((ip, *port));
+            } else if host == "localhost" {
+                allowed.push((IpAddr::from([127, 0, 0, 1]), *port));
+                allowed.push((IpAddr::from(Ipv6Addr::LOCALHOST), *port));
+            } else {
+                let lookup = tokio::time::timeout(
+                    RESOLVE_LIMIT,
+                    tokio::net::lookup_host((host.as_str(), 0)),
+                )
+                .await;
+                match lookup {
+                    Ok(Ok(addrs)) => allowed.extend(
+                        addrs
+                            .map(|addr| canonical_ip(addr.ip()))
+                            .filter(|ip| !on_this_machine(*ip))
+                            .map(|ip| (ip, *port)),
+                    ),
+                    Ok(Err(err)) => {
+                        tracing::warn!(plugin = %self.plugin, host, %err, "cannot resolve a host of the plugin's network grant; it allows nothing")
+                    }
+                    Err(_) => {
+                        tracing::warn!(plugin = %self.plugin, host, "resolving a host of the plugin's network grant timed out; it allows nothing")
+                    }
+                }
+            }
+        }
+        NetAccess {
+            plugin: self.plugin.clone(),
+            anywhere: self.anywhere,
+            loopback: self.loopback,
+            allowed,
+        }
+    }
+}
+
+impl NetAccess {
+    /// Whether the plugin may use `addr` for `usage`. Binding is only the implicit bind to an
+    /// ephemeral port; serving is never allowed; a remote address must be on the grant (this
+    /// machine's own addresses only through an explicit loopback entry).
+    pub fn permits(&self, addr: SocketAddr, usage: NetUse) -> bool {
+        let ip = canonical_ip(addr.ip());
+        match usage {
+            NetUse::Bind => ip.is_unspecified() && addr.port() == 0,
+            NetUse::Serve => false,
+            NetUse::Reach => {
+                if self
+                    .allowed
+                    .iter()
+                    .any(|(allowed, port)| *allowed == ip && port.is_none_or(|p| p == addr.port()))
+                {
+                    return true;
+                }
+                if on_this_machine(ip) {
+                    self.loopback && !ip.is_unspecified()
+                } else {
+                    self.anywhere
+                }
+            }
+        }
+    }
+
+    /// The plugin this access belongs to.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+}
+
+/// An IPv4 address written as IPv6 (`::ffff:127.0.0.1`) is that IPv4 address.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+/// Loopback, or the unspecified address (which a connect takes as this machine).
+fn on_this_machine(ip: IpAddr) -> bool {
+    ip.is_loopback() || ip.is_unspecified()
+}
+
 /// Resolves `path` (relative to `workdir` when relative) and checks it stays inside `workdir`.
 pub fn inside_workdir(workdir: &Path, path: &str) -> Result<PathBuf, String> {
     let joined = workdir.join(path);
@@ -220,6 +568,12 @@ mod tests {
             "fs-write:docs",
             "fs-write:.",
             "network",
+            "process:git",
+            "process:/usr/bin/git",
+            "network:api.example.com:443",
+            "network:127.0.0.1:8080",
+            "network:[::1]:*",
+            "network:loopback",
         ] {
             let parsed: Capability = text.parse().unwrap_or(Capability::Network);
             assert_eq!(parsed.to_string(), text);
@@ -236,6 +590,146 @@ mod tests {
         assert!("fs-write:/etc".parse::<Capability>().is_err());
         let err = "root".parse::<Capability>().err().unwrap_or_default();
         assert!(err.contains("unknown capability `root`"), "{err}");
+    }
+
+    #[test]
+    fn malformed_program_and_network_grants_are_refused() {
+        for bad in [
+            "process:",
+            "process:git status",
+            "network:example.com",
+            "network:example.com:0",
+            "network:example.com:http",
+            "network:::1:80",
+            "network:0.0.0.0:80",
+            "network:exa mple.com:80",
+            "network:a..b:80",
+        ] {
+            assert!(bad.parse::<Capability>().is_err(), "{bad} was accepted");
+        }
+        assert_eq!(
+            "network:API.Example.com.:443".parse::<Capability>(),
+            Ok(Capability::NetworkTo(NetTarget::Host {
+                host: "api.example.com".into(),
+                port: Some(443)
+            }))
+        );
+    }
+
+    fn set(items: &[&str]) -> BTreeSet<Capability> {
+        parse_list(items).unwrap_or_default()
+    }
+
+    fn one(item: &str) -> Capability {
+        item.parse().unwrap_or(Capability::Sessions)
+    }
+
+    #[test]
+    fn wider_grants_cover_narrower_requests() {
+        let cases = [
+            (&["process"][..], "process:git", true),
+            (&["process:git"][..], "process:git", true),
+            (&["process:git"][..], "process", false),
+            (&["process:git"][..], "process:/usr/bin/git", false),
+            (&["network"][..], "network:api.example.com:443", true),
+            (&["network"][..], "network:127.0.0.1:8080", false),
+            (&["network"][..], "network:localhost:8080", false),
+            (&["network:loopback"][..], "network:127.0.0.1:8080", true),
+            (
+                &["network:api.example.com:*"][..],
+                "network:api.example.com:443",
+                true,
+            ),
+            (
+                &["network:api.example.com:443"][..],
+                "network:api.example.com:*",
+                false,
+            ),
+            (&["network:127.0.0.1:8080"][..], "network", false),
+        ];
+        for (granted, requested, expected) in cases {
+            assert_eq!(
+                covers(&set(granted), &one(requested)),
+                expected,
+                "{granted:?} covers {requested}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_program_grant_allows_exactly_its_programs() {
+        let grants = Grants::new("p", set(&["process:git", "process:/usr/bin/make"]));
+        assert_eq!(grants.program("git"), Ok(ProgramGrant::Listed));
+        assert_eq!(grants.program("/usr/bin/make"), Ok(ProgramGrant::Listed));
+        for refused in ["env", "/usr/bin/git", "./git", "make"] {
+            let err = grants.program(refused).err().unwrap_or_default();
+            assert!(
+                err.contains(&format!("may not run `{refused}`")) && err.contains("`process:git`"),
+                "{err}"
+            );
+        }
+        let any = Grants::new("p", set(&["process"]));
+        assert_eq!(any.program("/bin/anything"), Ok(ProgramGrant::Any));
+        let none = Grants::none("p").program("git").err().unwrap_or_default();
+        assert!(none.contains("lacks the `process` capability"), "{none}");
+    }
+
+    #[tokio::test]
+    async fn network_grants_reach_what_they_name_and_loopback_only_explicitly() {
+        let addr = |text: &str| {
+            text.parse::<SocketAddr>()
+                .unwrap_or(SocketAddr::from(([0; 4], 1)))
+        };
+        let access = |items: &[&str]| {
+            let grants = Grants::new("p", set(items));
+            async move {
+                match grants.network() {
+                    Some(policy) => Some(policy.resolve().await),
+                    None => None,
+                }
+            }
+        };
+        assert_eq!(access(&["fs-read", "process"]).await, None);
+
+        let anywhere = access(&["network"]).await;
+        let reach = |access: &Option<NetAccess>, text: &str| {
+            access
+                .as_ref()
+                .is_some_and(|a| a.permits(addr(text), NetUse::Reach))
+        };
+        assert!(reach(&anywhere, "93.184.216.34:443"));
+        assert!(reach(&anywhere, "[2606:2800:220:1::]:443"));
+        for local in [
+            "127.0.0.1:7461",
+            "127.8.8.8:80",
+            "[::1]:7461",
+            "[::ffff:127.0.0.1]:7461",
+            "0.0.0.0:7461",
+        ] {
+            assert!(!reach(&anywhere, local), "plain network reached {local}");
+        }
+        let bind = |access: &Option<NetAccess>, text: &str, usage| {
+            access
+                .as_ref()
+                .is_some_and(|a| a.permits(addr(text), usage))
+        };
+        assert!(bind(&anywhere, "0.0.0.0:0", NetUse::Bind));
+        assert!(bind(&anywhere, "[::]:0", NetUse::Bind));
+        assert!(!bind(&anywhere, "0.0.0.0:8080", NetUse::Bind));
+        assert!(!bind(&anywhere, "0.0.0.0:0", NetUse::Serve));
+
+        let one_port = access(&["network:127.0.0.1:8080"]).await;
+        assert!(reach(&one_port, "127.0.0.1:8080"));
+        assert!(reach(&one_port, "[::ffff:127.0.0.1]:8080"));
+        assert!(!reach(&one_port, "127.0.0.1:8081"));
+        assert!(!reach(&one_port, "[::1]:8080"));
+        assert!(!reach(&one_port, "93.184.216.34:8080"));
+
+        let localhost = access(&["network:localhost:*"]).await;
+        assert!(reach(&localhost, "127.0.0.1:1") && reach(&localhost, "[::1]:65535"));
+        let loopback = access(&["network:loopback"]).await;
+        assert!(reach(&loopback, "127.0.0.1:7461") && !reach(&loopback, "0.0.0.0:7461"));
+        assert!(!reach(&loopback, "93.184.216.34:443"));
     }
 
     #[test]
@@ -260,4 +754,5 @@ mod tests {
         assert!(err.contains("outside the workdir"), "{err}");
         Ok(())
     }
+
 }

@@ -106,7 +106,8 @@ impl PluginHost {
             InstallMode::Operator { granted, replace } => (granted, replace, false),
         };
         let missing: Vec<String> = requested
-            .difference(&granted)
+            .iter()
+            .filter(|wanted| !capabilities::covers(&granted, wanted))
             .map(ToString::to_string)
             .collect();
         if !missing.is_empty() {
