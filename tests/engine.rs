@@ -728,7 +728,7 @@ fn a_blocked_spec_can_be_skipped_or_restarted_from_a_node_and_busy_things_are_no
     let q = queue["id"].as_str().unwrap().to_string();
     // Every spec blocks at `check` the first time it gets there.
     let check = format!(
-        r#"if grep -qx "check {{{{spec_name}}}}" {log}; then echo ok; else echo check {{{{spec_name}}}} >> {log}; printf '{{"status":"blocked","blocker":"look at it"}}' > "$CANOPY_RESULT_FILE"; fi"#,
+        r#"if grep -qx "check "{{{{spec_name}}}} {log}; then echo ok; else echo check {{{{spec_name}}}} >> {log}; printf '{{"status":"blocked","blocker":"look at it"}}' > "$CANOPY_RESULT_FILE"; fi"#,
         log = log.display()
     );
     daemon.create_graph(json!({ "name": "g", "workdir": repo.path(), "specs": [], "nodes": [

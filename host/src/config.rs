@@ -5,7 +5,8 @@
 //!
 //! [limits]
 //! plugin_memory_mib = 256        # memory cap of one plugin call
-//! default_timeout_seconds = 600  # deadline of a call whose config names none
+//! default_timeout_seconds = 600  # deadline of a call whose config names none (at most 7 days)
+//! max_concurrent_calls = 128     # plugin calls running at once; more wait for a slot
 //!
 //! # An agent platform: how to launch that agent CLI. `claude` and `codex` have defaults.
 //! [platforms.my-agent]
@@ -85,6 +86,8 @@ pub struct Limits {
     pub plugin_memory_mib: u64,
     /// Deadline of a call whose config sets no `timeout_seconds` / `timeout_minutes`.
     pub default_timeout_seconds: u64,
+    /// Plugin calls that run at once; the rest wait for a slot within their own deadline.
+    pub max_concurrent_calls: u32,
 }
 
 impl Default for Limits {
@@ -92,6 +95,7 @@ impl Default for Limits {
         Self {
             plugin_memory_mib: 256,
             default_timeout_seconds: 600,
+            max_concurrent_calls: 128,
         }
     }
 }
@@ -170,6 +174,19 @@ impl Config {
         if let Some(bad) = config.process.pass_env.iter().find(|n| !is_env_name(n)) {
             anyhow::bail!(
                 "{}: process.pass_env: `{bad}` is not an environment variable name (letters, digits and `_`, not starting with a digit)",
+                path.display()
+            );
+        }
+        let max_timeout = crate::plugins::MAX_TIMEOUT.as_secs();
+        if !(1..=max_timeout).contains(&config.limits.default_timeout_seconds) {
+            anyhow::bail!(
+                "{}: limits.default_timeout_seconds must be from 1 to {max_timeout} (7 days)",
+                path.display()
+            );
+        }
+        if !(1..=1024).contains(&config.limits.max_concurrent_calls) {
+            anyhow::bail!(
+                "{}: limits.max_concurrent_calls must be from 1 to 1024",
                 path.display()
             );
         }

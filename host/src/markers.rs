@@ -180,7 +180,7 @@ impl ShellContext {
 /// The quoting context of each marker occurrence in a shell command, as a POSIX shell parses it:
 /// quotes, backslash escapes, `$(...)` and backticks (which open a fresh, unquoted command even
 /// inside double quotes), comments, and here-documents (whose bodies expand `$(...)`).
-fn shell_contexts<'a>(text: &'a str) -> Vec<(&'a str, ShellContext)> {
+fn shell_contexts(text: &str) -> Vec<(&str, ShellContext)> {
     #[derive(Clone, Copy, PartialEq)]
     enum Frame {
         Top,

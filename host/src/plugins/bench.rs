@@ -117,16 +117,18 @@ impl PluginHost {
             .context("compile bench panicked")??
         };
 
-        let cached = self.inner.cache.path(&plugin.record.sha256);
+        let cache = self.inner.cache.clone();
+        let sha256 = plugin.record.sha256.clone();
         let cache_load = {
             let engine = engine.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Duration>> {
                 (0..iterations.clamp(1, 200))
                     .map(|_| {
+                        // The daemon's own path: read, check the recorded digest, deserialise.
                         let started = Instant::now();
-                        // SAFETY: the artifact was written by this engine's `serialize` into the
-                        // daemon's own cache dir (the engine key is part of its name).
-                        unsafe { Component::deserialize_file(&engine, &cached) }?;
+                        cache
+                            .cached(&engine, &sha256)
+                            .context("the plugin has no verified cached artifact")?;
                         Ok(started.elapsed())
                     })
                     .collect()

@@ -8,16 +8,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, Trap};
+use wasmtime::component::{ResourceTable, ResourceTableError};
+use wasmtime::{PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::canopy::hooks::{host, types};
+use super::bounds::{self, LogBudget};
 use super::capabilities::{Capability, Grants, inside_workdir};
-use super::engine::ticks;
+use super::engine::Admission;
 use super::process::{self, ProcessSpec};
 use super::{HostServices, LoadedPlugin};
+
+/// Resources (open files, streams, pollables, sockets) one call may hold at once. Far below the
+/// daemon's file-descriptor limit, so a plugin that hoards handles fails its own call only.
+pub(crate) const MAX_HANDLES: usize = 256;
+
+/// How long past its deadline a call may run to report a timed-out command of its own.
+const REPORT_GRACE: Duration = Duration::from_millis(500);
 
 /// Bytes of a plugin's own stderr kept (a panic message lands there).
 const PLUGIN_STDERR: usize = 16 * 1024;
@@ -123,6 +131,11 @@ pub enum CallError {
     /// The call could not be set up (bad workdir, preopen refused).
     #[error("plugin `{plugin}` cannot run: {message}")]
     Setup { plugin: String, message: String },
+    /// Every call slot stayed taken until the call's deadline; the plugin never ran.
+    #[error(
+        "plugin `{plugin}` did not start: the daemon was running its maximum of concurrent plugin calls for {millis} ms, the call's whole deadline"
+    )]
+    Busy { plugin: String, millis: u64 },
 }
 
 /// Caps a call's linear memory; remembers whether the cap was hit so the error can say so.
@@ -168,6 +181,21 @@ pub(crate) struct CallState {
     deadline: Instant,
     services: Arc<dyn HostServices>,
     tmp_dir: PathBuf,
+    /// Where the work being served came from, stamped by the host (`execute` only).
+    provenance: Option<Provenance>,
+    log_budget: LogBudget,
+}
+
+impl CallState {
+    /// The plugin's name and version, for logs.
+    pub(crate) fn plugin_label(&self) -> &str {
+        &self.plugin
+    }
+
+    /// Whether the guest may create a symlink to `target` (see [`super::fs_guard`]).
+    pub(crate) fn symlink_target_allowed(&self, target: &str) -> bool {
+        super::fs_guard::target_allowed(self.workdir.as_deref(), target)
+    }
 }
 
 impl WasiView for CallState {
@@ -179,6 +207,16 @@ impl WasiView for CallState {
     }
 }
 
+/// What every call of one host shares: the daemon's services, scratch space, caps and the
+/// admission gate in front of the instance pool.
+#[derive(Clone)]
+pub(crate) struct CallEnv {
+    pub memory_cap: usize,
+    pub services: Arc<dyn HostServices>,
+    pub tmp_dir: PathBuf,
+    pub admission: Admission,
+}
+
 /// Everything needed to set up one call.
 pub(crate) struct CallSetup<'a> {
     pub plugin: &'a LoadedPlugin,
@@ -186,9 +224,7 @@ pub(crate) struct CallSetup<'a> {
     /// Canonical workdir, or none for `describe` / `validate`.
     pub workdir: Option<PathBuf>,
     pub timeout: Duration,
-    pub memory_cap: usize,
-    pub services: Arc<dyn HostServices>,
-    pub tmp_dir: PathBuf,
+    pub env: &'a CallEnv,
 }
 
 impl CallSetup<'_> {
@@ -196,7 +232,14 @@ impl CallSetup<'_> {
         format!("{} {}", self.plugin.record.name, self.plugin.record.version)
     }
 
-    fn store(self) -> Result<Store<CallState>, CallError> {
+    /// A fresh store for one attempt at the call. `deadline` is the call's own deadline: the
+    /// guest traps once it passes (and yields to the runtime on every epoch tick until then, so
+    /// a spinning guest never holds a runtime worker).
+    fn store(
+        &self,
+        deadline: Instant,
+        provenance: Option<Provenance>,
+    ) -> Result<Store<CallState>, CallError> {
         let label = self.plugin_label();
         let mut wasi = WasiCtx::builder();
         // Plugin file operations are small and local: doing them on this thread avoids a hop to
@@ -254,103 +297,174 @@ impl CallSetup<'_> {
                     })
                 });
         }
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HANDLES);
         let state = CallState {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
+            table,
             memory: MemoryCap {
-                max: self.memory_cap,
+                max: self.env.memory_cap,
                 exceeded: false,
             },
             stderr,
             plugin: Arc::from(label.as_str()),
-            grants: self.grants,
-            workdir: self.workdir,
-            deadline: Instant::now() + self.timeout,
-            services: self.services,
-            tmp_dir: self.tmp_dir,
+            grants: self.grants.clone(),
+            workdir: self.workdir.clone(),
+            deadline,
+            services: self.env.services.clone(),
+            tmp_dir: self.env.tmp_dir.clone(),
+            provenance,
+            log_budget: LogBudget::default(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
         store.limiter(|state| &mut state.memory);
         // Leave the plugin a moment past its own deadline to report a timed-out command.
-        store.set_epoch_deadline(ticks(self.timeout + Duration::from_millis(500)));
-        store.epoch_deadline_trap();
+        let trap_at = deadline + REPORT_GRACE;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= trap_at {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
         Ok(store)
     }
 
-    /// Instantiates the plugin and makes `call` on it, mapping every way it can break.
+    /// Admits the call, instantiates the plugin and makes `call` on it, mapping every way it can
+    /// break. The whole call -- waiting for a slot, instantiating, guest code and every host
+    /// call it makes (a WASI sleep, a stream read, a process) -- ends by the deadline: past it,
+    /// the call's future and its store are dropped, which kills whatever it was running.
     pub async fn run(self, call: Call) -> Result<Reply, CallError> {
         let label = self.plugin_label();
-        let memory_mib = (self.memory_cap / (1024 * 1024)) as u64;
-        let timeout = self.timeout;
-        let pre = self.plugin.pre.clone();
-        let mut store = self.store()?;
         let started = Instant::now();
-        let result = match pre.instantiate_async(&mut store).await {
-            Ok(instance) => {
+        let deadline = started + self.timeout;
+        let hard_stop = tokio::time::Instant::from_std(deadline + REPORT_GRACE);
+        let provenance = match &call {
+            Call::Execute(invocation) => Some(Provenance::from_wit(invocation.provenance.clone())),
+            Call::Describe | Call::Validate { .. } => None,
+        };
+        let Some(_permit) = self.env.admission.enter(deadline).await else {
+            return Err(CallError::Busy {
+                plugin: label,
+                millis: millis_since(started),
+            });
+        };
+        loop {
+            let mut store = self.store(deadline, provenance.clone())?;
+            let pre = self.plugin.pre.clone();
+            let attempt = async {
+                let instance = pre.instantiate_async(&mut store).await?;
                 let plugin = instance.canopy_hooks_plugin();
-                match call {
+                match &call {
                     Call::Describe => plugin
                         .call_describe(&mut store)
                         .await
                         .map(|m| Ok(Reply::Manifest(m))),
                     Call::Validate { mode, config } => plugin
-                        .call_validate(&mut store, &mode, &config)
+                        .call_validate(&mut store, mode, config)
                         .await
                         .map(|r| r.map(|()| Reply::Valid)),
                     Call::Execute(invocation) => plugin
-                        .call_execute(&mut store, &invocation)
+                        .call_execute(&mut store, invocation)
                         .await
                         .map(|r| r.map(Reply::Outcome)),
                 }
+            };
+            let result = tokio::time::timeout_at(hard_stop, attempt).await;
+            let state = store.data();
+            if state.log_budget.dropped() > 0 {
+                tracing::warn!(plugin = %label, dropped = state.log_budget.dropped(), "plugin log lines dropped: over the rate limit");
             }
-            Err(err) => Err(err),
-        };
-        match result {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(message)) => Err(CallError::Plugin {
-                plugin: label,
-                message,
-            }),
-            Err(err) => {
-                let state = store.data();
-                if state.memory.exceeded {
-                    return Err(CallError::MemoryCap {
-                        plugin: label,
-                        mib: memory_mib,
-                    });
-                }
-                if let Some(Trap::Interrupt) = err.downcast_ref::<Trap>() {
-                    let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    tracing::warn!(plugin = %label, millis, limit_ms = timeout.as_millis() as u64, "plugin call stopped at its deadline");
-                    return Err(CallError::Timeout {
-                        plugin: label,
-                        millis,
-                    });
-                }
-                let trap = err
-                    .downcast_ref::<Trap>()
-                    .map_or_else(|| format!("{err:#}"), ToString::to_string);
-                let stderr = String::from_utf8_lossy(&state.stderr.contents())
-                    .trim()
-                    .to_string();
-                let message = if stderr.is_empty() {
-                    trap
-                } else {
-                    format!("{trap}; plugin stderr: {stderr}")
-                };
-                Err(CallError::Trap {
+            return match result {
+                Err(_elapsed) => Err(self.timed_out(&label, started)),
+                Ok(Ok(Ok(value))) => Ok(bounds::reply(value)),
+                Ok(Ok(Err(message))) => Err(CallError::Plugin {
                     plugin: label,
-                    message,
-                })
-            }
+                    message: bounds::message(message),
+                }),
+                Ok(Err(err)) if err.is::<PoolConcurrencyLimitError>() => {
+                    // Another limit of the instance pool than the one admission counts (a
+                    // plugin with many core instances): wait for a call to end, then retry.
+                    tracing::debug!(plugin = %label, "instance pool full; waiting for a call to end");
+                    if self.env.admission.wait_for_release(deadline).await {
+                        continue;
+                    }
+                    Err(CallError::Busy {
+                        plugin: label,
+                        millis: millis_since(started),
+                    })
+                }
+                Ok(Err(err)) => Err(self.broke(&label, started, state, &err)),
+            };
         }
     }
+
+    fn timed_out(&self, label: &str, started: Instant) -> CallError {
+        let millis = millis_since(started);
+        tracing::warn!(plugin = %label, millis, limit_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX), "plugin call stopped at its deadline");
+        CallError::Timeout {
+            plugin: label.to_string(),
+            millis,
+        }
+    }
+
+    /// The error for a call that trapped: out of memory, out of time, or a guest fault (with
+    /// the plugin's own stderr, where a panic message lands).
+    fn broke(
+        &self,
+        label: &str,
+        started: Instant,
+        state: &CallState,
+        err: &wasmtime::Error,
+    ) -> CallError {
+        if state.memory.exceeded {
+            return CallError::MemoryCap {
+                plugin: label.to_string(),
+                mib: (self.env.memory_cap / (1024 * 1024)) as u64,
+            };
+        }
+        if let Some(Trap::Interrupt) = err.downcast_ref::<Trap>() {
+            return self.timed_out(label, started);
+        }
+        if let Some(ResourceTableError::Full) = err.downcast_ref::<ResourceTableError>() {
+            return CallError::Trap {
+                plugin: label.to_string(),
+                message: format!(
+                    "it held more than {MAX_HANDLES} open handles (files, streams, sockets) at once and was stopped"
+                ),
+            };
+        }
+        let trap = err
+            .downcast_ref::<Trap>()
+            .map_or_else(|| format!("{err:#}"), ToString::to_string);
+        let stderr = String::from_utf8_lossy(&state.stderr.contents())
+            .trim()
+            .to_string();
+        let message = if stderr.is_empty() {
+            trap
+        } else {
+            format!("{trap}; plugin stderr: {stderr}")
+        };
+        CallError::Trap {
+            plugin: label.to_string(),
+            message: bounds::message(message),
+        }
+    }
+}
+
+fn millis_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl types::Host for CallState {}
 
 impl host::Host for CallState {
     async fn log(&mut self, level: types::Level, message: String) {
+        if !self.log_budget.admit() {
+            return;
+        }
+        let message = bounds::log_line(&message);
         let plugin = &*self.plugin;
         match level {
             types::Level::Trace => tracing::trace!(plugin, "{message}"),
@@ -429,16 +543,21 @@ impl host::Host for CallState {
         provenance: types::Provenance,
     ) -> Result<String, String> {
         self.grants.require(&Capability::Sessions)?;
+        // The host says where the work came from; what the guest claims is ignored, so a
+        // plugin cannot pass its message off as another graph's.
+        let Some(stamped) = self.provenance.clone() else {
+            return Err("enqueue-message is only available inside `execute`".to_string());
+        };
+        let claimed = Provenance::from_wit(provenance);
+        if claimed != stamped {
+            tracing::warn!(plugin = &*self.plugin, claimed_graph = %bounds::log_line(&claimed.graph_name), claimed_run = %bounds::log_line(&claimed.run_id), "plugin claimed another provenance for a message; using the invocation's");
+        }
         let target = match target {
             types::SessionTarget::Id(id) => super::MessageTarget::Id(id),
             types::SessionTarget::Name(name) => super::MessageTarget::Name(name),
         };
-        self.services.enqueue_message(
-            &self.plugin,
-            target,
-            &text,
-            &Provenance::from_wit(provenance),
-        )
+        self.services
+            .enqueue_message(&self.plugin, target, &text, &stamped)
     }
 
     async fn agent_platform(&mut self, name: String) -> Result<types::Platform, String> {

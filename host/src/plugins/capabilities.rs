@@ -377,23 +377,8 @@ impl Grants {
                 });
                 continue;
             }
-            let wanted = workdir.join(sub);
-            std::fs::create_dir_all(&wanted).map_err(|err| {
-                format!(
-                    "cannot create {} for `{capability}`: {err}",
-                    wanted.display()
-                )
-            })?;
-            let real = wanted
-                .canonicalize()
-                .map_err(|err| format!("cannot resolve {}: {err}", wanted.display()))?;
-            if !real.starts_with(workdir) {
-                return Err(format!(
-                    "`{capability}` resolves to {}, outside the workdir {}; refusing to open it",
-                    real.display(),
-                    workdir.display()
-                ));
-            }
+            let real = create_inside(workdir, sub)
+                .map_err(|err| format!("`{capability}`: {err}; refusing to open it"))?;
             preopens.push(Preopen {
                 path: real,
                 writable: true,
@@ -536,6 +521,37 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
 /// Loopback, or the unspecified address (which a connect takes as this machine).
 fn on_this_machine(ip: IpAddr) -> bool {
     ip.is_loopback() || ip.is_unspecified()
+}
+
+/// Creates `sub` (a normalised relative path) under `workdir` one folder at a time, resolving
+/// each step before anything is created under it, so a symlink planted in the workdir can never
+/// make the host create a folder outside it. Returns the canonical folder.
+fn create_inside(workdir: &Path, sub: &str) -> Result<PathBuf, String> {
+    let mut current = workdir.to_path_buf();
+    for part in Path::new(sub).components() {
+        let next = current.join(part);
+        match std::fs::create_dir(&next) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(format!("cannot create {}: {err}", next.display())),
+        }
+        let real = next
+            .canonicalize()
+            .map_err(|err| format!("cannot resolve {}: {err}", next.display()))?;
+        if !real.starts_with(workdir) {
+            return Err(format!(
+                "{} resolves to {}, outside the workdir {}",
+                next.display(),
+                real.display(),
+                workdir.display()
+            ));
+        }
+        if !real.is_dir() {
+            return Err(format!("{} is not a folder", next.display()));
+        }
+        current = real;
+    }
+    Ok(current)
 }
 
 /// Resolves `path` (relative to `workdir` when relative) and checks it stays inside `workdir`.
@@ -755,4 +771,27 @@ mod tests {
         Ok(())
     }
 
+    #[test]
+    fn a_grant_through_a_planted_symlink_creates_nothing_outside() -> Result<(), String> {
+        let outside = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let workdir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let workdir_path = workdir.path().canonicalize().map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(outside.path(), workdir_path.join("link_outdir"))
+            .map_err(|e| e.to_string())?;
+        let grants = Grants::new(
+            "p",
+            BTreeSet::from([Capability::FsWrite("link_outdir/newdir".into())]),
+        );
+        let err = grants.preopens(&workdir_path).err().unwrap_or_default();
+        assert!(err.contains("outside the workdir"), "{err}");
+        assert!(
+            !outside.path().join("newdir").exists(),
+            "the refused grant created a folder outside the workdir"
+        );
+        // A nested grant inside the workdir is created step by step.
+        let nested = Grants::new("p", BTreeSet::from([Capability::FsWrite("a/b/c".into())]));
+        let preopens = nested.preopens(&workdir_path)?;
+        assert_eq!(preopens[0].path, workdir_path.join("a/b/c"));
+        Ok(())
+    }
 }

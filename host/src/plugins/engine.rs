@@ -1,14 +1,18 @@
-//! The one wasmtime [`Engine`] of a daemon, its epoch ticker, and the on-disk cache of compiled
-//! components.
+//! The one wasmtime [`Engine`] of a daemon, its epoch ticker, the admission gate in front of its
+//! instance pool, and the on-disk cache of compiled components.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::store::Store;
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 pub const TICK: Duration = Duration::from_millis(5);
@@ -16,17 +20,18 @@ pub const TICK: Duration = Duration::from_millis(5);
 /// Bytes of a call's linear memory reset in place (rather than unmapped) when the call ends.
 const KEEP_RESIDENT: usize = 2 * 1024 * 1024;
 
-/// Plugin calls that may run at the same time (the pooling allocator's slots).
-pub const MAX_CONCURRENT_CALLS: u32 = 128;
-
-/// Builds the engine: component model, pooling allocator, epoch interruption.
-pub fn new_engine(memory_cap: usize) -> Result<Engine> {
+/// Builds the engine: component model, pooling allocator sized for `max_calls` calls at once,
+/// epoch interruption.
+pub fn new_engine(memory_cap: usize, max_calls: u32) -> Result<Engine> {
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(MAX_CONCURRENT_CALLS)
-        .total_core_instances(MAX_CONCURRENT_CALLS * 4)
-        .total_memories(MAX_CONCURRENT_CALLS * 2)
-        .total_tables(MAX_CONCURRENT_CALLS * 4)
-        .total_stacks(MAX_CONCURRENT_CALLS)
+    // A component holds several core instances, memories and tables (a componentize-py guest:
+    // 14 core instances). Admission counts component instances; the other limits leave room
+    // for every admitted call to be a large one. Slots cost address space, not memory.
+    pool.total_component_instances(max_calls)
+        .total_core_instances(max_calls * 16)
+        .total_memories(max_calls * 4)
+        .total_tables(max_calls * 16)
+        .total_stacks(max_calls)
         .max_memory_size(memory_cap.saturating_add(1 << 20))
         // Reset a finished call's memory by rewriting the pages it touched instead of unmapping
         // them: no page faults on the next call, no TLB shootdown per call (Linux 6.7+ finds
@@ -66,12 +71,61 @@ fn start_ticker(engine: &Engine) {
     }
 }
 
-/// Epoch ticks for a deadline.
-pub fn ticks(deadline: Duration) -> u64 {
-    let tick = TICK.as_micros().max(1);
-    u64::try_from(deadline.as_micros().div_ceil(tick))
-        .unwrap_or(u64::MAX)
-        .saturating_add(1)
+/// The gate in front of the instance pool: a call waits here, within its own deadline, for one
+/// of the pool's slots, so a burst of calls queues instead of failing, and a full
+/// pool is reported as busy, never as a trap.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    slots: Arc<Semaphore>,
+    released: Arc<Notify>,
+}
+
+/// A call's slot; freeing it wakes calls waiting for the pool.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    released: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.released.notify_waiters();
+    }
+}
+
+/// How long a call that found the pool full waits before it tries again, if no call ends first.
+const POOL_RETRY: Duration = Duration::from_millis(50);
+
+impl Admission {
+    pub fn new(slots: u32) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(slots as usize)),
+            released: Arc::new(Notify::new()),
+        }
+    }
+
+    /// A slot, or none if none freed up before `deadline`.
+    pub async fn enter(&self, deadline: Instant) -> Option<Slot> {
+        let acquire = self.slots.clone().acquire_owned();
+        match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), acquire).await {
+            Ok(Ok(permit)) => Some(Slot {
+                _permit: permit,
+                released: self.released.clone(),
+            }),
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
+    /// Waits until a call ends (or a short while); false once `deadline` has passed.
+    pub async fn wait_for_release(&self, deadline: Instant) -> bool {
+        let until = deadline.min(Instant::now() + POOL_RETRY);
+        let _ = tokio::time::timeout_at(
+            tokio::time::Instant::from_std(until),
+            self.released.notified(),
+        )
+        .await;
+        Instant::now() < deadline
+    }
 }
 
 /// A key for "this engine, this wasmtime, these settings": precompiled artifacts are only
@@ -100,52 +154,55 @@ pub struct LoadInfo {
 }
 
 /// The cache of precompiled components in the data dir.
+///
+/// An artifact is native code that the daemon will run, so it is trusted only as far as the
+/// database vouches for it: its sha256 is recorded when the daemon writes it, and a cached
+/// artifact is loaded only from bytes that match that digest (read once, hashed, then
+/// deserialised from memory, so the file cannot change in between). Anything else -- a
+/// replaced, truncated or unrecorded file -- is recompiled from the verified `.wasm`, with a
+/// warning.
 #[derive(Debug, Clone)]
 pub struct ComponentCache {
     dir: PathBuf,
     key: String,
+    store: Store,
 }
 
 impl ComponentCache {
-    pub fn new(dir: &Path, engine: &Engine) -> Self {
+    pub fn new(dir: &Path, engine: &Engine, store: Store) -> Self {
         Self {
             dir: dir.to_path_buf(),
             key: engine_key(engine),
+            store,
         }
+    }
+
+    fn file_name(&self, sha256: &str) -> String {
+        format!("{sha256}-{}.cwasm", self.key)
     }
 
     /// The artifact path for a component's sha256.
     pub fn path(&self, sha256: &str) -> PathBuf {
-        self.dir.join(format!("{sha256}-{}.cwasm", self.key))
+        self.dir.join(self.file_name(sha256))
     }
 
-    /// Loads the component: from the cache when a valid artifact exists, else by compiling
-    /// `bytes` and writing the artifact for next time.
+    /// Loads the component: from the cache when an artifact with the recorded digest exists,
+    /// else by compiling `bytes` and writing the artifact (and its digest) for next time.
     pub fn load(
         &self,
         engine: &Engine,
         sha256: &str,
         bytes: impl FnOnce() -> Result<Vec<u8>>,
     ) -> Result<(Component, LoadInfo)> {
-        let path = self.path(sha256);
         let started = Instant::now();
-        if path.is_file() {
-            // SAFETY: the artifact was written by `Component::serialize` of an engine with the
-            // same compatibility hash (it is in the file name), into the daemon's own data dir.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(component) => {
-                    return Ok((
-                        component,
-                        LoadInfo {
-                            source: LoadSource::Cache,
-                            micros: micros(started),
-                        },
-                    ));
-                }
-                Err(err) => {
-                    tracing::warn!(path = %path.display(), %err, "ignoring an unusable cached artifact")
-                }
-            }
+        if let Some(component) = self.cached(engine, sha256) {
+            return Ok((
+                component,
+                LoadInfo {
+                    source: LoadSource::Cache,
+                    micros: micros(started),
+                },
+            ));
         }
         let component = Component::new(engine, bytes()?)
             .map_err(anyhow::Error::from)
@@ -154,23 +211,69 @@ impl ComponentCache {
             source: LoadSource::Compiled,
             micros: micros(started),
         };
-        if let Err(err) = self.store(&component, &path) {
-            tracing::warn!(path = %path.display(), err = %format!("{err:#}"), "cannot cache the compiled component");
+        if let Err(err) = self.write(&component, sha256) {
+            tracing::warn!(path = %self.path(sha256).display(), err = %format!("{err:#}"), "cannot cache the compiled component");
         }
         Ok((component, load))
     }
 
-    fn store(&self, component: &Component, path: &Path) -> Result<()> {
+    /// The cached artifact, if there is one whose bytes match the recorded digest.
+    pub fn cached(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let path = self.path(sha256);
+        let artifact = match std::fs::read(&path) {
+            Ok(artifact) => artifact,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), %err, "cannot read a cached artifact; recompiling");
+                return None;
+            }
+        };
+        let recorded = match self.store.artifact_digest(&self.file_name(sha256)) {
+            Ok(recorded) => recorded,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), err = %format!("{err:#}"), "cannot look up a cached artifact's digest; recompiling");
+                return None;
+            }
+        };
+        let actual = super::sha256_hex(&artifact);
+        if recorded.as_deref() != Some(actual.as_str()) {
+            tracing::warn!(
+                path = %path.display(),
+                recorded = recorded.as_deref().unwrap_or("(none)"),
+                actual = %actual,
+                "a cached artifact does not match the digest recorded when it was compiled; ignoring it and recompiling"
+            );
+            return None;
+        }
+        // SAFETY: these exact bytes hash to the digest this daemon recorded when it wrote them
+        // with `Component::serialize` of an engine with the same compatibility hash (in the
+        // file name); deserialising from memory means the file cannot change after the check.
+        match unsafe { Component::deserialize(engine, &artifact) } {
+            Ok(component) => Some(component),
+            Err(err) => {
+                tracing::warn!(path = %path.display(), %err, "ignoring an unusable cached artifact");
+                None
+            }
+        }
+    }
+
+    fn write(&self, component: &Component, sha256: &str) -> Result<()> {
         let artifact = component.serialize()?;
+        let path = self.path(sha256);
         let partial = path.with_extension("cwasm.partial");
-        std::fs::write(&partial, artifact)?;
-        std::fs::rename(&partial, path)?;
+        std::fs::write(&partial, &artifact)?;
+        self.store
+            .record_artifact(&self.file_name(sha256), &super::sha256_hex(&artifact))?;
+        std::fs::rename(&partial, &path)?;
         Ok(())
     }
 
     /// Removes the artifact of a component (after it is uninstalled).
     pub fn forget(&self, sha256: &str) {
         let _ = std::fs::remove_file(self.path(sha256));
+        if let Err(err) = self.store.forget_artifact(&self.file_name(sha256)) {
+            tracing::warn!(err = %format!("{err:#}"), "cannot forget a removed artifact's digest");
+        }
     }
 }
 

@@ -77,7 +77,6 @@ impl PluginHost {
         bytes: Vec<u8>,
         mode: InstallMode,
     ) -> Result<PluginInfo, PluginError> {
-        let _serialised = self.inner.install_lock.lock().await;
         check_header(&bytes).map_err(PluginError::Refused)?;
         let sha256 = sha256_hex(&bytes);
         let (pre, load) = self.prepare(&sha256, Some(bytes.clone())).await?;
@@ -123,6 +122,9 @@ impl PluginHost {
             )));
         }
 
+        // Compiling and asking the component who it is happen before the lock: a plugin whose
+        // `describe` hangs runs into its own deadline without holding up anyone else's install.
+        let _serialised = self.inner.install_lock.lock().await;
         let displaced = self.check_conflicts(&manifest, builtin, replace)?;
         // A built-in keeps the enabled state the operator gave it, and stays disabled while an
         // operator's plugin serves one of its modes.
@@ -155,8 +157,11 @@ impl PluginHost {
             manifest,
         };
 
+        // The stored file is named by its digest; a file whose bytes no longer match (tampered
+        // with, truncated) is rewritten, so reinstalling the good file repairs it.
         let path = self.wasm_path(&sha256);
-        if !path.is_file() {
+        let intact = std::fs::read(&path).is_ok_and(|stored| sha256_hex(&stored) == sha256);
+        if !intact {
             let partial = path.with_extension("wasm.partial");
             std::fs::write(&partial, &bytes)
                 .with_context(|| format!("cannot write {}", partial.display()))?;

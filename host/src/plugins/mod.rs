@@ -12,9 +12,11 @@
 
 mod bench;
 mod bindings;
+mod bounds;
 mod call;
 mod capabilities;
 mod engine;
+mod fs_guard;
 mod install;
 mod process;
 mod registry;
@@ -43,9 +45,9 @@ use crate::config::{Config, Platform};
 use crate::datadir::DataDir;
 use crate::markers::{self, Escape, MarkerValues};
 use crate::store::Store;
-use call::{Call, CallSetup, CallState, Reply};
+use call::{Call, CallEnv, CallSetup, CallState, Reply};
 use capabilities::Grants;
-use engine::ComponentCache;
+use engine::{Admission, ComponentCache};
 use install::check_contract;
 
 /// Which session a queued message is for.
@@ -176,10 +178,8 @@ struct Inner {
     linker: Linker<CallState>,
     cache: ComponentCache,
     plugins_dir: PathBuf,
-    tmp_dir: PathBuf,
     store: Store,
-    services: Arc<dyn HostServices>,
-    memory_cap: usize,
+    call_env: CallEnv,
     default_timeout: Duration,
     plugins: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
     install_lock: tokio::sync::Mutex<()>,
@@ -194,6 +194,32 @@ impl std::fmt::Debug for PluginHost {
 /// How long `describe` and `validate` may take.
 const QUICK_CALL: Duration = Duration::from_secs(10);
 
+/// The longest deadline a call may ask for: 7 days.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// Checks the deadline fields of a config (`timeout_seconds`, `timeout_minutes`): whole numbers
+/// from 1 up to [`MAX_TIMEOUT`]. The error names the field and the allowed range.
+pub fn check_timeouts(config: &Map<String, Value>) -> Result<(), String> {
+    let max_seconds = MAX_TIMEOUT.as_secs();
+    for (field, unit, max) in [
+        ("timeout_seconds", "seconds", max_seconds),
+        ("timeout_minutes", "minutes", max_seconds / 60),
+    ] {
+        let Some(value) = config.get(field) else {
+            continue;
+        };
+        match value.as_u64() {
+            Some(n) if (1..=max).contains(&n) => {}
+            _ => {
+                return Err(format!(
+                    "field `{field}`: must be a whole number of {unit} from 1 to {max} (7 days); got {value}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl PluginHost {
     /// Creates the engine, loads every installed plugin (from the compiled cache when it can) and
     /// installs or upgrades the built-ins.
@@ -206,11 +232,13 @@ impl PluginHost {
         let memory_cap =
             usize::try_from(config.limits.plugin_memory_mib.saturating_mul(1024 * 1024))
                 .context("limits.plugin_memory_mib is too large")?;
-        let engine = engine::new_engine(memory_cap)?;
+        let max_calls = config.limits.max_concurrent_calls;
+        let engine = engine::new_engine(memory_cap, max_calls)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)
             .context("cannot link WASI")?;
+        fs_guard::add_to_linker(&mut linker)?;
         bindings::Executor::add_to_linker::<CallState, wasmtime::component::HasSelf<CallState>>(
             &mut linker,
             |state| state,
@@ -219,14 +247,17 @@ impl PluginHost {
         .context("cannot link the canopy host interface")?;
         let host = Self {
             inner: Arc::new(Inner {
-                cache: ComponentCache::new(&data.cache_dir(), &engine),
+                cache: ComponentCache::new(&data.cache_dir(), &engine, store.clone()),
                 engine,
                 linker,
                 plugins_dir: data.plugins_dir(),
-                tmp_dir: data.tmp_dir(),
                 store,
-                services,
-                memory_cap,
+                call_env: CallEnv {
+                    memory_cap,
+                    services,
+                    tmp_dir: data.tmp_dir(),
+                    admission: Admission::new(max_calls),
+                },
                 default_timeout: Duration::from_secs(config.limits.default_timeout_seconds),
                 plugins: RwLock::new(BTreeMap::new()),
                 install_lock: tokio::sync::Mutex::new(()),
@@ -465,9 +496,7 @@ impl PluginHost {
             grants: Grants::none(plugin.record.name.clone()),
             workdir: None,
             timeout: QUICK_CALL,
-            memory_cap: self.inner.memory_cap,
-            services: self.inner.services.clone(),
-            tmp_dir: self.inner.tmp_dir.clone(),
+            env: &self.inner.call_env,
         };
         Ok(setup.run(call).await?)
     }
@@ -486,6 +515,7 @@ impl PluginHost {
         let mut config = config.clone();
         crate::procs::take_detach(&mut config).map_err(PluginError::InvalidConfig)?;
         let config = &config;
+        check_timeouts(config).map_err(PluginError::InvalidConfig)?;
         markers::check_config(config, &plugin.templates, supported_markers)
             .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
         let mut rendered = config.clone();
@@ -517,15 +547,17 @@ impl PluginHost {
         Ok(Value::Object(rendered))
     }
 
-    /// The timeout a config asks for (`timeout_seconds` / `timeout_minutes`), or the default.
+    /// The timeout a config asks for (`timeout_seconds` / `timeout_minutes`), or the default;
+    /// never more than [`MAX_TIMEOUT`] (a config stored before that limit existed included).
     pub fn timeout_for(&self, config: &Map<String, Value>) -> Duration {
         let seconds = config.get("timeout_seconds").and_then(Value::as_u64);
         let minutes = config.get("timeout_minutes").and_then(Value::as_u64);
-        match (seconds, minutes) {
+        let asked = match (seconds, minutes) {
             (Some(s), _) => Duration::from_secs(s),
             (None, Some(m)) => Duration::from_secs(m.saturating_mul(60)),
             (None, None) => self.inner.default_timeout,
-        }
+        };
+        asked.min(MAX_TIMEOUT)
     }
 
     /// Makes one `execute` call: renders the config, runs the plugin of the mode sandboxed.
@@ -542,7 +574,12 @@ impl PluginHost {
         }
         let timeout = request
             .timeout
-            .unwrap_or_else(|| self.timeout_for(&request.config));
+            .unwrap_or_else(|| self.timeout_for(&request.config))
+            .min(MAX_TIMEOUT);
+        // A config stored before a check existed is checked again: a marker inside quotes in a
+        // shell field fails the call instead of running.
+        markers::check_rendering(&request.config, &plugin.templates)
+            .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
         let mut values = request.markers;
         values
             .entry("workdir".to_string())
@@ -577,9 +614,7 @@ impl PluginHost {
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
             workdir: Some(workdir),
             timeout,
-            memory_cap: self.inner.memory_cap,
-            services: self.inner.services.clone(),
-            tmp_dir: self.inner.tmp_dir.clone(),
+            env: &self.inner.call_env,
         };
         let options = crate::procs::CallOptions { detach };
         let call = setup.run(Call::Execute(Box::new(invocation)));
@@ -605,7 +640,7 @@ impl PluginHost {
     }
 
     pub(crate) fn tmp_dir(&self) -> &Path {
-        &self.inner.tmp_dir
+        &self.inner.call_env.tmp_dir
     }
 }
 

@@ -186,6 +186,15 @@ const MIGRATIONS: &[&str] = &[
         created_at  TEXT NOT NULL
     );
     "#,
+    // Digests of compiled plugin artifacts, recorded when this daemon wrote them: a cached
+    // artifact is native code and is loaded only when its bytes still match.
+    r#"
+    CREATE TABLE compiled_artifacts (
+        file        TEXT PRIMARY KEY,        -- <component sha256>-<engine key>.cwasm
+        sha256      TEXT NOT NULL,           -- sha256 of the artifact's bytes
+        created_at  TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// Applies every migration the database has not seen yet.

@@ -1,6 +1,7 @@
 //! The database: SQLite in the data dir, WAL, foreign keys on, numbered migrations applied at
 //! open. One connection, one writer; every state change is one transaction.
 
+pub mod artifacts;
 pub mod ids;
 mod migrations;
 

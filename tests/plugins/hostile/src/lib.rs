@@ -80,9 +80,11 @@ impl Executor for Hostile {
                     })
                     .unwrap_or_default();
                 let exit = canopy_plugin_sdk::run_command(
-                    &Command::new(program)
-                        .args(args)
-                        .timeout_ms(u64_field(&config, "timeout_ms", 60_000)),
+                    &Command::new(program).args(args).timeout_ms(u64_field(
+                        &config,
+                        "timeout_ms",
+                        60_000,
+                    )),
                 )?;
                 Ok(Outcome::completed()
                     .with_summary(format!("exit {:?}", exit.code))
@@ -189,7 +191,8 @@ impl Executor for Hostile {
             }
             // Sends `count` log lines of `bytes` bytes, then one that tries to forge a log line.
             "hostile-log" => {
-                let line = "x".repeat(usize::try_from(u64_field(&config, "bytes", 1 << 20)).unwrap_or(0));
+                let line =
+                    "x".repeat(usize::try_from(u64_field(&config, "bytes", 1 << 20)).unwrap_or(0));
                 for _ in 0..u64_field(&config, "count", 20) {
                     log::info(&line);
                 }
