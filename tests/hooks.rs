@@ -388,7 +388,7 @@ fn hook_configs_are_validated_at_edit_time_naming_event_index_and_field() {
         ),
         (
             json!({ "on_completed": [{ "platform": "claude" }] }),
-            "hooks.on_completed[0] (agent mode): invalid config: missing field `prompt`",
+            "hooks.on_completed[0] (agent mode): field `prompt` is required by the agent mode",
         ),
         (
             json!({ "on_completed": [{ "prompt": "x", "target_session_id": "a", "target_session_name": "b" }] }),

@@ -12,14 +12,78 @@ pub fn tail(text: &str, limit: usize) -> String {
     format!("…{}", &text[start..])
 }
 
+/// The edit distance between `a` and `b`: insertions, deletions, substitutions and swaps of two
+/// neighbouring characters (optimal string alignment), the typos people make.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The candidate closest to `word`, if one is close enough to be what was meant (a third of its
+/// length, at least 1 and at most 3 edits away).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).clamp(1, 3);
+    candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(word, candidate), candidate))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// `; did you mean `x`?` when a candidate is close to `word`, else nothing.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    closest(word, candidates)
+        .map(|found| format!("; did you mean `{found}`?"))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::tail;
+    use super::{closest, did_you_mean, edit_distance, tail};
 
     #[test]
     fn tails_keep_the_end_on_a_char_boundary() {
         assert_eq!(tail("short", 10), "short");
         assert_eq!(tail("abcdef", 3), "…def");
         assert_eq!(tail("aé", 1), "…");
+    }
+
+    #[test]
+    fn the_closest_known_word_is_suggested() {
+        assert_eq!(edit_distance("comand", "command"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("nodse", "nodes"), 1);
+        assert_eq!(
+            closest("comand", ["prompt", "command", "mode"]),
+            Some("command")
+        );
+        assert_eq!(closest("nodse", ["name", "nodes", "specs"]), Some("nodes"));
+        assert_eq!(closest("xyz", ["command", "prompt"]), None);
+        assert_eq!(
+            did_you_mean("doc_paths", ["docs_paths", "changelog"]),
+            "; did you mean `docs_paths`?"
+        );
+        assert_eq!(did_you_mean("zzz", ["docs_paths"]), "");
     }
 }

@@ -1,11 +1,12 @@
 //! The API's one error type and its JSON body.
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::engine::EngineError;
 use crate::plugins::PluginError;
@@ -74,6 +75,9 @@ impl From<PluginError> for ApiError {
             PluginError::UnknownMode { .. } => {
                 Self::new(StatusCode::BAD_REQUEST, "unknown_mode", message)
             }
+            PluginError::Disabled { .. } => {
+                Self::new(StatusCode::CONFLICT, "plugin_disabled", message)
+            }
             PluginError::Refused(_) => Self::new(StatusCode::BAD_REQUEST, "refused", message),
             PluginError::InvalidConfig(_) => {
                 Self::new(StatusCode::BAD_REQUEST, "invalid_config", message)
@@ -105,14 +109,104 @@ impl From<EngineError> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
-        Self::bad_request(format!("invalid JSON body: {}", rejection.body_text()))
+        // A syntax error: serde_json's own message (what it expected, where), without axum's
+        // wrapping.
+        let mut cause: &dyn std::error::Error = &rejection;
+        while let Some(source) = cause.source() {
+            cause = source;
+        }
+        let message = match &rejection {
+            JsonRejection::JsonSyntaxError(_) | JsonRejection::JsonDataError(_) => {
+                format!("the request body is not valid JSON: {cause}")
+            }
+            _ => format!("invalid JSON body: {}", rejection.body_text()),
+        };
+        Self::bad_request(message)
     }
 }
 
-/// `axum::Json`, but a bad body answers with our JSON error.
-#[derive(Debug, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// `axum::Json`, but a bad body answers with our JSON error (400), which names the field it is
+/// about in the body's own terms: `field `nodes[0].name` must be a string, got an integer`,
+/// `unknown field `nodse`; did you mean `nodes`?`, never serde's wording about target types.
+#[derive(Debug)]
 pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(value) = axum::Json::<Value>::from_request(request, state).await?;
+        parse_body(value).map(ApiJson)
+    }
+}
+
+/// Deserializes a JSON body; the error names the field and says what it must be.
+fn parse_body<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        let problem = err.into_inner().to_string();
+        ApiError::bad_request(body_problem(&path, &problem))
+    })
+}
+
+/// Words serde's message about the body at `path` (`.` for the whole body) for a person.
+fn body_problem(path: &str, problem: &str) -> String {
+    let field = |name: &str| {
+        if path == "." {
+            format!("`{name}`")
+        } else {
+            format!("`{path}.{name}`")
+        }
+    };
+    if let Some(rest) = problem.strip_prefix("unknown field `") {
+        let (name, known) = rest.split_once('`').unwrap_or((rest, ""));
+        // The path ends at the unknown key itself: say which object it is in.
+        let parent = path
+            .strip_suffix(name)
+            .map(|p| p.trim_end_matches('.'))
+            .filter(|p| !p.is_empty())
+            .unwrap_or(".");
+        let inside = if parent == "." {
+            String::new()
+        } else {
+            format!(" in field `{parent}`")
+        };
+        let known: Vec<&str> = known
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|k| !k.is_empty())
+            .collect();
+        let hint = crate::text::did_you_mean(name, known.iter().copied());
+        let list = if known.is_empty() {
+            String::new()
+        } else {
+            format!(" (the fields are {})", known.join(", "))
+        };
+        return format!("unknown field `{name}`{inside}{hint}{list}");
+    }
+    if let Some(rest) = problem.strip_prefix("missing field `") {
+        let name = rest.split('`').next().unwrap_or(rest);
+        return format!("field {} is required", field(name));
+    }
+    if let Some(rest) = problem.strip_prefix("duplicate field `") {
+        let name = rest.split('`').next().unwrap_or(rest);
+        return format!("field {} is given twice", field(name));
+    }
+    let at = if path == "." {
+        "the body".to_string()
+    } else {
+        format!("field `{path}`")
+    };
+    for kind in ["invalid type: ", "invalid value: ", "invalid length "] {
+        if let Some(rest) = problem.strip_prefix(kind)
+            && let Some((got, expected)) = rest.rsplit_once(", expected ")
+        {
+            return format!("{at} must be {expected}, got {got}");
+        }
+    }
+    format!("{at}: {problem}")
+}
 
 impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
     fn into_response(self) -> Response {
@@ -168,4 +262,42 @@ fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
         };
         ApiError::bad_request(message)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::body_problem;
+
+    #[test]
+    fn body_errors_name_the_field_in_the_bodys_terms() {
+        assert_eq!(
+            body_problem(
+                "nodse",
+                "unknown field `nodse`, expected one of `name`, `workdir`, `nodes`"
+            ),
+            "unknown field `nodse`; did you mean `nodes`? (the fields are name, workdir, nodes)"
+        );
+        assert_eq!(
+            body_problem(
+                "config.comand",
+                "unknown field `comand`, expected `command`"
+            ),
+            "unknown field `comand` in field `config`; did you mean `command`? (the fields are command)"
+        );
+        assert_eq!(
+            body_problem(".", "missing field `action`"),
+            "field `action` is required"
+        );
+        assert_eq!(
+            body_problem(
+                "allow_dirty_start",
+                "invalid type: string \"yes\", expected a boolean"
+            ),
+            "field `allow_dirty_start` must be a boolean, got string \"yes\""
+        );
+        assert_eq!(
+            body_problem("specs[1]", "invalid type: integer `3`, expected a string"),
+            "field `specs[1]` must be a string, got integer `3`"
+        );
+    }
 }

@@ -44,7 +44,8 @@ struct RunsQuery {
 fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
     HookEvent::parse(text).ok_or_else(|| {
         ApiError::bad_request(format!(
-            "field `event`: unknown event `{text}`; the events are {}",
+            "field `event`: unknown event `{text}`{}; the events are {}",
+            crate::text::did_you_mean(text, EVENTS.iter().map(|e| e.as_str())),
             HookEvent::names()
         ))
     })

@@ -197,7 +197,9 @@ impl Engine {
             .validate(mode, config, markers)
             .await
             .map_err(|err| match err {
-                PluginError::UnknownMode { .. } | PluginError::InvalidConfig(_) => {
+                PluginError::UnknownMode { .. }
+                | PluginError::Disabled { .. }
+                | PluginError::InvalidConfig(_) => {
                     EngineError::Invalid(format!("{at}: {err}"))
                 }
                 other => EngineError::Plugin(other),

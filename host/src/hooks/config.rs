@@ -84,7 +84,8 @@ pub async fn validate_hooks(
     for (key, value) in map {
         let Some(event) = HookEvent::parse(key) else {
             return Err(format!(
-                "field `hooks`: unknown event `{key}`; the events are {}",
+                "field `hooks`: unknown event `{key}`{}; the events are {}",
+                crate::text::did_you_mean(key, super::EVENTS.iter().map(|e| e.as_str())),
                 HookEvent::names()
             ));
         };

@@ -88,6 +88,11 @@ pub enum PluginError {
         mode: String,
         installed: Vec<String>,
     },
+    /// Only a disabled plugin serves that mode.
+    #[error(
+        "mode `{mode}` is served by plugin `{plugin}`, which is disabled; `canopy plugin enable {plugin}` enables it"
+    )]
+    Disabled { mode: String, plugin: String },
     /// The component or request was refused.
     #[error("{0}")]
     Refused(String),
@@ -469,9 +474,20 @@ impl PluginHost {
             .values()
             .find(|p| p.record.enabled && p.record.manifest.modes.iter().any(|m| m == mode))
             .cloned()
-            .ok_or_else(|| PluginError::UnknownMode {
-                mode: mode.to_string(),
-                installed: self.modes_of(&plugins),
+            .ok_or_else(|| {
+                match plugins
+                    .values()
+                    .find(|p| p.record.manifest.modes.iter().any(|m| m == mode))
+                {
+                    Some(disabled) => PluginError::Disabled {
+                        mode: mode.to_string(),
+                        plugin: disabled.record.name.clone(),
+                    },
+                    None => PluginError::UnknownMode {
+                        mode: mode.to_string(),
+                        installed: self.modes_of(&plugins),
+                    },
+                }
             })
     }
 
@@ -516,6 +532,8 @@ impl PluginHost {
         crate::procs::take_detach(&mut config).map_err(PluginError::InvalidConfig)?;
         let config = &config;
         check_timeouts(config).map_err(PluginError::InvalidConfig)?;
+        work::check_schema(mode, &plugin.record.manifest.config_schema, config)
+            .map_err(PluginError::InvalidConfig)?;
         markers::check_config(config, &plugin.templates, supported_markers)
             .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
         let mut rendered = config.clone();
