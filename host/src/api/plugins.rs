@@ -72,11 +72,76 @@ async fn inspect(
     Ok(ApiJson(state.plugins.get(&name)?))
 }
 
+/// Removes (or, for a built-in, disables) a plugin. The answer is the plugin, with `used_by`:
+/// every node and hook of a graph whose mode no enabled plugin serves any more, which will fail
+/// until one does, and a `warnings` line saying so.
 async fn remove(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<ApiJson<PluginInfo>, ApiError> {
-    Ok(ApiJson(state.plugins.remove(&name)?))
+) -> Result<ApiJson<Value>, ApiError> {
+    let info = state.plugins.remove(&name)?;
+    let orphaned: Vec<&String> = info
+        .record
+        .manifest
+        .modes
+        .iter()
+        .filter(|mode| state.plugins.plugin_ref(mode).is_err())
+        .collect();
+    let mut used_by = Vec::new();
+    for view in state.engine.list_graphs()? {
+        let graph = &view.graph;
+        let mut uses = |place: String, config: &Map<String, Value>| {
+            if let Ok(work) = crate::plugins::split_work_config(config)
+                && orphaned.contains(&&work.mode)
+            {
+                used_by.push(serde_json::json!({
+                    "graph": graph.name,
+                    "where": place,
+                    "mode": work.mode,
+                }));
+            }
+        };
+        for (index, node) in graph.nodes.iter().enumerate() {
+            uses(format!("nodes[{index}] (`{}`)", node.name), &node.config);
+        }
+        for event in crate::hooks::EVENTS {
+            for (index, hook) in crate::hooks::config::hooks_of(&graph.hooks, event)
+                .iter()
+                .enumerate()
+            {
+                uses(
+                    format!("hooks.{}[{index}]", event.as_str()),
+                    &crate::hooks::config::executor_config(hook),
+                );
+            }
+        }
+    }
+    let mut answer = serde_json::to_value(&info).map_err(|err| ApiError::internal(&err.into()))?;
+    if let Some(object) = answer.as_object_mut() {
+        if !used_by.is_empty() {
+            let names = |key: &str| {
+                used_by
+                    .iter()
+                    .filter_map(|u| u[key].as_str())
+                    .collect::<std::collections::BTreeSet<&str>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+            };
+            let graphs = names("graph");
+            let who = match graphs.as_slice() {
+                [one] => format!("graph {one} still uses"),
+                several => format!("graphs {} still use", several.join(", ")),
+            };
+            let modes: Vec<String> = names("mode").iter().map(|m| format!("`{m}`")).collect();
+            let warning = format!(
+                "{who} mode {} of plugin `{name}`, which no enabled plugin serves now; that work fails until one does",
+                modes.join(", ")
+            );
+            object.insert("warnings".to_string(), Value::from(vec![warning]));
+        }
+        object.insert("used_by".to_string(), Value::Array(used_by));
+    }
+    Ok(ApiJson(answer))
 }
 
 async fn enable(

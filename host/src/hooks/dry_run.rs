@@ -9,7 +9,7 @@ use super::HookEvent;
 use super::config::{HookMap, executor_config, hooks_of};
 use super::dispatch::{Firing, matches};
 use crate::markers::{HOOK_MARKERS, MarkerValues};
-use crate::plugins::{PluginHost, split_work_config};
+use crate::plugins::{PluginError, PluginHost, split_work_config};
 
 /// What `hooks test` says about one hook.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +26,9 @@ pub struct HookCheck {
     pub rendered: Option<Value>,
     /// What validation says about it now (empty when it is fine).
     pub problems: Vec<String>,
+    /// The plugin serving its mode is disabled: the hook would fail without running (`reason`
+    /// says which plugin and how to enable it).
+    pub executor_disabled: bool,
 }
 
 /// The whole dry run.
@@ -60,7 +63,17 @@ pub async fn evaluate(
         let work = split_work_config(&executor_config(&hook));
         let mode = work.as_ref().ok().map(|w| w.mode.clone());
         let mut rendered = None;
+        // A hook whose plugin is disabled cannot run: say that, once, rather than what
+        // validating and rendering against a missing executor would say.
+        let disabled = match &work {
+            Ok(work) => match plugins.plugin_ref(&work.mode) {
+                Err(err @ PluginError::Disabled { .. }) => Some(err.to_string()),
+                _ => None,
+            },
+            Err(_) => None,
+        };
         match &work {
+            Ok(_) if disabled.is_some() => {}
             Ok(work) => {
                 if let Err(err) = plugins
                     .validate(&work.mode, &work.config, HOOK_MARKERS)
@@ -77,6 +90,7 @@ pub async fn evaluate(
             Err(err) => problems.push(err.clone()),
         }
         let (would_fire, reason) = match firing {
+            _ if disabled.is_some() => (false, disabled.clone()),
             None => (false, Some("the event would not fire".to_string())),
             Some(firing) if !matches(&hook, firing) => (
                 false,
@@ -95,6 +109,7 @@ pub async fn evaluate(
             reason,
             rendered,
             problems,
+            executor_disabled: disabled.is_some(),
         });
     }
     checks
