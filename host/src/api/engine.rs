@@ -91,14 +91,32 @@ async fn list_graphs(State(state): State<AppState>) -> Result<ApiJson<Value>, Ap
     Ok(ApiJson(json!({ "graphs": state.engine.list_graphs()? })))
 }
 
+/// Creates a graph; the answer is `graph get` with `warnings` (a workdir that is not a git
+/// repository, which the dirty-tree guard cannot check).
 async fn create_graph(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<GraphInput>,
-) -> Result<(StatusCode, ApiJson<GraphView>), ApiError> {
-    Ok((
-        StatusCode::CREATED,
-        ApiJson(state.engine.create_graph(input).await?),
-    ))
+) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+    let view = state.engine.create_graph(input).await?;
+    Ok((StatusCode::CREATED, ApiJson(with_warnings(view).await?)))
+}
+
+/// The view as JSON, with `warnings` about its workdir: empty, or a line saying it is not a git
+/// repository, so the dirty-tree guard does not apply.
+async fn with_warnings(view: GraphView) -> Result<Value, ApiError> {
+    let workdir = view.graph.workdir.clone();
+    let mut warnings = Vec::new();
+    if let crate::engine::git::TreeState::NotARepo(why) =
+        crate::engine::git::tree_state(std::path::Path::new(&workdir)).await
+    {
+        let why = why.lines().next().unwrap_or_default().to_string();
+        warnings.push(format!(
+            "workdir {workdir} is not a git repository ({why}): the dirty-tree guard cannot check it, so runs start on whatever is there; make it one (`git init`) to guard it"
+        ));
+    }
+    let mut value = serde_json::to_value(view).map_err(|err| ApiError::internal(&err.into()))?;
+    value["warnings"] = json!(warnings);
+    Ok(value)
 }
 
 async fn get_graph(
@@ -108,12 +126,21 @@ async fn get_graph(
     Ok(ApiJson(state.engine.get_graph(&name)?))
 }
 
+/// Updates a graph; the answer is `graph get`, with `warnings` when the edit set a workdir that
+/// is not a git repository.
 async fn update_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
     ApiJson(input): ApiJson<GraphInput>,
-) -> Result<ApiJson<GraphView>, ApiError> {
-    Ok(ApiJson(state.engine.update_graph(&name, input).await?))
+) -> Result<ApiJson<Value>, ApiError> {
+    let workdir_set = input.workdir.is_some();
+    let view = state.engine.update_graph(&name, input).await?;
+    if workdir_set {
+        return Ok(ApiJson(with_warnings(view).await?));
+    }
+    serde_json::to_value(view)
+        .map(ApiJson)
+        .map_err(|err| ApiError::internal(&err.into()))
 }
 
 async fn delete_graph(

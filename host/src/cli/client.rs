@@ -74,15 +74,21 @@ impl Client {
             .await
             .context("cannot read the daemon's answer")?;
         if !status.is_success() {
-            let message = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| {
-                    v.pointer("/error/message")
-                        .and_then(|m| m.as_str())
-                        .map(str::to_string)
-                })
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-            return Err(anyhow!("{message}"));
+            let answer = serde_json::from_slice::<serde_json::Value>(&body).ok();
+            let at = |pointer: &str| {
+                answer
+                    .as_ref()
+                    .and_then(|v| v.pointer(pointer))
+                    .and_then(|m| m.as_str())
+                    .map(str::to_string)
+            };
+            return Err(ApiFailure {
+                status: status.as_u16(),
+                code: at("/error/code").unwrap_or_default(),
+                message: at("/error/message")
+                    .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned()),
+            }
+            .into());
         }
         serde_json::from_slice(&body)
             .with_context(|| format!("unexpected answer from the daemon ({status})"))
@@ -120,6 +126,61 @@ impl Client {
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+}
+
+/// An error answer from the daemon: its HTTP status, its code and its message (what the CLI
+/// prints).
+#[derive(Debug)]
+pub struct ApiFailure {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiFailure {}
+
+/// Words an error from the daemon in the command line's terms: each API field the command sent
+/// is named by the argument the user typed (`field `queue_id`` becomes `--queue`), so the
+/// message points at what to change. Other errors pass unchanged.
+pub fn in_cli_terms(err: anyhow::Error, arguments: &[(&str, &str)]) -> anyhow::Error {
+    let Some(failure) = err.downcast_ref::<ApiFailure>() else {
+        return err;
+    };
+    let mut message = failure.message.clone();
+    for (field, argument) in arguments {
+        // An element of a list the command sent from repeated arguments: `field `specs[1]``
+        // is the second SPEC.
+        let indexed = format!("field `{field}[");
+        while let Some(start) = message.find(&indexed) {
+            let rest = &message[start + indexed.len()..];
+            let Some(end) = rest.find("]`") else { break };
+            let Ok(index) = rest[..end].parse::<usize>() else {
+                break;
+            };
+            let replacement = format!("`{argument}` #{}", index + 1);
+            message.replace_range(start..start + indexed.len() + end + 2, &replacement);
+        }
+        for form in ["field", "fields", "query parameter"] {
+            message = message.replace(&format!("{form} `{field}`"), &format!("`{argument}`"));
+        }
+        // A field named on its own (`run it with a queue (`queue_id`)`): only names that
+        // cannot be mistaken for a value.
+        if field.contains('_') {
+            message = message.replace(&format!("`{field}`"), &format!("`{argument}`"));
+        }
+    }
+    ApiFailure {
+        status: failure.status,
+        code: failure.code.clone(),
+        message,
+    }
+    .into()
 }
 
 /// `Authorization: Bearer <token>` with the token the running daemon wrote to the data dir.

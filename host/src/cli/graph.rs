@@ -8,43 +8,67 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use super::client::in_cli_terms;
+use super::output::{non_empty, print_warnings, table_or, utc, utc_cell};
 use super::{Client, encode, items, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
     /// Create a graph from a JSON file with the API's field names
-    /// (name, workdir, nodes, specs, allow_dirty_start).
+    /// (name, workdir, nodes, specs, allow_dirty_start, hooks).
+    #[command(
+        after_help = "Example:\n  canopy graph create web.json    # web.json: {\"name\": \"web\", \"workdir\": \"/home/me/src/web\", \"nodes\": [{\"name\": \"test\", \"command\": \"cargo test\"}]}"
+    )]
     Create {
+        /// The graph as a JSON file (see the README's first graph).
+        #[arg(value_name = "FILE")]
         file: PathBuf,
         #[arg(long)]
         json: bool,
     },
     /// List graphs with their status.
+    #[command(after_help = "Example:\n  canopy graph list")]
     List {
         #[arg(long)]
         json: bool,
     },
     /// Show a graph: status, blocker, warnings, current run and its progress.
+    #[command(after_help = "Example:\n  canopy graph get web")]
     Get {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
         #[arg(long)]
         json: bool,
     },
-    /// Change a graph with a JSON file holding only the fields to change.
+    /// Change a graph with a JSON file holding only the fields to change. Each event named under
+    /// `hooks` gets exactly the list given (`[]` removes its hooks); other events keep theirs.
+    #[command(
+        after_help = "Example:\n  canopy graph edit web changes.json    # changes.json: {\"allow_dirty_start\": true}"
+    )]
     Edit {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
+        /// A JSON file with the fields to change.
+        #[arg(value_name = "FILE")]
         file: PathBuf,
         #[arg(long)]
         json: bool,
     },
     /// Start a run over the bound specs, or over a queue's pending members.
+    #[command(
+        after_help = "Examples:\n  canopy graph run web --wait\n  canopy graph run web --queue sprint-1 --workdir ../web-2"
+    )]
     Run {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
         /// Drain this queue instead of the graph's bound specs.
-        #[arg(long)]
+        #[arg(long, value_name = "QUEUE")]
         queue: Option<String>,
         /// Run in this workdir instead of the graph's.
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
         /// Wait until the run stops running, then print how it ended.
         #[arg(long)]
@@ -53,20 +77,35 @@ pub enum GraphCommand {
         json: bool,
     },
     /// Back to idle; the run history stays.
-    Reset { name: String },
-    /// Continue a paused run: resume, or start the next spec at a node, or skip the next spec.
-    Continue {
+    #[command(after_help = "Example:\n  canopy graph reset web")]
+    Reset {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
-        /// `run_from_node` (with --node) or `skip_next_spec`.
-        #[arg(long)]
-        mode: Option<String>,
-        #[arg(long)]
+    },
+    /// Continue a paused run. Without --mode: a blocked node runs again, a dirty tree is checked
+    /// again, an interrupted run goes on with its next spec.
+    #[command(
+        after_help = "Examples:\n  canopy graph continue web                                   # resume\n  canopy graph continue web --mode run_from_node --node test  # (re)start the spec at node `test`\n  canopy graph continue web --mode skip_next_spec             # skip the spec it stopped on or before"
+    )]
+    Continue {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
+        name: String,
+        /// How to go on instead of resuming.
+        #[arg(long, value_enum)]
+        mode: Option<ContinueMode>,
+        /// The node to start at (with --mode run_from_node).
+        #[arg(long, value_name = "NODE", required_if_eq("mode", "run_from_node"))]
         node: Option<String>,
         #[arg(long)]
         wait: bool,
     },
     /// The nodes, the current run and the node-run history with durations.
+    #[command(after_help = "Example:\n  canopy graph info web --last 10")]
     Info {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
         /// Node runs to list.
         #[arg(long, default_value_t = 30)]
@@ -75,7 +114,33 @@ pub enum GraphCommand {
         json: bool,
     },
     /// Delete a graph and its run history.
-    Rm { name: String },
+    #[command(after_help = "Example:\n  canopy graph rm web")]
+    Rm {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
+        name: String,
+    },
+}
+
+/// How `graph continue` goes on.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ContinueMode {
+    /// Start the spec the run stopped on (blocked or interrupted), or else the next spec, at
+    /// --node; the dirty-tree guard does not refuse it.
+    #[value(name = "run_from_node")]
+    RunFromNode,
+    /// Skip the blocked spec, or the next spec (the one a dirty tree stopped), and go on.
+    #[value(name = "skip_next_spec")]
+    SkipNextSpec,
+}
+
+impl ContinueMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::RunFromNode => "run_from_node",
+            Self::SkipNextSpec => "skip_next_spec",
+        }
+    }
 }
 
 fn read_json(path: &PathBuf) -> Result<Value> {
@@ -87,6 +152,16 @@ fn read_json(path: &PathBuf) -> Result<Value> {
         bail!("{} must hold a JSON object", path.display());
     }
     Ok(value)
+}
+
+/// A refusal of the graph in `file` (400: a field of it is wrong) names the file.
+fn about_file(err: anyhow::Error, file: &std::path::Path) -> anyhow::Error {
+    match err.downcast_ref::<super::client::ApiFailure>() {
+        Some(failure) if failure.status == 400 => {
+            anyhow::anyhow!("{}: {}", file.display(), failure.message)
+        }
+        _ => err,
+    }
 }
 
 fn print_graph(graph: &Value) {
@@ -113,7 +188,7 @@ fn print_graph(graph: &Value) {
             "run:      {} {} (started {}{queue})",
             short(str_at(run, "/id")),
             str_at(run, "/status"),
-            str_at(run, "/started_at")
+            utc(str_at(run, "/started_at"))
         );
         let rows: Vec<Vec<String>> = items(&graph["progress"])
             .iter()
@@ -164,10 +239,14 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
     let path = |name: &str| format!("/api/graphs/{}", encode(name));
     match command {
         GraphCommand::Create { file, json } => {
-            let graph: Value = client.post("/api/graphs", &read_json(&file)?).await?;
+            let graph: Value = client
+                .post("/api/graphs", &read_json(&file)?)
+                .await
+                .map_err(|err| about_file(err, &file))?;
             if json {
                 print_json(&graph)?;
             } else {
+                print_warnings(&graph);
                 println!(
                     "created graph {} ({})",
                     str_at(&graph, "/name"),
@@ -196,12 +275,10 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                         ]
                     })
                     .collect();
-                print!(
-                    "{}",
-                    table::render(
-                        &["NAME", "STATUS", "NODES", "SPECS", "WORKDIR", "BLOCKER"],
-                        &rows
-                    )
+                table_or(
+                    &["NAME", "STATUS", "NODES", "SPECS", "WORKDIR", "BLOCKER"],
+                    &rows,
+                    "no graphs; create one with `canopy graph create FILE`",
                 );
             }
         }
@@ -217,10 +294,14 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             let request = client
                 .request(reqwest::Method::PATCH, &path(&name))
                 .json(&read_json(&file)?);
-            let graph: Value = client.send(request).await?;
+            let graph: Value = client
+                .send(request)
+                .await
+                .map_err(|err| about_file(err, &file))?;
             if json {
                 print_json(&graph)?;
             } else {
+                print_warnings(&graph);
                 println!("updated graph {}", str_at(&graph, "/name"));
             }
         }
@@ -240,7 +321,10 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             let body = json!({ "action": "run", "queue_id": queue, "workdir": workdir });
             let mut graph: Value = client
                 .post(&format!("{}/control", path(&name)), &body)
-                .await?;
+                .await
+                .map_err(|err| {
+                    in_cli_terms(err, &[("queue_id", "--queue"), ("workdir", "--workdir")])
+                })?;
             if wait {
                 graph = wait_for(client, &name).await?;
             }
@@ -279,10 +363,12 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             node,
             wait,
         } => {
+            let mode = mode.map(ContinueMode::as_str);
             let body = json!({ "action": "continue", "mode": mode, "node": node });
             let mut graph: Value = client
                 .post(&format!("{}/control", path(&name)), &body)
-                .await?;
+                .await
+                .map_err(|err| in_cli_terms(err, &[("mode", "--mode"), ("node", "--node")]))?;
             if wait {
                 graph = wait_for(client, &name).await?;
                 print_graph(&graph);
@@ -312,11 +398,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 .iter()
                 .map(|n| {
                     vec![
-                        str_at(n, "/started_at")
-                            .chars()
-                            .take(19)
-                            .collect::<String>()
-                            .replace('T', " "),
+                        utc_cell(str_at(n, "/started_at")),
                         short(str_at(n, "/run_id")).to_string(),
                         short(str_at(n, "/spec_id")).to_string(),
                         str_at(n, "/node").to_string(),
@@ -339,6 +421,12 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 })
                 .collect();
             println!("\nhooks:");
+            if graph["hooks"]
+                .as_object()
+                .is_none_or(|hooks| hooks.is_empty())
+            {
+                println!("  (none)");
+            }
             for (event, list) in graph["hooks"].as_object().into_iter().flatten() {
                 for (index, hook) in list
                     .as_array()
@@ -351,23 +439,25 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 }
             }
             println!("\nnode runs (newest first):");
-            print!(
-                "{}",
-                table::render(
-                    &[
-                        "STARTED", "RUN", "SPEC", "NODE", "EXECUTOR", "STATUS", "DURATION",
-                        "SUMMARY"
-                    ],
-                    &rows
-                )
+            table_or(
+                &[
+                    "STARTED (UTC)",
+                    "RUN",
+                    "SPEC",
+                    "NODE",
+                    "EXECUTOR",
+                    "STATUS",
+                    "DURATION",
+                    "SUMMARY",
+                ],
+                &rows,
+                "no node runs yet",
             );
             println!("\nhook runs of the current run (newest first):");
-            print!(
-                "{}",
-                table::render(
-                    &super::hooks::HOOK_RUN_HEADERS,
-                    &super::hooks::hook_run_rows(&graph["completion_hook_runs"])
-                )
+            table_or(
+                &super::hooks::HOOK_RUN_HEADERS,
+                &super::hooks::hook_run_rows(&graph["completion_hook_runs"]),
+                "no hook runs",
             );
         }
         GraphCommand::Rm { name } => {

@@ -6,13 +6,19 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, items, print_json, short, str_at, table};
+use super::client::in_cli_terms;
+use super::output::{non_empty, table_or, utc_cell};
+use super::{Client, encode, items, print_json, short, str_at};
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {
     /// Hook runs, newest first.
+    #[command(
+        after_help = "Examples:\n  canopy hooks runs --graph web --since 2h\n  canopy hooks runs --event on_completed --status failed --last 5"
+    )]
     Runs {
-        #[arg(long)]
+        /// Only the runs of this graph (name, id or unique id prefix).
+        #[arg(long, value_name = "GRAPH")]
         graph: Option<String>,
         /// on_completed, on_failed, on_blocked or on_spec_completed.
         #[arg(long)]
@@ -21,49 +27,75 @@ pub enum HooksCommand {
         #[arg(long)]
         status: Option<String>,
         /// Only runs fired since this time (RFC 3339) or this long ago (10m, 2h).
-        #[arg(long)]
+        #[arg(long, value_name = "WHEN")]
         since: Option<String>,
+        /// How many runs to list.
         #[arg(long, default_value_t = 20)]
         last: usize,
         #[arg(long)]
         json: bool,
     },
     /// Every configured hook (the catalog), with the executor that would run it.
+    #[command(
+        after_help = "Examples:\n  canopy hooks list\n  canopy hooks list --graph web --mode command"
+    )]
     List {
-        #[arg(long)]
+        /// Only this graph's hooks (name, id or unique id prefix).
+        #[arg(long, value_name = "GRAPH")]
         graph: Option<String>,
+        /// Only the hooks of this event.
         #[arg(long)]
         event: Option<String>,
+        /// Only the hooks of this mode (command, agent, interactive, docs-maintenance, ...).
         #[arg(long)]
         mode: Option<String>,
         #[arg(long)]
         json: bool,
     },
     /// The events hooks can be keyed by and the markers each provides.
+    #[command(after_help = "Example:\n  canopy hooks events")]
     Events {
         #[arg(long)]
         json: bool,
     },
     /// Render an event's hooks against the graph's latest run (or --run): which would fire,
     /// with what values, and what is wrong with them. --execute runs them, as test runs.
+    #[command(
+        after_help = "Examples:\n  canopy hooks test web on_spec_completed --spec 3f2a\n  canopy hooks test web on_completed --index 0 --execute"
+    )]
     Test {
+        /// The graph: its name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
         graph: String,
+        /// The event: on_completed, on_failed, on_blocked or on_spec_completed.
+        #[arg(value_name = "EVENT", value_parser = non_empty)]
         event: String,
         /// Only the hook at this index of the event's list.
         #[arg(long)]
         index: Option<usize>,
         /// The spec the event is about (on_spec_completed, on_failed).
-        #[arg(long)]
+        #[arg(long, value_name = "SPEC")]
         spec: Option<String>,
         /// The run to test against (default: the latest).
-        #[arg(long)]
+        #[arg(long, value_name = "RUN")]
         run: Option<String>,
+        /// Run the hooks for real, recorded as test runs.
         #[arg(long)]
         execute: bool,
         #[arg(long)]
         json: bool,
     },
 }
+
+/// The query parameters `hooks runs` / `hooks list` send and their arguments.
+const FILTER_ARGUMENTS: [(&str, &str); 6] = [
+    ("graph", "--graph"),
+    ("event", "--event"),
+    ("status", "--status"),
+    ("since", "--since"),
+    ("last", "--last"),
+    ("mode", "--mode"),
+];
 
 /// Hook-run rows for a table.
 pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
@@ -73,11 +105,7 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
         .iter()
         .map(|r| {
             vec![
-                str_at(r, "/fired_at")
-                    .chars()
-                    .take(19)
-                    .collect::<String>()
-                    .replace('T', " "),
+                utc_cell(str_at(r, "/fired_at")),
                 str_at(r, "/graph_name").to_string(),
                 format!("{}[{}]", str_at(r, "/event"), r["hook_index"]),
                 r["mode"].as_str().unwrap_or("-").to_string(),
@@ -107,7 +135,7 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
 }
 
 pub const HOOK_RUN_HEADERS: [&str; 7] = [
-    "FIRED",
+    "FIRED (UTC)",
     "GRAPH",
     "EVENT",
     "MODE",
@@ -126,6 +154,8 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             last,
             json,
         } => {
+            let filtered =
+                graph.is_some() || event.is_some() || status.is_some() || since.is_some();
             let mut query: Vec<(&str, String)> = vec![("last", last.to_string())];
             for (key, value) in [
                 ("graph", graph),
@@ -140,13 +170,21 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             let request = client
                 .request(reqwest::Method::GET, "/api/hook-runs")
                 .query(&query);
-            let answer: Value = client.send(request).await?;
+            let answer: Value = client
+                .send(request)
+                .await
+                .map_err(|err| in_cli_terms(err, &FILTER_ARGUMENTS))?;
             if json {
                 print_json(&answer)?;
             } else {
-                print!(
-                    "{}",
-                    table::render(&HOOK_RUN_HEADERS, &hook_run_rows(&answer["runs"]))
+                table_or(
+                    &HOOK_RUN_HEADERS,
+                    &hook_run_rows(&answer["runs"]),
+                    if filtered {
+                        "no hook runs match"
+                    } else {
+                        "no hook runs yet"
+                    },
                 );
             }
         }
@@ -162,10 +200,14 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                     query.push((key, value));
                 }
             }
+            let filtered = !query.is_empty();
             let request = client
                 .request(reqwest::Method::GET, "/api/hooks/catalog")
                 .query(&query);
-            let answer: Value = client.send(request).await?;
+            let answer: Value = client
+                .send(request)
+                .await
+                .map_err(|err| in_cli_terms(err, &FILTER_ARGUMENTS))?;
             if json {
                 print_json(&answer)?;
             } else {
@@ -189,9 +231,14 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                         ]
                     })
                     .collect();
-                print!(
-                    "{}",
-                    table::render(&["GRAPH", "EVENT", "MODE", "EXECUTOR", "CONFIG"], &rows)
+                table_or(
+                    &["GRAPH", "EVENT", "MODE", "EXECUTOR", "CONFIG"],
+                    &rows,
+                    if filtered {
+                        "no hooks match"
+                    } else {
+                        "no hooks configured; a graph's `hooks` field adds them"
+                    },
                 );
             }
         }
@@ -235,7 +282,18 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             let body = json!({ "event": event, "index": index, "spec": spec, "run": run, "execute": execute });
             let answer: Value = client
                 .post(&format!("/api/graphs/{}/hooks/test", encode(&graph)), &body)
-                .await?;
+                .await
+                .map_err(|err| {
+                    in_cli_terms(
+                        err,
+                        &[
+                            ("event", "EVENT"),
+                            ("index", "--index"),
+                            ("spec", "--spec"),
+                            ("run", "--run"),
+                        ],
+                    )
+                })?;
             if json {
                 print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
@@ -262,6 +320,8 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             }
             let mut problems = false;
             for hook in hooks {
+                // Its plugin is disabled: `reason` says so; it cannot run, which is a problem.
+                problems |= hook["executor_disabled"] == true;
                 let fires = if hook["would_fire"] == true {
                     "would fire".to_string()
                 } else {
@@ -283,9 +343,10 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             }
             if execute {
                 println!("\ntest runs:");
-                print!(
-                    "{}",
-                    table::render(&HOOK_RUN_HEADERS, &hook_run_rows(&answer["runs"]))
+                table_or(
+                    &HOOK_RUN_HEADERS,
+                    &hook_run_rows(&answer["runs"]),
+                    "no test runs (no hook would fire)",
                 );
             }
             if problems {

@@ -4,6 +4,7 @@
 mod client;
 mod graph;
 mod hooks;
+mod output;
 mod plugin;
 mod queue;
 mod session;
@@ -21,7 +22,14 @@ pub use client::Client;
 
 /// Canopy runs agent work as graphs over specs and queues, and reacts with hooks.
 #[derive(Debug, Parser)]
-#[command(name = "canopy", version, about, propagate_version = true)]
+#[command(
+    name = "canopy",
+    version,
+    about,
+    // `-V` belongs to `canopy` alone: a subcommand has no version of its own.
+    propagate_version = false,
+    after_help = "Example, a first run (the README walks through it):\n  canopy daemon &                                   # or in a terminal of its own\n  canopy spec add --name \"Login form\" --file login.md\n  canopy graph create web.json\n  canopy graph run web --wait"
+)]
 pub struct Cli {
     /// Data dir of the daemon to run or talk to [default: $XDG_DATA_HOME/canopy]
     #[arg(long, global = true, env = "CANOPY_HOME", value_name = "DIR")]
@@ -40,23 +48,50 @@ enum Command {
         listen: Option<String>,
     },
     /// Install, inspect, run and measure executor plugins.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy plugin list\n  canopy plugin run command --config '{\"command\": \"echo hi\"}'"
+    )]
     Plugin(plugin::PluginCommand),
     /// The spec backlog.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy spec add --name \"Login form\" --file login.md\n  canopy spec list"
+    )]
     Spec(spec::SpecCommand),
     /// Graphs: create, edit, run and inspect.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy graph create web.json\n  canopy graph run web --queue sprint-1 --wait\n  canopy graph get web"
+    )]
     Graph(graph::GraphCommand),
     /// Queues of specs, with context groups.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy queue create sprint-1 3f2a 9c41\n  canopy queue group sprint-1 9c41 auth"
+    )]
     Queue(queue::QueueCommand),
     /// Hook runs, the event taxonomy, and dry runs of a graph's hooks.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy hooks runs --graph web --since 2h\n  canopy hooks test web on_completed"
+    )]
     Hooks(hooks::HooksCommand),
     /// Interactive sessions and the messages hooks send them.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy session new --name lead\n  canopy session inbox lead --follow"
+    )]
     Session(session::SessionCommand),
+    /// Print a shell completion script for canopy: bash, zsh, fish, elvish or powershell.
+    #[command(
+        after_help = "Examples:\n  canopy completions bash > ~/.local/share/bash-completion/completions/canopy\n  canopy completions zsh > ~/.zfunc/_canopy      # with fpath+=(~/.zfunc) before compinit\n  canopy completions fish > ~/.config/fish/completions/canopy.fish"
+    )]
+    Completions {
+        /// The shell to write the script for.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
@@ -95,6 +130,11 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Completions { shell } = cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(shell, &mut command, "canopy", &mut std::io::stdout());
+        return Ok(ExitCode::SUCCESS);
+    }
     let data = DataDir::resolve(cli.data_dir)?;
     match cli.command {
         Command::Daemon { listen } => {
@@ -107,6 +147,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Queue(command) => queue::run(&Client::connect(&data)?, command).await,
         Command::Hooks(command) => hooks::run(&Client::connect(&data)?, command).await,
         Command::Session(command) => session::run(&Client::connect(&data)?, command).await,
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

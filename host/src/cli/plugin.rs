@@ -8,13 +8,19 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use super::client::in_cli_terms;
+use super::output::{non_empty, print_warnings, utc};
 use super::{Client, encode, items, list_at, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
     /// Install a plugin component (.wasm), granting the capabilities it requests.
+    #[command(
+        after_help = "Examples:\n  canopy plugin install append_file.wasm --grant fs-write:.\n  canopy plugin install my_plugin.wasm --grant process,fs-write:docs --replace"
+    )]
     Install {
         /// The component, built for wasm32-wasip2.
+        #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Capability to grant: process, sessions, fs-read, fs-write:<subpath>, network
         /// (repeat, or separate with commas).
@@ -25,22 +31,42 @@ pub enum PluginCommand {
         replace: bool,
     },
     /// List installed plugins.
+    #[command(after_help = "Example:\n  canopy plugin list")]
     List {
         #[arg(long)]
         json: bool,
     },
     /// Show one plugin: manifest, grants, config schema, how it was loaded.
+    #[command(after_help = "Example:\n  canopy plugin inspect command")]
     Inspect {
+        /// The plugin's name (`canopy plugin list` shows them).
+        #[arg(value_name = "PLUGIN", value_parser = non_empty)]
         name: String,
         #[arg(long)]
         json: bool,
     },
-    /// Remove a plugin (a built-in is disabled; built-ins cannot be deleted).
-    Remove { name: String },
+    /// Remove a plugin (a built-in is disabled; built-ins cannot be deleted). Warns, listing
+    /// them, when graphs still use its modes.
+    #[command(after_help = "Example:\n  canopy plugin remove append-file")]
+    Remove {
+        /// The plugin's name.
+        #[arg(value_name = "PLUGIN", value_parser = non_empty)]
+        name: String,
+    },
     /// Enable a plugin again (a disabled built-in, say).
-    Enable { name: String },
+    #[command(after_help = "Example:\n  canopy plugin enable docs-maintenance")]
+    Enable {
+        /// The plugin's name.
+        #[arg(value_name = "PLUGIN", value_parser = non_empty)]
+        name: String,
+    },
     /// Make one `execute` call, printing the outcome: the plugin author's dev loop.
+    #[command(
+        after_help = "Example:\n  canopy plugin run command --config '{\"command\": \"echo {{spec_name}} > done.txt\"}' --marker spec_name='Add login' --workdir ."
+    )]
     Run {
+        /// The plugin's name.
+        #[arg(value_name = "PLUGIN", value_parser = non_empty)]
         name: String,
         /// The config: JSON text, or @FILE.
         #[arg(long, value_name = "JSON")]
@@ -52,29 +78,44 @@ pub enum PluginCommand {
         #[arg(long = "marker", value_name = "KEY=VALUE")]
         markers: Vec<String>,
         /// Directory the call runs in [default: the current directory]
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
     /// Measure a plugin: compile, cached load, fresh instantiate + call; spawn for reference.
+    #[command(
+        after_help = "Example:\n  canopy plugin bench command --config '{\"command\": \"true\"}' --iterations 200"
+    )]
     Bench {
+        /// The plugin's name.
+        #[arg(value_name = "PLUGIN", value_parser = non_empty)]
         name: String,
         /// The config of each call: JSON text, or @FILE [default: {}]
         #[arg(long, value_name = "JSON")]
         config: Option<String>,
+        /// Mode to call [default: the plugin's first mode]
         #[arg(long)]
         mode: Option<String>,
         /// Calls to time.
         #[arg(long, default_value_t = 1000)]
         iterations: u32,
         /// Directory the calls run in [default: a scratch dir in the data dir]
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
 }
+
+/// The API's call fields and the arguments that send them.
+const CALL_ARGUMENTS: [(&str, &str); 5] = [
+    ("config", "--config"),
+    ("mode", "--mode"),
+    ("markers", "--marker"),
+    ("workdir", "--workdir"),
+    ("iterations", "--iterations"),
+];
 
 pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
     match command {
@@ -194,7 +235,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                         templates.join(", ")
                     }
                 );
-                println!("installed at:  {}", str_at(&info, "/installed_at"));
+                println!("installed at:  {}", utc(str_at(&info, "/installed_at")));
                 println!(
                     "loaded from:   {} in {} µs",
                     str_at(&info, "/load/source"),
@@ -218,6 +259,15 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                 );
             } else {
                 println!("removed plugin {name}");
+            }
+            print_warnings(&info);
+            for user in items(&info["used_by"]) {
+                eprintln!(
+                    "  {}: {} ({} mode)",
+                    str_at(user, "/graph"),
+                    str_at(user, "/where"),
+                    str_at(user, "/mode")
+                );
             }
         }
         PluginCommand::Enable { name } => {
@@ -256,7 +306,8 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                 json!({ "mode": mode, "config": config, "markers": values, "workdir": workdir });
             let report: Value = client
                 .post(&format!("/api/plugins/{}/run", encode(&name)), &body)
-                .await?;
+                .await
+                .map_err(|err| in_cli_terms(err, &CALL_ARGUMENTS))?;
             let status = str_at(&report, "/outcome/status").to_string();
             if json {
                 print_json(&report)?;
@@ -314,7 +365,8 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             let body = json!({ "mode": mode, "config": config, "iterations": iterations, "workdir": workdir });
             let report: Value = client
                 .post(&format!("/api/plugins/{}/bench", encode(&name)), &body)
-                .await?;
+                .await
+                .map_err(|err| in_cli_terms(err, &CALL_ARGUMENTS))?;
             if json {
                 print_json(&report)?;
             } else {

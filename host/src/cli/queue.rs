@@ -6,50 +6,98 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, items, print_json, short, str_at, table};
+use super::client::in_cli_terms;
+use super::output::{non_empty, table_or};
+use super::{Client, encode, items, print_json, short, str_at};
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
     /// Create a queue, optionally with its first specs in order.
+    #[command(after_help = "Example:\n  canopy queue create sprint-1 3f2a 9c41 77d0")]
     Create {
+        /// The queue's name.
+        #[arg(value_name = "NAME")]
         name: String,
+        /// Specs to put in it, in order: ids or unique id prefixes.
+        #[arg(value_name = "SPEC")]
         specs: Vec<String>,
         #[arg(long)]
         json: bool,
     },
     /// List queues.
+    #[command(after_help = "Example:\n  canopy queue list")]
     List {
         #[arg(long)]
         json: bool,
     },
     /// Show a queue's members in order, with groups and status.
+    #[command(after_help = "Example:\n  canopy queue show sprint-1")]
     Show {
+        /// The queue: its name, id or unique id prefix.
+        #[arg(value_name = "QUEUE", value_parser = non_empty)]
         queue: String,
         #[arg(long)]
         json: bool,
     },
     /// Add a spec; with --group it lands right after the group's last pending member.
+    #[command(
+        after_help = "Examples:\n  canopy queue add sprint-1 3f2a\n  canopy queue add sprint-1 9c41 --group auth"
+    )]
     Add {
+        /// The queue: its name, id or unique id prefix.
+        #[arg(value_name = "QUEUE", value_parser = non_empty)]
         queue: String,
+        /// The spec to add: its id or a unique id prefix.
+        #[arg(value_name = "SPEC", value_parser = non_empty)]
         spec: String,
-        #[arg(long)]
+        /// The context group to put it in (grouped specs share a warm agent session).
+        #[arg(long, value_name = "LABEL")]
         group: Option<String>,
     },
     /// Remove a spec from the queue (the spec stays in the backlog).
-    RmSpec { queue: String, spec: String },
-    /// Put the members in this order (every member, once). Refused if it splits a group.
-    Reorder { queue: String, specs: Vec<String> },
-    /// Set a member's group (it moves next to its group), or clear it.
-    Group {
+    #[command(after_help = "Example:\n  canopy queue rm-spec sprint-1 3f2a")]
+    RmSpec {
+        /// The queue: its name, id or unique id prefix.
+        #[arg(value_name = "QUEUE", value_parser = non_empty)]
         queue: String,
+        /// The member to remove: its spec id or a unique id prefix.
+        #[arg(value_name = "SPEC", value_parser = non_empty)]
+        spec: String,
+    },
+    /// Put the members in this order (every member, once). Refused if it splits a group.
+    #[command(after_help = "Example:\n  canopy queue reorder sprint-1 9c41 3f2a 77d0")]
+    Reorder {
+        /// The queue: its name, id or unique id prefix.
+        #[arg(value_name = "QUEUE", value_parser = non_empty)]
+        queue: String,
+        /// Every member's spec id (or unique prefix), in the new order.
+        #[arg(value_name = "SPEC")]
+        specs: Vec<String>,
+    },
+    /// Set a member's group (it moves next to its group), or clear it.
+    #[command(
+        after_help = "Examples:\n  canopy queue group sprint-1 9c41 auth\n  canopy queue group sprint-1 9c41 --clear"
+    )]
+    Group {
+        /// The queue: its name, id or unique id prefix.
+        #[arg(value_name = "QUEUE", value_parser = non_empty)]
+        queue: String,
+        /// The member: its spec id or a unique id prefix.
+        #[arg(value_name = "SPEC", value_parser = non_empty)]
         spec: String,
         /// The group label; omit with --clear to ungroup.
+        #[arg(value_name = "LABEL")]
         group: Option<String>,
         #[arg(long, conflicts_with = "group")]
         clear: bool,
     },
     /// Delete a queue (its specs stay in the backlog).
-    Rm { queue: String },
+    #[command(after_help = "Example:\n  canopy queue rm sprint-1")]
+    Rm {
+        /// The queue: its name, id or unique id prefix.
+        #[arg(value_name = "QUEUE", value_parser = non_empty)]
+        queue: String,
+    },
 }
 
 fn print_queue(queue: &Value) {
@@ -70,9 +118,10 @@ fn print_queue(queue: &Value) {
             ]
         })
         .collect();
-    print!(
-        "{}",
-        table::render(&["POS", "SPEC", "NAME", "GROUP", "STATUS"], &rows)
+    table_or(
+        &["POS", "SPEC", "NAME", "GROUP", "STATUS"],
+        &rows,
+        "no members; add specs with `canopy queue add QUEUE SPEC`",
     );
 }
 
@@ -82,7 +131,8 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
         QueueCommand::Create { name, specs, json } => {
             let queue: Value = client
                 .post("/api/queues", &json!({ "name": name, "specs": specs }))
-                .await?;
+                .await
+                .map_err(|err| in_cli_terms(err, &[("name", "NAME"), ("specs", "SPEC")]))?;
             if json {
                 print_json(&queue)?;
                 return Ok(ExitCode::SUCCESS);
@@ -110,9 +160,10 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
                         ]
                     })
                     .collect();
-                print!(
-                    "{}",
-                    table::render(&["ID", "NAME", "MEMBERS", "PENDING"], &rows)
+                table_or(
+                    &["ID", "NAME", "MEMBERS", "PENDING"],
+                    &rows,
+                    "no queues; create one with `canopy queue create NAME [SPEC...]`",
                 );
             }
             return Ok(ExitCode::SUCCESS);
@@ -125,14 +176,13 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
             }
             queue
         }
-        QueueCommand::Add { queue, spec, group } => {
-            client
-                .post(
-                    &format!("{}/specs", path(&queue)),
-                    &json!({ "spec": spec, "group": group }),
-                )
-                .await?
-        }
+        QueueCommand::Add { queue, spec, group } => client
+            .post(
+                &format!("{}/specs", path(&queue)),
+                &json!({ "spec": spec, "group": group }),
+            )
+            .await
+            .map_err(|err| in_cli_terms(err, &[("spec", "SPEC"), ("group", "--group")]))?,
         QueueCommand::RmSpec { queue, spec } => {
             client
                 .delete(&format!("{}/specs/{}", path(&queue), encode(&spec)))
@@ -142,7 +192,10 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
             let request = client
                 .request(reqwest::Method::PUT, &format!("{}/order", path(&queue)))
                 .json(&json!({ "order": specs }));
-            client.send(request).await?
+            client
+                .send(request)
+                .await
+                .map_err(|err| in_cli_terms(err, &[("order", "SPEC")]))?
         }
         QueueCommand::Group {
             queue,

@@ -6,69 +6,102 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, encode, items, print_json, short, str_at, table};
+use super::client::in_cli_terms;
+use super::output::{non_empty, table_or, utc};
+use super::{Client, encode, items, print_json, short, str_at};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// Start a live session.
+    /// Record a live session: a named inbox that interactive hooks deliver messages to (read it
+    /// with `session inbox`), or a tmux pane they are typed into. It starts no process.
+    #[command(
+        after_help = "Examples:\n  canopy session new --name lead\n  canopy session new --name lead --tmux-target work:0.1    # type messages into that pane"
+    )]
     New {
+        /// The session's name, which hooks can target (`target_session_name`).
         #[arg(long)]
         name: String,
         /// The harness's own conversation id, when known.
-        #[arg(long)]
+        #[arg(long, value_name = "ID")]
         conversation: Option<String>,
         /// Deliver messages by typing them into this tmux pane (e.g. `work:0.1`).
-        #[arg(long)]
+        #[arg(long, value_name = "PANE")]
         tmux_target: Option<String>,
         /// The tmux server's socket, when it is not the default one.
-        #[arg(long, requires = "tmux_target")]
+        #[arg(long, requires = "tmux_target", value_name = "PATH")]
         tmux_socket: Option<String>,
         #[arg(long)]
         json: bool,
     },
     /// List live sessions (--all: finished ones too).
+    #[command(after_help = "Examples:\n  canopy session list\n  canopy session list --all")]
     List {
+        /// Finished sessions too.
         #[arg(long)]
         all: bool,
         #[arg(long)]
         json: bool,
     },
     /// Show one session.
+    #[command(after_help = "Example:\n  canopy session show lead")]
     Show {
+        /// The session: its id, a unique id prefix or its name.
+        #[arg(value_name = "SESSION", value_parser = non_empty)]
         id: String,
         #[arg(long)]
         json: bool,
     },
     /// Finish a live session.
-    Finish { id: String },
+    #[command(after_help = "Example:\n  canopy session finish lead")]
+    Finish {
+        /// The session: its id, a unique id prefix or its name.
+        #[arg(value_name = "SESSION", value_parser = non_empty)]
+        id: String,
+    },
     /// Relaunch a finished session: same id, same name (a fresh name only if another live
     /// session holds it).
+    #[command(after_help = "Example:\n  canopy session resume 5e0c")]
     Resume {
+        /// The session: its id, a unique id prefix or its name.
+        #[arg(value_name = "SESSION", value_parser = non_empty)]
         id: String,
         #[arg(long)]
         json: bool,
     },
     /// Bring in a harness conversation: one Canopy has seen resumes its session, an unknown one
     /// becomes a new session with a fresh id and name.
+    #[command(
+        after_help = "Example:\n  canopy session import 0b7e6a52-8f1c-4d5e-9a77-2c1d3e4f5a6b"
+    )]
     Import {
+        /// The harness's conversation id.
+        #[arg(value_name = "CONVERSATION", value_parser = non_empty)]
         conversation_id: String,
         #[arg(long)]
         json: bool,
     },
     /// A session's messages; --follow streams new ones as they are delivered.
+    #[command(
+        after_help = "Examples:\n  canopy session inbox lead\n  canopy session inbox lead --follow"
+    )]
     Inbox {
+        /// The session: its id, a unique id prefix or its name.
+        #[arg(value_name = "SESSION", value_parser = non_empty)]
         id: String,
+        /// Keep printing messages as they are delivered (Ctrl-C ends).
         #[arg(long)]
         follow: bool,
         #[arg(long)]
         json: bool,
     },
     /// Messages that could not be delivered (their session was gone), kept for recall.
+    #[command(after_help = "Example:\n  canopy session recall")]
     Recall {
         #[arg(long)]
         json: bool,
     },
     /// What the daemon had to tell you (undeliverable messages, say).
+    #[command(after_help = "Example:\n  canopy session notifications")]
     Notifications {
         #[arg(long)]
         json: bool,
@@ -83,11 +116,7 @@ fn print_message(message: &Value) {
         .unwrap_or_default();
     println!(
         "[{}] {} from graph {} ({}[{}]{aimed}):",
-        str_at(message, "/created_at")
-            .chars()
-            .take(19)
-            .collect::<String>()
-            .replace('T', " "),
+        utc(str_at(message, "/created_at")),
         str_at(message, "/status"),
         str_at(provenance, "/graph_name"),
         str_at(provenance, "/event"),
@@ -126,7 +155,18 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             json,
         } => {
             let body = json!({ "name": name, "conversation_id": conversation, "tmux_target": tmux_target, "tmux_socket": tmux_socket });
-            return single(client.post("/api/sessions", &body).await?, json);
+            let session = client.post("/api/sessions", &body).await.map_err(|err| {
+                in_cli_terms(
+                    err,
+                    &[
+                        ("name", "--name"),
+                        ("conversation_id", "--conversation"),
+                        ("tmux_target", "--tmux-target"),
+                        ("tmux_socket", "--tmux-socket"),
+                    ],
+                )
+            })?;
+            return single(session, json);
         }
         SessionCommand::List { all, json } => {
             let answer: Value = client.get(&format!("/api/sessions?all={all}")).await?;
@@ -145,9 +185,15 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                         ]
                     })
                     .collect();
-                print!(
-                    "{}",
-                    table::render(&["ID", "NAME", "STATUS", "CONVERSATION", "DELIVERY"], &rows)
+                let empty = if all {
+                    "no sessions; start one with `canopy session new --name NAME`"
+                } else {
+                    "no live sessions; start one with `canopy session new --name NAME`"
+                };
+                table_or(
+                    &["ID", "NAME", "STATUS", "CONVERSATION", "DELIVERY"],
+                    &rows,
+                    empty,
                 );
             }
         }
@@ -205,7 +251,11 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                 if json {
                     print_json(&answer)?;
                 } else {
-                    for message in items(&answer["messages"]) {
+                    let messages = items(&answer["messages"]);
+                    if messages.is_empty() {
+                        println!("no messages for session {id}");
+                    }
+                    for message in messages {
                         print_message(message);
                     }
                 }
@@ -249,7 +299,11 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                for message in items(&answer["messages"]) {
+                let messages = items(&answer["messages"]);
+                if messages.is_empty() {
+                    println!("no messages to recall");
+                }
+                for message in messages {
                     print_message(message);
                     println!("  why: {}", str_at(message, "/error"));
                 }
@@ -260,14 +314,14 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                for note in items(&answer["notifications"]) {
+                let notes = items(&answer["notifications"]);
+                if notes.is_empty() {
+                    println!("no notifications");
+                }
+                for note in notes {
                     println!(
                         "{}  {}",
-                        str_at(note, "/created_at")
-                            .chars()
-                            .take(19)
-                            .collect::<String>()
-                            .replace('T', " "),
+                        utc(str_at(note, "/created_at")),
                         str_at(note, "/message")
                     );
                 }

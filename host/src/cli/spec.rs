@@ -7,49 +7,69 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
-use super::{Client, encode, items, print_json, short, str_at, table};
+use super::client::in_cli_terms;
+use super::output::{non_empty, table_or};
+use super::{Client, encode, items, print_json, short, str_at};
 
 #[derive(Debug, Subcommand)]
 pub enum SpecCommand {
     /// Add a spec to the backlog. The body is the tagged <spec> format.
+    #[command(
+        after_help = "Examples:\n  canopy spec add --name \"Login form\" --file login.md\n  cat login.md | canopy spec add --name \"Login form\" --file - --workdir ~/src/web"
+    )]
     Add {
+        /// The spec's name.
         #[arg(long)]
         name: String,
         /// The body as text (or use --file).
         #[arg(long, conflicts_with = "file")]
         body: Option<String>,
         /// Read the body from a file (`-` for stdin).
-        #[arg(long)]
+        #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
         /// Tag the spec with a workdir, for filtering.
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
     /// List specs, optionally only those tagged with a workdir.
+    #[command(after_help = "Examples:\n  canopy spec list\n  canopy spec list --workdir ~/src/web")]
     List {
-        #[arg(long)]
+        /// Only the specs tagged with this workdir.
+        #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
     /// Show one spec (id or unambiguous prefix).
+    #[command(after_help = "Example:\n  canopy spec show 3f2a")]
     Show {
+        /// The spec's id or a unique id prefix (`canopy spec list` shows them).
+        #[arg(value_name = "SPEC", value_parser = non_empty)]
         id: String,
         #[arg(long)]
         json: bool,
     },
     /// Change a spec's name, body or workdir tag.
+    #[command(
+        after_help = "Examples:\n  canopy spec update 3f2a --file login.md\n  canopy spec update 3f2a --name \"Login form v2\" --clear-workdir"
+    )]
     Update {
+        /// The spec's id or a unique id prefix.
+        #[arg(value_name = "SPEC", value_parser = non_empty)]
         id: String,
+        /// A new name.
         #[arg(long)]
         name: Option<String>,
+        /// A new body as text (or use --file).
         #[arg(long, conflicts_with = "file")]
         body: Option<String>,
-        #[arg(long)]
+        /// Read the new body from a file (`-` for stdin).
+        #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
-        #[arg(long, conflicts_with = "clear_workdir")]
+        /// Tag the spec with this workdir.
+        #[arg(long, conflicts_with = "clear_workdir", value_name = "DIR")]
         workdir: Option<PathBuf>,
         /// Remove the workdir tag.
         #[arg(long)]
@@ -58,8 +78,20 @@ pub enum SpecCommand {
         json: bool,
     },
     /// Delete a spec that no graph binds and no queue holds.
-    Rm { id: String },
+    #[command(after_help = "Example:\n  canopy spec rm 3f2a")]
+    Rm {
+        /// The spec's id or a unique id prefix.
+        #[arg(value_name = "SPEC", value_parser = non_empty)]
+        id: String,
+    },
 }
+
+/// The API's spec fields and the arguments that send them.
+const SPEC_ARGUMENTS: [(&str, &str); 3] = [
+    ("name", "--name"),
+    ("body", "--body/--file"),
+    ("workdir", "--workdir"),
+];
 
 fn read_body(body: Option<String>, file: Option<PathBuf>) -> Result<Option<String>> {
     match (body, file) {
@@ -106,7 +138,8 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
                     "/api/specs",
                     &json!({ "name": name, "body": body, "workdir": workdir }),
                 )
-                .await?;
+                .await
+                .map_err(|err| in_cli_terms(err, &SPEC_ARGUMENTS))?;
             if json {
                 print_json(&spec)?;
             } else {
@@ -118,8 +151,9 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             }
         }
         SpecCommand::List { workdir, json } => {
-            let path = match workdir {
-                Some(dir) => format!("/api/specs?workdir={}", encode(&absolute(dir)?)),
+            let workdir = workdir.map(absolute).transpose()?;
+            let path = match &workdir {
+                Some(dir) => format!("/api/specs?workdir={}", encode(dir)),
                 None => "/api/specs".to_string(),
             };
             let answer: Value = client.get(&path).await?;
@@ -141,10 +175,12 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
                         ]
                     })
                     .collect();
-                print!(
-                    "{}",
-                    table::render(&["ID", "NAME", "WORKDIR", "SUMMARY"], &rows)
-                );
+                let empty = match &workdir {
+                    Some(dir) => format!("no specs tagged with workdir {dir}"),
+                    None => "no specs; add one with `canopy spec add --name NAME --file FILE`"
+                        .to_string(),
+                };
+                table_or(&["ID", "NAME", "WORKDIR", "SUMMARY"], &rows, &empty);
             }
         }
         SpecCommand::Show { id, json } => {
@@ -197,7 +233,10 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
                     &format!("/api/specs/{}", encode(&id)),
                 )
                 .json(&patch);
-            let spec: Value = client.send(request).await?;
+            let spec: Value = client
+                .send(request)
+                .await
+                .map_err(|err| in_cli_terms(err, &SPEC_ARGUMENTS))?;
             if json {
                 print_json(&spec)?;
             } else {

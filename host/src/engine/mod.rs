@@ -9,7 +9,7 @@ mod control;
 mod driver;
 mod error;
 pub mod events;
-mod git;
+pub(crate) mod git;
 pub mod graphs;
 pub mod queues;
 pub mod runs;

@@ -1,0 +1,60 @@
+//! Small pieces of the CLI's text output shared by its commands: times (always UTC, and said
+//! so), lists that came back empty, warnings from the daemon, and the check for empty arguments.
+
+use serde_json::Value;
+
+use super::table;
+
+/// A stored timestamp (RFC 3339, UTC) as `2026-05-01 09:30:00 UTC`; `-` when there is none.
+pub(crate) fn utc(timestamp: &str) -> String {
+    if timestamp.is_empty() {
+        return "-".to_string();
+    }
+    let seconds: String = timestamp.chars().take(19).collect();
+    format!("{} UTC", seconds.replace('T', " "))
+}
+
+/// A stored timestamp for a table cell whose header says `(UTC)`: `2026-05-01 09:30:00`.
+pub(crate) fn utc_cell(timestamp: &str) -> String {
+    if timestamp.is_empty() {
+        return "-".to_string();
+    }
+    timestamp
+        .chars()
+        .take(19)
+        .collect::<String>()
+        .replace('T', " ")
+}
+
+/// Prints the table, or `empty` on a line of its own when there are no rows: a list that came
+/// back empty says so instead of printing bare headers.
+pub(crate) fn table_or(headers: &[&str], rows: &[Vec<String>], empty: &str) {
+    if rows.is_empty() {
+        println!("{empty}");
+    } else {
+        print!("{}", table::render(headers, rows));
+    }
+}
+
+/// Prints each entry of an answer's `warnings` to stderr as `warning: ...`.
+pub(crate) fn print_warnings(answer: &Value) {
+    for warning in answer["warnings"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        if let Some(text) = warning.as_str() {
+            eprintln!("warning: {text}");
+        }
+    }
+}
+
+/// A clap value parser for ids and names: refuses an empty or blank argument (`spec show ''`)
+/// instead of sending a request that can only fail in a confusing way.
+pub(crate) fn non_empty(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        Err("it is empty; give an id, a unique id prefix or a name".to_string())
+    } else {
+        Ok(text.to_string())
+    }
+}
