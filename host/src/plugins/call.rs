@@ -218,16 +218,16 @@ pub(crate) struct CallEnv {
 }
 
 /// Everything needed to set up one call.
-pub(crate) struct CallSetup<'a> {
-    pub plugin: &'a LoadedPlugin,
+pub(crate) struct CallSetup {
+    pub plugin: Arc<LoadedPlugin>,
     pub grants: Grants,
     /// Canonical workdir, or none for `describe` / `validate`.
     pub workdir: Option<PathBuf>,
     pub timeout: Duration,
-    pub env: &'a CallEnv,
+    pub env: CallEnv,
 }
 
-impl CallSetup<'_> {
+impl CallSetup {
     fn plugin_label(&self) -> String {
         format!("{} {}", self.plugin.record.name, self.plugin.record.version)
     }

@@ -71,6 +71,65 @@ fn start_ticker(engine: &Engine) {
     }
 }
 
+/// The threads plugin calls run on: a runtime of their own, apart from the daemon's. Guest code
+/// is CPU work the daemon does not control; here it competes with other guests for these
+/// threads (yielding every epoch tick), while the API, the engine and the scheduler keep the
+/// main runtime's threads and get the CPU from the kernel as soon as they wake.
+pub struct PluginRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for PluginRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRuntime").finish_non_exhaustive()
+    }
+}
+
+impl PluginRuntime {
+    pub fn new() -> Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("canopy-plugin")
+            .enable_all()
+            .build()
+            .context("cannot start the plugin runtime")?;
+        Ok(Self {
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Runs `work` on the plugin threads and waits for it. Dropping the returned future (a
+    /// cancelled request) cancels the work too.
+    pub async fn run<F>(&self, work: F) -> Result<F::Output, tokio::task::JoinError>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let Some(runtime) = &self.runtime else {
+            // Only while dropping; never observed by a caller.
+            return Ok(work.await);
+        };
+        struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+        impl<T> Drop for AbortOnDrop<T> {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let mut task = AbortOnDrop(runtime.spawn(work));
+        (&mut task.0).await
+    }
+}
+
+impl Drop for PluginRuntime {
+    fn drop(&mut self) {
+        // A runtime cannot be dropped from inside another one; let its threads wind down alone.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// The gate in front of the instance pool: a call waits here, within its own deadline, for one
 /// of the pool's slots, so a burst of calls queues instead of failing, and a full
 /// pool is reported as busy, never as a trap.

@@ -82,12 +82,12 @@ impl PluginHost {
         let (pre, load) = self.prepare(&sha256, Some(bytes.clone())).await?;
 
         // Ask the component who it is, with no capability at all.
-        let probe = LoadedPlugin {
+        let probe = Arc::new(LoadedPlugin {
             record: placeholder_record(&sha256),
             pre: pre.clone(),
             load,
             templates: Vec::new(),
-        };
+        });
         let manifest = match self.quick_call(&probe, Call::Describe).await? {
             Reply::Manifest(manifest) => {
                 manifest_from_wit(manifest).map_err(PluginError::Refused)?

@@ -185,6 +185,7 @@ struct Inner {
     plugins_dir: PathBuf,
     store: Store,
     call_env: CallEnv,
+    runtime: engine::PluginRuntime,
     default_timeout: Duration,
     plugins: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
     install_lock: tokio::sync::Mutex<()>,
@@ -263,6 +264,7 @@ impl PluginHost {
                     tmp_dir: data.tmp_dir(),
                     admission: Admission::new(max_calls),
                 },
+                runtime: engine::PluginRuntime::new()?,
                 default_timeout: Duration::from_secs(config.limits.default_timeout_seconds),
                 plugins: RwLock::new(BTreeMap::new()),
                 install_lock: tokio::sync::Mutex::new(()),
@@ -506,15 +508,32 @@ impl PluginHost {
         self.for_mode(mode).map(|p| plugin_ref(&p.record))
     }
 
-    async fn quick_call(&self, plugin: &LoadedPlugin, call: Call) -> Result<Reply, PluginError> {
+    async fn quick_call(
+        &self,
+        plugin: &Arc<LoadedPlugin>,
+        call: Call,
+    ) -> Result<Reply, PluginError> {
         let setup = CallSetup {
-            plugin,
+            plugin: plugin.clone(),
             grants: Grants::none(plugin.record.name.clone()),
             workdir: None,
             timeout: QUICK_CALL,
-            env: &self.inner.call_env,
+            env: self.inner.call_env.clone(),
         };
-        Ok(setup.run(call).await?)
+        self.on_plugin_threads(setup.run(call)).await
+    }
+
+    /// Runs a call on the plugin runtime (see [`engine::PluginRuntime`]).
+    async fn on_plugin_threads(
+        &self,
+        call: impl std::future::Future<Output = Result<Reply, CallError>> + Send + 'static,
+    ) -> Result<Reply, PluginError> {
+        match self.inner.runtime.run(call).await {
+            Ok(reply) => Ok(reply?),
+            Err(err) => Err(PluginError::Internal(anyhow::anyhow!(
+                "a plugin call's task ended abnormally: {err}"
+            ))),
+        }
     }
 
     /// Validates a config for `mode` at edit time: markers only where the plugin renders them
@@ -628,15 +647,16 @@ impl PluginHost {
         };
         let started = Instant::now();
         let setup = CallSetup {
-            plugin: &plugin,
+            plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
             workdir: Some(workdir),
             timeout,
-            env: &self.inner.call_env,
+            env: self.inner.call_env.clone(),
         };
         let options = crate::procs::CallOptions { detach };
-        let call = setup.run(Call::Execute(Box::new(invocation)));
-        let outcome = match crate::procs::with_options(options, call).await? {
+        let call =
+            crate::procs::with_options(options, setup.run(Call::Execute(Box::new(invocation))));
+        let outcome = match self.on_plugin_threads(call).await? {
             Reply::Outcome(outcome) => Outcome::from_wit(outcome),
             Reply::Manifest(_) | Reply::Valid => {
                 return Err(PluginError::Internal(anyhow::anyhow!(
