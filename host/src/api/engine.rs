@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::engine::{
-    ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, Queue, RunView, Spec, SpecPatch,
+    ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, NodeRun, Queue, RunView, Spec,
+    SpecPatch,
 };
 
 pub fn router() -> Router<AppState> {
@@ -28,6 +29,7 @@ pub fn router() -> Router<AppState> {
         .route("/graphs/{name}/node-runs", get(graph_node_runs))
         .route("/runs", get(list_runs))
         .route("/runs/{id}", get(get_run))
+        .route("/node-runs/{id}", get(get_node_run))
         .route("/queues", get(list_queues).post(create_queue))
         .route("/queues/{id}", get(get_queue).delete(delete_queue))
         .route("/queues/{id}/specs", post(queue_add))
@@ -188,6 +190,7 @@ struct RunsQuery {
     graph: Option<String>,
 }
 
+/// Each run with its graph's name (`graph_name`; null when the graph is gone).
 async fn list_runs(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<RunsQuery>,
@@ -195,14 +198,83 @@ async fn list_runs(
     let runs = state
         .engine
         .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000))?;
+    let names = graph_names(&state)?;
+    let runs: Vec<Value> = runs
+        .into_iter()
+        .map(|run| {
+            let name = names.get(&run.graph_id).cloned();
+            let mut value = json!(run);
+            value["graph_name"] = json!(name);
+            value
+        })
+        .collect();
     Ok(ApiJson(json!({ "runs": runs })))
 }
 
+/// Graph id -> name.
+fn graph_names(state: &AppState) -> Result<std::collections::HashMap<String, String>, ApiError> {
+    let conn = state.store.conn();
+    let names = conn
+        .prepare_cached("SELECT id, name FROM graphs")
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()
+        })
+        .map_err(|err| ApiError::internal(&err.into()))?;
+    Ok(names)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunQuery {
+    /// Leave out each node run's `detail` and each hook run's `output` (what progress polling
+    /// does not need).
+    #[serde(default)]
+    brief: bool,
+}
+
+/// A run with its specs, node runs, hook runs (newest first), its graph's name, and
+/// `in_flight`: true while the engine still works on it (once false, every hook it fired is in
+/// `hook_runs`).
 async fn get_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<ApiJson<RunView>, ApiError> {
-    Ok(ApiJson(state.engine.get_run(&id)?))
+    ApiQuery(query): ApiQuery<RunQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let mut view: RunView = state.engine.get_run(&id)?;
+    let in_flight = state.engine.run_in_flight(&view.run)?;
+    let mut hook_runs = crate::hooks::runs::query(
+        &state.store.conn(),
+        &crate::hooks::runs::HookRunFilter {
+            run_id: Some(view.run.id.clone()),
+            last: 10_000,
+            ..Default::default()
+        },
+    )
+    .map_err(|err| ApiError::internal(&err.into()))?;
+    if query.brief {
+        for node_run in &mut view.node_runs {
+            node_run.detail = None;
+        }
+        for hook_run in &mut hook_runs {
+            hook_run.output = None;
+        }
+    }
+    let graph_name = graph_names(&state)?.remove(&view.run.graph_id);
+    let mut value = json!(view);
+    value["graph_name"] = json!(graph_name);
+    value["hook_runs"] = json!(hook_runs);
+    value["in_flight"] = json!(in_flight);
+    Ok(ApiJson(value))
+}
+
+/// One node run (id or unique prefix) with its stored output in `detail`.
+async fn get_node_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<NodeRun>, ApiError> {
+    Ok(ApiJson(state.engine.get_node_run(&id)?))
 }
 
 // ----- queues -----

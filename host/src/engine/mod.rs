@@ -439,6 +439,20 @@ impl Engine {
         })
     }
 
+    /// One node run by id or unique prefix, with its stored output (`detail`).
+    pub fn get_node_run(&self, id: &str) -> Result<NodeRun, EngineError> {
+        self.read(|conn| runs::get_node_run(conn, id))
+    }
+
+    /// True while a driver works on this run: it is running, or it has just stopped and the
+    /// driver is still recording its end and firing its hooks. Once false, every hook the run
+    /// has fired so far is recorded.
+    pub fn run_in_flight(&self, run: &Run) -> Result<bool, EngineError> {
+        let current = self.read(|conn| graphs::get_shallow(conn, &run.graph_id))?;
+        Ok(current.current_run_id.as_deref() == Some(run.id.as_str())
+            && self.driver_active(&run.graph_id))
+    }
+
     /// Node runs of every run of a graph, newest first.
     pub fn graph_node_runs(
         &self,

@@ -132,6 +132,16 @@ pub fn resolve(conn: &Connection, prefix: &str) -> Result<String, EngineError> {
     Ok(ids::resolve(conn, "runs", "run", prefix)?)
 }
 
+/// One node run by id or unique prefix.
+pub fn get_node_run(conn: &Connection, prefix: &str) -> Result<NodeRun, EngineError> {
+    let id = ids::resolve(conn, "node_runs", "node run", prefix)?;
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE id = ?1"
+        ))?
+        .query_row([&id], node_run_from_row)?)
+}
+
 /// Runs, newest first, optionally of one graph.
 pub fn list(
     conn: &Connection,
