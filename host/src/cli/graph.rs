@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
@@ -10,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::client::in_cli_terms;
 use super::output::{non_empty, print_warnings, table_or, utc, utc_cell};
+use super::progress::{self, WaitOptions};
 use super::{Client, encode, items, print_json, short, str_at, table};
 
 #[derive(Debug, Subcommand)]
@@ -70,9 +70,12 @@ pub enum GraphCommand {
         /// Run in this workdir instead of the graph's.
         #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
-        /// Wait until the run stops running, then print how it ended.
+        /// Wait until the run stops running and its hooks end, showing progress on stderr;
+        /// then print how it ended.
         #[arg(long)]
         wait: bool,
+        #[command(flatten)]
+        waiting: WaitOptions,
         #[arg(long)]
         json: bool,
     },
@@ -98,8 +101,11 @@ pub enum GraphCommand {
         /// The node to start at (with --mode run_from_node).
         #[arg(long, value_name = "NODE", required_if_eq("mode", "run_from_node"))]
         node: Option<String>,
+        /// Wait until the run stops running and its hooks end, showing progress on stderr.
         #[arg(long)]
         wait: bool,
+        #[command(flatten)]
+        waiting: WaitOptions,
     },
     /// The nodes, the current run and the node-run history with durations.
     #[command(after_help = "Example:\n  canopy graph info web --last 10")]
@@ -216,14 +222,29 @@ fn print_graph(graph: &Value) {
     }
 }
 
-/// Polls the graph until it is no longer running.
-async fn wait_for(client: &Client, name: &str) -> Result<Value> {
-    loop {
-        let graph: Value = client.get(&format!("/api/graphs/{}", encode(name))).await?;
-        if graph["status"] != "running" || graph["consistency_warning"].is_string() {
-            return Ok(graph);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+/// Waits for the graph's current run (progress on stderr, then its hooks); returns `graph get`.
+async fn wait_for(
+    client: &Client,
+    name: &str,
+    graph: &Value,
+    before: Option<&Value>,
+    options: &WaitOptions,
+) -> Result<Value> {
+    let run_id = str_at(graph, "/current_run/id");
+    progress::wait(client, str_at(graph, "/name"), run_id, before, options).await?;
+    client.get(&format!("/api/graphs/{}", encode(name))).await
+}
+
+/// The graph's current run before a continue, so that the wait reports only what comes next.
+async fn run_before_continue(client: &Client, name: &str) -> Result<Option<Value>> {
+    let graph: Value = client.get(&format!("/api/graphs/{}", encode(name))).await?;
+    match graph.pointer("/current_run/id").and_then(Value::as_str) {
+        Some(run) => Ok(Some(
+            client
+                .get(&format!("/api/runs/{}?brief=true", encode(run)))
+                .await?,
+        )),
+        None => Ok(None),
     }
 }
 
@@ -310,6 +331,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             queue,
             workdir,
             wait,
+            waiting,
             json,
         } => {
             let workdir = workdir
@@ -326,7 +348,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                     in_cli_terms(err, &[("queue_id", "--queue"), ("workdir", "--workdir")])
                 })?;
             if wait {
-                graph = wait_for(client, &name).await?;
+                graph = wait_for(client, &name, &graph, None, &waiting).await?;
             }
             if json {
                 print_json(&graph)?;
@@ -362,7 +384,13 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             mode,
             node,
             wait,
+            waiting,
         } => {
+            let before = if wait {
+                run_before_continue(client, &name).await?
+            } else {
+                None
+            };
             let mode = mode.map(ContinueMode::as_str);
             let body = json!({ "action": "continue", "mode": mode, "node": node });
             let mut graph: Value = client
@@ -370,7 +398,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 .await
                 .map_err(|err| in_cli_terms(err, &[("mode", "--mode"), ("node", "--node")]))?;
             if wait {
-                graph = wait_for(client, &name).await?;
+                graph = wait_for(client, &name, &graph, before.as_ref(), &waiting).await?;
                 print_graph(&graph);
                 return Ok(outcome_code(&graph));
             }

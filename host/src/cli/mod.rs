@@ -6,7 +6,9 @@ mod graph;
 mod hooks;
 mod output;
 mod plugin;
+mod progress;
 mod queue;
+mod run;
 mod session;
 mod spec;
 mod table;
@@ -92,6 +94,12 @@ enum Command {
         #[arg(value_enum, value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// Run history: the runs of graphs, every node run of one, a node run's stored output.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy run list --graph web\n  canopy run show 3f2a\n  canopy run output 9c41"
+    )]
+    Run(run::RunCommand),
 }
 
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
@@ -141,6 +149,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::daemon::run(data, listen).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Run(command) => run::run(&Client::connect(&data)?, command).await,
         Command::Plugin(command) => plugin::run(&Client::connect(&data)?, command).await,
         Command::Spec(command) => spec::run(&Client::connect(&data)?, command).await,
         Command::Graph(command) => graph::run(&Client::connect(&data)?, command).await,
