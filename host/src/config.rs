@@ -19,6 +19,10 @@
 //! [process]
 //! pass_env = ["SSH_AUTH_SOCK", "ANTHROPIC_API_KEY"]  # beyond PATH, HOME, LANG, TZ, TERM
 //! kill_orphans_on_start = true   # kill what calls left running when the daemon last died
+//!
+//! # The daemon's log file, daemon.log in the data dir.
+//! [log]
+//! max_file_kib = 10240           # rotated past this size; two old files are kept
 //! ```
 
 use std::collections::BTreeMap;
@@ -45,6 +49,25 @@ pub struct Config {
     /// How processes run for plugins.
     #[serde(default)]
     pub process: ProcessConfig,
+    /// The daemon's log file.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// The daemon's log file (`[log]`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Size past which `daemon.log` is rotated, in KiB.
+    pub max_file_kib: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            max_file_kib: crate::logfile::DEFAULT_MAX_BYTES / 1024,
+        }
+    }
 }
 
 /// How the daemon runs processes for plugins (`[process]`).
@@ -187,6 +210,12 @@ impl Config {
         if !(1..=1024).contains(&config.limits.max_concurrent_calls) {
             anyhow::bail!(
                 "{}: limits.max_concurrent_calls must be from 1 to 1024",
+                path.display()
+            );
+        }
+        if !(1..=1024 * 1024).contains(&config.log.max_file_kib) {
+            anyhow::bail!(
+                "{}: log.max_file_kib must be from 1 to 1048576 (1 GiB)",
                 path.display()
             );
         }

@@ -81,14 +81,87 @@ fn lock(data: &DataDir) -> Result<DaemonLock> {
     Ok(DaemonLock { _file: file })
 }
 
-/// Runs the daemon until SIGINT / SIGTERM.
+/// The daemon holding a data dir's lock.
+#[derive(Debug, Clone, Copy)]
+pub struct Holder {
+    /// Its pid, as it wrote it into the lock file (None while it is writing it).
+    pub pid: Option<u32>,
+}
+
+/// The daemon running on this data dir, if one is: whoever holds its lock. Never creates
+/// anything; holds a shared lock for an instant when none is running.
+pub fn holder(data: &DataDir) -> Option<Holder> {
+    let path = data.lock_file();
+    let file = File::open(&path).ok()?;
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            None
+        }
+        Err(std::fs::TryLockError::WouldBlock) => Some(Holder {
+            pid: std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|text| text.trim().parse().ok()),
+        }),
+        Err(std::fs::TryLockError::Error(_)) => None,
+    }
+}
+
+/// Binds the API's address (`--listen`, else `listen` in canopy.toml, else the default). A port
+/// already taken is refused saying so, and how to pick another.
+async fn bind(data: &DataDir, listen: &str) -> Result<tokio::net::TcpListener> {
+    let addr: SocketAddr = listen
+        .parse()
+        .with_context(|| format!("--listen `{listen}` is not an address like 127.0.0.1:7461"))?;
+    if !addr.ip().is_loopback() {
+        bail!("--listen `{listen}`: the API serves loopback only (127.0.0.1 or [::1])");
+    }
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => Ok(listener),
+        Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => {
+            let who = match holder(data) {
+                Some(holder) => format!(
+                    "another canopy daemon{} is already running on data dir {} (`canopy status` shows it)",
+                    holder
+                        .pid
+                        .map(|p| format!(" (pid {p})"))
+                        .unwrap_or_default(),
+                    data.root().display()
+                ),
+                None => "another program (or the canopy daemon of another data dir) listens there"
+                    .to_string(),
+            };
+            let other = SocketAddr::new(addr.ip(), addr.port().wrapping_add(1).max(1024));
+            bail!(
+                "cannot listen on {addr}: the port is taken; {who}. Pick another port: `canopy daemon --listen {}` takes any free one (the CLI finds it through the data dir), or `--listen {other}`, or set `listen` in {}",
+                SocketAddr::new(addr.ip(), 0),
+                data.config_file().display()
+            )
+        }
+        Err(err) => Err(err).with_context(|| format!("cannot listen on {addr}")),
+    }
+}
+
+/// Runs the daemon until SIGINT / SIGTERM or `POST /api/shutdown`.
 pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
+    // Before anything is written to the data dir: read the configuration and take the port, so
+    // that a daemon refused here (a taken port) leaves the data dir and its state as they were.
+    let config = Config::load(&data.config_file())?;
+    let listen = listen
+        .or(config.listen.clone())
+        .unwrap_or_else(|| config::DEFAULT_LISTEN.to_string());
+    let listener = bind(&data, &listen).await?;
     crate::datadir::private_umask();
     let data = data.create()?;
     let _lock = lock(&data)?;
+    if let Err(err) = crate::logfile::attach(
+        &data.log_file(),
+        config.log.max_file_kib.saturating_mul(1024),
+    ) {
+        tracing::warn!(error = %format!("{err:#}"), "the log goes to stderr only");
+    }
     // After the lock: a second daemon refused on this data dir must not replace the token.
     let token = write_token(&data)?;
-    let config = Config::load(&data.config_file())?;
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     crate::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
@@ -117,22 +190,11 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         );
     }
 
-    let listen = listen
-        .or(config.listen.clone())
-        .unwrap_or_else(|| config::DEFAULT_LISTEN.to_string());
-    let addr: SocketAddr = listen
-        .parse()
-        .with_context(|| format!("--listen `{listen}` is not an address like 127.0.0.1:7461"))?;
-    if !addr.ip().is_loopback() {
-        bail!("--listen `{listen}`: the API serves loopback only (127.0.0.1 or [::1])");
-    }
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     let url = format!("http://{bound}");
     write_address(&data, &url)?;
-    tracing::info!(%url, data_dir = %data.root().display(), "canopy daemon listening");
+    tracing::info!(%url, data_dir = %data.root().display(), pid = std::process::id(), version = env!("CARGO_PKG_VERSION"), "canopy daemon listening");
+    let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
     let engine_store = store.clone();
     let delivery = Delivery::new(store.clone());
@@ -145,11 +207,12 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             plugins,
             engine: engine.clone(),
             data_dir: data.root().to_path_buf(),
+            daemon: info.clone(),
         },
         api::Access::new(bound.port(), token, data.token_file()),
     );
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(shutdown_signal(info))
         .await;
     scheduler.abort();
     let stopped = engine.shutdown()?;
@@ -218,7 +281,7 @@ fn write_token(data: &DataDir) -> Result<String> {
     Ok(token)
 }
 
-async fn shutdown_signal() {
+async fn shutdown_signal(info: Arc<api::DaemonInfo>) {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
@@ -233,5 +296,6 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
         () = terminate => tracing::info!("SIGTERM received, shutting down"),
+        () = info.shutdown.notified() => tracing::info!("shutting down as asked over the API"),
     }
 }

@@ -90,6 +90,11 @@ impl DataDir {
         self.root.join("daemon.addr")
     }
 
+    /// The daemon's log file (rotated to `daemon.log.1`, `daemon.log.2`).
+    pub fn log_file(&self) -> PathBuf {
+        self.root.join("daemon.log")
+    }
+
     /// The API token of the running daemon (0600, new at every start); the CLI sends it as
     /// `Authorization: Bearer <token>`.
     pub fn token_file(&self) -> PathBuf {

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod datadir;
 pub mod engine;
 pub mod hooks;
+pub mod logfile;
 pub mod markers;
 pub mod plugins;
 pub mod procs;

@@ -8,6 +8,7 @@
 //! Every request passes [`guard`] first: the right `Host`, no foreign `Origin`, the daemon's token
 //! as `Authorization: Bearer`, and a JSON body (401, 403 or 415 otherwise).
 
+mod daemon;
 mod engine;
 mod error;
 mod guard;
@@ -21,6 +22,7 @@ use axum::Router;
 use axum::http::{Method, Uri};
 use axum::routing::get;
 
+pub use daemon::DaemonInfo;
 pub use error::{ApiError, ApiJson, ApiQuery};
 pub use guard::Access;
 
@@ -39,6 +41,8 @@ pub struct AppState {
     pub hooks: HookDispatcher,
     pub delivery: Delivery,
     pub data_dir: std::path::PathBuf,
+    /// Pid, address, start time, log file, and the shutdown switch.
+    pub daemon: Arc<DaemonInfo>,
 }
 
 /// The whole API, behind its guard.
@@ -49,6 +53,7 @@ pub fn router(state: AppState, access: Access) -> Router {
         .nest("/api", engine::router())
         .nest("/api", hooks::router())
         .nest("/api", sessions::router())
+        .nest("/api", daemon::router())
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)

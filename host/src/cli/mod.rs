@@ -2,6 +2,7 @@
 //! daemon's HTTP API (one code path for people, scripts and agents).
 
 mod client;
+mod daemon;
 mod graph;
 mod hooks;
 mod output;
@@ -43,11 +44,34 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the daemon: HTTP API on loopback, executor host, engine.
+    /// Run the daemon: HTTP API on loopback, executor host, engine. `daemon stop` stops it.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_help = "Examples:\n  canopy daemon --listen 127.0.0.1:0    # any free port\n  canopy daemon stop"
+    )]
     Daemon {
+        #[command(subcommand)]
+        action: Option<daemon::DaemonCommand>,
         /// Address to listen on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+    },
+    /// The running daemon: address, version, data dir, pid, uptime, active runs, plugins, and
+    /// the last warnings and errors of its log.
+    #[command(after_help = "Example:\n  canopy status")]
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The daemon's log file (daemon.log in the data dir), also when no daemon runs.
+    #[command(after_help = "Examples:\n  canopy logs --lines 100\n  canopy logs --follow")]
+    Logs {
+        /// Keep printing lines as the daemon writes them (Ctrl-C ends).
+        #[arg(long, short)]
+        follow: bool,
+        /// Lines to print from the end of the log.
+        #[arg(long, short = 'n', default_value_t = 50, value_name = "N")]
+        lines: usize,
     },
     /// Install, inspect, run and measure executor plugins.
     #[command(
@@ -105,7 +129,7 @@ enum Command {
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let daemon = matches!(cli.command, Command::Daemon { .. });
+    let daemon = matches!(cli.command, Command::Daemon { action: None, .. });
     if !daemon {
         // Rust ignores SIGPIPE, so printing to a closed pipe (`canopy plugin list | head -1`)
         // panics in `println!`. A client command should end quietly like other CLIs: restore the
@@ -145,10 +169,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let data = DataDir::resolve(cli.data_dir)?;
     match cli.command {
-        Command::Daemon { listen } => {
+        Command::Daemon {
+            action: None,
+            listen,
+        } => {
             crate::daemon::run(data, listen).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Daemon {
+            action: Some(action),
+            ..
+        } => daemon::run(&data, action).await,
+        Command::Status { json } => daemon::status(&data, json).await,
+        Command::Logs { follow, lines } => daemon::logs(&data, follow, lines).await,
         Command::Run(command) => run::run(&Client::connect(&data)?, command).await,
         Command::Plugin(command) => plugin::run(&Client::connect(&data)?, command).await,
         Command::Spec(command) => spec::run(&Client::connect(&data)?, command).await,
@@ -161,16 +194,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn init_tracing(daemon: bool) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let default = if daemon { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("CANOPY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: a log file gets plain text (and no escape sequences).
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
-        .with_target(false)
+        .with_target(false);
+    // The daemon also writes daemon.log in its data dir, never in colour (see crate::logfile).
+    let file = daemon.then(|| {
+        tracing_subscriber::fmt::layer()
+            .fmt_fields(crate::logfile::PlainFields::default())
+            .with_writer(crate::logfile::FileWriter)
+            .with_ansi(false)
+            .with_target(false)
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(stderr)
+        .with(file)
         .init();
 }
 

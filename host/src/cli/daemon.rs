@@ -1,0 +1,271 @@
+//! `canopy status`, `canopy daemon stop`, `canopy logs`: the daemon's life from the outside.
+
+use std::io::{BufRead as _, Write as _};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Client, items, print_json, str_at};
+use crate::datadir::DataDir;
+use crate::logfile;
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonCommand {
+    /// Stop the running daemon gracefully (as SIGTERM does: in-flight runs are recorded as
+    /// interrupted) and wait until it has exited.
+    #[command(after_help = "Example:\n  canopy daemon stop --timeout 60")]
+    Stop {
+        /// How long to wait for it to exit, in seconds.
+        #[arg(long, default_value_t = 30, value_name = "SECS")]
+        timeout: u64,
+    },
+}
+
+/// How often `daemon stop` looks whether the daemon is gone, and `logs --follow` for new lines.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Warnings and errors `status` shows when no daemon runs.
+const RECENT_PROBLEMS: usize = 5;
+
+pub async fn run(data: &DataDir, command: DaemonCommand) -> Result<ExitCode> {
+    match command {
+        DaemonCommand::Stop { timeout } => stop(data, Duration::from_secs(timeout)).await,
+    }
+}
+
+async fn stop(data: &DataDir, timeout: Duration) -> Result<ExitCode> {
+    if crate::daemon::holder(data).is_none() {
+        println!(
+            "no canopy daemon is running for data dir {}",
+            data.root().display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let answer: Value = Client::connect(data)?
+        .post("/api/shutdown", &json!({}))
+        .await?;
+    let pid = answer["pid"].as_u64().unwrap_or_default();
+    let deadline = Instant::now() + timeout;
+    // The daemon holds its data dir's lock until its process has exited.
+    while crate::daemon::holder(data).is_some() {
+        if Instant::now() >= deadline {
+            bail!(
+                "the canopy daemon (pid {pid}) is still shutting down after {}s; `canopy logs` shows what it is doing. Wait, or `kill -KILL {pid}`: runs in flight are then marked interrupted at its next start",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    println!("canopy daemon stopped (pid {pid})");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `canopy status`. Exit code 1 when no daemon runs (after saying so).
+pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
+    let log_file = data.log_file();
+    if crate::daemon::holder(data).is_none() {
+        let problems = logfile::recent_problems(&log_file, RECENT_PROBLEMS);
+        if json {
+            print_json(&json!({
+                "running": false,
+                "data_dir": data.root(),
+                "log_file": log_file,
+                "recent_problems": problems,
+            }))?;
+        } else {
+            println!(
+                "no canopy daemon is running for data dir {}; start one with `canopy daemon --data-dir {}`",
+                data.root().display(),
+                data.root().display()
+            );
+            print_problems(&problems, &log_file);
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    let mut status: Value = Client::connect(data)?.get("/api/status").await?;
+    if json {
+        status["running"] = json!(true);
+        print_json(&status)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "daemon:       running, pid {}, up {}",
+        status["pid"],
+        uptime(status["uptime_seconds"].as_u64().unwrap_or_default())
+    );
+    println!("address:      {}", str_at(&status, "/url"));
+    println!("version:      {}", str_at(&status, "/version"));
+    println!("data dir:     {}", str_at(&status, "/data_dir"));
+    println!("log:          {}", str_at(&status, "/log_file"));
+    println!(
+        "plugins:      {} installed, {} enabled",
+        status["plugins"]["installed"], status["plugins"]["enabled"]
+    );
+    let runs = items(&status["active_runs"]);
+    if runs.is_empty() {
+        println!("active runs:  none");
+    } else {
+        println!("active runs:  {}", runs.len());
+        for run in runs {
+            println!(
+                "  {}  {}  {}  (started {})",
+                super::short(str_at(run, "/id")),
+                str_at(run, "/graph_name"),
+                str_at(run, "/status"),
+                super::run::time(str_at(run, "/started_at"))
+            );
+        }
+    }
+    let problems: Vec<String> = items(&status["recent_problems"])
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    print_problems(&problems, Path::new(str_at(&status, "/log_file")));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_problems(problems: &[String], log_file: &Path) {
+    if problems.is_empty() {
+        println!("no recent warnings or errors in {}", log_file.display());
+    } else {
+        println!(
+            "last warnings and errors in {} (`canopy logs` for more):",
+            log_file.display()
+        );
+        for line in problems {
+            println!("  {line}");
+        }
+    }
+}
+
+/// `2d 03h`, `4h 05m`, `6m 07s`, `8s`.
+fn uptime(seconds: u64) -> String {
+    let (d, h, m, s) = (
+        seconds / 86_400,
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60,
+    );
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) => format!("{m}m {s:02}s"),
+        (0, _, _) => format!("{h}h {m:02}m"),
+        _ => format!("{d}d {h:02}h"),
+    }
+}
+
+/// `canopy logs`: the last `lines` lines of daemon.log (reaching into the rotated files), then
+/// with `follow` what the daemon writes next, across rotations, until interrupted.
+pub async fn logs(data: &DataDir, follow: bool, lines: usize) -> Result<ExitCode> {
+    let path = data.log_file();
+    let (tail, mut current) = logfile::last_lines(&path, lines);
+    if current.is_none() && !follow {
+        bail!(
+            "no log file at {}: the daemon writes it from its start (`canopy daemon --data-dir {}`)",
+            path.display(),
+            data.root().display()
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    for line in &tail {
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    drop(out);
+    if !follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut partial = String::new();
+    loop {
+        if let Some(file) = current.as_mut() {
+            drain(file, &mut partial, &path)?;
+        }
+        // Rotated (a new file at the path) or truncated: start over on the file now there.
+        let replaced = match (current.as_ref(), std::fs::metadata(&path)) {
+            (None, Ok(_)) => true,
+            (Some(file), Ok(now)) => {
+                use std::os::unix::fs::MetadataExt as _;
+                let open = file.metadata().ok();
+                open.is_none_or(|open| open.ino() != now.ino() || open.dev() != now.dev())
+                    || now.len() < position(file)
+            }
+            (_, Err(_)) => false,
+        };
+        if replaced {
+            // What was written to the old file just before it was rotated, then the files
+            // rotated since (several rotations may fall between two looks), then the new one.
+            let mut newer: Vec<std::path::PathBuf> = Vec::new();
+            if let Some(file) = current.as_mut() {
+                drain(file, &mut partial, &path)?;
+                newer = rotated_since(&path, file);
+            }
+            for older in newer {
+                if let Ok(mut file) = std::fs::File::open(&older) {
+                    drain(&mut file, &mut partial, &older)?;
+                }
+            }
+            if !partial.is_empty() {
+                println!("{partial}");
+                partial.clear();
+            }
+            current = std::fs::File::open(&path).ok();
+            continue;
+        }
+        tokio::time::sleep(POLL * 4).await;
+    }
+}
+
+/// The rotated files newer than `file` (which was the current log), oldest first: none when
+/// `file` is still at `path` (truncated, not rotated); all of them when `file` is no longer among
+/// them (rotated away).
+fn rotated_since(path: &Path, file: &std::fs::File) -> Vec<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(open) = file.metadata() else {
+        return Vec::new();
+    };
+    let same = |candidate: &Path| {
+        std::fs::metadata(candidate)
+            .is_ok_and(|meta| meta.ino() == open.ino() && meta.dev() == open.dev())
+    };
+    if same(path) {
+        return Vec::new();
+    }
+    let mut chain: Vec<std::path::PathBuf> = (1..=logfile::KEPT)
+        .rev()
+        .map(|index| logfile::rotated(path, index))
+        .collect();
+    match chain.iter().position(|candidate| same(candidate)) {
+        Some(index) => chain.split_off(index + 1),
+        None => chain,
+    }
+}
+
+/// Prints the whole lines added to `file` since the last call; keeps a partial last line in
+/// `partial` for the next.
+fn drain(file: &mut std::fs::File, partial: &mut String, path: &Path) -> Result<()> {
+    let mut reader = std::io::BufReader::new(file);
+    let mut out = std::io::stdout().lock();
+    loop {
+        let read = reader
+            .read_line(partial)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if read == 0 || !partial.ends_with('\n') {
+            break;
+        }
+        out.write_all(partial.as_bytes())?;
+        partial.clear();
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn position(file: &std::fs::File) -> u64 {
+    use std::io::Seek as _;
+    let mut file = file;
+    file.stream_position().unwrap_or(0)
+}
