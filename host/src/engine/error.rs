@@ -8,10 +8,12 @@ pub enum EngineError {
     /// No such spec / graph / queue / run.
     #[error("no {kind} matches `{id}`")]
     NotFound { kind: &'static str, id: String },
-    /// An id prefix matches several.
-    #[error("{kind} id prefix `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
+    /// An id prefix (or a name) matches several.
+    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
     Ambiguous {
         kind: &'static str,
+        /// What `prefix` was taken as: `id prefix` or `name`.
+        by: &'static str,
         prefix: String,
         candidates: Vec<String>,
     },
@@ -36,10 +38,12 @@ impl From<crate::store::ids::IdError> for EngineError {
             IdError::NotFound { kind, id } => Self::NotFound { kind, id },
             IdError::Ambiguous {
                 kind,
+                by,
                 prefix,
                 candidates,
             } => Self::Ambiguous {
                 kind,
+                by,
                 prefix,
                 candidates,
             },

@@ -150,16 +150,11 @@ fn bound_specs(conn: &Connection, graph_id: &str) -> Result<Vec<BoundSpec>, Engi
     Ok(specs)
 }
 
-/// Resolves a graph by exact name, else by id or id prefix.
+/// Resolves a graph by exact name (names are unique), else by id or id prefix.
 pub fn resolve(conn: &Connection, name_or_id: &str) -> Result<String, EngineError> {
-    let by_name: Option<String> = conn
-        .prepare_cached("SELECT id FROM graphs WHERE name = ?1")?
-        .query_row([name_or_id], |r| r.get(0))
-        .optional()?;
-    match by_name {
-        Some(id) => Ok(id),
-        None => Ok(ids::resolve(conn, "graphs", "graph", name_or_id)?),
-    }
+    Ok(ids::resolve_named(
+        conn, "graphs", "graph", name_or_id, None,
+    )?)
 }
 
 /// One graph by name, id or id prefix.

@@ -46,9 +46,12 @@ pub struct NewQueue {
     pub specs: Vec<String>,
 }
 
-/// Resolves a queue id or prefix.
-pub fn resolve(conn: &Connection, prefix: &str) -> Result<String, EngineError> {
-    Ok(ids::resolve(conn, "queues", "queue", prefix)?)
+/// Resolves a queue by name, else by id or id prefix; a name several queues share is refused
+/// listing them.
+pub fn resolve(conn: &Connection, name_or_id: &str) -> Result<String, EngineError> {
+    Ok(ids::resolve_named(
+        conn, "queues", "queue", name_or_id, None,
+    )?)
 }
 
 /// The members of a queue in order, with their status.

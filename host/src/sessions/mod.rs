@@ -161,9 +161,17 @@ pub fn list(conn: &Connection, all: bool) -> Result<Vec<Session>, EngineError> {
     Ok(sessions)
 }
 
-/// One session by id or prefix.
-pub fn get(conn: &Connection, prefix: &str) -> Result<Session, EngineError> {
-    let id = ids::resolve(conn, "sessions", "session", prefix)?;
+/// One session by name, else by id or id prefix. Names need not be unique: a name several
+/// sessions share means its one live holder (as a name-targeted hook does); several live
+/// holders, or several finished ones and no live one, are refused listing their ids.
+pub fn get(conn: &Connection, name_or_id: &str) -> Result<Session, EngineError> {
+    let id = ids::resolve_named(
+        conn,
+        "sessions",
+        "session",
+        name_or_id,
+        Some("status = 'live'"),
+    )?;
     conn.query_row(
         &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
         [&id],

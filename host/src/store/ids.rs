@@ -1,4 +1,5 @@
-//! Ids and id prefixes: every command and route that takes an id takes an unambiguous prefix.
+//! Ids and id prefixes: every command and route that takes an id takes an unambiguous prefix,
+//! and where the thing has a name (graphs, queues, sessions), its name.
 
 use rusqlite::Connection;
 
@@ -9,9 +10,11 @@ pub enum IdError {
     #[error("no {kind} matches `{id}`")]
     NotFound { kind: &'static str, id: String },
     /// Several match.
-    #[error("{kind} id prefix `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
+    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
     Ambiguous {
         kind: &'static str,
+        /// What `prefix` was taken as: `id prefix` or `name`.
+        by: &'static str,
         prefix: String,
         candidates: Vec<String>,
     },
@@ -53,10 +56,54 @@ pub fn resolve(
         [one] => Ok(one.clone()),
         _ => Err(IdError::Ambiguous {
             kind,
+            by: "id prefix",
             prefix: prefix.to_string(),
             candidates: ids.into_iter().take(MAX_CANDIDATES).collect(),
         }),
     }
+}
+
+/// Resolves `text` as the exact `name` of a row of `table`, else as an id or unambiguous id
+/// prefix (see [`resolve`]). A name several rows share picks the one row among them that
+/// satisfies `prefer` (an SQL condition on the row, e.g. `status = 'live'`), if exactly one does;
+/// otherwise it is refused as ambiguous, listing the ids of the rows that hold it.
+pub fn resolve_named(
+    conn: &Connection,
+    table: &'static str,
+    kind: &'static str,
+    text: &str,
+    prefer: Option<&'static str>,
+) -> Result<String, IdError> {
+    let name = text.trim();
+    let sql = format!(
+        "SELECT id, {} FROM {table} WHERE name = ?1 ORDER BY id",
+        prefer.unwrap_or("0")
+    );
+    let mut statement = conn.prepare_cached(&sql)?;
+    let named: Vec<(String, bool)> = statement
+        .query_map([name], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let preferred: Vec<&String> = named.iter().filter(|(_, p)| *p).map(|(id, _)| id).collect();
+    if named.is_empty() {
+        return resolve(conn, table, kind, text);
+    }
+    if let [(one, _)] = named.as_slice() {
+        return Ok(one.clone());
+    }
+    if let [one] = preferred.as_slice() {
+        return Ok((*one).clone());
+    }
+    let candidates: Vec<String> = if preferred.is_empty() {
+        named.into_iter().map(|(id, _)| id).collect()
+    } else {
+        preferred.into_iter().cloned().collect()
+    };
+    Err(IdError::Ambiguous {
+        kind,
+        by: "name",
+        prefix: name.to_string(),
+        candidates: candidates.into_iter().take(MAX_CANDIDATES).collect(),
+    })
 }
 
 /// The short form of an id shown in tables.
