@@ -470,7 +470,8 @@ fn a_queue_is_drained_in_order_and_grouped_specs_resume_their_siblings_session()
             .iter()
             .all(|m| m["pending"] == false)
     );
-    daemon.ok(&["graph", "run", "agents", "--queue", &q, "--wait"]);
+    let err = daemon.fails(&["graph", "run", "agents", "--queue", &q, "--wait"]);
+    assert!(err.contains("nothing is pending in queue `work`"), "{err}");
     assert_eq!(
         std::fs::read_to_string(tools.path().join("calls.txt")).unwrap(),
         calls

@@ -136,12 +136,26 @@ fn on_completed_fires_once_per_completing_run_and_only_when_a_spec_completed() {
     s.daemon.settled("g");
     hook_runs(&s.daemon, "g", 2);
     assert_eq!(lines(&log).len(), 2);
-    // A run that completes no spec (an empty queue) does not fire it.
-    let queue = s.daemon.json(&["queue", "create", "empty"]);
+    // A run that completes no spec (it skips its only one) does not fire it. (A queue with
+    // nothing pending is refused before any run starts.)
+    let queue = s.daemon.json(&["queue", "create", "q"]);
+    let (status, _) = s
+        .daemon
+        .control("g", json!({ "action": "run", "queue_id": queue["id"] }));
+    assert_eq!(status, 409);
+    let c = s.daemon.add_spec("C");
+    s.daemon.ok(&["queue", "add", "q", &c]);
+    std::fs::write(s.repo.path().join("wip.txt"), "wip").unwrap();
     s.daemon
         .control_ok("g", json!({ "action": "run", "queue_id": queue["id"] }));
+    assert_eq!(s.daemon.settled("g")["status"], "paused");
+    s.daemon.control_ok(
+        "g",
+        json!({ "action": "continue", "mode": "skip_next_spec" }),
+    );
     let view = s.daemon.settled("g");
     assert_eq!(view["status"], "completed");
+    assert_eq!(view["progress"][0]["result"], "skipped");
     let (_, answer) = s.daemon.get("/api/hook-runs?graph=g");
     assert_eq!(answer["runs"].as_array().unwrap().len(), 2);
 }

@@ -204,8 +204,8 @@ fn print_graph(graph: &Value) {
                     short(str_at(p, "/spec_id")).to_string(),
                     str_at(p, "/spec_name").to_string(),
                     p["group"].as_str().unwrap_or("-").to_string(),
-                    str_at(p, "/result").to_string(),
-                    p["summary"].as_str().unwrap_or("-").to_string(),
+                    done_in_run(str_at(p, "/result"), p),
+                    summary_or_reason(p),
                 ]
             })
             .collect();
@@ -214,11 +214,51 @@ fn print_graph(graph: &Value) {
             print!(
                 "{}",
                 table::render(
-                    &["POS", "SPEC", "NAME", "GROUP", "RESULT", "SUMMARY"],
+                    &["POS", "SPEC", "NAME", "GROUP", "RESULT", "SUMMARY / REASON"],
                     &rows
                 )
             );
         }
+    }
+}
+
+/// A queue member's status, with the run that completed or skipped it when that is another run
+/// (`completed (run 3f2a9c1e0b7d)`).
+pub(crate) fn done_in_run(status: &str, member: &Value) -> String {
+    match member["done_in_run"].as_str() {
+        Some(run) => format!("{status} (run {})", short(run)),
+        None => status.to_string(),
+    }
+}
+
+/// The last cell of a progress line: why a failed, blocked or interrupted spec stopped (its
+/// node and reason, first line), else its summary.
+fn summary_or_reason(progress: &Value) -> String {
+    let stopped = matches!(
+        str_at(progress, "/result"),
+        "failed" | "blocked" | "interrupted"
+    );
+    if !stopped {
+        return progress["summary"].as_str().unwrap_or("-").to_string();
+    }
+    let reason = progress["reason"]
+        .as_str()
+        .filter(|r| !r.trim().is_empty())
+        .map_or_else(
+            || "no reason recorded".to_string(),
+            |r| {
+                let mut lines = r.trim().lines();
+                let first = lines.next().unwrap_or_default().to_string();
+                if lines.next().is_some() {
+                    first + " …"
+                } else {
+                    first
+                }
+            },
+        );
+    match progress["reason_node"].as_str() {
+        Some(node) => format!("{node}: {reason}"),
+        None => reason,
     }
 }
 

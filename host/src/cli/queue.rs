@@ -114,7 +114,7 @@ fn print_queue(queue: &Value) {
                 short(str_at(m, "/spec_id")).to_string(),
                 str_at(m, "/spec_name").to_string(),
                 m["group"].as_str().unwrap_or("-").to_string(),
-                str_at(m, "/status").to_string(),
+                super::graph::done_in_run(str_at(m, "/status"), m),
             ]
         })
         .collect();

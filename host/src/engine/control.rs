@@ -58,6 +58,9 @@ pub(super) fn start_run(
                 .map_err(|err| EngineError::Invalid(format!("field `queue_id`: {err}")))
         })
         .transpose()?;
+    if let Some(queue_id) = &queue_id {
+        refuse_drained(tx, queue_id)?;
+    }
     if queue_id.is_none() && graph.specs.is_empty() {
         return invalid(format!(
             "graph `{}` has no bound specs; bind specs (field `specs`) or run it with a queue (`queue_id`)",
@@ -78,6 +81,40 @@ pub(super) fn start_run(
         params![graph_id, run_id, store::now()],
     )?;
     Ok(run_id)
+}
+
+/// Refuses a run on a queue with nothing pending: it would settle at once with nothing done.
+fn refuse_drained(tx: &Connection, queue_id: &str) -> Result<(), EngineError> {
+    let members = queues::members(tx, queue_id)?;
+    if members.iter().any(|m| m.pending) {
+        return Ok(());
+    }
+    let name: String = tx.query_row("SELECT name FROM queues WHERE id = ?1", [queue_id], |r| {
+        r.get(0)
+    })?;
+    // How to name the queue on the command line: by its name while that is unique.
+    let holders: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM queues WHERE name = ?1",
+        [&name],
+        |r| r.get(0),
+    )?;
+    let arg = if holders == 1 {
+        shlex::try_quote(&name).map_or_else(|_| ids::short(queue_id).to_string(), String::from)
+    } else {
+        ids::short(queue_id).to_string()
+    };
+    let why = if members.is_empty() {
+        "it has no members".to_string()
+    } else {
+        format!(
+            "each of its {} member(s) was completed or skipped by an earlier run",
+            members.len()
+        )
+    };
+    Err(EngineError::Conflict(format!(
+        "nothing is pending in queue `{name}` ({}): {why}; no run was started. Add specs with `canopy queue add {arg} SPEC` (`canopy spec add` creates one first)",
+        ids::short(queue_id)
+    )))
 }
 
 fn interrupt_node_runs(

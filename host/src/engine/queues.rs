@@ -25,6 +25,9 @@ pub struct Member {
     /// `completed` and `skipped` members are no longer pending.
     pub status: String,
     pub pending: bool,
+    /// The run on this queue that completed or skipped it (the latest one), once it is not
+    /// pending.
+    pub done_in_run: Option<String>,
 }
 
 /// A queue with its members.
@@ -61,8 +64,9 @@ pub fn members(conn: &Connection, queue_id: &str) -> Result<Vec<Member>, EngineE
                 (SELECT rs.status FROM run_specs rs JOIN runs r ON r.id = rs.run_id
                   WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id
                   ORDER BY rs.started_at DESC LIMIT 1),
-                EXISTS (SELECT 1 FROM run_specs rs JOIN runs r ON r.id = rs.run_id
-                  WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped'))
+                (SELECT rs.run_id || ' ' || rs.status FROM run_specs rs JOIN runs r ON r.id = rs.run_id
+                  WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped')
+                  ORDER BY rs.finished_at DESC LIMIT 1)
          FROM queue_members m JOIN specs s ON s.id = m.spec_id
          WHERE m.queue_id = ?1 ORDER BY m.position",
     )?;
@@ -72,32 +76,35 @@ pub fn members(conn: &Connection, queue_id: &str) -> Result<Vec<Member>, EngineE
             row.get::<_, String>(1)?,
             row.get::<_, Option<String>>(2)?,
             row.get::<_, Option<String>>(3)?,
-            row.get::<_, bool>(4)?,
+            row.get::<_, Option<String>>(4)?,
         ))
     })?;
     let mut members = Vec::new();
     for (index, row) in rows.enumerate() {
         let (spec_id, spec_name, group, latest, done) = row?;
+        // `<run id> <completed|skipped>`: ids are hex, so the first space splits them.
+        let done = done.and_then(|d| {
+            d.split_once(' ')
+                .map(|(run, status)| (run.to_string(), status.to_string()))
+        });
+        let status = match &done {
+            Some((_, status)) => status.clone(),
+            None => latest.unwrap_or_else(|| "pending".to_string()),
+        };
         members.push(Member {
             position: index + 1,
             spec_id,
             spec_name,
             group,
-            status: if done
-                && latest.as_deref() != Some("completed")
-                && latest.as_deref() != Some("skipped")
-            {
-                "completed".to_string()
-            } else {
-                latest.unwrap_or_else(|| "pending".to_string())
-            },
-            pending: !done,
+            status,
+            pending: done.is_none(),
+            done_in_run: done.map(|(run, _)| run),
         });
     }
     Ok(members)
 }
 
-/// One queue by id or prefix.
+/// One queue by name, id or id prefix.
 pub fn get(conn: &Connection, prefix: &str) -> Result<Queue, EngineError> {
     let id = resolve(conn, prefix)?;
     let (name, created_at): (String, String) = conn

@@ -39,6 +39,10 @@ pub struct RunSpec {
     pub next_node: i64,
     pub summary: Option<String>,
     pub harness_session: Option<String>,
+    /// Why a failed, blocked or interrupted spec stopped: the reason of its last node run.
+    pub reason: Option<String>,
+    /// The node that run was of.
+    pub reason_node: Option<String>,
     pub started_at: String,
     pub finished_at: Option<String>,
 }
@@ -163,7 +167,7 @@ pub fn specs_of(conn: &Connection, run_id: &str) -> Result<Vec<RunSpec>, EngineE
         "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
          FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id WHERE rs.run_id = ?1 ORDER BY rs.ordinal",
     )?;
-    let specs = statement
+    let mut specs: Vec<RunSpec> = statement
         .query_map([run_id], |r| {
             Ok(RunSpec {
                 spec_id: r.get(0)?,
@@ -174,12 +178,47 @@ pub fn specs_of(conn: &Connection, run_id: &str) -> Result<Vec<RunSpec>, EngineE
                 next_node: r.get(5)?,
                 summary: r.get(6)?,
                 harness_session: r.get(7)?,
+                reason: None,
+                reason_node: None,
                 started_at: r.get(8)?,
                 finished_at: r.get(9)?,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
+    if specs.iter().any(|s| stopped(&s.status)) {
+        // One pass over the run's node runs that did not complete, oldest first, so the last one
+        // of a spec wins.
+        let mut reasons: std::collections::HashMap<String, (String, Option<String>)> =
+            std::collections::HashMap::new();
+        let mut statement = conn.prepare_cached(
+            "SELECT spec_id, node, reason FROM node_runs
+             WHERE run_id = ?1 AND status IN ('failed', 'blocked', 'interrupted')
+             ORDER BY started_at, id",
+        )?;
+        let rows = statement.query_map([run_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (spec_id, node, reason) = row?;
+            reasons.insert(spec_id, (node, reason));
+        }
+        for spec in specs.iter_mut().filter(|s| stopped(&s.status)) {
+            if let Some((node, reason)) = reasons.remove(&spec.spec_id) {
+                spec.reason_node = Some(node);
+                spec.reason = reason;
+            }
+        }
+    }
     Ok(specs)
+}
+
+/// A spec status that has a reason to show: it did not complete.
+fn stopped(status: &str) -> bool {
+    matches!(status, "failed" | "blocked" | "interrupted")
 }
 
 /// The node runs of a run, oldest first.

@@ -70,9 +70,17 @@ pub struct Progress {
     pub spec_id: String,
     pub spec_name: String,
     pub group: Option<String>,
-    /// The spec's status in this run, or `not_reached`.
+    /// The spec's status in this run; for a queue member another run on the queue completed or
+    /// skipped (an earlier one, or another graph's), that (see `done_in_run`); else
+    /// `not_reached`.
     pub result: String,
     pub summary: Option<String>,
+    /// Why a failed, blocked or interrupted spec stopped, and at which node.
+    pub reason: Option<String>,
+    pub reason_node: Option<String>,
+    /// The other run on the queue that completed or skipped this member, so this run did not
+    /// take it.
+    pub done_in_run: Option<String>,
 }
 
 /// Each spec of the run's source and what this run did with it.
@@ -81,26 +89,42 @@ pub(super) fn progress(
     graph: &Graph,
     run: &RunView,
 ) -> Result<Vec<Progress>, EngineError> {
-    let source: Vec<(String, String, Option<String>)> = match &run.run.queue_id {
+    // Each source spec, with how an earlier run on the queue settled it (status, run).
+    type Source = (String, String, Option<String>, Option<(String, String)>);
+    let source: Vec<Source> = match &run.run.queue_id {
         Some(queue_id) => queues::members(conn, queue_id)?
             .into_iter()
-            .map(|m| (m.spec_id, m.spec_name, m.group))
+            .map(|m| {
+                let earlier = m
+                    .done_in_run
+                    .filter(|r| *r != run.run.id)
+                    .map(|r| (m.status, r));
+                (m.spec_id, m.spec_name, m.group, earlier)
+            })
             .collect(),
         None => graph
             .specs
             .iter()
-            .map(|s| (s.id.clone(), s.name.clone(), None))
+            .map(|s| (s.id.clone(), s.name.clone(), None, None))
             .collect(),
     };
     let mut seen: Vec<Progress> = source
         .into_iter()
         .enumerate()
-        .map(|(index, (spec_id, spec_name, group))| {
+        .map(|(index, (spec_id, spec_name, group, earlier))| {
             let reached = run.specs.iter().find(|s| s.spec_id == spec_id);
+            let (result, done_in_run) = match (reached, earlier) {
+                (Some(s), _) => (s.status.clone(), None),
+                (None, Some((status, run))) => (status, Some(run)),
+                (None, None) => ("not_reached".to_string(), None),
+            };
             Progress {
                 position: index + 1,
-                result: reached.map_or_else(|| "not_reached".to_string(), |s| s.status.clone()),
+                result,
                 summary: reached.and_then(|s| s.summary.clone()),
+                reason: reached.and_then(|s| s.reason.clone()),
+                reason_node: reached.and_then(|s| s.reason_node.clone()),
+                done_in_run,
                 spec_id,
                 spec_name,
                 group,
@@ -120,6 +144,9 @@ pub(super) fn progress(
                 group: reached.group.clone(),
                 result: reached.status.clone(),
                 summary: reached.summary.clone(),
+                reason: reached.reason.clone(),
+                reason_node: reached.reason_node.clone(),
+                done_in_run: None,
             });
         }
     }
