@@ -384,7 +384,9 @@ fn none_renders_in_agent_and_interactive_hooks_too() {
 fn hook_configs_are_validated_at_edit_time_naming_event_index_and_field() {
     let s = Setup::new();
     let a = s.daemon.add_spec("A");
-    let outsider = s.daemon.add_spec("not in the graph");
+    // An id that names no spec (its spec is gone); any spec in the backlog may be named.
+    let outsider = s.daemon.add_spec("deleted");
+    s.daemon.ok(&["spec", "rm", &outsider]);
     s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }] }),
     );
     let cases = [
@@ -429,6 +431,10 @@ fn hook_configs_are_validated_at_edit_time_naming_event_index_and_field() {
             "hooks.on_spec_completed[0]: field `spec_ids[0]`: ",
         ),
         (
+            json!({ "on_spec_completed": [{ "command": "true", "spec_ids": [&outsider[..10]] }] }),
+            "hooks.on_spec_completed[0]: field `spec_ids[0]`: `",
+        ),
+        (
             json!({ "on_finish": [] }),
             "field `hooks`: unknown event `on_finish`; the events are on_completed, on_failed, on_blocked, on_spec_completed",
         ),
@@ -452,33 +458,62 @@ fn hook_configs_are_validated_at_edit_time_naming_event_index_and_field() {
 }
 
 #[test]
-fn spec_ids_resolve_prefixes_against_the_active_runs_queue() {
+fn spec_ids_resolve_prefixes_against_the_backlog_the_graphs_own_specs_first() {
     let s = Setup::new();
     let log = s.log("ids.log");
     let flag = s.log("go");
     let first = s.daemon.add_spec("first");
     let second = s.daemon.add_spec("second");
     let queue = s.daemon.json(&["queue", "create", "q", &first, &second]);
+    // A backlog spec sharing a prefix with `second` that `first` does not share.
+    let common = first
+        .chars()
+        .zip(second.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let prefix = &second[..=common];
+    let twin = (0..4000)
+        .map(|i| s.daemon.add_spec(&format!("twin {i}")))
+        .find(|id| id.starts_with(prefix))
+        .unwrap();
     let gate = format!(
         r#"if [ -e {} ]; then true; else printf '{{"status":"blocked","blocker":"wait"}}' > "$CANOPY_RESULT_FILE"; fi"#,
         flag.display()
     );
     s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [], "nodes": [{ "name": "gate", "command": gate }] }),
     );
-    // No active run: a queue member is not a spec of the graph.
+    // No active run: any spec in the backlog may be named, so a queue-driven graph can name the
+    // specs its queue will bring.
     let (status, answer) = patch(
         &s.daemon,
         "g",
         json!({ "hooks": { "on_spec_completed": [{ "command": "true", "spec_ids": [&second[..10]] }] } }),
     );
-    assert_eq!(status, 400, "{answer}");
-    s.daemon
-        .control_ok("g", json!({ "action": "run", "queue_id": queue["id"] }));
-    assert_eq!(s.daemon.settled("g")["status"], "paused");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["hooks"]["on_spec_completed"][0]["spec_ids"],
+        json!([second])
+    );
+    // A prefix two backlog specs share, neither of them the graph's, is ambiguous.
     let (status, answer) = patch(
         &s.daemon,
         "g",
-        json!({ "hooks": { "on_spec_completed": [{ "command": append(&log, "{{spec_name}}"), "spec_ids": [&second[..10]] }] } }),
+        json!({ "hooks": { "on_spec_completed": [{ "command": "true", "spec_ids": [prefix] }] } }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("is ambiguous") && message.contains(&second) && message.contains(&twin),
+        "{message}"
+    );
+    s.daemon
+        .control_ok("g", json!({ "action": "run", "queue_id": queue["id"] }));
+    assert_eq!(s.daemon.settled("g")["status"], "paused");
+    // With the queue's run active, its member is the graph's own: the shared prefix means it.
+    let (status, answer) = patch(
+        &s.daemon,
+        "g",
+        json!({ "hooks": { "on_spec_completed": [{ "command": append(&log, "{{spec_name}}"), "spec_ids": [prefix] }] } }),
     );
     assert_eq!(status, 200, "{answer}");
     assert_eq!(

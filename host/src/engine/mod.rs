@@ -206,8 +206,8 @@ impl Engine {
             })
     }
 
-    /// The specs a hook's `spec_ids` may name: the graph's bound specs and its active run's
-    /// queue members.
+    /// The specs a hook's `spec_ids` may name: the backlog, the graph's bound specs and its
+    /// active run's queue members first.
     fn spec_scope(
         &self,
         graph: Option<&Graph>,
@@ -225,7 +225,11 @@ impl Engine {
                     );
                 }
             }
-            Ok(SpecScope { ids })
+            let backlog = conn
+                .prepare_cached("SELECT id FROM specs")?
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(SpecScope { ids, backlog })
         })
     }
 

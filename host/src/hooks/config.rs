@@ -15,36 +15,40 @@ use crate::plugins::{PluginHost, split_work_config};
 /// full ids).
 pub type HookMap = Map<String, Value>;
 
-/// The specs a hook's `spec_ids` may name: the graph's bound specs and the members of its
-/// active run's queue.
+/// The specs a hook's `spec_ids` may name: any spec in the backlog, so a queue-driven graph can
+/// name the specs its queue will bring. A prefix unique among the graph's own specs (bound, and
+/// its active run's queue members) means that spec even when other backlog specs share it.
 #[derive(Debug, Clone, Default)]
 pub struct SpecScope {
+    /// The graph's own specs.
     pub ids: Vec<String>,
+    /// Every spec in the backlog.
+    pub backlog: Vec<String>,
 }
 
 impl SpecScope {
     /// Resolves a full id or an unambiguous prefix within the scope.
     pub fn resolve(&self, prefix: &str) -> Result<String, String> {
         let prefix = prefix.trim().to_ascii_lowercase();
-        let mut matches: Vec<&String> = self
-            .ids
-            .iter()
-            .filter(|id| !prefix.is_empty() && id.starts_with(&prefix))
-            .collect();
-        matches.sort();
-        matches.dedup();
-        match matches.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(format!(
-                "`{prefix}` matches no spec of the graph or of its active run's queue"
-            )),
+        let matching = |ids: &[String]| -> Vec<String> {
+            let mut found: Vec<String> = ids
+                .iter()
+                .filter(|id| !prefix.is_empty() && id.starts_with(&prefix))
+                .cloned()
+                .collect();
+            found.sort();
+            found.dedup();
+            found
+        };
+        if let [one] = matching(&self.ids).as_slice() {
+            return Ok(one.clone());
+        }
+        match matching(&self.backlog).as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(format!("`{prefix}` matches no spec in the backlog")),
             several => Err(format!(
                 "`{prefix}` is ambiguous; it matches {}",
-                several
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                several.join(", ")
             )),
         }
     }
