@@ -21,6 +21,32 @@ use crate::store::Store;
 struct DaemonServices {
     store: Store,
     platforms: std::collections::BTreeMap<String, Platform>,
+    /// Where the platforms were read from, and when: errors name them, since an edit of the
+    /// file after that has no effect until a restart.
+    config: ConfigSource,
+}
+
+/// The `canopy.toml` a daemon read at start.
+struct ConfigSource {
+    path: std::path::PathBuf,
+    read_at: std::time::SystemTime,
+    existed: bool,
+}
+
+impl ConfigSource {
+    /// Why `[platforms.{name}]` is not known, and what to do.
+    fn missing_platform(&self, name: &str) -> String {
+        let when = humantime::format_rfc3339_seconds(self.read_at);
+        let found = if self.existed {
+            format!("had no [platforms.{name}] section")
+        } else {
+            "did not exist".to_string()
+        };
+        format!(
+            "The daemon read {} when it started ({when}), and the file {found} then: add [platforms.{name}] there, and restart the daemon if you added it since (an edit takes effect at the next start)",
+            self.path.display()
+        )
+    }
 }
 
 impl HostServices for DaemonServices {
@@ -37,8 +63,13 @@ impl HostServices for DaemonServices {
     fn agent_platform(&self, name: &str) -> Result<Platform, String> {
         self.platforms.get(name).cloned().ok_or_else(|| {
             format!(
-                "unknown agent platform `{name}`; configured platforms: {} (add one under [platforms.{name}] in canopy.toml)",
-                self.platforms.keys().cloned().collect::<Vec<_>>().join(", ")
+                "unknown agent platform `{name}`; configured platforms: {}. {}",
+                self.platforms
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.config.missing_platform(name)
             )
         })
     }
@@ -146,6 +177,9 @@ async fn bind(data: &DataDir, listen: &str) -> Result<tokio::net::TcpListener> {
 pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     // Before anything is written to the data dir: read the configuration and take the port, so
     // that a daemon refused here (a taken port) leaves the data dir and its state as they were.
+    // When, and whether, the file was there to read: errors about platforms say so.
+    let (config_read_at, config_existed) =
+        (std::time::SystemTime::now(), data.config_file().is_file());
     let config = Config::load(&data.config_file())?;
     let listen = listen
         .or(config.listen.clone())
@@ -168,6 +202,11 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let services = Arc::new(DaemonServices {
         store: store.clone(),
         platforms: config.platforms(),
+        config: ConfigSource {
+            path: data.config_file(),
+            read_at: config_read_at,
+            existed: config_existed,
+        },
     });
     let plugins = PluginHost::start(&data, store.clone(), &config, services).await?;
     let interrupted_hooks = crate::hooks::runs::interrupt_unfinished(
