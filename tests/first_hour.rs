@@ -1,0 +1,407 @@
+//! The first hour of a new user (issue 13), end to end: queues and sessions named by name, the
+//! README's `spec_ids` on a queue-driven graph, a drained queue refused, why a spec failed shown
+//! where the user looks, and a platform error that names the canopy.toml the daemon read.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Daemon, git_repo, real, wait_for};
+
+/// The table row of `output` (a line starting with a position) that mentions `what`.
+fn line_with<'a>(output: &'a str, what: &str) -> &'a str {
+    output
+        .lines()
+        .find(|line| line.starts_with(|c: char| c.is_ascii_digit()) && line.contains(what))
+        .unwrap_or_else(|| panic!("no row mentions `{what}` in:\n{output}"))
+}
+
+/// Writes `value` as a JSON file in `dir`; returns its path as a string.
+fn json_file(dir: &Path, name: &str, value: &Value) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(value).unwrap()).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn id_of(value: &Value) -> String {
+    value["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_queue_is_named_by_its_name_or_a_unique_id_prefix_everywhere() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let login = daemon.add_spec("Login form");
+    let reset = daemon.add_spec("Password reset");
+    let signup = daemon.add_spec("Sign-up");
+    let created = daemon.ok(&["queue", "create", "sprint-1", &login[..8]]);
+    assert!(created.contains("sprint-1"), "{created}");
+
+    // Every queue command takes the name.
+    daemon.ok(&["queue", "add", "sprint-1", &reset[..8]]);
+    daemon.ok(&["queue", "add", "sprint-1", &signup[..8], "--group", "auth"]);
+    daemon.ok(&["queue", "group", "sprint-1", &login[..8], "auth"]);
+    daemon.ok(&["queue", "rm-spec", "sprint-1", &reset[..8]]);
+    daemon.ok(&["queue", "add", "sprint-1", &reset[..8]]);
+    daemon.ok(&[
+        "queue",
+        "reorder",
+        "sprint-1",
+        &signup[..8],
+        &login[..8],
+        &reset[..8],
+    ]);
+    let shown = daemon.ok(&["queue", "show", "sprint-1"]);
+    assert!(shown.contains("sprint-1"), "{shown}");
+    assert!(
+        line_with(&shown, "Login form").contains("pending"),
+        "{shown}"
+    );
+    let queue = daemon.json(&["queue", "show", "sprint-1"]);
+    let id = id_of(&queue);
+    let names: Vec<&str> = queue["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["spec_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Sign-up", "Login form", "Password reset"]);
+    // A unique id prefix works as before, and so does the name over the API.
+    assert!(daemon.ok(&["queue", "show", &id[..6]]).contains("sprint-1"));
+    let (status, body) = daemon.get("/api/queues/sprint-1");
+    assert_eq!((status, body["id"].as_str()), (200, Some(id.as_str())));
+
+    // `graph run --queue` takes the name.
+    daemon.create_graph(json!({ "name": "web", "workdir": repo.path(), "specs": [], "nodes": [{ "name": "n", "command": "true" }] }));
+    let output = daemon.ok(&["graph", "run", "web", "--queue", "sprint-1", "--wait"]);
+    assert!(output.contains("status:   completed"), "{output}");
+    let view = daemon.json(&["graph", "get", "web"]);
+    assert_eq!(view["current_run"]["queue_id"], id.as_str());
+
+    // A name two queues share is refused, listing both.
+    let first = id_of(&daemon.json(&["queue", "create", "dup"]));
+    let second = id_of(&daemon.json(&["queue", "create", "dup"]));
+    let err = daemon.fails(&["queue", "show", "dup"]);
+    assert!(
+        err.contains("queue name `dup` is ambiguous; it matches "),
+        "{err}"
+    );
+    assert!(err.contains(&first) && err.contains(&second), "{err}");
+    let err = daemon.fails(&["graph", "run", "web", "--queue", "dup"]);
+    assert!(
+        err.contains("ambiguous") && err.contains(&first) && err.contains(&second),
+        "{err}"
+    );
+    let (status, body) = daemon.get("/api/queues/dup");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "ambiguous_id");
+    // Either one by its id prefix.
+    assert!(daemon.ok(&["queue", "show", &second[..8]]).contains("dup"));
+    let err = daemon.fails(&["queue", "show", "sprint-2"]);
+    assert!(err.contains("no queue matches `sprint-2`"), "{err}");
+}
+
+#[test]
+fn a_session_is_named_by_its_name_wherever_a_session_id_is_taken() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let lead = id_of(&daemon.json(&["session", "new", "--name", "lead"]));
+    let spec = daemon.add_spec("Login form");
+    daemon.create_graph(json!({
+        "name": "web", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "n", "command": "true" }],
+        "hooks": { "on_completed": [{ "prompt": "{{graph_name}} is done", "target_session_name": "lead" }] }
+    }));
+    daemon.ok(&["graph", "run", "web", "--wait"]);
+    wait_for(
+        "the message to reach lead's inbox",
+        Duration::from_secs(60),
+        || {
+            let (_, inbox) = daemon.get("/api/sessions/lead/inbox");
+            (inbox["messages"][0]["status"] == "delivered").then_some(())
+        },
+    );
+    let inbox = daemon.ok(&["session", "inbox", "lead"]);
+    assert!(inbox.contains("web is done"), "{inbox}");
+    let shown = daemon.ok(&["session", "show", "lead"]);
+    assert!(shown.contains(&lead), "{shown}");
+    let finished = daemon.ok(&["session", "finish", "lead"]);
+    assert!(finished.contains("(finished)"), "{finished}");
+    let resumed = daemon.ok(&["session", "resume", "lead"]);
+    assert!(
+        resumed.contains(&lead[..12]) && resumed.contains("(live)"),
+        "{resumed}"
+    );
+
+    // Two live sessions named lead: the name is refused, listing both.
+    let other = id_of(&daemon.json(&["session", "new", "--name", "lead"]));
+    let err = daemon.fails(&["session", "inbox", "lead"]);
+    assert!(
+        err.contains("session name `lead` is ambiguous; it matches ")
+            && err.contains(&lead)
+            && err.contains(&other),
+        "{err}"
+    );
+    // Once one of them is finished, the name means the live one, as for a hook.
+    daemon.ok(&["session", "finish", &other[..8]]);
+    assert_eq!(
+        daemon.json(&["session", "show", "lead"])["id"],
+        lead.as_str()
+    );
+    // Two finished ones and no live one: refused again.
+    daemon.ok(&["session", "finish", "lead"]);
+    let err = daemon.fails(&["session", "resume", "lead"]);
+    assert!(err.contains("session name `lead` is ambiguous"), "{err}");
+}
+
+#[test]
+fn spec_ids_on_a_queue_driven_graph_are_checked_against_the_backlog() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let files = tempfile::tempdir().unwrap();
+    let log = files.path().join("tags.log");
+    let first = daemon.add_spec("first");
+    let second = daemon.add_spec("second");
+    daemon.ok(&["queue", "create", "sprint-1", &first, &second]);
+    // The README's shape: a queue-driven graph (no bound specs) whose hook names one spec by a
+    // prefix, created while idle.
+    let graph = json_file(
+        files.path(),
+        "web.json",
+        &json!({
+            "name": "web", "workdir": repo.path(), "specs": [],
+            "nodes": [{ "name": "n", "command": "true" }],
+            "hooks": { "on_spec_completed": [
+                { "command": format!("echo tagged {{{{spec_name}}}} >> {}", log.display()), "spec_ids": [&second[..6]] }
+            ] }
+        }),
+    );
+    daemon.ok(&["graph", "create", &graph]);
+    let view = daemon.json(&["graph", "get", "web"]);
+    assert_eq!(
+        view["hooks"]["on_spec_completed"][0]["spec_ids"],
+        json!([second]),
+        "stored resolved"
+    );
+    let output = daemon.ok(&["graph", "run", "web", "--queue", "sprint-1", "--wait"]);
+    assert!(output.contains("status:   completed"), "{output}");
+    wait_for("the hook to run", Duration::from_secs(60), || {
+        let (_, runs) = daemon.get("/api/hook-runs?graph=web");
+        (runs["runs"][0]["status"] == "completed").then_some(())
+    });
+    let (_, runs) = daemon.get("/api/hook-runs?graph=web");
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "tagged second\n");
+
+    // An id that names no spec is still refused, at edit time, naming the field.
+    let gone = daemon.add_spec("gone");
+    daemon.ok(&["spec", "rm", &gone]);
+    let edit = json_file(
+        files.path(),
+        "edit.json",
+        &json!({ "hooks": { "on_failed": [{ "command": "true", "spec_ids": [&gone[..10]] }] } }),
+    );
+    let err = daemon.fails(&["graph", "edit", "web", &edit]);
+    assert!(
+        err.contains("hooks.on_failed[0]: field `spec_ids[0]`: ")
+            && err.contains("matches no spec in the backlog"),
+        "{err}"
+    );
+    let view = daemon.json(&["graph", "get", "web"]);
+    assert!(view["hooks"].get("on_failed").is_none(), "nothing written");
+}
+
+#[test]
+fn running_a_drained_queue_is_refused_and_members_name_the_run_that_completed_them() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let one = daemon.add_spec("one");
+    let two = daemon.add_spec("two");
+    daemon.ok(&["queue", "create", "q", &one, &two]);
+    daemon.create_graph(json!({ "name": "g", "workdir": repo.path(), "specs": [], "nodes": [{ "name": "n", "command": "true" }] }));
+    daemon.ok(&["graph", "run", "g", "--queue", "q", "--wait"]);
+    let first_run = daemon.json(&["graph", "get", "g"])["current_run"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = format!("completed (run {})", &first_run[..12]);
+    let shown = daemon.ok(&["queue", "show", "q"]);
+    for name in ["one", "two"] {
+        assert!(line_with(&shown, name).contains(&done), "{shown}");
+    }
+    let queue = daemon.json(&["queue", "show", "q"]);
+    assert_eq!(queue["members"][0]["done_in_run"], first_run.as_str());
+
+    // Nothing pending: refused, saying so and how to add specs; no run is created.
+    let err = daemon.fails(&["graph", "run", "g", "--queue", "q", "--wait"]);
+    assert!(
+        err.contains("nothing is pending in queue `q`")
+            && err.contains("each of its 2 member(s) was completed or skipped by an earlier run")
+            && err.contains("canopy queue add q SPEC"),
+        "{err}"
+    );
+    let (status, body) = daemon.control("g", json!({ "action": "run", "queue_id": "q" }));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "conflict");
+    let (_, runs) = daemon.get("/api/runs?graph=g");
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+    let view = daemon.json(&["graph", "get", "g"]);
+    assert_eq!(
+        (view["status"].as_str(), view["current_run"]["id"].as_str()),
+        (Some("completed"), Some(first_run.as_str()))
+    );
+    // An empty queue likewise.
+    daemon.ok(&["queue", "create", "empty"]);
+    let err = daemon.fails(&["graph", "run", "g", "--queue", "empty"]);
+    assert!(
+        err.contains("nothing is pending in queue `empty`") && err.contains("it has no members"),
+        "{err}"
+    );
+
+    // A new member runs; the earlier ones show the run that completed them.
+    let three = daemon.add_spec("three");
+    daemon.ok(&["queue", "add", "q", &three]);
+    let output = daemon.ok(&["graph", "run", "g", "--queue", "q", "--wait"]);
+    assert!(output.contains("status:   completed"), "{output}");
+    for name in ["one", "two"] {
+        assert!(line_with(&output, name).contains(&done), "{output}");
+    }
+    let three_line = line_with(&output, "three");
+    assert!(
+        three_line.contains("completed") && !three_line.contains("(run "),
+        "{output}"
+    );
+    let view = daemon.json(&["graph", "get", "g"]);
+    assert_eq!(view["progress"][0]["result"], "completed");
+    assert_eq!(view["progress"][0]["done_in_run"], first_run.as_str());
+    assert_eq!(view["progress"][2]["done_in_run"], Value::Null);
+    assert_eq!(
+        daemon.ok(&["graph", "get", "g"]),
+        output,
+        "graph get shows what run --wait showed"
+    );
+}
+
+#[test]
+fn failed_and_blocked_specs_show_their_reason_in_graph_get_and_run_wait() {
+    let daemon = Daemon::start_with_config(
+        "[platforms.ghost]\ncommand = [\"canopy-test-no-such-agent\", \"{prompt}\"]\n",
+    );
+    let repo = git_repo();
+    let works = daemon.add_spec("Works");
+    let breaks = daemon.add_spec("Breaks");
+    daemon.create_graph(json!({ "name": "mixed", "workdir": repo.path(), "specs": [works, breaks], "nodes": [
+        { "name": "build", "command": "case {{spec_name}} in Breaks) echo compile error >&2; exit 2;; esac; echo built" }
+    ] }));
+    let run = daemon.cli(&["graph", "run", "mixed", "--wait"]);
+    assert!(!run.status.success());
+    let output = String::from_utf8(run.stdout).unwrap();
+    let line = line_with(&output, "Breaks");
+    assert!(
+        line.contains("failed") && line.contains("build: exited with exit code 2: compile error"),
+        "{output}"
+    );
+    assert!(line_with(&output, "Works").contains("built"), "{output}");
+    let got = daemon.ok(&["graph", "get", "mixed"]);
+    assert!(
+        line_with(&got, "Breaks").contains("build: exited with exit code 2: compile error"),
+        "{got}"
+    );
+    let view = daemon.json(&["graph", "get", "mixed"]);
+    assert_eq!(
+        (
+            view["progress"][1]["reason_node"].as_str(),
+            view["progress"][1]["reason"].as_str()
+        ),
+        (
+            Some("build"),
+            Some("exited with exit code 2: compile error")
+        )
+    );
+
+    // An agent CLI that is not installed: the reason the issue found only in `graph info`.
+    let ghost = daemon.add_spec("Haunted");
+    daemon.create_graph(
+        json!({ "name": "agent", "workdir": repo.path(), "specs": [ghost], "nodes": [
+        { "name": "implement", "platform": "ghost", "prompt": "{{spec_body}}" }
+    ] }),
+    );
+    let run = daemon.cli(&["graph", "run", "agent", "--wait"]);
+    let output = String::from_utf8(run.stdout).unwrap();
+    let line = line_with(&output, "Haunted");
+    assert!(
+        line.contains("failed")
+            && line.contains("implement: ")
+            && line.contains("cannot run `canopy-test-no-such-agent`: No such file or directory"),
+        "{output}"
+    );
+
+    // A blocked spec shows its blocker.
+    let gated = daemon.add_spec("Gated");
+    daemon.create_graph(json!({ "name": "gated", "workdir": repo.path(), "specs": [gated], "nodes": [
+        { "name": "gate", "command": "printf '{\"status\":\"blocked\",\"blocker\":\"needs a human\"}' > \"$CANOPY_RESULT_FILE\"" }
+    ] }));
+    let run = daemon.cli(&["graph", "run", "gated", "--wait"]);
+    let output = String::from_utf8(run.stdout).unwrap();
+    let line = line_with(&output, "Gated");
+    assert!(
+        line.contains("blocked") && line.contains("gate: needs a human"),
+        "{output}"
+    );
+    let got = daemon.ok(&["graph", "get", "gated"]);
+    assert!(
+        line_with(&got, "Gated").contains("gate: needs a human"),
+        "{got}"
+    );
+}
+
+#[test]
+fn an_unknown_platform_names_the_canopy_toml_the_daemon_read_and_when() {
+    let files = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    let graph = json_file(
+        files.path(),
+        "g.json",
+        &json!({ "name": "g", "workdir": repo.path(), "nodes": [{ "name": "n", "platform": "mine", "prompt": "hi" }] }),
+    );
+    let daemon = Daemon::start_with_config("[platforms.other]\ncommand = [\"other\"]\n");
+    let config = format!("{}/canopy.toml", real(&daemon.data_dir));
+    // Added after the daemon read the file: no effect until a restart, and the error says why.
+    std::fs::write(
+        daemon.data_dir.join("canopy.toml"),
+        "[platforms.other]\ncommand = [\"other\"]\n[platforms.mine]\ncommand = [\"mine\"]\n",
+    )
+    .unwrap();
+    let err = daemon.fails(&["graph", "create", &graph]);
+    assert!(
+        err.contains("unknown agent platform `mine`")
+            && err.contains(&format!("The daemon read {config} when it started ("))
+            && err.contains("had no [platforms.mine] section then")
+            && err.contains("restart the daemon"),
+        "{err}"
+    );
+    let when = err
+        .split("when it started (")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap();
+    assert!(
+        when.len() == 20 && when.ends_with('Z') && when.as_bytes()[10] == b'T',
+        "an RFC 3339 time: {when}"
+    );
+
+    // No file at all.
+    let bare = Daemon::start();
+    let err = bare.fails(&["graph", "create", &graph]);
+    assert!(
+        err.contains(&format!(
+            "The daemon read {}/canopy.toml when it started (",
+            real(&bare.data_dir)
+        )) && err.contains("the file did not exist then"),
+        "{err}"
+    );
+}
