@@ -29,6 +29,7 @@ pub mod ledger;
 pub mod reaper;
 pub mod table;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -171,6 +172,10 @@ pub struct CallProcesses {
     registered: Option<i32>,
     /// Clock ticks after boot before which nothing of this call started.
     since: u64,
+    /// Its file in the ledger (none when detached or outside a daemon).
+    record: Option<ledger::Record>,
+    /// Abandoned by its call and handed to a background sweep.
+    handed_over: bool,
     finished: bool,
 }
 
@@ -178,12 +183,14 @@ impl CallProcesses {
     /// A new call's tracking; recorded in the ledger (unless `detach`) before anything runs.
     pub fn new(detach: bool) -> std::io::Result<Self> {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let call = Self {
+        let mut call = Self {
             id,
             detach,
             leader: None,
             registered: None,
             since: boot_ticks(),
+            record: None,
+            handed_over: false,
             finished: false,
         };
         call.record()?;
@@ -195,23 +202,27 @@ impl CallProcesses {
         (CALL_ID_VAR, &self.id)
     }
 
-    fn record(&self) -> std::io::Result<()> {
-        let Some(ledger) = supervisor().ledger.as_ref().filter(|_| !self.detach) else {
-            return Ok(());
+    /// Writes the call's record: created at the first call, rewritten in place after.
+    fn record(&mut self) -> std::io::Result<()> {
+        let entry = Entry {
+            call: self.id.clone(),
+            boot_id: table::boot_id(),
+            pgid: self.leader.map(|l| l.pid),
+            start: self.leader.map(|l| l.start),
         };
-        ledger
-            .record(&Entry {
-                call: self.id.clone(),
-                boot_id: table::boot_id(),
-                pgid: self.leader.map(|l| l.pid),
-                start: self.leader.map(|l| l.start),
-            })
-            .map_err(|err| {
-                std::io::Error::new(
-                    err.kind(),
-                    format!("cannot record the call's processes in the data dir: {err}"),
-                )
-            })
+        let written = match (&self.record, supervisor().ledger.as_ref()) {
+            (Some(record), _) => record.update(&entry),
+            (None, Some(ledger)) if !self.detach => ledger.create(&entry).map(|record| {
+                self.record = Some(record);
+            }),
+            (None, _) => Ok(()),
+        };
+        written.map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot record the call's processes in the data dir: {err}"),
+            )
+        })
     }
 
     /// Spawns the call's group leader (`command` must make a process group of its own) and
@@ -233,6 +244,7 @@ impl CallProcesses {
                 ppid: 0,
                 pgrp: pid,
                 start: self.since,
+                kernel: false,
             });
         }
         self.record()?;
@@ -266,20 +278,27 @@ impl CallProcesses {
         let deadline = tokio::time::Instant::now() + SWEEP_LIMIT;
         let mut clean_scans = 0;
         loop {
-            let live = sweep.pass();
-            clean_scans = if live == 0 { clean_scans + 1 } else { 0 };
-            if clean_scans >= 2 {
-                break;
+            let found = sweep.pass();
+            if found.live == 0 && found.unsure == 0 {
+                // A second clean scan right away: a process re-parented or forked while the
+                // first one read the table is in it.
+                clean_scans += 1;
+                if clean_scans >= 2 {
+                    break;
+                }
+                continue;
             }
+            clean_scans = 0;
             if tokio::time::Instant::now() >= deadline {
-                tracing::warn!(call = %self.id, live, "processes of a finished call still alive after {SWEEP_LIMIT:?} of killing");
+                tracing::warn!(call = %self.id, live = found.live, "processes of a finished call still alive after {SWEEP_LIMIT:?} of killing");
                 // Left in the ledger: the next start tries again.
                 return sweep.killed;
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // Give what was killed a moment to die, or an exec a moment to finish.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        if let Some(ledger) = &supervisor().ledger {
-            ledger.remove(&self.id);
+        if let Some(record) = self.record.take() {
+            record.remove();
         }
         sweep.killed
     }
@@ -290,31 +309,34 @@ impl Drop for CallProcesses {
         if self.finished {
             return;
         }
+        self.finished = true;
         self.kill_group();
         self.leader_reaped();
+        if self.detach {
+            return;
+        }
+        if self.handed_over {
+            // The background sweep never ran (the runtime is shutting down): one pass now;
+            // the record stays, and the next start covers the rest.
+            Sweep::of(self).pass();
+            return;
+        }
         let finishing = Self {
             id: std::mem::take(&mut self.id),
-            detach: self.detach,
+            detach: false,
             leader: self.leader,
             registered: None,
             since: self.since,
+            record: self.record.take(),
+            handed_over: true,
             finished: false,
         };
-        self.finished = true;
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move {
-                    finishing.finish().await;
-                });
+                runtime.spawn(finishing.finish());
             }
-            Err(_) => {
-                // No runtime (shutting down): one pass now; the ledger covers the rest.
-                let mut finishing = finishing;
-                finishing.finished = true;
-                if !finishing.detach {
-                    Sweep::of(&finishing).pass();
-                }
-            }
+            // Dropping it runs the one pass above.
+            Err(_) => drop(finishing),
         }
     }
 }
@@ -325,6 +347,22 @@ struct Sweep {
     group: Option<i32>,
     since: u64,
     killed: usize,
+    /// Processes whose environment read empty, and how many passes in a row: one inside
+    /// `execve` shows its environment a moment later; one still empty after
+    /// [`EMPTY_PASSES`] really has none (and so no marker).
+    empty: BTreeMap<(i32, u64), u32>,
+}
+
+/// Passes a process may show an empty environment before it counts as having none.
+const EMPTY_PASSES: u32 = 5;
+
+/// What one pass found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Found {
+    /// Live processes of the call (all signalled).
+    live: usize,
+    /// Processes that may be the call's, to look at again.
+    unsure: usize,
 }
 
 impl Sweep {
@@ -334,32 +372,54 @@ impl Sweep {
             group: call.leader.map(|l| l.pid),
             since: call.since,
             killed: 0,
+            empty: BTreeMap::new(),
         }
     }
 
-    /// Kills the group and every live process of the call; reaps adopted orphans. Returns how
-    /// many live processes of the call it found.
-    fn pass(&mut self) -> usize {
+    /// Kills the group and every live process of the call; reaps adopted orphans that have
+    /// exited.
+    fn pass(&mut self) -> Found {
         if let Some(group) = self.group {
             table::kill_group(group);
         }
         let me = i32::try_from(std::process::id()).unwrap_or_default();
-        let mut live = 0;
-        for process in table::scan() {
-            if process.pid == me || process.zombie() || process.start < self.since {
-                continue;
-            }
-            let ours =
-                self.group == Some(process.pgrp) || table::environ_has(process.pid, &self.marker);
-            if ours {
-                live += 1;
-                if table::kill_verified(&process) {
-                    self.killed += 1;
+        let mut found = Found { live: 0, unsure: 0 };
+        let mut empty = BTreeMap::new();
+        reaper::with_scan(|processes| {
+            for process in processes {
+                if process.pid == me
+                    || process.zombie()
+                    || process.kernel
+                    || process.start < self.since
+                {
+                    continue;
+                }
+                let ours = if self.group == Some(process.pgrp) {
+                    true
+                } else {
+                    match table::environ_has(process.pid, &self.marker) {
+                        Some(ours) => ours,
+                        None => {
+                            let key = (process.pid, process.start);
+                            let seen = self.empty.get(&key).copied().unwrap_or(0) + 1;
+                            if seen < EMPTY_PASSES {
+                                found.unsure += 1;
+                                empty.insert(key, seen);
+                            }
+                            false
+                        }
+                    }
+                };
+                if ours {
+                    found.live += 1;
+                    if table::kill_verified(process) {
+                        self.killed += 1;
+                    }
                 }
             }
-        }
-        reaper::reap_orphans();
-        live
+        });
+        self.empty = empty;
+        found
     }
 }
 

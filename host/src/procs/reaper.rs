@@ -15,7 +15,7 @@
 //! - every child spawned into a group of its own goes through [`spawn`], which holds the
 //!   [`SPAWNED`] lock across the fork and records the pid before releasing it; the pid leaves
 //!   the registry only after its waiter has reaped it ([`forget`]);
-//! - [`reap_orphans`] holds the same lock while it scans and reaps, so it never sees one of our
+//! - [`reap_orphans`] / [`with_scan`] hold the same lock while they scan and reap, so it never sees one of our
 //!   own children before it is registered.
 //!
 //! What is left are processes that were re-parented to the daemon: orphans of plugin processes.
@@ -23,10 +23,11 @@
 //! its pid), so the `waitpid` is about the process scanned.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::table;
+use super::table::{self, ProcStat};
 
 /// Pids of the group leaders the daemon spawned and still waits for.
 static SPAWNED: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
@@ -35,14 +36,30 @@ fn registry() -> MutexGuard<'static, BTreeSet<i32>> {
     SPAWNED.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Set once this process is a child subreaper.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
 /// Makes this process a child subreaper (Linux): orphaned descendants are re-parented to it.
 pub fn become_subreaper() -> std::io::Result<()> {
     // SAFETY: prctl(2) with PR_SET_CHILD_SUBREAPER takes an integer flag; no memory is passed.
     let done = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     if done == 0 {
+        SUBREAPER.store(true, Ordering::Relaxed);
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The processes a sweep and the reaper need to look at. As a subreaper, every process a call
+/// started stays a descendant of the daemon (an orphan is re-parented to the nearest subreaper
+/// above it), so walking down from the daemon finds them all without reading every process on
+/// the machine. Otherwise, every process.
+fn family() -> Vec<ProcStat> {
+    if SUBREAPER.load(Ordering::Relaxed) && table::children_listed() {
+        table::descendants(i32::try_from(std::process::id()).unwrap_or_default())
+    } else {
+        table::scan()
     }
 }
 
@@ -63,14 +80,22 @@ pub fn forget(pid: i32) {
     registry().remove(&pid);
 }
 
-/// Reaps the adopted orphans that have exited; returns how many.
-pub fn reap_orphans() -> usize {
+/// Reaps the adopted orphans that have exited.
+pub fn reap_orphans() {
+    with_scan(|_| ());
+}
+
+/// Scans the daemon's descendants (every process when it is no subreaper) under the registry
+/// lock, hands the scan to `inspect`, then reaps the adopted orphans that were zombies in it.
+/// One scan serves a caller and the reaper.
+pub fn with_scan<T>(inspect: impl FnOnce(&[ProcStat]) -> T) -> T {
     let spawned = registry();
+    let processes = family();
+    let inspected = inspect(&processes);
     let me = i32::try_from(std::process::id()).unwrap_or_default();
     // SAFETY: getpgrp(2) cannot fail and touches no memory.
     let own_group = unsafe { libc::getpgrp() };
-    let mut reaped = 0;
-    for process in table::scan() {
+    for process in &processes {
         if process.ppid != me
             || !process.zombie()
             || process.pgrp == own_group
@@ -80,12 +105,11 @@ pub fn reap_orphans() -> usize {
         }
         let mut status = 0;
         // SAFETY: waitpid(2) on one pid with WNOHANG; `status` is a valid out-pointer.
-        let done = unsafe { libc::waitpid(process.pid, &mut status, libc::WNOHANG) };
-        if done == process.pid {
-            reaped += 1;
+        unsafe {
+            libc::waitpid(process.pid, &mut status, libc::WNOHANG);
         }
     }
-    reaped
+    inspected
 }
 
 /// Least time between two reaping scans.
@@ -113,10 +137,7 @@ pub async fn run() {
             }
         };
         let _ = tokio::time::timeout(PERIOD, signalled).await;
-        let reaped = reap_orphans();
-        if reaped > 0 {
-            tracing::debug!(reaped, "reaped exited orphans");
-        }
+        reap_orphans();
         tokio::time::sleep(MIN_GAP).await;
     }
 }

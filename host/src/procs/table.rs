@@ -2,8 +2,7 @@
 //! took its pid.
 
 use std::io::Read as _;
-use std::os::fd::AsRawFd as _;
-use std::os::fd::{FromRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 /// The few fields of `/proc/<pid>/stat` the supervisor needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +14,8 @@ pub struct ProcStat {
     pub pgrp: i32,
     /// Start time in clock ticks after boot: with the pid, names one process for the whole uptime.
     pub start: u64,
+    /// A kernel thread (no environment, never ours).
+    pub kernel: bool,
 }
 
 impl ProcStat {
@@ -24,27 +25,46 @@ impl ProcStat {
     }
 }
 
+/// `PF_KTHREAD` in the flags of `/proc/<pid>/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
 /// Parses `/proc/<pid>/stat`. The command name sits in parentheses and may itself hold spaces
 /// and parentheses, so fields are counted from the last `)`.
 pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let (head, rest) = text.rsplit_once(')')?;
     let pid = head.split_once('(')?.0.trim().parse().ok()?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(3) ppid(4) pgrp(5) ... starttime(22).
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    // session(6) tty_nr(7) tpgid(8) flags(9)
+    let flags: u64 = fields.nth(3)?.parse().ok()?;
+    let start = fields.nth(12)?.parse().ok()?;
     Some(ProcStat {
         pid,
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
+        state,
+        ppid,
+        pgrp,
+        start,
+        kernel: flags & PF_KTHREAD != 0,
     })
 }
 
 /// The stat of one process, if it exists.
 pub fn stat(pid: i32) -> Option<ProcStat> {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|text| parse_stat(&text))
+    // A stat line is a few hundred bytes (the name is at most 64): no allocation per process.
+    let mut buffer = [0u8; 1024];
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut len = 0;
+    while len < buffer.len() {
+        match file.read(&mut buffer[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(_) => return None,
+        }
+    }
+    parse_stat(std::str::from_utf8(&buffer[..len]).ok()?)
 }
 
 /// Every process visible in `/proc` (threads are not listed). A process that exists for the
@@ -60,22 +80,71 @@ pub fn scan() -> Vec<ProcStat> {
         .collect()
 }
 
+/// The children of `pid` (of every thread of it), from `/proc/<pid>/task/*/children`; empty
+/// when it is gone. Needs a kernel that lists children ([`children_listed`]).
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for task in tasks.filter_map(Result::ok) {
+        let path = task.path().join("children");
+        if let Ok(text) = std::fs::read_to_string(path) {
+            children.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
+}
+
+/// Whether this kernel lists a task's children (`CONFIG_PROC_CHILDREN`).
+pub fn children_listed() -> bool {
+    static LISTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LISTED.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists())
+}
+
+/// Every descendant of `root`, found by walking children lists down from it. Much cheaper than
+/// [`scan`] when the tree is small; like it, a process that exists for the whole walk is in it.
+pub fn descendants(root: i32) -> Vec<ProcStat> {
+    let mut found = Vec::new();
+    let mut queue = children(root);
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(pid) = queue.pop() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        if let Some(process) = stat(pid) {
+            found.push(process);
+            queue.extend(children(pid));
+        }
+    }
+    found
+}
+
 /// Environments larger than this are not read further (Linux caps argv + envp near 2 MiB).
 const ENVIRON_LIMIT: u64 = 4 << 20;
 
-/// True when the environment `pid` started with holds exactly the entry `entry`
-/// (`NAME=value`). Unreadable (another user's process, gone) is false.
-pub fn environ_has(pid: i32, entry: &str) -> bool {
+/// True when the environment `pid` started with holds exactly the entry `entry` (`NAME=value`).
+/// Unreadable (another user's process, gone) is `Some(false)`. An empty environment is `None`:
+/// a process in the middle of `execve` shows one for a moment, before its new stack is set up.
+pub fn environ_has(pid: i32, entry: &str) -> Option<bool> {
     let Ok(file) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
-        return false;
+        return Some(false);
     };
     let mut bytes = Vec::new();
     if file.take(ENVIRON_LIMIT).read_to_end(&mut bytes).is_err() {
-        return false;
+        return Some(false);
     }
-    bytes
-        .split(|b| *b == 0)
-        .any(|item| item == entry.as_bytes())
+    if bytes.is_empty() {
+        return None;
+    }
+    Some(
+        bytes
+            .split(|b| *b == 0)
+            .any(|item| item == entry.as_bytes()),
+    )
 }
 
 /// Sends SIGKILL to `target` if the process now holding its pid is still the one scanned (same
@@ -127,9 +196,14 @@ pub fn kill_group(pgid: i32) -> bool {
 
 /// This boot's id: start times and pids mean nothing across a reboot.
 pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_string())
-        .unwrap_or_default()
+    static BOOT_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .map(|id| id.trim().to_string())
+                .unwrap_or_default()
+        })
+        .clone()
 }
 
 #[cfg(test)]
@@ -148,9 +222,12 @@ mod tests {
                 ppid: 17,
                 pgrp: 4240,
                 start: 987654,
+                kernel: false,
             })
         );
         assert_eq!(parse_stat("12 (x) Z 1"), None);
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0";
+        assert!(parse_stat(kthread).is_some_and(|p| p.kernel && p.start == 5));
     }
 
     #[test]
@@ -163,14 +240,60 @@ mod tests {
     }
 
     #[test]
+    fn descendants_include_grandchildren() -> std::io::Result<()> {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()?;
+        let pid = i32::try_from(child.id()).unwrap_or_default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let me = i32::try_from(std::process::id()).unwrap_or_default();
+        let mut family = Vec::new();
+        while std::time::Instant::now() < deadline {
+            family = descendants(me);
+            if family.iter().any(|p| p.ppid == pid) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = kill_children_of(pid, &family);
+        child.kill()?;
+        child.wait()?;
+        assert!(
+            !children_listed() || family.iter().any(|p| p.pid == pid),
+            "{family:?}"
+        );
+        assert!(
+            !children_listed() || family.iter().any(|p| p.ppid == pid),
+            "{family:?}"
+        );
+        Ok(())
+    }
+
+    /// Kills the grandchildren a test started.
+    fn kill_children_of(parent: i32, family: &[ProcStat]) -> usize {
+        family
+            .iter()
+            .filter(|p| p.ppid == parent)
+            .filter(|p| kill_verified(p))
+            .count()
+    }
+
+    #[test]
     fn environ_entries_match_whole() -> std::io::Result<()> {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .env("CANOPY_TEST_MARK", "abc")
             .spawn()?;
         let pid = i32::try_from(child.id()).unwrap_or_default();
-        let whole = environ_has(pid, "CANOPY_TEST_MARK=abc");
-        let prefix = environ_has(pid, "CANOPY_TEST_MARK=ab");
+        // The child may still be inside execve: poll (bounded) until its environment shows.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while environ_has(pid, "CANOPY_TEST_MARK=abc").is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let whole = environ_has(pid, "CANOPY_TEST_MARK=abc") == Some(true);
+        let prefix = environ_has(pid, "CANOPY_TEST_MARK=ab") == Some(true);
         let stale = ProcStat {
             start: stat(pid).map_or(0, |s| s.start + 1),
             ..stat(pid).unwrap_or(ProcStat {
@@ -179,6 +302,7 @@ mod tests {
                 ppid: 0,
                 pgrp: 0,
                 start: 0,
+                kernel: false,
             })
         };
         let wrong_start_spared = !kill_verified(&stale);
