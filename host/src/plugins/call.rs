@@ -25,7 +25,7 @@ use super::{HostServices, LoadedPlugin};
 pub(crate) const MAX_HANDLES: usize = 256;
 
 /// How long past its deadline a call may run to report a timed-out command of its own.
-const REPORT_GRACE: Duration = Duration::from_millis(500);
+const REPORT_GRACE: Duration = Duration::from_millis(250);
 
 /// Bytes of a plugin's own stderr kept (a panic message lands there).
 const PLUGIN_STDERR: usize = 16 * 1024;
