@@ -71,13 +71,20 @@ fn start_ticker(engine: &Engine) {
     }
 }
 
-/// The threads plugin calls run on: a runtime of their own, apart from the daemon's. Guest code
-/// is CPU work the daemon does not control; here it competes with other guests for these
-/// threads (yielding every epoch tick), while the API, the engine and the scheduler keep the
-/// main runtime's threads and get the CPU from the kernel as soon as they wake.
+/// The threads long plugin calls run on: a runtime of their own, apart from the daemon's.
+///
+/// A call starts on the caller's thread: most calls end within microseconds, and a hop to
+/// another thread and back would cost more than the call. A call still going after
+/// [`INLINE_BUDGET`] (a guest yields on every epoch tick, so it is polled again by then) moves
+/// to these threads for the rest of its life. There it competes with other long calls, while the
+/// API, the engine and the scheduler keep the main runtime's threads, which the kernel runs as
+/// soon as they wake.
 pub struct PluginRuntime {
     runtime: Option<tokio::runtime::Runtime>,
 }
+
+/// How long a call runs on the caller's runtime before it moves to the plugin threads.
+pub const INLINE_BUDGET: Duration = Duration::from_millis(2);
 
 impl std::fmt::Debug for PluginRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,15 +106,27 @@ impl PluginRuntime {
         })
     }
 
-    /// Runs `work` on the plugin threads and waits for it. Dropping the returned future (a
-    /// cancelled request) cancels the work too.
+    /// Runs `work` to its end: here while it is short, then on the plugin threads. Dropping the
+    /// returned future (a cancelled request) cancels the work wherever it is.
     pub async fn run<F>(&self, work: F) -> Result<F::Output, tokio::task::JoinError>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        let mut work = Box::pin(work);
+        let started = Instant::now();
+        let done = std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
+            std::task::Poll::Ready(output) => std::task::Poll::Ready(Some(output)),
+            std::task::Poll::Pending if started.elapsed() >= INLINE_BUDGET => {
+                std::task::Poll::Ready(None)
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        })
+        .await;
+        if let Some(output) = done {
+            return Ok(output);
+        }
         let Some(runtime) = &self.runtime else {
-            // Only while dropping; never observed by a caller.
             return Ok(work.await);
         };
         struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
