@@ -58,3 +58,34 @@ pub(crate) fn non_empty(text: &str) -> Result<String, String> {
         Ok(text.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every command's help has an example, and every positional argument a description.
+    #[test]
+    fn every_command_has_an_example_and_every_positional_a_description() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", command.get_name());
+            if command.get_after_help().is_none() && command.get_after_long_help().is_none() {
+                missing.push(format!("{path}: no example (after_help)"));
+            }
+            for argument in command.get_positionals() {
+                if argument.get_help().is_none() && argument.get_long_help().is_none() {
+                    missing.push(format!("{path} <{}>: no description", argument.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_name() != "help" {
+                    walk(sub, &path, missing);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(
+            &<super::super::Cli as clap::CommandFactory>::command(),
+            "",
+            &mut missing,
+        );
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+}
