@@ -451,3 +451,29 @@ fn network_grants_reach_what_they_name_and_loopback_only_when_named() {
     ]);
     assert!(refused.contains("network:127.0.0.1"), "{refused}");
 }
+
+#[test]
+fn files_a_command_creates_in_the_workdir_get_the_users_umask_not_the_daemons() {
+    // The daemon keeps its own files private with umask 077; a command it runs must not
+    // inherit that and leave the user's files unreadable to the group.
+    // SAFETY: umask(2) only reads and sets this test process's mask; it is set back at once.
+    let user_mask = unsafe {
+        let mask = libc::umask(0o022);
+        libc::umask(mask);
+        mask
+    };
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let report = command(
+        &daemon,
+        json!({ "command": "touch made.txt" }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(workdir.path().join("made.txt"))
+            .unwrap()
+            .permissions(),
+    ) & 0o777;
+    assert_eq!(mode, 0o666 & !user_mask, "made.txt has mode {mode:o}");
+}

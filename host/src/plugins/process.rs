@@ -79,6 +79,9 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     if let Some(path) = &spec.result_file {
         command.env("CANOPY_RESULT_FILE", path);
     }
+    // The daemon's own files are private (umask 077); what a command creates in the user's
+    // workdir gets the user's umask.
+    crate::datadir::with_user_umask(&mut command);
     // Last, so the plugin's env cannot choose it.
     let (marker, id) = call.marker();
     command.env(marker, id);
