@@ -183,6 +183,8 @@ pub(crate) struct CallState {
     tmp_dir: PathBuf,
     /// Where the work being served came from, stamped by the host (`execute` only).
     provenance: Option<Provenance>,
+    /// Leave what the call's commands start running after they exit.
+    detach: bool,
     log_budget: LogBudget,
 }
 
@@ -224,6 +226,8 @@ pub(crate) struct CallSetup {
     /// Canonical workdir, or none for `describe` / `validate`.
     pub workdir: Option<PathBuf>,
     pub timeout: Duration,
+    /// Leave what the call's commands start running after they exit (`detach = true`).
+    pub detach: bool,
     pub env: CallEnv,
 }
 
@@ -314,6 +318,7 @@ impl CallSetup {
             services: self.env.services.clone(),
             tmp_dir: self.env.tmp_dir.clone(),
             provenance,
+            detach: self.detach,
             log_budget: LogBudget::default(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
@@ -520,7 +525,7 @@ impl host::Host for CallState {
             stdin: cmd.stdin,
             timeout,
             result_file,
-            detach: crate::procs::current_options().detach,
+            detach: self.detach,
         };
         tracing::debug!(plugin = &*self.plugin, program = %cmd.program, "run-command");
         let exit = process::run(spec)

@@ -518,6 +518,7 @@ impl PluginHost {
             grants: Grants::none(plugin.record.name.clone()),
             workdir: None,
             timeout: QUICK_CALL,
+            detach: false,
             env: self.inner.call_env.clone(),
         };
         self.on_plugin_threads(setup.run(call)).await
@@ -651,11 +652,10 @@ impl PluginHost {
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
             workdir: Some(workdir),
             timeout,
+            detach,
             env: self.inner.call_env.clone(),
         };
-        let options = crate::procs::CallOptions { detach };
-        let call =
-            crate::procs::with_options(options, setup.run(Call::Execute(Box::new(invocation))));
+        let call = setup.run(Call::Execute(Box::new(invocation)));
         let outcome = match self.on_plugin_threads(call).await? {
             Reply::Outcome(outcome) => Outcome::from_wit(outcome),
             Reply::Manifest(_) | Reply::Valid => {

@@ -136,27 +136,6 @@ pub fn take_detach(config: &mut Map<String, Value>) -> Result<bool, String> {
     }
 }
 
-/// Options the host sets for every process of one plugin call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CallOptions {
-    /// Leave what the call's commands start running after they exit.
-    pub detach: bool,
-}
-
-tokio::task_local! {
-    static OPTIONS: CallOptions;
-}
-
-/// Runs `call` (a plugin call) with these options for every process it runs.
-pub async fn with_options<F: std::future::Future>(options: CallOptions, call: F) -> F::Output {
-    OPTIONS.scope(options, call).await
-}
-
-/// The options of the plugin call being served.
-pub fn current_options() -> CallOptions {
-    OPTIONS.try_with(|options| *options).unwrap_or_default()
-}
-
 /// How long a sweep keeps killing (a process may fork while it does).
 const SWEEP_LIMIT: Duration = Duration::from_secs(2);
 
