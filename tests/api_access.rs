@@ -657,10 +657,10 @@ fn since_out_of_range_is_a_bad_request_not_a_dropped_connection() {
         let (status, body) = daemon.get(&format!("/api/hook-runs?since={since}"));
         assert_eq!(status, 200, "since={since}: {body}");
     }
-    // The CLI shows the message.
+    // The CLI shows the message, naming the flag the user typed.
     let err = daemon.fails(&["hooks", "runs", "--since", "100y"]);
     assert!(
-        err.contains("query parameter `since`: `100y` reaches back before 1970"),
+        err.contains("`--since`: `100y` reaches back before 1970"),
         "{err}"
     );
 }
