@@ -112,6 +112,23 @@ pub fn check_schema(mode: &str, schema: &Value, config: &Map<String, Value>) -> 
                 a_type(kind(value))
             ));
         }
+        // The elements of an array whose schema gives their type (`docs_paths: [1]`).
+        let item_type = properties
+            .get(key)
+            .and_then(|p| p.pointer("/items/type"))
+            .and_then(Value::as_str);
+        if let (Some(item_type), Some(items)) = (item_type, value.as_array())
+            && let Some((index, item)) = items
+                .iter()
+                .enumerate()
+                .find(|(_, item)| !has_type(item, item_type))
+        {
+            return Err(format!(
+                "field `{key}[{index}]` must be {}, got {}",
+                a_type(item_type),
+                a_type(kind(item))
+            ));
+        }
     }
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for name in required.iter().filter_map(Value::as_str) {
@@ -234,6 +251,15 @@ mod tests {
         assert_eq!(
             check(json!({ "command": 5 })),
             Err("field `command` must be a string, got an integer".to_string())
+        );
+        let paths = json!({ "properties": { "docs_paths": { "type": "array", "items": { "type": "string" } } } });
+        assert_eq!(
+            check_schema(
+                "docs-maintenance",
+                &paths,
+                &map(json!({ "docs_paths": ["docs", 1] }))
+            ),
+            Err("field `docs_paths[1]` must be a string, got an integer".to_string())
         );
         assert_eq!(
             check(json!({ "timeout_seconds": 5 })),
