@@ -142,7 +142,15 @@ fn main() {
 
     let (plugin, mode) = match std::env::var("CANOPY_BENCH_LARGE_WASM") {
         Ok(path) => {
-            let installed = daemon.json(&["plugin", "install", &path]);
+            daemon.ok(&["plugin", "install", &path]);
+            let list = daemon.json(&["plugin", "list"]);
+            let installed = list["plugins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["builtin"] == false && p["name"] != "hostile")
+                .unwrap()
+                .clone();
             let name = installed["name"].as_str().unwrap().to_string();
             let mode = std::env::var("CANOPY_BENCH_LARGE_MODE")
                 .unwrap_or_else(|_| installed["manifest"]["modes"][0].as_str().unwrap().into());
