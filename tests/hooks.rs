@@ -1073,6 +1073,40 @@ fn docs_maintenance_on_completed_keeps_the_changelog_and_refuses_stray_edits() {
     let changelog = std::fs::read_to_string(s.repo.path().join("docs/CHANGELOG.md")).unwrap();
     assert!(changelog.starts_with("# Changelog\n\n## "), "{changelog}");
     assert!(changelog.contains(" — web\n\n- Login form — shipped Login form\n- Password reset — shipped Password reset\n"), "{changelog}");
+    // The changelog is committed, so the next run does not pause on the dirty-tree guard.
+    let git = |args: &[&str]| {
+        let output = std::process::Command::new("git")
+            .args(args)
+            .current_dir(s.repo.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert_eq!(
+        git(&["status", "--porcelain"]),
+        "",
+        "the workdir is left dirty"
+    );
+    assert!(
+        git(&["log", "-1", "--format=%s"]).starts_with("docs: changelog of graph web"),
+        "{}",
+        git(&["log", "-3", "--oneline"])
+    );
+    assert!(
+        runs[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("committed as"),
+        "{:#}",
+        runs[0]
+    );
+    s.daemon.control_ok("web", json!({ "action": "reset" }));
+    s.daemon.control_ok("web", json!({ "action": "run" }));
+    assert_eq!(
+        s.daemon.settled("web")["status"],
+        "completed",
+        "the second run paused on its own changelog"
+    );
 
     // With an agent that touches a non-doc file, the hook fails naming it.
     let (status, _) = patch(
@@ -1085,10 +1119,10 @@ fn docs_maintenance_on_completed_keeps_the_changelog_and_refuses_stray_edits() {
     assert_eq!(status, 200);
     s.daemon.control_ok("web", json!({ "action": "run" }));
     assert_eq!(s.daemon.settled("web")["status"], "completed");
-    let runs = hook_runs(&s.daemon, "web", 2);
-    assert_eq!(runs[1]["status"], "failed");
+    let runs = hook_runs(&s.daemon, "web", 3);
+    assert_eq!(runs[2]["status"], "failed");
     assert_eq!(
-        runs[1]["error"],
+        runs[2]["error"],
         "docs maintenance changed files outside docs_paths (docs, README.md): src/lib.rs"
     );
 }

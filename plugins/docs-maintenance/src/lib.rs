@@ -7,7 +7,10 @@
 //! 2. when a `platform` is configured, runs that agent in the workdir, asking it to review the
 //!    closed specs, the resulting code and the docs, and to update the docs to match;
 //! 3. checks with `git status` that the call changed only files under `docs_paths`, and fails
-//!    naming every other path it touched.
+//!    naming every other path it touched;
+//! 4. commits the doc files it changed (`commit = true`, the default), so the graph's next run
+//!    does not find its workdir dirty and pause on the dirty-tree guard. Only the paths this
+//!    call changed are committed; anything that was dirty before is left as it was.
 //!
 //! Capabilities: `fs-read` (the workdir), `fs-write:docs` (the changelog), `process` (git and
 //! the agent). Nothing more.
@@ -54,6 +57,13 @@ struct DocsConfig {
     prompt: Option<String>,
     #[serde(default)]
     timeout_minutes: Option<u64>,
+    /// Commit the doc files this call changed (in a git workdir).
+    #[serde(default = "default_commit")]
+    commit: bool,
+}
+
+fn default_commit() -> bool {
+    true
 }
 
 impl DocsConfig {
@@ -136,7 +146,8 @@ impl Executor for DocsMaintenance {
                     "model": { "type": "string" },
                     "effort": { "type": "string" },
                     "prompt": { "type": "string", "description": "extra instructions for the review agent" },
-                    "timeout_minutes": { "type": "integer", "minimum": 1 }
+                    "timeout_minutes": { "type": "integer", "minimum": 1 },
+                    "commit": { "type": "boolean", "default": true, "description": "commit the doc files this call changed, so the next run starts on a clean tree" }
                 }
             }))
     }
@@ -210,11 +221,25 @@ impl Executor for DocsMaintenance {
             .lines()
             .filter(|l| !l.trim().is_empty() && *l != "(none)")
             .count();
+        let mut summary = format!("recorded {count} completed spec(s) in {}", config.changelog);
+        if let (true, Some(before), Some(after)) = (config.commit, &before, &after) {
+            let changed: Vec<String> = after
+                .iter()
+                .filter(|(path, stamp)| before.get(*path) != Some(stamp))
+                .map(|(path, _)| path.clone())
+                .collect();
+            if !changed.is_empty() {
+                let commit = commit_docs(&workdir, graph, &changed)?;
+                detail.push_str(&format!(
+                    "
+committed {}: {commit}",
+                    changed.join(", ")
+                ));
+                summary.push_str(&format!(", committed as {commit}"));
+            }
+        }
         Ok(Outcome::completed()
-            .with_summary(format!(
-                "recorded {count} completed spec(s) in {}",
-                config.changelog
-            ))
+            .with_summary(summary)
             .with_detail(detail))
     }
 }
@@ -272,6 +297,56 @@ fn append_changelog(workdir: &str, changelog: &str, entry: &str) -> Result<(), S
     }
     text.push_str(entry);
     canopy_plugin_sdk::fs::append(&path, text.as_bytes())
+}
+
+/// Commits exactly `paths` (and nothing else staged) in `workdir`; returns the short commit id.
+/// A repo without a configured identity gets Canopy's, so the commit never fails for that.
+fn commit_docs(workdir: &str, graph: &str, paths: &[String]) -> Result<String, String> {
+    let git = |args: Vec<String>| {
+        run_command(
+            &Command::new("git")
+                .args(args)
+                .cwd(workdir)
+                .timeout_ms(30_000),
+        )
+    };
+    let identity = git(vec!["config".into(), "user.email".into()])?;
+    let mut commit: Vec<String> = Vec::new();
+    if !identity.success() || identity.stdout.trim().is_empty() {
+        commit.extend([
+            "-c".into(),
+            "user.name=Canopy docs-maintenance".into(),
+            "-c".into(),
+            "user.email=docs-maintenance@canopy.invalid".into(),
+        ]);
+    }
+    let mut add = vec!["add".to_string(), "--".to_string()];
+    add.extend(paths.iter().cloned());
+    let added = git(add)?;
+    if !added.success() {
+        return Err(format!(
+            "git add of the docs failed: {}",
+            added.stderr.trim()
+        ));
+    }
+    commit.extend([
+        "commit".into(),
+        "--quiet".into(),
+        "--no-verify".into(),
+        "-m".into(),
+        format!("docs: changelog of graph {graph} (Canopy docs-maintenance)"),
+        "--".into(),
+    ]);
+    commit.extend(paths.iter().cloned());
+    let committed = git(commit)?;
+    if !committed.success() {
+        return Err(format!(
+            "git commit of the docs failed (set `commit` to false to leave them uncommitted): {}",
+            committed.stderr.trim()
+        ));
+    }
+    let head = git(vec!["rev-parse".into(), "--short".into(), "HEAD".into()])?;
+    Ok(head.stdout.trim().to_string())
 }
 
 /// Paths git reports as changed, each with a (size, mtime) stamp when the file exists.
