@@ -199,9 +199,7 @@ impl Engine {
             .map_err(|err| match err {
                 PluginError::UnknownMode { .. }
                 | PluginError::Disabled { .. }
-                | PluginError::InvalidConfig(_) => {
-                    EngineError::Invalid(format!("{at}: {err}"))
-                }
+                | PluginError::InvalidConfig(_) => EngineError::Invalid(format!("{at}: {err}")),
                 other => EngineError::Plugin(other),
             })
     }
