@@ -643,11 +643,12 @@ impl Engine {
             .is_some_and(|h| !h.is_finished())
     }
 
+    /// Starts the driver of a run that just became running. `start_run` / `continue_run` only
+    /// succeed on a graph that is not running, so a previous driver still listed here has
+    /// already settled or paused its run and is only ending: the new run gets its own driver
+    /// at once (waiting for the old one would leave the new run undriven).
     fn spawn_driver(&self, graph_id: &str, run_id: &str) {
         let mut drivers = self.drivers();
-        if drivers.get(graph_id).is_some_and(|h| !h.is_finished()) {
-            return;
-        }
         let task = tokio::spawn(driver::drive(
             self.clone(),
             graph_id.to_string(),
