@@ -173,6 +173,18 @@ pub fn create(conn: &Connection, new: NewQueue) -> Result<Queue, EngineError> {
     if name.is_empty() || name.chars().count() > 200 {
         return invalid("field `name` must be 1 to 200 characters");
     }
+    // Queues are named wherever an id is taken, so a name must stay unique.
+    let taken: Option<String> = conn
+        .query_row("SELECT id FROM queues WHERE name = ?1", [name], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if let Some(existing) = taken {
+        return Err(EngineError::Conflict(format!(
+            "a queue named `{name}` already exists ({}); pick another name",
+            ids::short(&existing)
+        )));
+    }
     let mut order = Vec::new();
     for (index, prefix) in new.specs.iter().enumerate() {
         let spec = specs::resolve(conn, prefix)
