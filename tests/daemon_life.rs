@@ -714,3 +714,29 @@ fn run_and_daemon_commands_answer_json() {
     let value: Value = daemon.json(&["run", "list"]);
     assert!(value["runs"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn daemon_stop_ends_a_following_inbox_stream_instead_of_waiting_on_it() {
+    let daemon = Daemon::start();
+    daemon.ok(&["session", "new", "--name", "lead"]);
+    // A client following an inbox: the answer's headers are in, the stream stays open.
+    let response = reqwest::blocking::Client::new()
+        .get(format!(
+            "{}/api/sessions/lead/inbox?follow=true",
+            daemon.url
+        ))
+        .bearer_auth(daemon.token())
+        .send()
+        .unwrap();
+    assert!(response.status().is_success());
+    let reader = std::thread::spawn(move || response.text().map(|body| body.len()));
+
+    let (ok, stdout, stderr) = cli(&daemon, &["daemon", "stop", "--timeout", "15"]);
+    assert!(
+        ok,
+        "daemon stop waited on the open stream:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("canopy daemon stopped"), "{stdout}");
+    // The follower saw its stream end rather than hang.
+    assert!(reader.join().unwrap().is_ok());
+}

@@ -337,4 +337,5 @@ async fn shutdown_signal(info: Arc<api::DaemonInfo>) {
         () = terminate => tracing::info!("SIGTERM received, shutting down"),
         () = info.shutdown.notified() => tracing::info!("shutting down as asked over the API"),
     }
+    info.stopping.send_replace(true);
 }

@@ -27,6 +27,9 @@ pub struct DaemonInfo {
     pub log_file: PathBuf,
     /// Notified by `POST /api/shutdown`: the daemon stops as on SIGTERM.
     pub shutdown: tokio::sync::Notify,
+    /// Turns true once the daemon is stopping, so long-lived streams (`inbox --follow`) end
+    /// and the graceful stop does not wait on them forever.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl DaemonInfo {
@@ -39,6 +42,16 @@ impl DaemonInfo {
             started: Instant::now(),
             log_file,
             shutdown: tokio::sync::Notify::new(),
+            stopping: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// Resolves once the daemon is stopping.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut stopping = self.stopping.subscribe();
+        async move {
+            // An error means the daemon's info is gone: it is stopping all the same.
+            let _ = stopping.wait_for(|stopping| *stopping).await;
         }
     }
 }

@@ -134,11 +134,11 @@ async fn inbox(
         .filter(|m| m.status == "delivered")
         .collect();
     let seen: Vec<String> = existing.iter().map(|m| m.id.clone()).collect();
-    Ok(
-        Sse::new(follow_stream(session.id, existing, seen, receiver))
-            .keep_alive(KeepAlive::default())
-            .into_response(),
+    Ok(Sse::new(
+        follow_stream(session.id, existing, seen, receiver).take_until(state.daemon.stopped()),
     )
+    .keep_alive(KeepAlive::default())
+    .into_response())
 }
 
 fn event_of(message: &Message) -> Result<Event, Infallible> {
