@@ -8,7 +8,9 @@ mod support;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use support::{APPEND_FILE_WASM, Daemon, HOSTILE_WASM, IMPOSTOR_WASM, git_repo, real, script};
+use support::{
+    APPEND_FILE_WASM, Daemon, HOSTILE_WASM, IMPOSTOR_WASM, git_repo, plugin_run, real, script,
+};
 
 /// `plugin run --json` on `name` with a config and markers, in `workdir`; returns the report.
 fn run_json(
@@ -19,50 +21,16 @@ fn run_json(
     markers: &[(&str, &str)],
     workdir: &Path,
 ) -> Value {
-    let config = config.to_string();
-    let workdir = workdir.to_string_lossy().into_owned();
-    let marker_args: Vec<String> = markers.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let mut args = vec![
-        "plugin",
-        "run",
-        name,
-        "--config",
-        &config,
-        "--workdir",
-        &workdir,
-        "--json",
-    ];
-    if let Some(mode) = mode {
-        args.extend(["--mode", mode]);
-    }
-    for marker in &marker_args {
-        args.extend(["--marker", marker.as_str()]);
-    }
-    let output = daemon.cli(&args);
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-        panic!(
-            "plugin run {name} printed no report: {}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
+    plugin_run(daemon, name, mode, &config, markers, workdir)
+        .unwrap_or_else(|stderr| panic!("plugin run {name} printed no report: {stderr}"))
 }
 
 /// `plugin run` expected to fail as a call; returns stderr.
 fn run_error(daemon: &Daemon, name: &str, mode: &str, config: Value, workdir: &Path) -> String {
-    let config = config.to_string();
-    let workdir = workdir.to_string_lossy().into_owned();
-    daemon.fails(&[
-        "plugin",
-        "run",
-        name,
-        "--mode",
-        mode,
-        "--config",
-        &config,
-        "--workdir",
-        &workdir,
-    ])
+    match plugin_run(daemon, name, Some(mode), &config, &[], workdir) {
+        Ok(report) => panic!("plugin run {name} --mode {mode} unexpectedly ran: {report}"),
+        Err(stderr) => stderr,
+    }
 }
 
 fn install_hostile(daemon: &Daemon) {

@@ -17,8 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::*;
 
-/// `plugin run NAME [--mode MODE] --config CONFIG --workdir DIR --json`: Ok(report) or, when
-/// the call itself failed, Err(stderr).
+/// `plugin run`: Ok(report) or, when the call itself failed, Err(stderr).
 fn run(
     daemon: &Daemon,
     name: &str,
@@ -26,25 +25,7 @@ fn run(
     config: &Value,
     workdir: &Path,
 ) -> Result<Value, String> {
-    let config = config.to_string();
-    let workdir = workdir.to_string_lossy().into_owned();
-    let mut args = vec![
-        "plugin",
-        "run",
-        name,
-        "--config",
-        &config,
-        "--workdir",
-        &workdir,
-        "--json",
-    ];
-    if let Some(mode) = mode {
-        args.extend(["--mode", mode]);
-    }
-    let output = daemon.cli(&args);
-    // A call that ran prints its report, also when its outcome is a failure.
-    serde_json::from_slice(&output.stdout)
-        .map_err(|_| String::from_utf8_lossy(&output.stderr).into_owned())
+    plugin_run(daemon, name, mode, config, &[], workdir)
 }
 
 /// Runs a `command` config; the report.

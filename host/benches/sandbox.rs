@@ -51,21 +51,43 @@ fn health_once(client: &reqwest::blocking::Client, daemon: &Daemon) -> Duration 
     started.elapsed()
 }
 
-/// One `plugin run` over HTTP; returns (ok, answer).
-fn call(daemon: &Daemon, plugin: &str, mode: &str, config: Value) -> (bool, Value) {
+/// One `plugin run` over HTTP against the daemon at `url`; returns (ok, answer). Takes owned
+/// values so it can run on a thread of its own.
+fn call_at(
+    url: String,
+    token: String,
+    plugin: String,
+    mode: String,
+    config: Value,
+) -> (bool, Value) {
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(600))
         .build()
         .unwrap();
-    let workdir = std::env::temp_dir();
     let response = client
-        .post(format!("{}/api/plugins/{plugin}/run", daemon.url))
-        .bearer_auth(daemon.token())
-        .json(&json!({ "mode": mode, "config": config, "workdir": workdir }))
+        .post(format!("{url}/api/plugins/{plugin}/run"))
+        .bearer_auth(token)
+        .json(&json!({ "mode": mode, "config": config, "workdir": std::env::temp_dir() }))
         .send()
         .unwrap();
     let ok = response.status().is_success();
     (ok, response.json().unwrap_or(Value::Null))
+}
+
+/// `call_at` on a thread of its own; the thread returns (ok, answer, time since `sent`).
+fn spawn_call(
+    daemon: &Daemon,
+    plugin: &str,
+    mode: &str,
+    config: Value,
+    sent: Instant,
+) -> std::thread::JoinHandle<(bool, Value, Duration)> {
+    let (url, token) = (daemon.url.clone(), daemon.token().to_string());
+    let (plugin, mode) = (plugin.to_string(), mode.to_string());
+    std::thread::spawn(move || {
+        let (ok, answer) = call_at(url, token, plugin, mode, config);
+        (ok, answer, sent.elapsed())
+    })
 }
 
 fn main() {
@@ -89,26 +111,8 @@ fn main() {
     let sent = Instant::now();
     let spinners: Vec<_> = (0..SPINNERS)
         .map(|_| {
-            let url = daemon.url.clone();
-            let token = daemon.token().to_string();
-            std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::builder()
-                    .timeout(Duration::from_secs(600))
-                    .build()
-                    .unwrap();
-                let response = client
-                    .post(format!("{url}/api/plugins/hostile/run"))
-                    .bearer_auth(token)
-                    .json(&json!({
-                        "mode": "hostile-spin",
-                        "config": { "timeout_seconds": SPIN_DEADLINE_SECS },
-                        "workdir": std::env::temp_dir(),
-                    }))
-                    .send()
-                    .unwrap();
-                let answer: Value = response.json().unwrap_or(Value::Null);
-                (sent.elapsed(), answer)
-            })
+            let config = json!({ "timeout_seconds": SPIN_DEADLINE_SECS });
+            spawn_call(&daemon, "hostile", "hostile-spin", config, sent)
         })
         .collect();
     // Sample the API while they spin (leave the first 200 ms for the calls to arrive).
@@ -121,7 +125,7 @@ fn main() {
     summary(&format!("GET /api/health, {SPINNERS} calls spinning"), busy);
     let mut ends = Vec::new();
     for spinner in spinners {
-        let (ended, answer) = spinner.join().unwrap();
+        let (_, answer, ended) = spinner.join().unwrap();
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("timed out"), "{answer}");
         ends.push(ended);
@@ -132,7 +136,13 @@ fn main() {
     );
     // And the next ordinary call is served at once.
     let started = Instant::now();
-    let (ok, answer) = call(&daemon, "hostile", "hostile-ok", json!({}));
+    let (ok, answer) = call_at(
+        daemon.url.clone(),
+        daemon.token().to_string(),
+        "hostile".into(),
+        "hostile-ok".into(),
+        json!({}),
+    );
     assert!(ok, "{answer}");
     println!(
         "{:<44} {:?}",
@@ -160,26 +170,7 @@ fn main() {
     };
     let sent = Instant::now();
     let calls: Vec<_> = (0..CONCURRENT)
-        .map(|_| {
-            let url = daemon.url.clone();
-            let token = daemon.token().to_string();
-            let (plugin, mode) = (plugin.clone(), mode.clone());
-            std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::builder()
-                    .timeout(Duration::from_secs(600))
-                    .build()
-                    .unwrap();
-                let response = client
-                    .post(format!("{url}/api/plugins/{plugin}/run"))
-                    .bearer_auth(token)
-                    .json(&json!({ "mode": mode, "config": {}, "workdir": std::env::temp_dir() }))
-                    .send()
-                    .unwrap();
-                let ok = response.status().is_success();
-                let answer: Value = response.json().unwrap_or(Value::Null);
-                (ok, answer, sent.elapsed())
-            })
-        })
+        .map(|_| spawn_call(&daemon, &plugin, &mode, json!({}), sent))
         .collect();
     let mut durations = Vec::new();
     let mut failed = 0;

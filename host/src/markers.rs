@@ -380,6 +380,16 @@ mod tests {
             .collect()
     }
 
+    /// What `sh -c command` prints on stdout.
+    fn sh_prints(command: &str) -> String {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
     #[test]
     fn plain_rendering_fills_known_markers_and_none_for_missing() {
         let text = "graph {{graph_name}} spec {{ spec_name }} blocker {{blocker}}";
@@ -413,14 +423,7 @@ mod tests {
                 &values(&[("spec_name", hostile)]),
                 Escape::Shell,
             );
-            let output = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(&command)
-                .output();
-            let printed = output
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            assert_eq!(printed, hostile, "command was {command}");
+            assert_eq!(sh_prints(&command), hostile, "command was {command}");
         }
         assert_eq!(
             render("{{x}}", &MarkerValues::new(), Escape::Shell),
@@ -476,14 +479,7 @@ mod tests {
         ] {
             assert_eq!(check_shell_quoting("command", template), Ok(()));
             let command = render(template, &values(&[("spec_name", hostile)]), Escape::Shell);
-            let output = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(&command)
-                .output();
-            let printed = output
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            assert_eq!(printed, hostile, "command was {command}");
+            assert_eq!(sh_prints(&command), hostile, "command was {command}");
         }
     }
 

@@ -398,6 +398,40 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `canopy plugin run NAME [--mode MODE] --config CONFIG [--marker k=v]... --workdir DIR --json`:
+/// Ok(report) when the call ran (also when its outcome is a failure), else Err(stderr).
+pub fn plugin_run(
+    daemon: &Daemon,
+    name: &str,
+    mode: Option<&str>,
+    config: &Value,
+    markers: &[(&str, &str)],
+    workdir: &Path,
+) -> Result<Value, String> {
+    let config = config.to_string();
+    let workdir = workdir.to_string_lossy().into_owned();
+    let marker_args: Vec<String> = markers.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut args = vec![
+        "plugin",
+        "run",
+        name,
+        "--config",
+        &config,
+        "--workdir",
+        &workdir,
+        "--json",
+    ];
+    if let Some(mode) = mode {
+        args.extend(["--mode", mode]);
+    }
+    for marker in &marker_args {
+        args.extend(["--marker", marker.as_str()]);
+    }
+    let output = daemon.cli(&args);
+    serde_json::from_slice(&output.stdout)
+        .map_err(|_| String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 /// A spec body in the tagged format, with `objective` as its objective.
 pub fn spec_body(objective: &str) -> String {
     let mut body = format!("<spec>\n<objective>\n{objective}\n</objective>\n");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde_json::Value;
 
-use super::run::{duration_ms, human};
+use super::run::{duration_ms, human, spec_name_in};
 use super::{Client, encode, items, short, str_at};
 
 /// How often the run is polled.
@@ -142,13 +142,7 @@ fn events(view: &Value) -> Vec<Event> {
         }
     };
     let specs = items(&view["specs"]);
-    let spec_name = |id: &str| {
-        specs
-            .iter()
-            .find(|s| s["spec_id"] == id)
-            .and_then(|s| s["spec_name"].as_str())
-            .map_or_else(|| short(id).to_string(), str::to_string)
-    };
+    let spec_name = |id: &str| spec_name_in(specs, id);
     for spec in specs {
         let id = str_at(spec, "/spec_id");
         let name = spec_name(id);

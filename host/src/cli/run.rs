@@ -204,6 +204,15 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The name of spec `id` among a run's `specs`, else its short id.
+pub(super) fn spec_name_in(specs: &[Value], id: &str) -> String {
+    specs
+        .iter()
+        .find(|s| s["spec_id"] == id)
+        .and_then(|s| s["spec_name"].as_str())
+        .map_or_else(|| short(id).to_string(), str::to_string)
+}
+
 fn print_run(view: &Value) {
     println!("run:       {}", str_at(view, "/id"));
     println!(
@@ -235,13 +244,7 @@ fn print_run(view: &Value) {
     }
 
     let specs = items(&view["specs"]);
-    let spec_name = |id: &str| {
-        specs
-            .iter()
-            .find(|s| s["spec_id"] == id)
-            .and_then(|s| s["spec_name"].as_str())
-            .map_or_else(|| short(id).to_string(), str::to_string)
-    };
+    let spec_name = |id: &str| spec_name_in(specs, id);
     println!("\nspecs:");
     if specs.is_empty() {
         println!("  the run reached no spec");
