@@ -1,13 +1,12 @@
 //! Digests of the compiled plugin artifacts in the data dir's cache (`compiled_artifacts`).
 
-use anyhow::Result;
 use rusqlite::{OptionalExtension, params};
 
-use super::Store;
+use super::{Rd, StoreError, Tx};
 
-impl Store {
+impl Rd<'_> {
     /// The digest recorded for the artifact file `file` when it was written, if any.
-    pub fn artifact_digest(&self, file: &str) -> Result<Option<String>> {
+    pub fn artifact_digest(&self, file: &str) -> Result<Option<String>, StoreError> {
         Ok(self
             .conn()
             .query_row(
@@ -17,9 +16,11 @@ impl Store {
             )
             .optional()?)
     }
+}
 
+impl Tx<'_> {
     /// Records (or replaces) the digest of the artifact file `file`.
-    pub fn record_artifact(&self, file: &str, sha256: &str) -> Result<()> {
+    pub fn record_artifact(&self, file: &str, sha256: &str) -> Result<(), StoreError> {
         self.conn().execute(
             "INSERT INTO compiled_artifacts (file, sha256, created_at) VALUES (?1, ?2, ?3)
              ON CONFLICT (file) DO UPDATE SET sha256 = excluded.sha256, created_at = excluded.created_at",
@@ -29,7 +30,7 @@ impl Store {
     }
 
     /// Forgets the digest of an artifact that was removed.
-    pub fn forget_artifact(&self, file: &str) -> Result<()> {
+    pub fn forget_artifact(&self, file: &str) -> Result<(), StoreError> {
         self.conn().execute(
             "DELETE FROM compiled_artifacts WHERE file = ?1",
             params![file],

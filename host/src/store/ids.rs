@@ -1,41 +1,21 @@
 //! Ids and id prefixes: every command and route that takes an id takes an unambiguous prefix,
 //! and where the thing has a name (graphs, queues, sessions), its name.
 
-use rusqlite::Connection;
-
-/// An id or prefix that does not name exactly one row.
-#[derive(Debug, thiserror::Error)]
-pub enum IdError {
-    /// Nothing matches.
-    #[error("no {kind} matches `{id}`")]
-    NotFound { kind: &'static str, id: String },
-    /// Several match.
-    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
-    Ambiguous {
-        kind: &'static str,
-        /// What `prefix` was taken as: `id prefix` or `name`.
-        by: &'static str,
-        prefix: String,
-        candidates: Vec<String>,
-    },
-    /// The lookup itself failed.
-    #[error(transparent)]
-    Sql(#[from] rusqlite::Error),
-}
+use super::{Rd, StoreError};
 
 /// Candidates listed when a prefix is ambiguous.
 const MAX_CANDIDATES: usize = 10;
 
 /// Resolves `prefix` against the `id` column of `table`; `kind` names it in errors.
-pub fn resolve(
-    conn: &Connection,
+pub(super) fn resolve(
+    conn: &rusqlite::Connection,
     table: &'static str,
     kind: &'static str,
     prefix: &str,
-) -> Result<String, IdError> {
+) -> Result<String, StoreError> {
     let prefix = prefix.trim();
     if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(IdError::NotFound {
+        return Err(StoreError::NotFound {
             kind,
             id: prefix.to_string(),
         });
@@ -49,12 +29,12 @@ pub fn resolve(
         .query_map([prefix.to_ascii_lowercase()], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     match ids.as_slice() {
-        [] => Err(IdError::NotFound {
+        [] => Err(StoreError::NotFound {
             kind,
             id: prefix.to_string(),
         }),
         [one] => Ok(one.clone()),
-        _ => Err(IdError::Ambiguous {
+        _ => Err(StoreError::Ambiguous {
             kind,
             by: "id prefix",
             prefix: prefix.to_string(),
@@ -67,13 +47,13 @@ pub fn resolve(
 /// prefix (see [`resolve`]). A name several rows share picks the one row among them that
 /// satisfies `prefer` (an SQL condition on the row, e.g. `status = 'live'`), if exactly one does;
 /// otherwise it is refused as ambiguous, listing the ids of the rows that hold it.
-pub fn resolve_named(
-    conn: &Connection,
+pub(super) fn resolve_named(
+    conn: &rusqlite::Connection,
     table: &'static str,
     kind: &'static str,
     text: &str,
     prefer: Option<&'static str>,
-) -> Result<String, IdError> {
+) -> Result<String, StoreError> {
     let name = text.trim();
     let sql = format!(
         "SELECT id, {} FROM {table} WHERE name = ?1 ORDER BY id",
@@ -98,7 +78,7 @@ pub fn resolve_named(
     } else {
         preferred.into_iter().cloned().collect()
     };
-    Err(IdError::Ambiguous {
+    Err(StoreError::Ambiguous {
         kind,
         by: "name",
         prefix: name.to_string(),
@@ -109,4 +89,27 @@ pub fn resolve_named(
 /// The short form of an id shown in tables.
 pub fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
+}
+
+impl Rd<'_> {
+    /// Resolves an id or unambiguous id prefix of a row of `table`; `kind` names it in errors.
+    pub(super) fn resolve_id(
+        &self,
+        table: &'static str,
+        kind: &'static str,
+        prefix: &str,
+    ) -> Result<String, StoreError> {
+        resolve(self.conn(), table, kind, prefix)
+    }
+
+    /// Resolves a name, else an id or id prefix (see [`resolve_named`]).
+    pub(super) fn resolve_named(
+        &self,
+        table: &'static str,
+        kind: &'static str,
+        text: &str,
+        prefer: Option<&'static str>,
+    ) -> Result<String, StoreError> {
+        resolve_named(self.conn(), table, kind, text, prefer)
+    }
 }

@@ -1,20 +1,74 @@
-//! The database: SQLite in the data dir, WAL, foreign keys on, numbered migrations applied at
-//! open. One connection, one writer; every state change is one transaction.
+//! The database. The store owns all SQL: one module per group of tables adds its queries to
+//! [`Rd`] (reads) and [`Tx`] (writes), taking and returning domain types. Callers run a
+//! closure over them with [`Store::read`] or [`Store::write`]; nothing outside `store/` sees a
+//! connection, so another backend is a change inside this module only.
+//!
+//! SQLite in the data dir, WAL, foreign keys on, numbered migrations applied at open. Writes
+//! go to one writer thread that group-commits; reads use a small pool (see [`db`]).
 
 pub mod artifacts;
+mod db;
+pub mod graphs;
+pub mod hook_runs;
 pub mod ids;
+pub mod messages;
 mod migrations;
+pub mod plugins;
+pub mod queues;
+pub mod runs;
+pub mod sessions;
+pub mod specs;
+pub mod states;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use rusqlite::Connection;
+use anyhow::Result;
+
+pub use db::{Rd, Tx};
+
+/// What went wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No row matches an id, id prefix or name.
+    #[error("no {kind} matches `{id}`")]
+    NotFound { kind: &'static str, id: String },
+    /// An id prefix (or a name) matches several rows.
+    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
+    Ambiguous {
+        kind: &'static str,
+        /// What `prefix` was taken as: `id prefix` or `name`.
+        by: &'static str,
+        prefix: String,
+        candidates: Vec<String>,
+    },
+    /// The store is shutting down.
+    #[error("the database is closed (the daemon is stopping)")]
+    Closed,
+    /// The writer dropped the write without committing it; the daemon log says why.
+    #[error("the database did not commit the write; see the daemon log")]
+    Lost,
+    /// SQLite or another internal failure.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        Self::Internal(err.into())
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(err: serde_json::Error) -> Self {
+        Self::Internal(err.into())
+    }
+}
 
 /// A cheap, cloneable handle on the database.
 #[derive(Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    db: Arc<db::Db>,
 }
 
 impl std::fmt::Debug for Store {
@@ -26,38 +80,59 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) the database and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self> {
-        let mut conn = Connection::open(path)
-            .with_context(|| format!("cannot open database {}", path.display()))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        migrations::apply(&mut conn)
-            .with_context(|| format!("cannot migrate database {}", path.display()))?;
-        Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
-        })
+        let db = db::Db::open(path, migrations::apply)?;
+        Ok(Self { db: Arc::new(db) })
     }
 
-    /// The connection, for one short piece of work. Hold it only as long as needed.
-    pub fn conn(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock leaves SQLite consistent (transactions roll back on
-        // drop), so a poisoned lock is safe to reuse.
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Runs `work` in one transaction: all of it is written, or none.
-    pub fn transaction<T>(
+    /// Runs `work` on one consistent snapshot, off the async runtime.
+    pub async fn read<T, E>(
         &self,
-        work: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let value = work(&tx)?;
-        tx.commit()?;
-        Ok(value)
+        work: impl FnOnce(&Rd<'_>) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.db.read(work).await
+    }
+
+    /// Runs `work` as one atomic write: all of it is committed, or (when it returns an error)
+    /// none of it. Returns once the write is committed.
+    pub async fn write<T, E>(
+        &self,
+        work: impl FnOnce(&Tx<'_>) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.db.write(work).await
+    }
+
+    /// [`Store::read`] for code outside the async runtime (tests, tools). Panics if called
+    /// on a runtime thread.
+    pub fn read_blocking<T, E>(
+        &self,
+        work: impl FnOnce(&Rd<'_>) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.db.read_blocking(work)
+    }
+
+    /// [`Store::write`] for code outside the async runtime (tests, tools). Panics if called
+    /// on a runtime thread.
+    pub fn write_blocking<T, E>(
+        &self,
+        work: impl FnOnce(&Tx<'_>) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.db.write_blocking(work)
     }
 }
 
