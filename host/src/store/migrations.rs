@@ -195,6 +195,33 @@ const MIGRATIONS: &[&str] = &[
         created_at  TEXT NOT NULL
     );
     "#,
+    // 5: a message is marked `delivering` before it is typed into a tmux pane, so a delivery
+    // cut off by a crash is visible. SQLite cannot alter a CHECK: the table is rebuilt.
+    r#"
+    CREATE TABLE messages_new (
+        id            TEXT PRIMARY KEY,
+        target_kind   TEXT NOT NULL CHECK (target_kind IN ('id', 'name')),
+        target        TEXT NOT NULL,
+        text          TEXT NOT NULL,
+        provenance    TEXT NOT NULL,         -- JSON: graph id, event, run, hook index, spec
+        origin        TEXT NOT NULL,         -- 'hook' for messages a hook queued
+        plugin        TEXT NOT NULL,
+        status        TEXT NOT NULL CHECK (status IN ('pending', 'delivering', 'delivered', 'undeliverable')),
+        created_at    TEXT NOT NULL,
+        session_id    TEXT,                  -- the session the message is for
+        error         TEXT,
+        delivered_at  TEXT
+    );
+    INSERT INTO messages_new (id, target_kind, target, text, provenance, origin, plugin, status,
+                              created_at, session_id, error, delivered_at)
+         SELECT id, target_kind, target, text, provenance, origin, plugin, status,
+                created_at, session_id, error, delivered_at
+           FROM messages;
+    DROP TABLE messages;
+    ALTER TABLE messages_new RENAME TO messages;
+    CREATE INDEX messages_pending ON messages (status, created_at);
+    CREATE INDEX messages_by_session ON messages (session_id, created_at);
+    "#,
 ];
 
 /// Applies every migration the database has not seen yet.
