@@ -680,12 +680,16 @@ fn a_second_daemon_on_a_taken_port_fails_before_touching_its_data_dir() {
         std::fs::read_to_string(dir.join("daemon.log")).unwrap(),
         log
     );
-    let conn = rusqlite::Connection::open(dir.join("canopy.db")).unwrap();
-    let status: String = conn
-        .query_row("SELECT status FROM runs", [], |r| r.get(0))
+    let store = canopy::store::Store::open(&dir.join("canopy.db")).unwrap();
+    let status = store
+        .read_blocking(|rd| Ok::<_, canopy::store::StoreError>(rd.runs(None, 1)?.remove(0).status))
         .unwrap();
-    assert_eq!(status, "running", "the refused daemon recovered the run");
-    drop(conn);
+    drop(store);
+    assert_eq!(
+        status.as_str(),
+        "running",
+        "the refused daemon recovered the run"
+    );
     // A daemon that does start there kills what the crashed one left running (`sleep 60`).
     drop(Daemon::start_on(&dir));
 

@@ -165,16 +165,21 @@ fn heading_format_specs_stay_readable_and_are_flagged() {
     let mut daemon = Daemon::start();
     let tagged = daemon.add_spec("Tagged");
     daemon.stop();
-    // A spec written before the tagged format existed.
-    let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
-    conn.execute(
-        "INSERT INTO specs (id, name, body, created_at, updated_at) VALUES ('abc123', 'Old style', '## Objective\nShip it\n\n## Constraints\nNone\n', '2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')",
-        [],
-    )
-    .unwrap();
-    drop(conn);
+    // A spec written before the tagged format existed (the API refuses that body now, so it
+    // goes in through the store).
+    let store = canopy::store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let old_id = store
+        .write_blocking(|tx| {
+            tx.insert_spec(
+                "Old style",
+                "## Objective\nShip it\n\n## Constraints\nNone\n",
+                None,
+            )
+        })
+        .unwrap();
+    drop(store);
     let daemon = Daemon::start_on(&daemon.data_dir);
-    let old = daemon.json(&["spec", "show", "abc123"]);
+    let old = daemon.json(&["spec", "show", &old_id]);
     assert_eq!(old["needs_conversion"], true);
     assert_eq!(
         old["body"],
@@ -662,18 +667,16 @@ fn a_graceful_shutdown_records_in_flight_node_runs_as_interrupted() {
         started.exists().then_some(())
     });
     daemon.stop();
-    let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
-    let (node_status, run_status): (String, String) = conn
-        .query_row(
-            "SELECT n.status, r.status FROM node_runs n JOIN runs r ON r.id = n.run_id",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+    let store = canopy::store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let (node_status, run_status) = store
+        .read_blocking(|rd| {
+            let run = rd.runs(None, 1)?.remove(0);
+            let node = rd.node_runs(&run.id)?.remove(0);
+            Ok::<_, canopy::store::StoreError>((node.status.as_str(), run.status.as_str()))
+        })
         .unwrap();
-    assert_eq!(
-        (node_status.as_str(), run_status.as_str()),
-        ("interrupted", "interrupted")
-    );
+    drop(store);
+    assert_eq!((node_status, run_status), ("interrupted", "interrupted"));
     let pid = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
@@ -705,10 +708,14 @@ fn a_graph_marked_running_with_nothing_running_carries_a_consistency_warning() {
     assert!(output.contains("completed"));
     daemon.stop();
     // A graph row that says running while its run is not (a state no driver will pick up).
-    let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
-    conn.execute("UPDATE graphs SET status = 'running'", [])
+    let store = canopy::store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    store
+        .write_blocking(|tx| {
+            let id = tx.resolve_graph("stale")?;
+            tx.set_graph_status(&id, canopy::store::graphs::GraphStatus::Running, None, None)
+        })
         .unwrap();
-    drop(conn);
+    drop(store);
     let daemon = Daemon::start_on(&daemon.data_dir);
     let view = daemon.json(&["graph", "get", "stale"]);
     let warning = view["consistency_warning"].as_str().unwrap();

@@ -70,15 +70,20 @@ fn main() {
             (runs["runs"][0]["status"] != "running").then_some(())
         });
         let elapsed = started.elapsed();
-        let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
-        let recorded: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM node_runs WHERE run_id = ?1 AND status = 'completed'",
-                [&run_id],
-                |r| r.get(0),
-            )
+        let store = canopy::store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+        let run = run_id.clone();
+        let recorded = store
+            .read_blocking(move |rd| {
+                Ok::<_, canopy::store::StoreError>(
+                    rd.node_runs(&run)?
+                        .iter()
+                        .filter(|n| n.status == canopy::store::runs::NodeRunStatus::Completed)
+                        .count(),
+                )
+            })
             .unwrap();
-        assert_eq!(recorded as usize, SPECS, "every node run is recorded");
+        drop(store);
+        assert_eq!(recorded, SPECS, "every node run is recorded");
         println!(
             "run {round}: {SPECS} specs in {:.3} s = {:.0} specs/s ({:.0} µs per spec), {recorded} node runs recorded",
             elapsed.as_secs_f64(),

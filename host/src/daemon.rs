@@ -50,14 +50,20 @@ impl ConfigSource {
 }
 
 impl HostServices for DaemonServices {
-    fn enqueue_message(
-        &self,
-        plugin: &str,
+    fn enqueue_message<'a>(
+        &'a self,
+        plugin: &'a str,
         target: MessageTarget,
-        text: &str,
-        provenance: &Provenance,
-    ) -> Result<String, String> {
-        sessions::enqueue(&self.store, plugin, &target, text, provenance)
+        text: &'a str,
+        provenance: &'a Provenance,
+    ) -> crate::plugins::ServiceFuture<'a, Result<String, String>> {
+        Box::pin(sessions::enqueue(
+            &self.store,
+            plugin,
+            target,
+            text,
+            provenance,
+        ))
     }
 
     fn agent_platform(&self, name: &str) -> Result<Platform, String> {
@@ -209,10 +215,11 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         },
     });
     let plugins = PluginHost::start(&data, store.clone(), &config, services).await?;
-    let interrupted_hooks = crate::hooks::runs::interrupt_unfinished(
-        &store.conn(),
-        "the daemon stopped before this hook run finished",
-    )?;
+    let interrupted_hooks = store
+        .write(|tx| {
+            tx.interrupt_unfinished_hook_runs("the daemon stopped before this hook run finished")
+        })
+        .await?;
     if interrupted_hooks > 0 {
         tracing::warn!(
             hook_runs = interrupted_hooks,
@@ -221,7 +228,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     }
     let hooks = HookDispatcher::new(store.clone(), plugins.clone());
     let engine = Engine::new(store.clone(), plugins.clone(), Arc::new(hooks.clone()));
-    let interrupted = engine.recover()?;
+    let interrupted = engine.recover().await?;
     if interrupted > 0 {
         tracing::warn!(
             runs = interrupted,
@@ -254,11 +261,12 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         .with_graceful_shutdown(shutdown_signal(info))
         .await;
     scheduler.abort();
-    let stopped = engine.shutdown()?;
-    crate::hooks::runs::interrupt_unfinished(
-        &engine_store.conn(),
-        "the daemon shut down before this hook run finished",
-    )?;
+    let stopped = engine.shutdown().await?;
+    engine_store
+        .write(|tx| {
+            tx.interrupt_unfinished_hook_runs("the daemon shut down before this hook run finished")
+        })
+        .await?;
     if stopped > 0 {
         tracing::info!(runs = stopped, "in-flight runs recorded as interrupted");
     }

@@ -2,7 +2,9 @@
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::header::{self, HeaderName};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -10,7 +12,7 @@ use serde_json::{Value, json};
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::engine::{
     ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, NodeRun, Queue, RunView, Spec,
-    SpecPatch,
+    SpecPatch, ViewPage,
 };
 
 pub fn router() -> Router<AppState> {
@@ -54,7 +56,7 @@ async fn list_specs(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<SpecQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let specs = state.engine.list_specs(query.workdir.as_deref())?;
+    let specs = state.engine.list_specs(query.workdir.as_deref()).await?;
     Ok(ApiJson(json!({ "specs": specs })))
 }
 
@@ -62,14 +64,14 @@ async fn create_spec(
     State(state): State<AppState>,
     ApiJson(new): ApiJson<NewSpec>,
 ) -> Result<(StatusCode, ApiJson<Spec>), ApiError> {
-    Ok((StatusCode::CREATED, ApiJson(state.engine.create_spec(new)?)))
+    Ok((StatusCode::CREATED, ApiJson(state.engine.create_spec(new).await?)))
 }
 
 async fn get_spec(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Spec>, ApiError> {
-    Ok(ApiJson(state.engine.get_spec(&id)?))
+    Ok(ApiJson(state.engine.get_spec(&id).await?))
 }
 
 async fn update_spec(
@@ -77,20 +79,20 @@ async fn update_spec(
     Path(id): Path<String>,
     ApiJson(patch): ApiJson<SpecPatch>,
 ) -> Result<ApiJson<Spec>, ApiError> {
-    Ok(ApiJson(state.engine.update_spec(&id, patch)?))
+    Ok(ApiJson(state.engine.update_spec(&id, patch).await?))
 }
 
 async fn delete_spec(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Spec>, ApiError> {
-    Ok(ApiJson(state.engine.delete_spec(&id)?))
+    Ok(ApiJson(state.engine.delete_spec(&id).await?))
 }
 
 // ----- graphs -----
 
 async fn list_graphs(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(json!({ "graphs": state.engine.list_graphs()? })))
+    Ok(ApiJson(json!({ "graphs": state.engine.list_graphs().await? })))
 }
 
 /// Creates a graph; the answer is `graph get` with `warnings` (a workdir that is not a git
@@ -121,35 +123,82 @@ async fn with_warnings(view: GraphView) -> Result<Value, ApiError> {
     Ok(value)
 }
 
+/// The entity tag of a graph at `version`: `"<version>"`.
+fn etag(version: i64) -> (HeaderName, HeaderValue) {
+    let value = HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""));
+    (header::ETAG, value)
+}
+
+/// The version an `If-Match` header names: `"7"`, `7` or `W/"7"`; `*` names none.
+fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    let bare = text.trim_start_matches("W/").trim_matches('"');
+    bare.parse::<i64>().map(Some).map_err(|_| {
+        ApiError::bad_request(format!(
+            "header `If-Match` must name a graph version as `graph get` gives it in `ETag` (e.g. \"3\"), got `{text}`"
+        ))
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GraphQuery {
+    /// Specs of the per-spec lists skipped from the start.
+    #[serde(default)]
+    offset: Option<usize>,
+    /// Specs of the per-spec lists shown at most.
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
 async fn get_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<ApiJson<GraphView>, ApiError> {
-    Ok(ApiJson(state.engine.get_graph(&name)?))
+    ApiQuery(query): ApiQuery<GraphQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let defaults = ViewPage::default();
+    let page = ViewPage {
+        offset: query.offset.unwrap_or(defaults.offset),
+        limit: query.limit.unwrap_or(defaults.limit),
+    }
+    .checked()?;
+    let view = state.engine.get_graph_page(&name, page).await?;
+    Ok(([etag(view.graph.version)], ApiJson(view)))
 }
 
 /// Updates a graph; the answer is `graph get`, with `warnings` when the edit set a workdir that
-/// is not a git repository.
+/// is not a git repository. `If-Match` (or `version` in the body) makes it conditional: 412
+/// with the current version when the graph was edited since.
 async fn update_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     ApiJson(input): ApiJson<GraphInput>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let workdir_set = input.workdir.is_some();
-    let view = state.engine.update_graph(&name, input).await?;
+    let view = state
+        .engine
+        .update_graph(&name, input, if_match(&headers)?)
+        .await?;
+    let tag = etag(view.graph.version);
     if workdir_set {
-        return Ok(ApiJson(with_warnings(view).await?));
+        return Ok(([tag], ApiJson(with_warnings(view).await?)));
     }
-    serde_json::to_value(view)
-        .map(ApiJson)
-        .map_err(|err| ApiError::internal(&err.into()))
+    let value = serde_json::to_value(view).map_err(|err| ApiError::internal(&err.into()))?;
+    Ok(([tag], ApiJson(value)))
 }
 
 async fn delete_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let graph = state.engine.delete_graph(&name)?;
+    let graph = state.engine.delete_graph(&name).await?;
     Ok(ApiJson(json!({ "deleted": graph.name, "id": graph.id })))
 }
 
@@ -158,7 +207,7 @@ async fn control(
     Path(name): Path<String>,
     ApiJson(request): ApiJson<ControlRequest>,
 ) -> Result<ApiJson<GraphView>, ApiError> {
-    Ok(ApiJson(state.engine.control(&name, request)?))
+    Ok(ApiJson(state.engine.control(&name, request).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,7 +224,7 @@ async fn graph_node_runs(
 ) -> Result<ApiJson<Value>, ApiError> {
     let runs = state
         .engine
-        .graph_node_runs(&name, query.last.unwrap_or(50).min(10_000))?;
+        .graph_node_runs(&name, query.last.unwrap_or(50).min(10_000)).await?;
     Ok(ApiJson(json!({ "node_runs": runs })))
 }
 
@@ -197,8 +246,8 @@ async fn list_runs(
 ) -> Result<ApiJson<Value>, ApiError> {
     let runs = state
         .engine
-        .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000))?;
-    let names = graph_names(&state)?;
+        .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000)).await?;
+    let names = graph_names(&state).await?;
     let runs: Vec<Value> = runs
         .into_iter()
         .map(|run| {
@@ -212,17 +261,10 @@ async fn list_runs(
 }
 
 /// Graph id -> name.
-fn graph_names(state: &AppState) -> Result<std::collections::HashMap<String, String>, ApiError> {
-    let conn = state.store.conn();
-    let names = conn
-        .prepare_cached("SELECT id, name FROM graphs")
-        .and_then(|mut statement| {
-            statement
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()
-        })
-        .map_err(|err| ApiError::internal(&err.into()))?;
-    Ok(names)
+async fn graph_names(
+    state: &AppState,
+) -> Result<std::collections::HashMap<String, String>, ApiError> {
+    Ok(state.store.read(|rd| rd.graph_names()).await?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -242,17 +284,14 @@ async fn get_run(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<RunQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let mut view: RunView = state.engine.get_run(&id)?;
-    let in_flight = state.engine.run_in_flight(&view.run)?;
-    let mut hook_runs = crate::hooks::runs::query(
-        &state.store.conn(),
-        &crate::hooks::runs::HookRunFilter {
-            run_id: Some(view.run.id.clone()),
-            last: 10_000,
-            ..Default::default()
-        },
-    )
-    .map_err(|err| ApiError::internal(&err.into()))?;
+    let mut view: RunView = state.engine.get_run(&id).await?;
+    let in_flight = state.engine.run_in_flight(&view.run).await?;
+    let filter = crate::hooks::runs::HookRunFilter {
+        run_id: Some(view.run.id.clone()),
+        last: 10_000,
+        ..Default::default()
+    };
+    let mut hook_runs = state.store.read(move |rd| rd.hook_runs(&filter)).await?;
     if query.brief {
         for node_run in &mut view.node_runs {
             node_run.detail = None;
@@ -261,7 +300,7 @@ async fn get_run(
             hook_run.output = None;
         }
     }
-    let graph_name = graph_names(&state)?.remove(&view.run.graph_id);
+    let graph_name = graph_names(&state).await?.remove(&view.run.graph_id);
     let mut value = json!(view);
     value["graph_name"] = json!(graph_name);
     value["hook_runs"] = json!(hook_runs);
@@ -274,13 +313,13 @@ async fn get_node_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<NodeRun>, ApiError> {
-    Ok(ApiJson(state.engine.get_node_run(&id)?))
+    Ok(ApiJson(state.engine.get_node_run(&id).await?))
 }
 
 // ----- queues -----
 
 async fn list_queues(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(json!({ "queues": state.engine.list_queues()? })))
+    Ok(ApiJson(json!({ "queues": state.engine.list_queues().await? })))
 }
 
 async fn create_queue(
@@ -289,7 +328,7 @@ async fn create_queue(
 ) -> Result<(StatusCode, ApiJson<Queue>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        ApiJson(state.engine.create_queue(new)?),
+        ApiJson(state.engine.create_queue(new).await?),
     ))
 }
 
@@ -297,14 +336,14 @@ async fn get_queue(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Queue>, ApiError> {
-    Ok(ApiJson(state.engine.get_queue(&id)?))
+    Ok(ApiJson(state.engine.get_queue(&id).await?))
 }
 
 async fn delete_queue(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Queue>, ApiError> {
-    Ok(ApiJson(state.engine.delete_queue(&id)?))
+    Ok(ApiJson(state.engine.delete_queue(&id).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -324,14 +363,14 @@ async fn queue_add(
         &id,
         &body.spec,
         body.group.as_deref(),
-    )?))
+    ).await?))
 }
 
 async fn queue_remove(
     State(state): State<AppState>,
     Path((id, spec)): Path<(String, String)>,
 ) -> Result<ApiJson<Queue>, ApiError> {
-    Ok(ApiJson(state.engine.queue_remove(&id, &spec)?))
+    Ok(ApiJson(state.engine.queue_remove(&id, &spec).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -349,7 +388,7 @@ async fn queue_group(
         &id,
         &spec,
         body.group.as_deref(),
-    )?))
+    ).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -363,5 +402,5 @@ async fn queue_reorder(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Reorder>,
 ) -> Result<ApiJson<Queue>, ApiError> {
-    Ok(ApiJson(state.engine.queue_reorder(&id, &body.order)?))
+    Ok(ApiJson(state.engine.queue_reorder(&id, &body.order).await?))
 }

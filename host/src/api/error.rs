@@ -17,6 +17,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Machine-readable facts beside the message (the current version of a stale edit).
+    pub details: Option<Value>,
 }
 
 impl ApiError {
@@ -25,6 +27,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            details: None,
         }
     }
 
@@ -56,7 +59,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        let mut error = serde_json::json!({ "code": self.code, "message": self.message });
+        if let (Some(Value::Object(details)), Some(object)) = (self.details, error.as_object_mut()) {
+            object.extend(details);
+        }
+        let body = serde_json::json!({ "error": error });
         (self.status, axum::Json(body)).into_response()
     }
 }
@@ -101,9 +108,19 @@ impl From<EngineError> for ApiError {
             }
             EngineError::Invalid(_) => Self::bad_request(message),
             EngineError::Conflict(_) => Self::conflict(message),
+            EngineError::Stale { current, .. } => Self {
+                details: Some(serde_json::json!({ "current_version": current })),
+                ..Self::new(StatusCode::PRECONDITION_FAILED, "stale_version", message)
+            },
             EngineError::Plugin(err) => err.into(),
             EngineError::Internal(err) => Self::internal(&err),
         }
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(err: crate::store::StoreError) -> Self {
+        EngineError::from(err).into()
     }
 }
 

@@ -79,7 +79,7 @@ async fn remove(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let info = state.plugins.remove(&name)?;
+    let info = state.plugins.remove(&name).await?;
     let orphaned: Vec<&String> = info
         .record
         .manifest
@@ -88,7 +88,7 @@ async fn remove(
         .filter(|mode| state.plugins.plugin_ref(mode).is_err())
         .collect();
     let mut used_by = Vec::new();
-    for view in state.engine.list_graphs()? {
+    for view in state.engine.list_graphs().await? {
         let graph = &view.graph;
         let mut uses = |place: String, config: &Map<String, Value>| {
             if let Ok(work) = crate::plugins::split_work_config(config)
@@ -148,7 +148,7 @@ async fn enable(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<ApiJson<PluginInfo>, ApiError> {
-    Ok(ApiJson(state.plugins.set_enabled(&name, true)?))
+    Ok(ApiJson(state.plugins.set_enabled(&name, true).await?))
 }
 
 #[derive(Debug, Deserialize)]

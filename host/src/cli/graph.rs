@@ -33,18 +33,26 @@ pub enum GraphCommand {
         json: bool,
     },
     /// Show a graph: status, blocker, warnings, current run and its progress.
-    #[command(after_help = "Example:\n  canopy graph get web")]
+    #[command(
+        after_help = "Examples:\n  canopy graph get web\n  canopy graph get web --offset 50    # the next page of a long run's specs"
+    )]
     Get {
         /// The graph's name, id or unique id prefix.
         #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
+        /// Skip this many specs of the run's per-spec list.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        offset: usize,
+        /// Show at most this many specs (1 to 1000).
+        #[arg(long, value_name = "N", default_value_t = 50)]
+        limit: usize,
         #[arg(long)]
         json: bool,
     },
     /// Change a graph with a JSON file holding only the fields to change. Each event named under
     /// `hooks` gets exactly the list given (`[]` removes its hooks); other events keep theirs.
     #[command(
-        after_help = "Example:\n  canopy graph edit web changes.json    # changes.json: {\"allow_dirty_start\": true}"
+        after_help = "Examples:\n  canopy graph edit web changes.json    # changes.json: {\"allow_dirty_start\": true}\n  canopy graph edit web changes.json --if-version 4    # refused if someone edited web since version 4"
     )]
     Edit {
         /// The graph's name, id or unique id prefix.
@@ -53,6 +61,10 @@ pub enum GraphCommand {
         /// A JSON file with the fields to change.
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Apply the edit only if the graph is still at this version (`version` in `graph get`);
+        /// otherwise change nothing and say which version it is at.
+        #[arg(long, value_name = "N")]
+        if_version: Option<i64>,
         #[arg(long)]
         json: bool,
     },
@@ -178,6 +190,7 @@ fn print_graph(graph: &Value) {
     );
     println!("status:   {}", str_at(graph, "/status"));
     println!("workdir:  {}", str_at(graph, "/workdir"));
+    println!("version:  {}", graph["version"]);
     if let Some(blocker) = graph["blocker"].as_str() {
         println!("blocker:  {}", blocker.replace('\n', "\n          "));
     }
@@ -209,6 +222,15 @@ fn print_graph(graph: &Value) {
                 ]
             })
             .collect();
+        if let Some(summary) = graph["progress_summary"].as_object()
+            && !summary.is_empty()
+        {
+            let counts: Vec<String> = summary
+                .iter()
+                .map(|(result, count)| format!("{count} {result}"))
+                .collect();
+            println!("specs:    {}", counts.join(", "));
+        }
         if !rows.is_empty() {
             println!();
             print!(
@@ -218,6 +240,21 @@ fn print_graph(graph: &Value) {
                     &rows
                 )
             );
+            let page = &graph["progress_page"];
+            let (offset, total) = (
+                page["offset"].as_u64().unwrap_or(0),
+                page["total"].as_u64().unwrap_or(0),
+            );
+            let shown = rows.len() as u64;
+            if offset > 0 || offset + shown < total {
+                println!(
+                    "showing specs {}-{} of {total}; `canopy graph get {} --offset {}` shows the next ones",
+                    offset + 1,
+                    offset + shown,
+                    str_at(graph, "/name"),
+                    offset + shown
+                );
+            }
         }
     }
 }
@@ -327,7 +364,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                             str_at(g, "/name").to_string(),
                             str_at(g, "/status").to_string(),
                             g["nodes"].as_array().map_or(0, Vec::len).to_string(),
-                            g["specs"].as_array().map_or(0, Vec::len).to_string(),
+                            g["specs_total"].to_string(),
                             str_at(g, "/workdir").to_string(),
                             g["blocker"]
                                 .as_str()
@@ -343,18 +380,34 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 );
             }
         }
-        GraphCommand::Get { name, json } => {
-            let graph: Value = client.get(&path(&name)).await?;
+        GraphCommand::Get {
+            name,
+            offset,
+            limit,
+            json,
+        } => {
+            let graph: Value = client
+                .get(&format!("{}?offset={offset}&limit={limit}", path(&name)))
+                .await
+                .map_err(|err| in_cli_terms(err, &[("offset", "--offset"), ("limit", "--limit")]))?;
             if json {
                 print_json(&graph)?;
             } else {
                 print_graph(&graph);
             }
         }
-        GraphCommand::Edit { name, file, json } => {
-            let request = client
+        GraphCommand::Edit {
+            name,
+            file,
+            if_version,
+            json,
+        } => {
+            let mut request = client
                 .request(reqwest::Method::PATCH, &path(&name))
                 .json(&read_json(&file)?);
+            if let Some(version) = if_version {
+                request = request.header(reqwest::header::IF_MATCH, format!("\"{version}\""));
+            }
             let graph: Value = client
                 .send(request)
                 .await
@@ -363,7 +416,11 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 print_json(&graph)?;
             } else {
                 print_warnings(&graph);
-                println!("updated graph {}", str_at(&graph, "/name"));
+                println!(
+                    "updated graph {} (now version {})",
+                    str_at(&graph, "/name"),
+                    graph["version"]
+                );
             }
         }
         GraphCommand::Run {

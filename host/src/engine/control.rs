@@ -1,13 +1,13 @@
 //! `graph_control`: starting, resetting and continuing runs, and marking runs interrupted when
 //! the daemon stops or died. Each function is one transaction's worth of work on `tx`.
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Deserialize;
 
 use super::events::{self, EngineEvent};
 use super::graphs::{self, GraphStatus};
-use super::{EngineError, driver, invalid, queues, runs};
-use crate::store::{self, ids};
+use super::runs::{RunStatus, SpecResult};
+use super::{EngineError, invalid, queues};
+use crate::store::{Tx, ids};
 
 /// A `graph_control` request.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -30,12 +30,12 @@ pub struct ControlRequest {
 }
 
 pub(super) fn start_run(
-    tx: &Connection,
+    tx: &Tx<'_>,
     graph_id: &str,
     queue: Option<&str>,
     workdir: Option<&str>,
 ) -> Result<String, EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
+    let graph = tx.graph(graph_id)?;
     match graph.status {
         GraphStatus::Running => {
             return Err(EngineError::Conflict(format!(
@@ -71,34 +71,21 @@ pub(super) fn start_run(
         Some(dir) => graphs::check_workdir("workdir", dir)?,
         None => graph.workdir.clone(),
     };
-    let run_id = store::new_id();
-    tx.execute(
-        "INSERT INTO runs (id, graph_id, workdir, queue_id, status, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
-        params![run_id, graph_id, workdir, queue_id, store::now()],
-    )?;
-    tx.execute(
-        "UPDATE graphs SET status = 'running', blocker = NULL, current_run_id = ?2, updated_at = ?3 WHERE id = ?1",
-        params![graph_id, run_id, store::now()],
-    )?;
+    let run_id = tx.insert_run(graph_id, &workdir, queue_id.as_deref())?;
+    tx.set_graph_status(graph_id, GraphStatus::Running, None, Some(&run_id))?;
     Ok(run_id)
 }
 
 /// Refuses a run on a queue with nothing pending: it would settle at once with nothing done.
-fn refuse_drained(tx: &Connection, queue_id: &str) -> Result<(), EngineError> {
-    let members = queues::members(tx, queue_id)?;
+fn refuse_drained(tx: &Tx<'_>, queue_id: &str) -> Result<(), EngineError> {
+    let queue = tx.queue(queue_id)?;
+    let members = queue.members;
     if members.iter().any(|m| m.pending) {
         return Ok(());
     }
-    let name: String = tx.query_row("SELECT name FROM queues WHERE id = ?1", [queue_id], |r| {
-        r.get(0)
-    })?;
-    // How to name the queue on the command line: by its name while that is unique.
-    let holders: i64 = tx.query_row(
-        "SELECT COUNT(*) FROM queues WHERE name = ?1",
-        [&name],
-        |r| r.get(0),
-    )?;
-    let arg = if holders == 1 {
+    let name = queue.name;
+    // How to name the queue on the command line: by its name (names are unique).
+    let arg = if tx.queue_named(&name)?.as_deref() == Some(queue_id) {
         shlex::try_quote(&name).map_or_else(|_| ids::short(queue_id).to_string(), String::from)
     } else {
         ids::short(queue_id).to_string()
@@ -117,81 +104,51 @@ fn refuse_drained(tx: &Connection, queue_id: &str) -> Result<(), EngineError> {
     )))
 }
 
-fn interrupt_node_runs(
-    tx: &Connection,
-    run_id: &str,
-    why: &str,
-) -> Result<Option<(String, String)>, EngineError> {
-    let running: Option<(String, String)> = tx
-        .query_row(
-            "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    tx.execute(
-        "UPDATE node_runs SET status = 'interrupted', reason = ?2, finished_at = ?3 WHERE run_id = ?1 AND status = 'running'",
-        params![run_id, why, store::now()],
-    )?;
-    tx.execute(
-        "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
-        params![run_id, store::now()],
-    )?;
-    Ok(running)
-}
-
-pub(super) fn reset(tx: &Connection, graph_id: &str) -> Result<(), EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
+pub(super) fn reset(tx: &Tx<'_>, graph_id: &str) -> Result<(), EngineError> {
+    let graph = tx.graph_shallow(graph_id)?;
     if let Some(run_id) = &graph.current_run_id {
-        interrupt_node_runs(tx, run_id, "the graph was reset while this node ran")?;
-        tx.execute(
-            "UPDATE runs SET status = 'reset', finished_at = COALESCE(finished_at, ?2) WHERE id = ?1 AND status IN ('running', 'paused', 'interrupted')",
-            params![run_id, store::now()],
-        )?;
+        tx.interrupt_node_runs(run_id, "the graph was reset while this node ran")?;
+        let run = tx.run(run_id)?;
+        if run.status.is_active() {
+            tx.finish_run(run_id, RunStatus::Reset, run.blocker.as_deref(), None)?;
+        }
     }
-    tx.execute(
-        "UPDATE graphs SET status = 'idle', blocker = NULL, current_run_id = NULL, updated_at = ?2 WHERE id = ?1",
-        params![graph_id, store::now()],
-    )?;
+    // No driver may go on with the abandoned run.
+    tx.take_driver_lease(graph_id)?;
+    tx.clear_graph_run(graph_id)?;
     Ok(())
 }
 
 pub(super) fn continue_run(
-    tx: &Connection,
+    tx: &Tx<'_>,
     graph_id: &str,
     mode: Option<&str>,
     node: Option<&str>,
 ) -> Result<String, EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
+    let graph = tx.graph(graph_id)?;
     let Some(run_id) = graph.current_run_id.clone() else {
         return Err(EngineError::Conflict(format!(
             "graph `{}` has no run to continue; start one with `run`",
             graph.name
         )));
     };
-    let run = runs::get(tx, &run_id)?;
-    let resumable = matches!(run.status.as_str(), "paused" | "interrupted")
-        || (run.status == "running" && !runs::node_in_progress(tx, &run_id)?);
+    let run = tx.run(&run_id)?;
+    let resumable = match run.status {
+        RunStatus::Paused | RunStatus::Interrupted => true,
+        RunStatus::Running => !tx.node_in_progress(&run_id)?,
+        RunStatus::Completed | RunStatus::Failed | RunStatus::Reset => false,
+    };
     if !resumable {
         return Err(EngineError::Conflict(format!(
             "graph `{}` is {}; only a paused or interrupted run can be continued",
             graph.name, run.status
         )));
     }
-    let blocked: Option<String> = tx
-        .query_row(
-            "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'blocked'",
-            [&run_id],
-            |r| r.get(0),
-        )
-        .optional()?;
+    let blocked = tx.blocked_spec(&run_id)?;
     match (mode, node) {
         (None, None) => {
             if let Some(spec) = &blocked {
-                tx.execute(
-                    "UPDATE run_specs SET status = 'running' WHERE run_id = ?1 AND spec_id = ?2",
-                    params![run_id, spec],
-                )?;
+                tx.set_run_spec_status(&run_id, spec, SpecResult::Running, None)?;
             }
         }
         (Some("run_from_node"), Some(node)) => {
@@ -207,50 +164,31 @@ pub(super) fn continue_run(
             // one a directed start runs again; otherwise it applies to the next spec.
             let stopped_on = match &blocked {
                 Some(spec) => Some(spec.clone()),
-                None if run.status == "interrupted" => tx
-                    .query_row(
-                        "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'interrupted' ORDER BY ordinal DESC LIMIT 1",
-                        [&run_id],
-                        |r| r.get(0),
-                    )
-                    .optional()?,
+                None if run.status == RunStatus::Interrupted => {
+                    tx.last_interrupted_spec(&run_id)?
+                }
                 None => None,
             };
             match &stopped_on {
-                Some(spec) => {
-                    tx.execute(
-                        "UPDATE run_specs SET status = 'running', next_node = ?3, finished_at = NULL WHERE run_id = ?1 AND spec_id = ?2",
-                        params![run_id, spec, index as i64],
-                    )?;
-                }
-                None => {
-                    tx.execute(
-                        "UPDATE runs SET start_node = ?2 WHERE id = ?1",
-                        params![run_id, node],
-                    )?;
-                }
+                Some(spec) => tx.restart_run_spec(&run_id, spec, index)?,
+                None => tx.set_run_start_node(&run_id, Some(node))?,
             }
         }
         (Some("run_from_node"), None) => {
             return invalid("field `node` is required with mode `run_from_node`");
         }
         (Some("skip_next_spec"), None) => match &blocked {
-            Some(spec) => {
-                tx.execute(
-                    "UPDATE run_specs SET status = 'skipped', finished_at = ?3 WHERE run_id = ?1 AND spec_id = ?2",
-                    params![run_id, spec, store::now()],
-                )?;
-            }
+            Some(spec) => tx.set_run_spec_status(&run_id, spec, SpecResult::Skipped, None)?,
             None => {
-                let next = driver::next_candidate_for(tx, graph_id, &run, 0)?;
-                let Some((spec, group, _)) = next else {
+                let Some(next) = tx.next_candidate(graph_id, &run, 0)? else {
                     return invalid(format!("graph `{}` has no next spec to skip", graph.name));
                 };
-                let now = store::now();
-                tx.execute(
-                    "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at)
-                     VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, 'skipped', 0, ?4, ?4)",
-                    params![run_id, spec, group, now],
+                tx.insert_run_spec(
+                    &run_id,
+                    &next.spec_id,
+                    next.group.as_deref(),
+                    SpecResult::Skipped,
+                    0,
                 )?;
             }
         },
@@ -264,28 +202,18 @@ pub(super) fn continue_run(
         }
         (None, Some(_)) => return invalid("field `node` needs mode `run_from_node`"),
     }
-    tx.execute(
-        "UPDATE runs SET status = 'running', blocker = NULL WHERE id = ?1",
-        [&run_id],
-    )?;
-    graphs::set_status(tx, graph_id, GraphStatus::Running, None, None)?;
+    tx.set_run_status(&run_id, RunStatus::Running, None)?;
+    tx.set_graph_status(graph_id, GraphStatus::Running, None, None)?;
     Ok(run_id)
 }
 
 /// Marks every active run interrupted and pauses its graph; returns the pause events.
-pub(super) fn interrupt_active(
-    tx: &Connection,
-    why: &str,
-) -> Result<Vec<EngineEvent>, EngineError> {
-    let active: Vec<String> = tx
-        .prepare("SELECT id FROM runs WHERE status = 'running'")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+pub(super) fn interrupt_active(tx: &Tx<'_>, why: &str) -> Result<Vec<EngineEvent>, EngineError> {
     let mut events = Vec::new();
-    for run_id in active {
-        let run = runs::get(tx, &run_id)?;
-        let graph = graphs::get_by_id(tx, &run.graph_id)?;
-        let stopped = interrupt_node_runs(tx, &run_id, why)?;
+    for run_id in tx.running_run_ids()? {
+        let run = tx.run(&run_id)?;
+        let graph = tx.graph_shallow(&run.graph_id)?;
+        let stopped = tx.interrupt_node_runs(&run_id, why)?;
         let at = match &stopped {
             Some((node, spec)) => format!(
                 " (node `{node}` on spec {} was interrupted and will not be re-run on its own)",
@@ -297,11 +225,9 @@ pub(super) fn interrupt_active(
             "interrupted: {why}{at}; `canopy graph continue {g}` goes on with the next spec, `--mode run_from_node --node NODE` runs the interrupted spec again, `canopy graph reset {g}` abandons the run",
             g = graph.name
         );
-        tx.execute(
-            "UPDATE runs SET status = 'interrupted', blocker = ?2 WHERE id = ?1",
-            params![run_id, blocker],
-        )?;
-        graphs::set_status(tx, &graph.id, GraphStatus::Paused, Some(&blocker), None)?;
+        tx.set_run_status(&run_id, RunStatus::Interrupted, Some(&blocker))?;
+        tx.set_graph_status(&graph.id, GraphStatus::Paused, Some(&blocker), None)?;
+        tx.take_driver_lease(&graph.id)?;
         events.push(EngineEvent::RunBlocked {
             run: events::RunContext {
                 graph_id: graph.id.clone(),

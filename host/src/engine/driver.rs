@@ -7,18 +7,17 @@
 
 use std::path::PathBuf;
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::events::{CompletedSpec, EngineEvent, RunContext};
 use super::git::{self, LISTED_PATHS, TreeState};
-use super::graphs::{self, Graph, GraphStatus};
-use super::runs::{self, Run};
+use super::graphs::{Graph, GraphStatus};
+use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
 use crate::markers::{MarkerValues, NODE_MARKERS};
 use crate::plugins::{CallRequest, PluginError, Provenance, Status, split_work_config};
-use crate::store;
-use crate::store::ids;
+use crate::store::runs::{NewNodeRun, NodeRunEnd};
+use crate::store::{Rd, Tx, ids};
 
 /// Bytes of a node's detail kept in its record.
 const DETAIL_LIMIT: usize = 16 * 1024;
@@ -37,6 +36,23 @@ struct NodeStep {
     resume_session: Option<String>,
 }
 
+/// The run a driver works on, and the lease it holds on it.
+#[derive(Debug, Clone)]
+pub(super) struct Lease {
+    pub graph_id: String,
+    pub run_id: String,
+    /// The graph's driver generation this driver was started with; once the graph's moves
+    /// on (a newer driver, a reset, a stop), this driver changes nothing more.
+    pub generation: i64,
+}
+
+impl Lease {
+    /// True while this driver still holds the graph's lease.
+    fn held(&self, rd: &Rd<'_>) -> Result<bool, EngineError> {
+        Ok(rd.graph_shallow(&self.graph_id)?.driver_lease == self.generation)
+    }
+}
+
 /// What the driver does next.
 enum Next {
     Node(Box<NodeStep>),
@@ -49,47 +65,65 @@ enum Next {
 }
 
 /// Runs the graph's current run until it pauses, settles, or is stopped.
-pub(super) async fn drive(engine: Engine, graph_id: String, run_id: String) {
-    if let Err(err) = drive_run(&engine, &graph_id, &run_id).await {
+pub(super) async fn drive(engine: Engine, lease: Lease) {
+    if let Err(err) = drive_run(&engine, &lease).await {
         let message = format!("the engine stopped this run: {err}");
-        tracing::error!(graph = %graph_id, run = %run_id, error = %message, "driver failed");
-        let paused = engine.store().transaction(|tx| {
-            pause(tx, &graph_id, &run_id, &message)?;
-            Ok(())
-        });
+        tracing::error!(graph = %lease.graph_id, run = %lease.run_id, error = %message, "driver failed");
+        let held = lease.clone();
+        let paused = engine
+            .store()
+            .write(move |tx| -> Result<(), EngineError> {
+                if held.held(tx)? {
+                    pause(tx, &held.graph_id, &held.run_id, &message)?;
+                }
+                Ok(())
+            })
+            .await;
         if let Err(err) = paused {
-            tracing::error!(error = %format!("{err:#}"), "cannot record the driver failure");
+            tracing::error!(error = %err, "cannot record the driver failure");
         }
     }
-    engine.driver_finished(&graph_id);
+    engine.driver_finished(&lease.graph_id);
 }
 
-async fn drive_run(engine: &Engine, graph_id: &str, run_id: &str) -> Result<(), EngineError> {
+async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
     let mut guard_passed: Option<String> = None;
     let mut hint = 0;
     loop {
-        let next = engine.store().transaction(|tx| {
-            Ok(next_step(
-                tx,
-                graph_id,
-                run_id,
-                guard_passed.as_deref(),
-                &mut hint,
-            )?)
-        })?;
+        let (next, new_hint) = {
+            let lease = lease.clone();
+            let guard = guard_passed.clone();
+            engine
+                .store()
+                .write(move |tx| {
+                    let mut hint = hint;
+                    let next = next_step(tx, &lease, guard.as_deref(), &mut hint)?;
+                    Ok::<_, EngineError>((next, hint))
+                })
+                .await?
+        };
+        hint = new_hint;
         match next {
             Next::Stop => return Ok(()),
             Next::Settle => {
+                let held = lease.clone();
                 let event = engine
                     .store()
-                    .transaction(|tx| Ok(settle(tx, graph_id, run_id)?))?;
-                engine.emit(event);
+                    .write(move |tx| {
+                        if !held.held(tx)? {
+                            return Ok(None);
+                        }
+                        settle(tx, &held.graph_id, &held.run_id).map(Some)
+                    })
+                    .await?;
+                if let Some(event) = event {
+                    engine.emit(event).await;
+                }
                 return Ok(());
             }
             Next::Guard { spec_id } => {
-                let run = engine
-                    .store()
-                    .transaction(|tx| Ok(runs::get(tx, run_id)?))?;
+                let run_id = lease.run_id.clone();
+                let run = engine.store().read(move |rd| rd.run(&run_id)).await?;
                 match git::tree_state(&PathBuf::from(&run.workdir)).await {
                     TreeState::Clean => guard_passed = Some(spec_id),
                     TreeState::NotARepo(why) => {
@@ -97,22 +131,31 @@ async fn drive_run(engine: &Engine, graph_id: &str, run_id: &str) -> Result<(), 
                         guard_passed = Some(spec_id);
                     }
                     TreeState::Dirty(lines) => {
-                        let event = engine.store().transaction(|tx| {
-                            Ok(dirty_pause(tx, graph_id, run_id, &spec_id, &lines)?)
-                        })?;
-                        engine.emit(event);
+                        let held = lease.clone();
+                        let event = engine
+                            .store()
+                            .write(move |tx| {
+                                if !held.held(tx)? {
+                                    return Ok(None);
+                                }
+                                dirty_pause(tx, &held.graph_id, &held.run_id, &spec_id, &lines)
+                                    .map(Some)
+                            })
+                            .await?;
+                        if let Some(event) = event {
+                            engine.emit(event).await;
+                        }
                         return Ok(());
                     }
                 }
             }
             Next::Node(step) => {
                 guard_passed = None;
-                let events = run_node(engine, *step).await?;
-                let stop = events
-                    .iter()
-                    .any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
-                for event in events {
-                    engine.emit(event);
+                let events = run_node(engine, lease, *step).await?;
+                let stop = events.is_none()
+                    || events.iter().flatten().any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
+                for event in events.into_iter().flatten() {
+                    engine.emit(event).await;
                 }
                 if stop {
                     return Ok(());
@@ -132,84 +175,40 @@ fn context(graph: &Graph, run: &Run) -> RunContext {
     }
 }
 
-/// The next spec the run should take: the first pending queue member (queue runs) or bound
-/// spec the run has not reached yet, with its group and position. The search starts at
-/// `from_position` (where the run last was, so a long run does not rescan what it did) and falls
-/// back to the whole list when nothing is found there (after a reorder, say).
-pub(super) fn next_candidate_for(
-    tx: &Connection,
-    graph_id: &str,
-    run: &Run,
-    from_position: i64,
-) -> Result<Option<(String, Option<String>, i64)>, EngineError> {
-    let find = |from: i64| -> Result<Option<(String, Option<String>, i64)>, EngineError> {
-        let next = match &run.queue_id {
-            Some(queue_id) => tx
-                .prepare_cached(
-                    "SELECT m.spec_id, m.group_label, m.position FROM queue_members m
-                     WHERE m.queue_id = ?1 AND m.position >= ?3
-                       AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = m.spec_id)
-                       AND NOT EXISTS (SELECT 1 FROM run_specs rs JOIN runs r ON r.id = rs.run_id
-                                       WHERE rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped') AND r.queue_id = m.queue_id)
-                     ORDER BY m.position LIMIT 1",
-                )?
-                .query_row(params![queue_id, run.id, from], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?,
-            None => tx
-                .prepare_cached(
-                    "SELECT gs.spec_id, NULL, gs.position FROM graph_specs gs
-                     WHERE gs.graph_id = ?1 AND gs.position >= ?3
-                       AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = gs.spec_id)
-                     ORDER BY gs.position LIMIT 1",
-                )?
-                .query_row(params![graph_id, run.id, from], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?,
-        };
-        Ok(next)
-    };
-    match find(from_position)? {
-        Some(found) => Ok(Some(found)),
-        None if from_position > 0 => find(0),
-        None => Ok(None),
-    }
-}
-
 /// Decides the next step; when it is a node, records the node run as running.
 fn next_step(
-    tx: &Connection,
-    graph_id: &str,
-    run_id: &str,
+    tx: &Tx<'_>,
+    lease: &Lease,
     guard_passed: Option<&str>,
     hint: &mut i64,
 ) -> Result<Next, EngineError> {
-    let run = runs::get(tx, run_id)?;
-    if run.status != "running" {
+    let (graph_id, run_id) = (lease.graph_id.as_str(), lease.run_id.as_str());
+    let graph = tx.graph_shallow(graph_id)?;
+    if graph.driver_lease != lease.generation {
         return Ok(Next::Stop);
     }
-    let graph = graphs::get_shallow(tx, graph_id)?;
-    let current: Option<(String, i64, Option<String>)> = tx
-        .prepare_cached("SELECT spec_id, next_node, group_label FROM run_specs WHERE run_id = ?1 AND status = 'running'")?
-        .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    let (spec_id, node_index, group) = match current {
-        Some((spec_id, next_node, group)) => {
-            (spec_id, usize::try_from(next_node).unwrap_or(0), group)
-        }
+    let run = tx.run(run_id)?;
+    if run.status != RunStatus::Running {
+        return Ok(Next::Stop);
+    }
+    let (spec_id, node_index, group) = match tx.spec_in_progress(run_id)? {
+        Some(on) => (
+            on.spec_id,
+            usize::try_from(on.next_node).unwrap_or(0),
+            on.group,
+        ),
         None => {
-            let Some((spec_id, group, position)) = next_candidate_for(tx, graph_id, &run, *hint)?
-            else {
+            let Some(next) = tx.next_candidate(graph_id, &run, *hint)? else {
                 return Ok(Next::Settle);
             };
-            let first = !tx.query_row(
-                "SELECT EXISTS (SELECT 1 FROM run_specs WHERE run_id = ?1)",
-                [run_id],
-                |r| r.get::<_, bool>(0),
-            )?;
+            let first = !tx.run_reached_any(run_id)?;
             let directed = run.start_node.is_some();
             let guarded =
                 (first || run.queue_id.is_some()) && !directed && !graph.allow_dirty_start;
-            if guarded && guard_passed != Some(spec_id.as_str()) {
-                return Ok(Next::Guard { spec_id });
+            if guarded && guard_passed != Some(next.spec_id.as_str()) {
+                return Ok(Next::Guard {
+                    spec_id: next.spec_id,
+                });
             }
             let start = match &run.start_node {
                 Some(name) => match graph.nodes.iter().position(|n| &n.name == name) {
@@ -224,51 +223,44 @@ fn next_step(
                 },
                 None => 0,
             };
-            tx.execute(
-                "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at)
-                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, 'running', ?4, ?5)",
-                params![run_id, spec_id, group, start as i64, store::now()],
+            tx.insert_run_spec(
+                run_id,
+                &next.spec_id,
+                next.group.as_deref(),
+                SpecResult::Running,
+                start,
             )?;
-            *hint = position;
+            *hint = next.position;
             if directed {
-                tx.execute("UPDATE runs SET start_node = NULL WHERE id = ?1", [run_id])?;
+                tx.set_run_start_node(run_id, None)?;
             }
-            (spec_id, start, group)
+            (next.spec_id, start, next.group)
         }
     };
     let Some(node) = graph.nodes.get(node_index) else {
         // The graph lost nodes since this spec started: the spec is done with the nodes it has.
-        finish_spec(tx, run_id, &spec_id, "completed", None)?;
-        return next_step(tx, graph_id, run_id, guard_passed, hint);
+        tx.set_run_spec_status(run_id, &spec_id, SpecResult::Completed, None)?;
+        return next_step(tx, lease, guard_passed, hint);
     };
-    let (spec_name, spec_body): (String, String) = tx
-        .query_row(
-            "SELECT name, body FROM specs WHERE id = ?1",
-            [&spec_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?
+    let (spec_name, spec_body) = tx
+        .spec_text(&spec_id)?
         .unwrap_or_else(|| ("(deleted spec)".to_string(), String::new()));
     let resume_session = match (&run.queue_id, &group) {
-        (Some(queue_id), Some(group)) => warm_session(tx, queue_id, group, run_id, &spec_id)?,
+        (Some(queue_id), Some(group)) => tx.warm_session(queue_id, group, run_id, &spec_id)?,
         _ => None,
     };
-    let node_run_id = store::new_id();
-    tx.execute(
-        "INSERT INTO node_runs (id, run_id, graph_id, spec_id, node, node_index, mode, status, resume_session, started_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9)",
-        params![
-            node_run_id,
-            run_id,
-            graph_id,
-            spec_id,
-            node.name,
-            node_index as i64,
-            split_work_config(&node.config).map(|w| w.mode).unwrap_or_default(),
-            resume_session,
-            store::now()
-        ],
-    )?;
+    let mode = split_work_config(&node.config)
+        .map(|w| w.mode)
+        .unwrap_or_default();
+    let node_run_id = tx.insert_node_run(&NewNodeRun {
+        run_id,
+        graph_id,
+        spec_id: &spec_id,
+        node: &node.name,
+        node_index,
+        mode: &mode,
+        resume_session: resume_session.as_deref(),
+    })?;
     Ok(Next::Node(Box::new(NodeStep {
         run: context(&graph, &run),
         node_run_id,
@@ -283,72 +275,27 @@ fn next_step(
     })))
 }
 
-/// The harness session of the group's latest successfully completed sibling on this queue.
-fn warm_session(
-    tx: &Connection,
-    queue_id: &str,
-    group: &str,
-    run_id: &str,
-    spec_id: &str,
-) -> Result<Option<String>, EngineError> {
-    let session = tx
-        .prepare_cached(
-            "SELECT rs.harness_session FROM run_specs rs JOIN runs r ON r.id = rs.run_id
-             WHERE r.queue_id = ?1 AND rs.group_label = ?2 AND rs.status = 'completed'
-               AND rs.harness_session IS NOT NULL AND NOT (rs.run_id = ?3 AND rs.spec_id = ?4)
-             ORDER BY rs.finished_at DESC LIMIT 1",
-        )?
-        .query_row(params![queue_id, group, run_id, spec_id], |r| r.get(0))
-        .optional()?;
-    Ok(session)
-}
-
 /// The specs this run completed so far.
-fn completed_specs(tx: &Connection, run_id: &str) -> Result<Vec<CompletedSpec>, EngineError> {
-    let specs = tx
-        .prepare_cached(
-            "SELECT rs.spec_id, COALESCE(s.name, rs.spec_id), rs.summary FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id
-             WHERE rs.run_id = ?1 AND rs.status = 'completed' ORDER BY rs.ordinal",
-        )?
-        .query_map([run_id], |r| Ok(CompletedSpec { id: r.get(0)?, name: r.get(1)?, summary: r.get(2)? }))?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(specs)
+fn completed_specs(rd: &Rd<'_>, run_id: &str) -> Result<Vec<CompletedSpec>, EngineError> {
+    Ok(rd
+        .run_specs(run_id)?
+        .into_iter()
+        .filter(|s| s.status == SpecResult::Completed)
+        .map(|s| CompletedSpec {
+            name: s.spec_name.unwrap_or_else(|| s.spec_id.clone()),
+            id: s.spec_id,
+            summary: s.summary,
+        })
+        .collect())
 }
 
-fn finish_spec(
-    tx: &Connection,
-    run_id: &str,
-    spec_id: &str,
-    status: &str,
-    summary: Option<&str>,
-) -> Result<(), EngineError> {
-    tx.execute(
-        "UPDATE run_specs SET status = ?3, summary = COALESCE(?4, summary), finished_at = ?5 WHERE run_id = ?1 AND spec_id = ?2",
-        params![run_id, spec_id, status, summary, store::now()],
-    )?;
-    Ok(())
-}
-
-/// How a node run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    Completed,
-    Failed,
-    Blocked,
-}
-
-impl Ended {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Blocked => "blocked",
-        }
-    }
-}
-
-/// Calls the executor for one node and records what came of it. Returns the events to emit.
-async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, EngineError> {
+/// Calls the executor for one node and records what came of it. Returns the events to emit,
+/// or `None` when the run was taken from this driver meanwhile (a reset, a stop).
+async fn run_node(
+    engine: &Engine,
+    lease: &Lease,
+    step: NodeStep,
+) -> Result<Option<Vec<EngineEvent>>, EngineError> {
     let NodeStep {
         run,
         node_run_id,
@@ -403,125 +350,129 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
     };
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
 
-    engine.store().transaction(|tx| {
-        let mut events = Vec::new();
-        // A reset or shutdown may have ended the run while the call was in flight.
-        let still_running: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM node_runs WHERE id = ?1 AND status = 'running')",
-            [&node_run_id],
-            |r| r.get(0),
-        )?;
-        if !still_running {
-            return Ok(events);
-        }
-        let (status, summary, reason, detail, session, plugin) = match &result {
-            Ok(report) => {
-                let (status, reason) = match &report.outcome.status {
-                    Status::Completed => (Ended::Completed, None),
-                    Status::Failed { reason } => (Ended::Failed, Some(reason.clone())),
-                    Status::Blocked { blocker } => (Ended::Blocked, Some(blocker.clone())),
-                };
-                (
-                    status,
-                    report.outcome.summary.clone(),
-                    reason,
-                    Some(crate::text::tail(&report.outcome.detail, DETAIL_LIMIT)),
-                    report.outcome.harness_session.clone(),
-                    Some(report.plugin.clone()),
-                )
-            }
-            Err(err) => (Ended::Failed, None, Some(err.to_string()), None, None, None),
-        };
-        tx.execute(
-            "UPDATE node_runs SET status = ?2, summary = ?3, reason = ?4, detail = ?5, harness_session = ?6,
-                    plugin = ?7, plugin_version = ?8, plugin_sha256 = ?9, finished_at = ?10, duration_ms = ?11
-             WHERE id = ?1",
-            params![
-                node_run_id,
-                status.as_str(),
-                summary,
+    let (status, summary, reason, detail, session, plugin) = match &result {
+        Ok(report) => {
+            let (status, reason) = match &report.outcome.status {
+                Status::Completed => (NodeRunStatus::Completed, None),
+                Status::Failed { reason } => (NodeRunStatus::Failed, Some(reason.clone())),
+                Status::Blocked { blocker } => (NodeRunStatus::Blocked, Some(blocker.clone())),
+            };
+            (
+                status,
+                report.outcome.summary.clone(),
                 reason,
-                detail,
-                session,
-                plugin.as_ref().map(|p| p.name.clone()),
-                plugin.as_ref().map(|p| p.version.clone()),
-                plugin.as_ref().map(|p| p.sha256.clone()),
-                store::now(),
-                duration_ms
-            ],
-        )?;
-        if let Some(session) = &session {
-            tx.execute(
-                "UPDATE run_specs SET harness_session = ?3 WHERE run_id = ?1 AND spec_id = ?2",
-                params![run.run_id, spec_id, session],
-            )?;
+                Some(crate::text::tail(&report.outcome.detail, DETAIL_LIMIT)),
+                report.outcome.harness_session.clone(),
+                Some(report.plugin.clone()),
+            )
         }
-        match status {
-            Ended::Completed if node_index + 1 < node_count => {
-                tx.execute(
-                    "UPDATE run_specs SET next_node = ?3 WHERE run_id = ?1 AND spec_id = ?2",
-                    params![run.run_id, spec_id, (node_index + 1) as i64],
-                )?;
+        Err(err) => (
+            NodeRunStatus::Failed,
+            None,
+            Some(err.to_string()),
+            None,
+            None,
+            None,
+        ),
+    };
+    let end = NodeRunEnd {
+        status,
+        summary: summary.clone(),
+        reason: reason.clone(),
+        detail,
+        harness_session: session.clone(),
+        plugin: plugin.map(|p| (p.name, p.version, p.sha256)),
+        duration_ms,
+    };
+    let lease = lease.clone();
+    engine
+        .store()
+        .write(move |tx| {
+            // A reset or shutdown may have ended the run while the call was in flight.
+            if !tx.node_run_running(&node_run_id)? || !lease.held(tx)? {
+                return Ok(None);
             }
-            Ended::Completed => {
-                finish_spec(tx, &run.run_id, &spec_id, "completed", summary.as_deref())?;
-                super::specs::set_summary(tx, &spec_id, summary.as_deref())?;
-                events.push(EngineEvent::SpecCompleted {
-                    run: run.clone(),
-                    spec: CompletedSpec { id: spec_id.clone(), name: spec_name.clone(), summary: summary.clone() },
-                });
+            tx.finish_node_run(&node_run_id, &end)?;
+            if let Some(session) = &session {
+                tx.set_run_spec_session(&run.run_id, &spec_id, session)?;
             }
-            Ended::Blocked => {
-                tx.execute(
-                    "UPDATE run_specs SET status = 'blocked' WHERE run_id = ?1 AND spec_id = ?2",
-                    params![run.run_id, spec_id],
-                )?;
-                let blocker = format!(
-                    "node `{node_name}` is blocked on spec {} ({}): {}",
-                    spec_name,
-                    ids::short(&spec_id),
-                    reason.clone().unwrap_or_default()
-                );
-                pause(tx, &run.graph_id, &run.run_id, &blocker)?;
-                events.push(EngineEvent::RunBlocked { run: run.clone(), blocker, node: Some(node_name.clone()), spec_id: Some(spec_id.clone()) });
+            let mut events = Vec::new();
+            match status {
+                NodeRunStatus::Completed if node_index + 1 < node_count => {
+                    tx.set_run_spec_next_node(&run.run_id, &spec_id, node_index + 1)?;
+                }
+                NodeRunStatus::Completed => {
+                    tx.set_run_spec_status(
+                        &run.run_id,
+                        &spec_id,
+                        SpecResult::Completed,
+                        summary.as_deref(),
+                    )?;
+                    tx.set_spec_summary(&spec_id, summary.as_deref())?;
+                    events.push(EngineEvent::SpecCompleted {
+                        run: run.clone(),
+                        spec: CompletedSpec {
+                            id: spec_id.clone(),
+                            name: spec_name.clone(),
+                            summary: summary.clone(),
+                        },
+                    });
+                }
+                NodeRunStatus::Blocked => {
+                    tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Blocked, None)?;
+                    let blocker = format!(
+                        "node `{node_name}` is blocked on spec {} ({}): {}",
+                        spec_name,
+                        ids::short(&spec_id),
+                        reason.clone().unwrap_or_default()
+                    );
+                    pause(tx, &run.graph_id, &run.run_id, &blocker)?;
+                    events.push(EngineEvent::RunBlocked {
+                        run: run.clone(),
+                        blocker,
+                        node: Some(node_name.clone()),
+                        spec_id: Some(spec_id.clone()),
+                    });
+                }
+                NodeRunStatus::Failed => {
+                    tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Failed, None)?;
+                }
+                NodeRunStatus::Running | NodeRunStatus::Interrupted => {
+                    return Err(EngineError::Internal(anyhow::anyhow!(
+                        "a node run cannot end {status}"
+                    )));
+                }
             }
-            Ended::Failed => finish_spec(tx, &run.run_id, &spec_id, "failed", None)?,
-        }
-        Ok(events)
-    })
-    .map_err(EngineError::from)
+            Ok(Some(events))
+        })
+        .await
 }
 
 /// Pauses the run and its graph with a blocker.
 pub(super) fn pause(
-    tx: &Connection,
+    tx: &Tx<'_>,
     graph_id: &str,
     run_id: &str,
     blocker: &str,
 ) -> Result<(), EngineError> {
-    tx.execute(
-        "UPDATE runs SET status = 'paused', blocker = ?2 WHERE id = ?1",
-        params![run_id, blocker],
-    )?;
-    graphs::set_status(tx, graph_id, GraphStatus::Paused, Some(blocker), None)
+    tx.set_run_status(run_id, RunStatus::Paused, Some(blocker))?;
+    tx.set_graph_status(graph_id, GraphStatus::Paused, Some(blocker), None)?;
+    Ok(())
 }
 
 /// Pauses for a dirty tree, with the first paths and the ways out.
 fn dirty_pause(
-    tx: &Connection,
+    tx: &Tx<'_>,
     graph_id: &str,
     run_id: &str,
     spec_id: &str,
     lines: &[String],
 ) -> Result<EngineEvent, EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
-    let run = runs::get(tx, run_id)?;
-    let spec_name: String = tx
-        .query_row("SELECT name FROM specs WHERE id = ?1", [spec_id], |r| {
-            r.get(0)
-        })
-        .optional()?
-        .unwrap_or_else(|| spec_id.to_string());
+    let graph = tx.graph_shallow(graph_id)?;
+    let run = tx.run(run_id)?;
+    let spec_name = tx
+        .spec_text(spec_id)?
+        .map_or_else(|| spec_id.to_string(), |(name, _)| name);
     let mut blocker = format!(
         "dirty tree: {} has {} uncommitted change(s) before spec {} ({}):\n",
         run.workdir,
@@ -551,24 +502,23 @@ fn dirty_pause(
 
 /// Settles a drained run: completed when every spec it reached completed or was skipped,
 /// failed naming the others.
-fn settle(tx: &Connection, graph_id: &str, run_id: &str) -> Result<EngineEvent, EngineError> {
-    let graph = graphs::get_by_id(tx, graph_id)?;
-    let run = runs::get(tx, run_id)?;
-    let specs = runs::specs_of(tx, run_id)?;
+fn settle(tx: &Tx<'_>, graph_id: &str, run_id: &str) -> Result<EngineEvent, EngineError> {
+    let graph = tx.graph_shallow(graph_id)?;
+    let run = tx.run(run_id)?;
+    let specs = tx.run_specs(run_id)?;
     let completed = completed_specs(tx, run_id)?;
-    let skipped = specs.iter().filter(|s| s.status == "skipped").count();
-    let bad: Vec<&runs::RunSpec> = specs
+    let skipped = specs
         .iter()
-        .filter(|s| !matches!(s.status.as_str(), "completed" | "skipped"))
+        .filter(|s| s.status == SpecResult::Skipped)
+        .count();
+    let bad: Vec<&super::runs::RunSpec> = specs
+        .iter()
+        .filter(|s| !matches!(s.status, SpecResult::Completed | SpecResult::Skipped))
         .collect();
-    let now = store::now();
     if bad.is_empty() {
         let summary = format!("{} spec(s) completed, {skipped} skipped", completed.len());
-        tx.execute(
-            "UPDATE runs SET status = 'completed', blocker = NULL, summary = ?2, finished_at = ?3 WHERE id = ?1",
-            params![run_id, summary, now],
-        )?;
-        graphs::set_status(tx, graph_id, GraphStatus::Completed, None, None)?;
+        tx.finish_run(run_id, RunStatus::Completed, None, Some(&summary))?;
+        tx.set_graph_status(graph_id, GraphStatus::Completed, None, None)?;
         return Ok(EngineEvent::RunCompleted {
             run: context(&graph, &run),
             completed,
@@ -590,25 +540,17 @@ fn settle(tx: &Connection, graph_id: &str, run_id: &str) -> Result<EngineEvent, 
         bad.len(),
         names.join(", ")
     );
-    tx.execute(
-        "UPDATE runs SET status = 'failed', blocker = ?2, summary = ?2, finished_at = ?3 WHERE id = ?1",
-        params![run_id, blocker, now],
-    )?;
-    graphs::set_status(tx, graph_id, GraphStatus::Failed, Some(&blocker), None)?;
-    let last_failed: Option<(String, String)> = tx
-        .query_row(
-            "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status IN ('failed', 'interrupted') ORDER BY started_at DESC LIMIT 1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
+    tx.finish_run(run_id, RunStatus::Failed, Some(&blocker), Some(&blocker))?;
+    tx.set_graph_status(graph_id, GraphStatus::Failed, Some(&blocker), None)?;
+    let last_failed =
+        tx.last_node_run_with(run_id, &[NodeRunStatus::Failed, NodeRunStatus::Interrupted])?;
     let spec_id = match bad.as_slice() {
         [one] => Some(one.spec_id.clone()),
         _ => last_failed.as_ref().map(|(_, spec)| spec.clone()),
     };
     let failed_specs = bad
         .iter()
-        .filter(|s| matches!(s.status.as_str(), "failed" | "interrupted"))
+        .filter(|s| matches!(s.status, SpecResult::Failed | SpecResult::Interrupted))
         .map(|s| s.spec_id.clone())
         .collect();
     Ok(EngineEvent::RunFailed {

@@ -23,6 +23,13 @@ pub enum EngineError {
     /// The request conflicts with the current state (running a running graph, say).
     #[error("{0}")]
     Conflict(String),
+    /// An edit was based on a version the thing has moved on from; nothing was written.
+    #[error("{kind} was edited since version {expected} (it is at version {current}); read it again and redo the edit on the current version")]
+    Stale {
+        kind: &'static str,
+        expected: i64,
+        current: i64,
+    },
     /// An executor refused a config or failed.
     #[error(transparent)]
     Plugin(#[from] PluginError),
@@ -31,12 +38,12 @@ pub enum EngineError {
     Internal(#[from] anyhow::Error),
 }
 
-impl From<crate::store::ids::IdError> for EngineError {
-    fn from(err: crate::store::ids::IdError) -> Self {
-        use crate::store::ids::IdError;
+impl From<crate::store::StoreError> for EngineError {
+    fn from(err: crate::store::StoreError) -> Self {
+        use crate::store::StoreError;
         match err {
-            IdError::NotFound { kind, id } => Self::NotFound { kind, id },
-            IdError::Ambiguous {
+            StoreError::NotFound { kind, id } => Self::NotFound { kind, id },
+            StoreError::Ambiguous {
                 kind,
                 by,
                 prefix,
@@ -47,14 +54,8 @@ impl From<crate::store::ids::IdError> for EngineError {
                 prefix,
                 candidates,
             },
-            IdError::Sql(err) => Self::Internal(err.into()),
+            other => Self::Internal(other.into()),
         }
-    }
-}
-
-impl From<rusqlite::Error> for EngineError {
-    fn from(err: rusqlite::Error) -> Self {
-        Self::Internal(err.into())
     }
 }
 

@@ -61,8 +61,10 @@ pub enum EngineEvent {
 
 /// Receives engine events.
 pub trait EventSink: Send + Sync + 'static {
-    /// Called once per event, after it is durable. Must return quickly.
-    fn emit(&self, event: EngineEvent);
+    /// Called once per event, after it is durable. The future resolves once the event's
+    /// consequences are recorded (a hook run queued, say), never after they have run: a sink
+    /// that is full makes the emitter wait (backpressure) instead of queueing without bound.
+    fn emit(&self, event: EngineEvent) -> futures_util::future::BoxFuture<'_, ()>;
 }
 
 /// A sink that only logs (used until hooks are attached, and in tools).
@@ -70,7 +72,15 @@ pub trait EventSink: Send + Sync + 'static {
 pub struct LogEvents;
 
 impl EventSink for LogEvents {
-    fn emit(&self, event: EngineEvent) {
+    fn emit(&self, event: EngineEvent) -> futures_util::future::BoxFuture<'_, ()> {
+        self.log(&event);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl LogEvents {
+    /// Logs one event.
+    pub fn log(&self, event: &EngineEvent) {
         match &event {
             EngineEvent::RunCompleted { run, completed } => {
                 tracing::info!(graph = %run.graph_name, run = %run.run_id, specs = completed.len(), "run completed");

@@ -20,7 +20,6 @@ mod view;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::Connection;
 use serde_json::Value;
 
 pub use control::ControlRequest;
@@ -28,19 +27,18 @@ pub use error::{EngineError, invalid};
 pub use events::{EngineEvent, EventSink, LogEvents};
 pub use graphs::{Graph, GraphInput, GraphStatus, Node};
 pub use queues::{NewQueue, Queue};
-pub use runs::{NodeRun, Run, RunSpec};
+pub use runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
 pub use specs::{NewSpec, Spec, SpecPatch};
-pub use view::{GraphView, Progress, RunView};
+pub use view::{GraphView, Progress, ProgressResult, RunView, ViewPage};
 
 use control::{continue_run, interrupt_active, reset, start_run};
-use view::{RECENT_HOOK_RUNS, RECENT_NODE_RUNS, progress, remaining_events};
+use view::remaining_events;
 
-use crate::hooks::runs::HookRunFilter;
 use crate::hooks::{HookEvent, HookMap, SpecScope, validate_hooks};
 
 use crate::markers::NODE_MARKERS;
 use crate::plugins::{PluginError, PluginHost, split_work_config};
-use crate::store::{Store, ids};
+use crate::store::{Rd, Store, Tx, ids};
 
 /// The engine. Cheap to clone.
 #[derive(Clone)]
@@ -83,93 +81,103 @@ impl Engine {
         &self.inner.plugins
     }
 
-    pub(crate) fn emit(&self, event: EngineEvent) {
-        self.inner.events.emit(event);
+    pub(crate) async fn emit(&self, event: EngineEvent) {
+        self.inner.events.emit(event).await;
     }
 
-    fn read<T>(
+    async fn read<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&Connection) -> Result<T, EngineError>,
+        work: impl FnOnce(&Rd<'_>) -> Result<T, EngineError> + Send + 'static,
     ) -> Result<T, EngineError> {
-        let conn = self.inner.store.conn();
-        work(&conn)
+        self.inner.store.read(work).await
     }
 
-    fn write<T>(
+    async fn write<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&Connection) -> Result<T, EngineError>,
+        work: impl FnOnce(&Tx<'_>) -> Result<T, EngineError> + Send + 'static,
     ) -> Result<T, EngineError> {
-        let mut conn = self.inner.store.conn();
-        let tx = conn.transaction()?;
-        let value = work(&tx)?;
-        tx.commit()?;
-        Ok(value)
+        self.inner.store.write(work).await
     }
 
     // ----- specs -----
 
-    pub fn create_spec(&self, new: NewSpec) -> Result<Spec, EngineError> {
-        self.write(|tx| specs::create(tx, new))
+    pub async fn create_spec(&self, new: NewSpec) -> Result<Spec, EngineError> {
+        self.write(move |tx| specs::create(tx, new)).await
     }
 
-    pub fn list_specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, EngineError> {
-        self.read(|conn| specs::list(conn, workdir))
+    pub async fn list_specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, EngineError> {
+        let workdir = workdir.map(str::to_string);
+        self.read(move |rd| specs::list(rd, workdir.as_deref()))
+            .await
     }
 
-    pub fn get_spec(&self, id: &str) -> Result<Spec, EngineError> {
-        self.read(|conn| specs::get(conn, id))
+    pub async fn get_spec(&self, id: &str) -> Result<Spec, EngineError> {
+        let id = id.to_string();
+        self.read(move |rd| specs::get(rd, &id)).await
     }
 
-    pub fn update_spec(&self, id: &str, patch: SpecPatch) -> Result<Spec, EngineError> {
-        self.write(|tx| specs::update(tx, id, patch))
+    pub async fn update_spec(&self, id: &str, patch: SpecPatch) -> Result<Spec, EngineError> {
+        let id = id.to_string();
+        self.write(move |tx| specs::update(tx, &id, patch)).await
     }
 
-    pub fn delete_spec(&self, id: &str) -> Result<Spec, EngineError> {
-        self.write(|tx| specs::delete(tx, id))
+    pub async fn delete_spec(&self, id: &str) -> Result<Spec, EngineError> {
+        let id = id.to_string();
+        self.write(move |tx| specs::delete(tx, &id)).await
     }
 
     // ----- queues -----
 
-    pub fn create_queue(&self, new: NewQueue) -> Result<Queue, EngineError> {
-        self.write(|tx| queues::create(tx, new))
+    pub async fn create_queue(&self, new: NewQueue) -> Result<Queue, EngineError> {
+        self.write(move |tx| queues::create(tx, new)).await
     }
 
-    pub fn list_queues(&self) -> Result<Vec<Queue>, EngineError> {
-        self.read(queues::list)
+    pub async fn list_queues(&self) -> Result<Vec<Queue>, EngineError> {
+        self.read(|rd| queues::list(rd)).await
     }
 
-    pub fn get_queue(&self, id: &str) -> Result<Queue, EngineError> {
-        self.read(|conn| queues::get(conn, id))
+    pub async fn get_queue(&self, id: &str) -> Result<Queue, EngineError> {
+        let id = id.to_string();
+        self.read(move |rd| queues::get(rd, &id)).await
     }
 
-    pub fn queue_add(
+    pub async fn queue_add(
         &self,
         queue: &str,
         spec: &str,
         group: Option<&str>,
     ) -> Result<Queue, EngineError> {
-        self.write(|tx| queues::add_spec(tx, queue, spec, group))
+        let (queue, spec, group) = (queue.to_string(), spec.to_string(), group.map(str::to_string));
+        self.write(move |tx| queues::add_spec(tx, &queue, &spec, group.as_deref()))
+            .await
     }
 
-    pub fn queue_remove(&self, queue: &str, spec: &str) -> Result<Queue, EngineError> {
-        self.write(|tx| queues::remove_spec(tx, queue, spec))
+    pub async fn queue_remove(&self, queue: &str, spec: &str) -> Result<Queue, EngineError> {
+        let (queue, spec) = (queue.to_string(), spec.to_string());
+        self.write(move |tx| queues::remove_spec(tx, &queue, &spec))
+            .await
     }
 
-    pub fn queue_set_group(
+    pub async fn queue_set_group(
         &self,
         queue: &str,
         spec: &str,
         group: Option<&str>,
     ) -> Result<Queue, EngineError> {
-        self.write(|tx| queues::set_group(tx, queue, spec, group))
+        let (queue, spec, group) = (queue.to_string(), spec.to_string(), group.map(str::to_string));
+        self.write(move |tx| queues::set_group(tx, &queue, &spec, group.as_deref()))
+            .await
     }
 
-    pub fn queue_reorder(&self, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
-        self.write(|tx| queues::reorder(tx, queue, order))
+    pub async fn queue_reorder(&self, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
+        let (queue, order) = (queue.to_string(), order.to_vec());
+        self.write(move |tx| queues::reorder(tx, &queue, &order))
+            .await
     }
 
-    pub fn delete_queue(&self, queue: &str) -> Result<Queue, EngineError> {
-        self.write(|tx| queues::delete(tx, queue))
+    pub async fn delete_queue(&self, queue: &str) -> Result<Queue, EngineError> {
+        let queue = queue.to_string();
+        self.write(move |tx| queues::delete(tx, &queue)).await
     }
 
     // ----- graphs -----
@@ -206,29 +214,24 @@ impl Engine {
 
     /// The specs a hook's `spec_ids` may name: the backlog, the graph's bound specs and its
     /// active run's queue members first.
-    fn spec_scope(
+    async fn spec_scope(
         &self,
         graph: Option<&Graph>,
         bound: &[String],
     ) -> Result<SpecScope, EngineError> {
-        self.read(|conn| {
-            let mut ids = bound.to_vec();
-            if let Some(run_id) = graph.and_then(|g| g.current_run_id.as_deref()) {
-                let run = runs::get(conn, run_id)?;
-                if let (Some(queue_id), true) = (&run.queue_id, runs::is_active(&run)) {
-                    ids.extend(
-                        queues::members(conn, queue_id)?
-                            .into_iter()
-                            .map(|m| m.spec_id),
-                    );
+        let mut ids = bound.to_vec();
+        let run_id = graph.and_then(|g| g.current_run_id.clone());
+        self.read(move |rd| {
+            if let Some(run_id) = run_id {
+                let run = rd.run(&run_id)?;
+                if let (Some(queue_id), true) = (&run.queue_id, run.status.is_active()) {
+                    ids.extend(rd.queue_members(queue_id)?.into_iter().map(|m| m.spec_id));
                 }
             }
-            let backlog = conn
-                .prepare_cached("SELECT id FROM specs")?
-                .query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+            let backlog = rd.spec_ids()?;
             Ok(SpecScope { ids, backlog })
         })
+        .await
     }
 
     /// The hooks map a create / update asks for: `current` with the events named in `hooks`
@@ -278,9 +281,11 @@ impl Engine {
         let workdir = graphs::check_workdir("workdir", workdir)?;
         let nodes = graphs::parse_nodes(input.nodes.as_deref().unwrap_or_default())?;
         self.validate_nodes(&nodes).await?;
+        let prefixes = input.specs.clone().unwrap_or_default();
         let specs = self
-            .read(|conn| graphs::resolve_specs(conn, input.specs.as_deref().unwrap_or_default()))?;
-        let scope = self.spec_scope(None, &specs)?;
+            .read(move |rd| graphs::resolve_specs(rd, &prefixes))
+            .await?;
+        let scope = self.spec_scope(None, &specs).await?;
         let hooks = self
             .merged_hooks(
                 &HookMap::new(),
@@ -289,29 +294,54 @@ impl Engine {
                 &scope,
             )
             .await?;
-        let id = self.write(|tx| {
-            let write = graphs::GraphWrite {
-                name,
-                workdir,
-                nodes,
-                specs,
-                allow_dirty_start: input.allow_dirty_start.unwrap_or(false),
-                hooks,
-            };
-            graphs::insert(tx, &write)
-        })?;
-        self.graph_view(&id)
+        if input.version.is_some() {
+            return invalid("field `version` belongs to an edit: a new graph starts at version 1");
+        }
+        let write = graphs::GraphWrite {
+            name,
+            workdir,
+            nodes,
+            specs,
+            allow_dirty_start: input.allow_dirty_start.unwrap_or(false),
+            hooks,
+        };
+        let id = self.write(move |tx| graphs::insert(tx, &write)).await?;
+        self.graph_view(&id, ViewPage::default()).await
     }
 
     /// Applies a partial update, validated whole before anything is written. Nodes and hooks
     /// edited while a run is active take effect at the run's next dispatch / next event; when
     /// hooks change then, the answer names the events still to come (`remaining_events`).
+    ///
+    /// `input.version` (or `if_version`, from an `If-Match` header) makes the edit conditional:
+    /// it is refused with [`EngineError::Stale`], changing nothing, when the graph is no longer
+    /// at that version. Without one, the edit is applied to whatever the graph is now; it is
+    /// still never mixed with a concurrent edit (it is written whole, on the version it read).
     pub async fn update_graph(
         &self,
         name_or_id: &str,
         input: GraphInput,
+        if_version: Option<i64>,
     ) -> Result<GraphView, EngineError> {
-        let current = self.read(|conn| graphs::get(conn, name_or_id))?;
+        let based_on = match (input.version, if_version) {
+            (Some(body), Some(header)) if body != header => {
+                return invalid(format!(
+                    "field `version` ({body}) and the If-Match header ({header}) disagree; give one"
+                ));
+            }
+            (body, header) => body.or(header),
+        };
+        let lookup = name_or_id.to_string();
+        let current = self.read(move |rd| graphs::get(rd, &lookup)).await?;
+        if let Some(expected) = based_on
+            && expected != current.version
+        {
+            return Err(EngineError::Stale {
+                kind: "graph",
+                expected,
+                current: current.version,
+            });
+        }
         let name = match &input.name {
             Some(name) => graphs::check_name(name)?,
             None => current.name.clone(),
@@ -329,12 +359,16 @@ impl Engine {
             None => current.nodes.clone(),
         };
         let specs = match &input.specs {
-            Some(prefixes) => self.read(|conn| graphs::resolve_specs(conn, prefixes))?,
+            Some(prefixes) => {
+                let prefixes = prefixes.clone();
+                self.read(move |rd| graphs::resolve_specs(rd, &prefixes))
+                    .await?
+            }
             None => current.specs.iter().map(|s| s.id.clone()).collect(),
         };
         let hooks_touched = input.hooks.is_some() || input.on_completed.is_some();
         let hooks = if hooks_touched {
-            let scope = self.spec_scope(Some(&current), &specs)?;
+            let scope = self.spec_scope(Some(&current), &specs).await?;
             self.merged_hooks(
                 &current.hooks,
                 input.hooks.as_ref(),
@@ -346,141 +380,165 @@ impl Engine {
             current.hooks.clone()
         };
         let hooks_changed = hooks != current.hooks;
-        self.write(|tx| {
-            let write = graphs::GraphWrite {
-                name,
-                workdir,
-                nodes,
-                specs,
-                allow_dirty_start: input.allow_dirty_start.unwrap_or(current.allow_dirty_start),
-                hooks,
-            };
-            graphs::replace(tx, &current.id, &write)
-        })?;
-        let mut view = self.graph_view(&current.id)?;
+        let write = graphs::GraphWrite {
+            name,
+            workdir,
+            nodes,
+            specs,
+            allow_dirty_start: input.allow_dirty_start.unwrap_or(current.allow_dirty_start),
+            hooks,
+        };
+        // Written on the version this edit read: a concurrent edit in between makes a
+        // conditional edit stale, and an unconditional one is redone on the newer version.
+        let id = current.id.clone();
+        let read_version = current.version;
+        let written = {
+            let write = write.clone();
+            let id = id.clone();
+            self.write(move |tx| graphs::replace(tx, &id, &write, Some(read_version)))
+                .await
+        };
+        match written {
+            Ok(_) => {}
+            Err(EngineError::Stale { .. }) if based_on.is_none() => {
+                // An unconditional edit applies its fields to the graph as it is now.
+                return Box::pin(self.update_graph(name_or_id, input, None)).await;
+            }
+            Err(EngineError::Stale { current, .. }) => {
+                return Err(EngineError::Stale {
+                    kind: "graph",
+                    expected: based_on.unwrap_or(read_version),
+                    current,
+                });
+            }
+            Err(other) => return Err(other),
+        }
+        let mut view = self.graph_view(&id, ViewPage::default()).await?;
         if hooks_changed {
             view.remaining_events = view
                 .current_run
                 .as_ref()
-                .filter(|r| runs::is_active(&r.run))
+                .filter(|r| r.run.status.is_active())
                 .map(|run| remaining_events(&view, run));
         }
         Ok(view)
     }
 
-    pub fn list_graphs(&self) -> Result<Vec<GraphView>, EngineError> {
-        let ids: Vec<String> =
-            self.read(|conn| Ok(graphs::list(conn)?.into_iter().map(|g| g.id).collect()))?;
-        ids.iter().map(|id| self.graph_view(id)).collect()
+    pub async fn list_graphs(&self) -> Result<Vec<GraphView>, EngineError> {
+        let ids = self.read(|rd| Ok(rd.graph_ids()?)).await?;
+        let mut views = Vec::with_capacity(ids.len());
+        for id in ids {
+            views.push(self.graph_view(&id, ViewPage::default()).await?);
+        }
+        Ok(views)
     }
 
     /// `graph get`: the graph, its current run, progress and warnings.
-    pub fn get_graph(&self, name_or_id: &str) -> Result<GraphView, EngineError> {
-        let id = self.read(|conn| graphs::resolve(conn, name_or_id))?;
-        self.graph_view(&id)
+    pub async fn get_graph(&self, name_or_id: &str) -> Result<GraphView, EngineError> {
+        self.get_graph_page(name_or_id, ViewPage::default()).await
     }
 
-    fn graph_view(&self, id: &str) -> Result<GraphView, EngineError> {
+    /// `graph get` with a chosen window of the per-spec progress list.
+    pub async fn get_graph_page(
+        &self,
+        name_or_id: &str,
+        page: ViewPage,
+    ) -> Result<GraphView, EngineError> {
+        let lookup = name_or_id.to_string();
+        let id = self.read(move |rd| graphs::resolve(rd, &lookup)).await?;
+        self.graph_view(&id, page).await
+    }
+
+    async fn graph_view(&self, id: &str, page: ViewPage) -> Result<GraphView, EngineError> {
         let driver_active = self.driver_active(id);
-        self.read(|conn| {
-            let graph = graphs::get_by_id(conn, id)?;
-            let current_run = match &graph.current_run_id {
-                Some(run_id) => Some(RunView {
-                    run: runs::get(conn, run_id)?,
-                    specs: runs::specs_of(conn, run_id)?,
-                    node_runs: runs::recent_node_runs_of(conn, run_id, RECENT_NODE_RUNS)?,
-                }),
-                None => None,
-            };
-            let in_progress = match &graph.current_run_id {
-                Some(run_id) => runs::node_in_progress(conn, run_id)?,
-                None => false,
-            };
-            let consistency_warning = (graph.status == GraphStatus::Running && !in_progress && !driver_active).then(|| {
-                format!(
-                    "graph `{}` is marked running, but no node run is in progress and no resume is scheduled; `canopy graph continue {}` resumes it, `canopy graph reset {}` abandons the run",
-                    graph.name, graph.name, graph.name
-                )
-            });
-            let progress = match &current_run {
-                Some(run) => progress(conn, &graph, run)?,
-                None => Vec::new(),
-            };
-            let completion_hook_runs = match &graph.current_run_id {
-                Some(run_id) => crate::hooks::runs::query(
-                    conn,
-                    &HookRunFilter { run_id: Some(run_id.clone()), last: RECENT_HOOK_RUNS, ..HookRunFilter::default() },
-                )?,
-                None => Vec::new(),
-            };
-            Ok(GraphView { graph, consistency_warning, current_run, progress, completion_hook_runs, remaining_events: None })
-        })
+        let id = id.to_string();
+        self.read(move |rd| view::build(rd, &id, driver_active, page))
+            .await
     }
 
-    pub fn delete_graph(&self, name_or_id: &str) -> Result<Graph, EngineError> {
-        self.write(|tx| graphs::delete(tx, name_or_id))
+    pub async fn delete_graph(&self, name_or_id: &str) -> Result<Graph, EngineError> {
+        let lookup = name_or_id.to_string();
+        self.write(move |tx| graphs::delete(tx, &lookup)).await
     }
 
     /// Runs of a graph (or all), newest first.
-    pub fn list_runs(&self, graph: Option<&str>, limit: usize) -> Result<Vec<Run>, EngineError> {
-        self.read(|conn| {
-            let graph_id = graph.map(|g| graphs::resolve(conn, g)).transpose()?;
-            runs::list(conn, graph_id.as_deref(), limit)
+    pub async fn list_runs(
+        &self,
+        graph: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Run>, EngineError> {
+        let graph = graph.map(str::to_string);
+        self.read(move |rd| {
+            let graph_id = graph.map(|g| graphs::resolve(rd, &g)).transpose()?;
+            Ok(rd.runs(graph_id.as_deref(), limit)?)
         })
+        .await
     }
 
     /// One run with its specs and node runs.
-    pub fn get_run(&self, id: &str) -> Result<RunView, EngineError> {
-        self.read(|conn| {
-            let id = runs::resolve(conn, id)?;
+    pub async fn get_run(&self, id: &str) -> Result<RunView, EngineError> {
+        let prefix = id.to_string();
+        self.read(move |rd| {
+            let id = rd.resolve_run(&prefix)?;
             Ok(RunView {
-                run: runs::get(conn, &id)?,
-                specs: runs::specs_of(conn, &id)?,
-                node_runs: runs::node_runs_of(conn, &id)?,
+                run: rd.run(&id)?,
+                specs: rd.run_specs(&id)?,
+                specs_total: None,
+                node_runs: rd.node_runs(&id)?,
             })
         })
+        .await
     }
 
     /// One node run by id or unique prefix, with its stored output (`detail`).
-    pub fn get_node_run(&self, id: &str) -> Result<NodeRun, EngineError> {
-        self.read(|conn| runs::get_node_run(conn, id))
+    pub async fn get_node_run(&self, id: &str) -> Result<NodeRun, EngineError> {
+        let prefix = id.to_string();
+        self.read(move |rd| Ok(rd.node_run(&prefix)?)).await
     }
 
     /// True while a driver works on this run: it is running, or it has just stopped and the
     /// driver is still recording its end and firing its hooks. Once false, every hook the run
     /// has fired so far is recorded.
-    pub fn run_in_flight(&self, run: &Run) -> Result<bool, EngineError> {
-        let current = self.read(|conn| graphs::get_shallow(conn, &run.graph_id))?;
+    pub async fn run_in_flight(&self, run: &Run) -> Result<bool, EngineError> {
+        let graph_id = run.graph_id.clone();
+        let current = self.read(move |rd| Ok(rd.graph_shallow(&graph_id)?)).await?;
         Ok(current.current_run_id.as_deref() == Some(run.id.as_str())
             && self.driver_active(&run.graph_id))
     }
 
     /// Node runs of every run of a graph, newest first.
-    pub fn graph_node_runs(
+    pub async fn graph_node_runs(
         &self,
         name_or_id: &str,
         limit: usize,
     ) -> Result<Vec<NodeRun>, EngineError> {
-        self.read(|conn| {
-            let id = graphs::resolve(conn, name_or_id)?;
-            runs::node_runs_of_graph(conn, &id, limit)
+        let lookup = name_or_id.to_string();
+        self.read(move |rd| {
+            let id = graphs::resolve(rd, &lookup)?;
+            Ok(rd.graph_node_runs(&id, limit)?)
         })
+        .await
     }
 
     /// The event `event` would be for a past run of a graph (its latest run unless `run` names
     /// one), rebuilt from the run history; `None` when that event would not fire for it.
-    pub fn event_from_history(
+    pub async fn event_from_history(
         &self,
         name_or_id: &str,
         event: HookEvent,
         run: Option<&str>,
         spec: Option<&str>,
     ) -> Result<(Graph, Run, Option<EngineEvent>), EngineError> {
-        self.read(|conn| {
-            let graph = graphs::get(conn, name_or_id)?;
+        let (name_or_id, run, spec) = (
+            name_or_id.to_string(),
+            run.map(str::to_string),
+            spec.map(str::to_string),
+        );
+        self.read(move |conn| {
+            let graph = graphs::get(conn, &name_or_id)?;
             let run_id = match run {
-                Some(prefix) => runs::resolve(conn, prefix)?,
-                None => match runs::list(conn, Some(&graph.id), 1)?.into_iter().next() {
+                Some(prefix) => conn.resolve_run(&prefix)?,
+                None => match conn.runs(Some(&graph.id), 1)?.into_iter().next() {
                     Some(run) => run.id,
                     None => {
                         return Err(EngineError::Conflict(format!(
@@ -490,7 +548,7 @@ impl Engine {
                     }
                 },
             };
-            let run = runs::get(conn, &run_id)?;
+            let run = conn.run(&run_id)?;
             if run.graph_id != graph.id {
                 return invalid(format!(
                     "field `run`: run {} belongs to another graph",
@@ -504,19 +562,19 @@ impl Engine {
                 workdir: run.workdir.clone(),
                 queue_id: run.queue_id.clone(),
             };
-            let specs = runs::specs_of(conn, &run.id)?;
+            let specs = conn.run_specs(&run.id)?;
             let completed: Vec<events::CompletedSpec> = specs
                 .iter()
-                .filter(|s| s.status == "completed")
+                .filter(|s| s.status == SpecResult::Completed)
                 .map(|s| events::CompletedSpec {
                     id: s.spec_id.clone(),
                     name: s.spec_name.clone().unwrap_or_default(),
                     summary: s.summary.clone(),
                 })
                 .collect();
-            let spec_id = spec.map(|s| specs::resolve(conn, s)).transpose()?;
-            let node_runs = runs::node_runs_of(conn, &run.id)?;
-            let last_node = |status: &str| {
+            let spec_id = spec.map(|s| specs::resolve(conn, &s)).transpose()?;
+            let node_runs = conn.node_runs(&run.id)?;
+            let last_node = |status: NodeRunStatus| {
                 node_runs
                     .iter()
                     .rev()
@@ -531,7 +589,7 @@ impl Engine {
                 HookEvent::OnSpecCompleted => {
                     let spec = match &spec_id {
                         Some(id) => {
-                            let found = specs::get(conn, id)?;
+                            let found = conn.spec(id)?;
                             let summary = specs
                                 .iter()
                                 .find(|s| &s.spec_id == id)
@@ -548,7 +606,7 @@ impl Engine {
                 }
                 HookEvent::OnFailed => {
                     let failed: Vec<&RunSpec> =
-                        specs.iter().filter(|s| s.status == "failed").collect();
+                        specs.iter().filter(|s| s.status == SpecResult::Failed).collect();
                     let spec_id = spec_id.or_else(|| match failed.as_slice() {
                         [one] => Some(one.spec_id.clone()),
                         _ => None,
@@ -556,7 +614,7 @@ impl Engine {
                     Some(EngineEvent::RunFailed {
                         run: context,
                         blocker: run.blocker.clone().unwrap_or_default(),
-                        node: last_node("failed"),
+                        node: last_node(NodeRunStatus::Failed),
                         spec_id,
                         failed_specs: failed.iter().map(|s| s.spec_id.clone()).collect(),
                     })
@@ -564,37 +622,48 @@ impl Engine {
                 HookEvent::OnBlocked => Some(EngineEvent::RunBlocked {
                     run: context,
                     blocker: run.blocker.clone().unwrap_or_default(),
-                    node: last_node("blocked"),
+                    node: last_node(NodeRunStatus::Blocked),
                     spec_id: None,
                 }),
             };
             Ok((graph, run, built))
         })
+        .await
     }
 
     // ----- control -----
 
     /// `graph_control`: run, reset or continue.
-    pub fn control(
+    pub async fn control(
         &self,
         name_or_id: &str,
         request: ControlRequest,
     ) -> Result<GraphView, EngineError> {
-        let graph_id = self.read(|conn| graphs::resolve(conn, name_or_id))?;
+        let lookup = name_or_id.to_string();
+        let graph_id = self.read(move |rd| graphs::resolve(rd, &lookup)).await?;
         match request.action.as_str() {
             "run" => {
                 if request.mode.is_some() || request.node.is_some() {
                     return invalid("fields `mode` and `node` belong to the `continue` action");
                 }
-                let run_id = self.write(|tx| {
-                    start_run(
-                        tx,
-                        &graph_id,
-                        request.queue_id.as_deref(),
-                        request.workdir.as_deref(),
-                    )
-                })?;
-                self.spawn_driver(&graph_id, &run_id);
+                let id = graph_id.clone();
+                let lease = self
+                    .write(move |tx| {
+                        let run_id = start_run(
+                            tx,
+                            &id,
+                            request.queue_id.as_deref(),
+                            request.workdir.as_deref(),
+                        )?;
+                        let generation = tx.take_driver_lease(&id)?;
+                        Ok(driver::Lease {
+                            graph_id: id,
+                            run_id,
+                            generation,
+                        })
+                    })
+                    .await?;
+                self.spawn_driver(lease);
             }
             "reset" => {
                 if request.queue_id.is_some()
@@ -604,22 +673,32 @@ impl Engine {
                 {
                     return invalid("`reset` takes no other field");
                 }
+                let id = graph_id.clone();
+                self.write(move |tx| reset(tx, &id)).await?;
                 self.stop_driver(&graph_id);
-                self.write(|tx| reset(tx, &graph_id))?;
             }
             "continue" => {
                 if request.queue_id.is_some() || request.workdir.is_some() {
                     return invalid("fields `queue_id` and `workdir` belong to the `run` action");
                 }
-                let run_id = self.write(|tx| {
-                    continue_run(
-                        tx,
-                        &graph_id,
-                        request.mode.as_deref(),
-                        request.node.as_deref(),
-                    )
-                })?;
-                self.spawn_driver(&graph_id, &run_id);
+                let id = graph_id.clone();
+                let lease = self
+                    .write(move |tx| {
+                        let run_id = continue_run(
+                            tx,
+                            &id,
+                            request.mode.as_deref(),
+                            request.node.as_deref(),
+                        )?;
+                        let generation = tx.take_driver_lease(&id)?;
+                        Ok(driver::Lease {
+                            graph_id: id,
+                            run_id,
+                            generation,
+                        })
+                    })
+                    .await?;
+                self.spawn_driver(lease);
             }
             other => {
                 return invalid(format!(
@@ -627,7 +706,7 @@ impl Engine {
                 ));
             }
         }
-        self.graph_view(&graph_id)
+        self.graph_view(&graph_id, ViewPage::default()).await
     }
 
     fn drivers(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
@@ -643,18 +722,15 @@ impl Engine {
             .is_some_and(|h| !h.is_finished())
     }
 
-    /// Starts the driver of a run that just became running. `start_run` / `continue_run` only
-    /// succeed on a graph that is not running, so a previous driver still listed here has
-    /// already settled or paused its run and is only ending: the new run gets its own driver
+    /// Starts the driver of a run that just became running, holding the lease taken in the
+    /// same transaction. A previous driver still listed here lost its lease with that
+    /// transaction: it changes nothing more and only ends, so the new run gets its own driver
     /// at once (waiting for the old one would leave the new run undriven).
-    fn spawn_driver(&self, graph_id: &str, run_id: &str) {
+    fn spawn_driver(&self, lease: driver::Lease) {
         let mut drivers = self.drivers();
-        let task = tokio::spawn(driver::drive(
-            self.clone(),
-            graph_id.to_string(),
-            run_id.to_string(),
-        ));
-        drivers.insert(graph_id.to_string(), task.abort_handle());
+        let graph_id = lease.graph_id.clone();
+        let task = tokio::spawn(driver::drive(self.clone(), lease));
+        drivers.insert(graph_id, task.abort_handle());
     }
 
     fn stop_driver(&self, graph_id: &str) {
@@ -674,30 +750,32 @@ impl Engine {
 
     /// At daemon start: runs that were in progress when the daemon died are marked interrupted
     /// (never silently re-run); their graphs pause with a blocker that says so.
-    pub fn recover(&self) -> Result<usize, EngineError> {
-        let events = self.write(|tx| {
-            interrupt_active(
-                tx,
-                "the daemon stopped (crash or kill) while this run was in progress",
-            )
-        })?;
+    pub async fn recover(&self) -> Result<usize, EngineError> {
+        let events = self
+            .write(|tx| {
+                interrupt_active(
+                    tx,
+                    "the daemon stopped (crash or kill) while this run was in progress",
+                )
+            })
+            .await?;
         let count = events.len();
         for event in events {
-            self.emit(event);
+            self.emit(event).await;
         }
         Ok(count)
     }
 
     /// At daemon shutdown: stops every driver; in-flight node runs are recorded as interrupted.
-    pub fn shutdown(&self) -> Result<usize, EngineError> {
+    pub async fn shutdown(&self) -> Result<usize, EngineError> {
         let handles: Vec<tokio::task::AbortHandle> =
             self.drivers().drain().map(|(_, h)| h).collect();
         for handle in &handles {
             handle.abort();
         }
-        let events = self.write(|tx| {
-            interrupt_active(tx, "the daemon shut down while this run was in progress")
-        })?;
+        let events = self
+            .write(|tx| interrupt_active(tx, "the daemon shut down while this run was in progress"))
+            .await?;
         Ok(events.len())
     }
 }

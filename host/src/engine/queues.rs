@@ -5,39 +5,13 @@
 //! split a group's pending members, naming the positions, and changes nothing. A member is
 //! *pending* until a run on this queue completes or skips it.
 
-use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{EngineError, invalid, specs};
-use crate::store;
 use crate::store::ids;
+use crate::store::{Rd, Tx};
 
-/// A queue member.
-#[derive(Debug, Clone, Serialize)]
-pub struct Member {
-    /// 1-based position in the queue.
-    pub position: usize,
-    pub spec_id: String,
-    pub spec_name: String,
-    pub group: Option<String>,
-    /// `pending`, or the outcome of the latest run on this queue that reached it
-    /// (`completed`, `skipped`, `failed`, `blocked`, `interrupted`, `running`); only
-    /// `completed` and `skipped` members are no longer pending.
-    pub status: String,
-    pub pending: bool,
-    /// The run on this queue that completed or skipped it (the latest one), once it is not
-    /// pending.
-    pub done_in_run: Option<String>,
-}
-
-/// A queue with its members.
-#[derive(Debug, Clone, Serialize)]
-pub struct Queue {
-    pub id: String,
-    pub name: String,
-    pub created_at: String,
-    pub members: Vec<Member>,
-}
+pub use crate::store::queues::{Member, MemberStatus, Queue};
 
 /// A new queue.
 #[derive(Debug, Clone, Deserialize)]
@@ -49,91 +23,25 @@ pub struct NewQueue {
     pub specs: Vec<String>,
 }
 
-/// Resolves a queue by name, else by id or id prefix; a name several queues share is refused
-/// listing them.
-pub fn resolve(conn: &Connection, name_or_id: &str) -> Result<String, EngineError> {
-    Ok(ids::resolve_named(
-        conn, "queues", "queue", name_or_id, None,
-    )?)
+/// Resolves a queue by name, else by id or id prefix.
+pub fn resolve(rd: &Rd<'_>, name_or_id: &str) -> Result<String, EngineError> {
+    Ok(rd.resolve_queue(name_or_id)?)
 }
 
 /// The members of a queue in order, with their status.
-pub fn members(conn: &Connection, queue_id: &str) -> Result<Vec<Member>, EngineError> {
-    let mut statement = conn.prepare_cached(
-        "SELECT m.spec_id, s.name, m.group_label,
-                (SELECT rs.status FROM run_specs rs JOIN runs r ON r.id = rs.run_id
-                  WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id
-                  ORDER BY rs.started_at DESC LIMIT 1),
-                (SELECT rs.run_id || ' ' || rs.status FROM run_specs rs JOIN runs r ON r.id = rs.run_id
-                  WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped')
-                  ORDER BY rs.finished_at DESC LIMIT 1)
-         FROM queue_members m JOIN specs s ON s.id = m.spec_id
-         WHERE m.queue_id = ?1 ORDER BY m.position",
-    )?;
-    let rows = statement.query_map([queue_id], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, Option<String>>(2)?,
-            row.get::<_, Option<String>>(3)?,
-            row.get::<_, Option<String>>(4)?,
-        ))
-    })?;
-    let mut members = Vec::new();
-    for (index, row) in rows.enumerate() {
-        let (spec_id, spec_name, group, latest, done) = row?;
-        // `<run id> <completed|skipped>`: ids are hex, so the first space splits them.
-        let done = done.and_then(|d| {
-            d.split_once(' ')
-                .map(|(run, status)| (run.to_string(), status.to_string()))
-        });
-        let status = match &done {
-            Some((_, status)) => status.clone(),
-            None => latest.unwrap_or_else(|| "pending".to_string()),
-        };
-        members.push(Member {
-            position: index + 1,
-            spec_id,
-            spec_name,
-            group,
-            status,
-            pending: done.is_none(),
-            done_in_run: done.map(|(run, _)| run),
-        });
-    }
-    Ok(members)
+pub fn members(rd: &Rd<'_>, queue_id: &str) -> Result<Vec<Member>, EngineError> {
+    Ok(rd.queue_members(queue_id)?)
 }
 
 /// One queue by name, id or id prefix.
-pub fn get(conn: &Connection, prefix: &str) -> Result<Queue, EngineError> {
-    let id = resolve(conn, prefix)?;
-    let (name, created_at): (String, String) = conn
-        .query_row(
-            "SELECT name, created_at FROM queues WHERE id = ?1",
-            [&id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?
-        .ok_or_else(|| EngineError::NotFound {
-            kind: "queue",
-            id: id.clone(),
-        })?;
-    let members = members(conn, &id)?;
-    Ok(Queue {
-        id,
-        name,
-        created_at,
-        members,
-    })
+pub fn get(rd: &Rd<'_>, prefix: &str) -> Result<Queue, EngineError> {
+    let id = resolve(rd, prefix)?;
+    Ok(rd.queue(&id)?)
 }
 
 /// Every queue.
-pub fn list(conn: &Connection) -> Result<Vec<Queue>, EngineError> {
-    let ids: Vec<String> = conn
-        .prepare_cached("SELECT id FROM queues ORDER BY created_at, id")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    ids.iter().map(|id| get(conn, id)).collect()
+pub fn list(rd: &Rd<'_>) -> Result<Vec<Queue>, EngineError> {
+    Ok(rd.queues()?)
 }
 
 fn check_group(group: Option<&str>) -> Result<Option<String>, EngineError> {
@@ -146,18 +54,11 @@ fn check_group(group: Option<&str>) -> Result<Option<String>, EngineError> {
 
 /// Writes the member order (spec ids with groups) as positions 0..n.
 fn write_order(
-    conn: &Connection,
+    tx: &Tx<'_>,
     queue_id: &str,
     order: &[(String, Option<String>)],
 ) -> Result<(), EngineError> {
-    conn.execute("DELETE FROM queue_members WHERE queue_id = ?1", [queue_id])?;
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO queue_members (queue_id, spec_id, position, group_label) VALUES (?1, ?2, ?3, ?4)",
-    )?;
-    for (position, (spec_id, group)) in order.iter().enumerate() {
-        insert.execute(params![queue_id, spec_id, position as i64, group])?;
-    }
-    Ok(())
+    Ok(tx.write_queue_order(queue_id, order)?)
 }
 
 fn order_of(members: &[Member]) -> Vec<(String, Option<String>)> {
@@ -168,17 +69,14 @@ fn order_of(members: &[Member]) -> Vec<(String, Option<String>)> {
 }
 
 /// Creates a queue, with optional initial members.
-pub fn create(conn: &Connection, new: NewQueue) -> Result<Queue, EngineError> {
+pub fn create(
+    tx: &Tx<'_>, new: NewQueue) -> Result<Queue, EngineError> {
     let name = new.name.trim();
     if name.is_empty() || name.chars().count() > 200 {
         return invalid("field `name` must be 1 to 200 characters");
     }
     // Queues are named wherever an id is taken, so a name must stay unique.
-    let taken: Option<String> = conn
-        .query_row("SELECT id FROM queues WHERE name = ?1", [name], |r| {
-            r.get(0)
-        })
-        .optional()?;
+    let taken = tx.queue_named(name)?;
     if let Some(existing) = taken {
         return Err(EngineError::Conflict(format!(
             "a queue named `{name}` already exists ({}); pick another name",
@@ -187,7 +85,7 @@ pub fn create(conn: &Connection, new: NewQueue) -> Result<Queue, EngineError> {
     }
     let mut order = Vec::new();
     for (index, prefix) in new.specs.iter().enumerate() {
-        let spec = specs::resolve(conn, prefix)
+        let spec = specs::resolve(tx, prefix)
             .map_err(|err| EngineError::Invalid(format!("field `specs[{index}]`: {err}")))?;
         if order
             .iter()
@@ -200,13 +98,9 @@ pub fn create(conn: &Connection, new: NewQueue) -> Result<Queue, EngineError> {
         }
         order.push((spec, None));
     }
-    let id = store::new_id();
-    conn.execute(
-        "INSERT INTO queues (id, name, created_at) VALUES (?1, ?2, ?3)",
-        params![id, name, store::now()],
-    )?;
-    write_order(conn, &id, &order)?;
-    get(conn, &id)
+    let id = tx.insert_queue(name)?;
+    write_order(tx, &id, &order)?;
+    get(tx, &id)
 }
 
 /// Index just after the last pending member of `group` (ignoring `except`), if it has one.
@@ -221,15 +115,15 @@ fn after_group(members: &[Member], group: &str, except: &str) -> Option<usize> {
 
 /// Adds a spec; with a group it lands right after the group's last pending member.
 pub fn add_spec(
-    conn: &Connection,
+    tx: &Tx<'_>,
     queue: &str,
     spec: &str,
     group: Option<&str>,
 ) -> Result<Queue, EngineError> {
-    let queue_id = resolve(conn, queue)?;
-    let spec_id = specs::resolve(conn, spec)?;
+    let queue_id = resolve(tx, queue)?;
+    let spec_id = specs::resolve(tx, spec)?;
     let group = check_group(group)?;
-    let members = members(conn, &queue_id)?;
+    let members = members(tx, &queue_id)?;
     if members.iter().any(|m| m.spec_id == spec_id) {
         return Err(EngineError::Conflict(format!(
             "spec {} is already in this queue",
@@ -242,41 +136,42 @@ pub fn add_spec(
         .and_then(|g| after_group(&members, g, &spec_id))
         .unwrap_or(order.len());
     order.insert(at, (spec_id, group));
-    write_order(conn, &queue_id, &order)?;
-    get(conn, &queue_id)
+    write_order(tx, &queue_id, &order)?;
+    get(tx, &queue_id)
 }
 
 /// Removes a spec from the queue (the spec itself stays in the backlog).
-pub fn remove_spec(conn: &Connection, queue: &str, spec: &str) -> Result<Queue, EngineError> {
-    let queue_id = resolve(conn, queue)?;
-    let spec_id = specs::resolve(conn, spec)?;
-    let removed = conn.execute(
-        "DELETE FROM queue_members WHERE queue_id = ?1 AND spec_id = ?2",
-        params![queue_id, spec_id],
-    )?;
-    if removed == 0 {
+pub fn remove_spec(
+    tx: &Tx<'_>, queue: &str, spec: &str) -> Result<Queue, EngineError> {
+    let queue_id = resolve(tx, queue)?;
+    let spec_id = specs::resolve(tx, spec)?;
+    let members = members(tx, &queue_id)?;
+    if !members.iter().any(|m| m.spec_id == spec_id) {
         return Err(EngineError::NotFound {
             kind: "queue member",
             id: ids::short(&spec_id).to_string(),
         });
     }
-    let members = members(conn, &queue_id)?;
-    write_order(conn, &queue_id, &order_of(&members))?;
-    get(conn, &queue_id)
+    let order: Vec<(String, Option<String>)> = order_of(&members)
+        .into_iter()
+        .filter(|(spec, _)| *spec != spec_id)
+        .collect();
+    write_order(tx, &queue_id, &order)?;
+    get(tx, &queue_id)
 }
 
 /// Sets (or clears) a member's group; a grouped member moves right after its group's last other
 /// pending member.
 pub fn set_group(
-    conn: &Connection,
+    tx: &Tx<'_>,
     queue: &str,
     spec: &str,
     group: Option<&str>,
 ) -> Result<Queue, EngineError> {
-    let queue_id = resolve(conn, queue)?;
-    let spec_id = specs::resolve(conn, spec)?;
+    let queue_id = resolve(tx, queue)?;
+    let spec_id = specs::resolve(tx, spec)?;
     let group = check_group(group)?;
-    let members = members(conn, &queue_id)?;
+    let members = members(tx, &queue_id)?;
     let Some(from) = members.iter().position(|m| m.spec_id == spec_id) else {
         return Err(EngineError::NotFound {
             kind: "queue member",
@@ -293,18 +188,19 @@ pub fn set_group(
         let at = if at > from { at - 1 } else { at };
         order.insert(at, entry);
     }
-    write_order(conn, &queue_id, &order)?;
-    get(conn, &queue_id)
+    write_order(tx, &queue_id, &order)?;
+    get(tx, &queue_id)
 }
 
 /// Reorders the whole queue. Refuses, changing nothing, an order that would split a group's
 /// pending members; the error names the positions.
-pub fn reorder(conn: &Connection, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
-    let queue_id = resolve(conn, queue)?;
-    let members = members(conn, &queue_id)?;
+pub fn reorder(
+    tx: &Tx<'_>, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
+    let queue_id = resolve(tx, queue)?;
+    let members = members(tx, &queue_id)?;
     let mut wanted = Vec::with_capacity(order.len());
     for (index, prefix) in order.iter().enumerate() {
-        let spec = specs::resolve(conn, prefix)
+        let spec = specs::resolve(tx, prefix)
             .map_err(|err| EngineError::Invalid(format!("field `order[{index}]`: {err}")))?;
         let Some(member) = members.iter().find(|m| m.spec_id == spec) else {
             return invalid(format!(
@@ -371,27 +267,21 @@ pub fn reorder(conn: &Connection, queue: &str, order: &[String]) -> Result<Queue
         .iter()
         .map(|m| (m.spec_id.clone(), m.group.clone()))
         .collect();
-    write_order(conn, &queue_id, &order)?;
-    get(conn, &queue_id)
+    write_order(tx, &queue_id, &order)?;
+    get(tx, &queue_id)
 }
 
 /// Deletes a queue no active run is draining.
-pub fn delete(conn: &Connection, queue: &str) -> Result<Queue, EngineError> {
-    let existing = get(conn, queue)?;
-    let active: Option<String> = conn
-        .query_row(
-            "SELECT g.name FROM runs r JOIN graphs g ON g.id = r.graph_id
-             WHERE r.queue_id = ?1 AND r.status IN ('running', 'paused') LIMIT 1",
-            [&existing.id],
-            |r| r.get(0),
-        )
-        .optional()?;
+pub fn delete(
+    tx: &Tx<'_>, queue: &str) -> Result<Queue, EngineError> {
+    let existing = get(tx, queue)?;
+    let active = tx.queue_drained_by(&existing.id)?;
     if let Some(graph) = active {
         return Err(EngineError::Conflict(format!(
             "queue {} is being drained by graph `{graph}`; reset that graph first",
             ids::short(&existing.id)
         )));
     }
-    conn.execute("DELETE FROM queues WHERE id = ?1", [&existing.id])?;
+    tx.delete_queue(&existing.id)?;
     Ok(existing)
 }

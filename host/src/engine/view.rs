@@ -1,24 +1,39 @@
-//! What `graph get` shows beyond the stored graph: the current run with its specs and latest
-//! node runs, the progress of the run's source reconstructed from the run history, the hook runs,
-//! and warnings.
+//! What `graph get` shows beyond the stored graph: the current run with its latest node runs,
+//! the progress of the run's source reconstructed from the run history (summarised, and one
+//! page of it per spec), the hook runs, and warnings.
+//!
+//! A graph can have thousands of specs; the view reads only the page it shows, so its cost
+//! stays flat with the spec count.
 
-use rusqlite::Connection;
-use serde::Serialize;
+use std::collections::BTreeMap;
 
-use super::{EngineError, Graph, NodeRun, Run, RunSpec, queues};
+use serde::{Deserialize, Serialize};
+
+use super::runs::SpecResult;
+use super::{EngineError, Graph, GraphStatus, NodeRun, Run, RunSpec};
 use crate::hooks::HookEvent;
-use crate::hooks::runs::HookRun;
+use crate::hooks::runs::{HookRun, HookRunFilter};
+use crate::store::Rd;
+use crate::store::queues::MemberStatus;
+use crate::store::states::state_enum;
 
 /// A graph with what `graph get` adds: the current run, progress, warnings.
 #[derive(Debug, Clone, Serialize)]
 pub struct GraphView {
+    /// The graph; its `specs` holds the bound specs of the page shown.
     #[serde(flatten)]
     pub graph: Graph,
+    /// How many specs are bound to the graph in all.
+    pub specs_total: usize,
     /// Set when the graph says running but nothing runs and nothing is scheduled.
     pub consistency_warning: Option<String>,
     pub current_run: Option<RunView>,
-    /// Each spec of the current run's source (its queue's members, or the bound specs) and
-    /// what the run did with it, reconstructed from the run history.
+    /// How many specs of the current run's source stand at each result.
+    pub progress_summary: BTreeMap<ProgressResult, usize>,
+    /// Which part of the per-spec list `progress` holds.
+    pub progress_page: PageInfo,
+    /// Each spec of the page of the current run's source (its queue's members, or the bound
+    /// specs) and what the run did with it, reconstructed from the run history.
     pub progress: Vec<Progress>,
     /// The hook runs of the current run, newest first.
     pub completion_hook_runs: Vec<HookRun>,
@@ -28,13 +43,121 @@ pub struct GraphView {
     pub remaining_events: Option<Vec<String>>,
 }
 
+/// Which window of a long per-spec list a view shows.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct ViewPage {
+    /// Specs skipped from the start.
+    #[serde(default)]
+    pub offset: usize,
+    /// Specs shown at most.
+    #[serde(default = "default_limit")]
+    pub limit: usize,
+}
+
+/// Specs a view shows unless asked for another window.
+pub const DEFAULT_PAGE: usize = 50;
+/// The most specs one view shows.
+pub const MAX_PAGE: usize = 1000;
+
+fn default_limit() -> usize {
+    DEFAULT_PAGE
+}
+
+impl Default for ViewPage {
+    fn default() -> Self {
+        Self {
+            offset: 0,
+            limit: DEFAULT_PAGE,
+        }
+    }
+}
+
+impl ViewPage {
+    /// Checks a page asked for by a client.
+    pub fn checked(self) -> Result<Self, EngineError> {
+        if self.limit == 0 || self.limit > MAX_PAGE {
+            return super::invalid(format!(
+                "field `limit` must be from 1 to {MAX_PAGE}, got {}",
+                self.limit
+            ));
+        }
+        Ok(self)
+    }
+}
+
+/// The window a paged list shows.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PageInfo {
+    pub offset: usize,
+    pub limit: usize,
+    /// Entries in the whole list.
+    pub total: usize,
+}
+
+state_enum! {
+    /// What a run did with one spec of its source.
+    pub enum ProgressResult {
+        NotReached = "not_reached",
+        Running = "running",
+        Blocked = "blocked",
+        Completed = "completed",
+        Failed = "failed",
+        Skipped = "skipped",
+        Interrupted = "interrupted",
+    }
+}
+
+impl From<SpecResult> for ProgressResult {
+    fn from(result: SpecResult) -> Self {
+        match result {
+            SpecResult::Running => Self::Running,
+            SpecResult::Blocked => Self::Blocked,
+            SpecResult::Completed => Self::Completed,
+            SpecResult::Failed => Self::Failed,
+            SpecResult::Skipped => Self::Skipped,
+            SpecResult::Interrupted => Self::Interrupted,
+        }
+    }
+}
+
+impl From<MemberStatus> for ProgressResult {
+    fn from(status: MemberStatus) -> Self {
+        match status {
+            MemberStatus::Pending => Self::NotReached,
+            MemberStatus::Running => Self::Running,
+            MemberStatus::Blocked => Self::Blocked,
+            MemberStatus::Completed => Self::Completed,
+            MemberStatus::Failed => Self::Failed,
+            MemberStatus::Skipped => Self::Skipped,
+            MemberStatus::Interrupted => Self::Interrupted,
+        }
+    }
+}
+
+impl PartialOrd for ProgressResult {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ProgressResult {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let rank = |r: &Self| Self::ALL.iter().position(|x| x == r);
+        rank(self).cmp(&rank(other))
+    }
+}
+
 /// The events an active run can still fire.
 pub(super) fn remaining_events(view: &GraphView, _run: &RunView) -> Vec<String> {
     let mut events = Vec::new();
-    if view
-        .progress
+    let open = [
+        ProgressResult::NotReached,
+        ProgressResult::Running,
+        ProgressResult::Blocked,
+    ];
+    if open
         .iter()
-        .any(|p| matches!(p.result.as_str(), "not_reached" | "running" | "blocked"))
+        .any(|r| view.progress_summary.get(r).is_some_and(|n| *n > 0))
     {
         events.push(HookEvent::OnSpecCompleted.as_str().to_string());
     }
@@ -59,7 +182,11 @@ pub(super) const RECENT_HOOK_RUNS: usize = 50;
 pub struct RunView {
     #[serde(flatten)]
     pub run: Run,
+    /// The specs the run reached (in `graph get`: those on the page shown).
     pub specs: Vec<RunSpec>,
+    /// In `graph get`: how many specs the run reached in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub specs_total: Option<usize>,
     pub node_runs: Vec<NodeRun>,
 }
 
@@ -73,7 +200,7 @@ pub struct Progress {
     /// The spec's status in this run; for a queue member another run on the queue completed or
     /// skipped (an earlier one, or another graph's), that (see `done_in_run`); else
     /// `not_reached`.
-    pub result: String,
+    pub result: ProgressResult,
     pub summary: Option<String>,
     /// Why a failed, blocked or interrupted spec stopped, and at which node.
     pub reason: Option<String>,
@@ -83,72 +210,177 @@ pub struct Progress {
     pub done_in_run: Option<String>,
 }
 
-/// Each spec of the run's source and what this run did with it.
-pub(super) fn progress(
-    conn: &Connection,
-    graph: &Graph,
-    run: &RunView,
-) -> Result<Vec<Progress>, EngineError> {
-    // Each source spec, with how an earlier run on the queue settled it (status, run).
-    type Source = (String, String, Option<String>, Option<(String, String)>);
-    let source: Vec<Source> = match &run.run.queue_id {
-        Some(queue_id) => queues::members(conn, queue_id)?
-            .into_iter()
-            .map(|m| {
-                let earlier = m
-                    .done_in_run
-                    .filter(|r| *r != run.run.id)
-                    .map(|r| (m.status, r));
-                (m.spec_id, m.spec_name, m.group, earlier)
-            })
-            .collect(),
-        None => graph
-            .specs
-            .iter()
-            .map(|s| (s.id.clone(), s.name.clone(), None, None))
-            .collect(),
+/// One spec of a run's source: id, name, group, and the other run on the queue that settled
+/// it (with how), if one did.
+struct Source {
+    spec_id: String,
+    spec_name: String,
+    group: Option<String>,
+    earlier: Option<(ProgressResult, String)>,
+}
+
+/// Builds `graph get` for graph `id`, showing `page` of its per-spec lists.
+pub(super) fn build(
+    rd: &Rd<'_>,
+    id: &str,
+    driver_active: bool,
+    page: ViewPage,
+) -> Result<GraphView, EngineError> {
+    let mut graph = rd.graph_shallow(id)?;
+    graph.specs = rd.graph_specs_page(id, page.offset, page.limit)?;
+    let specs_total = rd.graph_spec_count(id)?;
+    let run = graph
+        .current_run_id
+        .as_deref()
+        .map(|run_id| rd.run(run_id))
+        .transpose()?;
+    let in_progress = match &run {
+        Some(run) => rd.node_in_progress(&run.id)?,
+        None => false,
     };
-    let mut seen: Vec<Progress> = source
+    let consistency_warning = (graph.status == GraphStatus::Running && !in_progress && !driver_active).then(|| {
+        format!(
+            "graph `{}` is marked running, but no node run is in progress and no resume is scheduled; `canopy graph continue {}` resumes it, `canopy graph reset {}` abandons the run",
+            graph.name, graph.name, graph.name
+        )
+    });
+    let mut view = GraphView {
+        specs_total,
+        consistency_warning,
+        current_run: None,
+        progress_summary: BTreeMap::new(),
+        progress_page: PageInfo {
+            offset: page.offset,
+            limit: page.limit,
+            total: 0,
+        },
+        progress: Vec::new(),
+        completion_hook_runs: Vec::new(),
+        remaining_events: None,
+        graph,
+    };
+    let Some(run) = run else {
+        return Ok(view);
+    };
+    // The page of the run's source.
+    let (sources, source_total) = match &run.queue_id {
+        Some(queue_id) => {
+            let members = rd.queue_members_page(queue_id, page.offset, Some(page.limit))?;
+            let sources = members
+                .into_iter()
+                .map(|m| Source {
+                    earlier: m
+                        .done_in_run
+                        .filter(|r| *r != run.id)
+                        .map(|r| (m.status.into(), r)),
+                    spec_id: m.spec_id,
+                    spec_name: m.spec_name,
+                    group: m.group,
+                })
+                .collect::<Vec<_>>();
+            (sources, rd.queue_member_count(queue_id)?)
+        }
+        None => (
+            view.graph
+                .specs
+                .iter()
+                .map(|s| Source {
+                    spec_id: s.id.clone(),
+                    spec_name: s.name.clone(),
+                    group: None,
+                    earlier: None,
+                })
+                .collect(),
+            specs_total,
+        ),
+    };
+    let ids: Vec<String> = sources.iter().map(|s| s.spec_id.clone()).collect();
+    let mut reached = rd.run_specs_among(&run.id, &ids)?;
+    let mut progress: Vec<Progress> = sources
         .into_iter()
         .enumerate()
-        .map(|(index, (spec_id, spec_name, group, earlier))| {
-            let reached = run.specs.iter().find(|s| s.spec_id == spec_id);
-            let (result, done_in_run) = match (reached, earlier) {
-                (Some(s), _) => (s.status.clone(), None),
+        .map(|(index, source)| {
+            let hit = reached.iter().find(|s| s.spec_id == source.spec_id);
+            let (result, done_in_run) = match (hit, source.earlier) {
+                (Some(s), _) => (s.status.into(), None),
                 (None, Some((status, run))) => (status, Some(run)),
-                (None, None) => ("not_reached".to_string(), None),
+                (None, None) => (ProgressResult::NotReached, None),
             };
             Progress {
-                position: index + 1,
+                position: page.offset + index + 1,
                 result,
-                summary: reached.and_then(|s| s.summary.clone()),
-                reason: reached.and_then(|s| s.reason.clone()),
-                reason_node: reached.and_then(|s| s.reason_node.clone()),
+                summary: hit.and_then(|s| s.summary.clone()),
+                reason: hit.and_then(|s| s.reason.clone()),
+                reason_node: hit.and_then(|s| s.reason_node.clone()),
                 done_in_run,
-                spec_id,
-                spec_name,
-                group,
+                spec_id: source.spec_id,
+                spec_name: source.spec_name,
+                group: source.group,
             }
         })
         .collect();
-    // Specs the run reached that have since left the source still show.
-    for reached in &run.specs {
-        if !seen.iter().any(|p| p.spec_id == reached.spec_id) {
-            seen.push(Progress {
-                position: seen.len() + 1,
-                spec_id: reached.spec_id.clone(),
-                spec_name: reached
+    // Specs the run reached that have since left its source still show, after the source.
+    let mut total = source_total;
+    if page.offset + page.limit > source_total {
+        let all_sources: std::collections::HashSet<String> = match &run.queue_id {
+            Some(queue_id) => rd
+                .queue_members(queue_id)?
+                .into_iter()
+                .map(|m| m.spec_id)
+                .collect(),
+            None => rd.graph(id)?.specs.into_iter().map(|s| s.id).collect(),
+        };
+        let gone: Vec<RunSpec> = rd
+            .run_specs(&run.id)?
+            .into_iter()
+            .filter(|s| !all_sources.contains(&s.spec_id))
+            .collect();
+        total += gone.len();
+        let skip = page.offset.saturating_sub(source_total);
+        let room = page.limit.saturating_sub(progress.len());
+        for (index, spec) in gone.into_iter().enumerate().skip(skip).take(room) {
+            progress.push(Progress {
+                position: source_total + index + 1,
+                spec_id: spec.spec_id.clone(),
+                spec_name: spec
                     .spec_name
                     .clone()
                     .unwrap_or_else(|| "(deleted spec)".to_string()),
-                group: reached.group.clone(),
-                result: reached.status.clone(),
-                summary: reached.summary.clone(),
-                reason: reached.reason.clone(),
-                reason_node: reached.reason_node.clone(),
+                group: spec.group.clone(),
+                result: spec.status.into(),
+                summary: spec.summary.clone(),
+                reason: spec.reason.clone(),
+                reason_node: spec.reason_node.clone(),
                 done_in_run: None,
             });
+            reached.push(spec);
         }
     }
-    Ok(seen)
+    // The summary: how far the run took its specs; the rest of the source is not reached.
+    let mut summary = BTreeMap::new();
+    let mut reached_total = 0;
+    for (result, count) in rd.run_spec_counts(&run.id)? {
+        reached_total += count;
+        *summary.entry(ProgressResult::from(result)).or_insert(0) += count;
+    }
+    let not_reached = total.saturating_sub(reached_total);
+    if not_reached > 0 {
+        summary.insert(ProgressResult::NotReached, not_reached);
+    }
+    reached.sort_by_key(|s| s.ordinal);
+    view.completion_hook_runs = rd.hook_runs(&HookRunFilter {
+        run_id: Some(run.id.clone()),
+        last: RECENT_HOOK_RUNS,
+        ..HookRunFilter::default()
+    })?;
+    view.current_run = Some(RunView {
+        node_runs: rd.recent_node_runs(&run.id, RECENT_NODE_RUNS)?,
+        specs: reached,
+        specs_total: Some(reached_total),
+        run,
+    });
+    view.progress_summary = summary;
+    view.progress_page.total = total;
+    view.progress = progress;
+    Ok(view)
 }

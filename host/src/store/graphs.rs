@@ -1,1 +1,333 @@
-//! (being filled in)
+//! Graphs (`graphs`, `graph_specs`): the definition, its version, its status and the lease of
+//! the driver that works on its current run.
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::states::state_enum;
+use super::{Rd, StoreError, Tx};
+
+/// Event → ordered hook configs, as stored in a graph.
+pub type HookMap = Map<String, Value>;
+
+state_enum! {
+    /// A graph's status.
+    pub enum GraphStatus {
+        Idle = "idle",
+        Running = "running",
+        Paused = "paused",
+        Completed = "completed",
+        Failed = "failed",
+    }
+}
+
+/// A node: a name and an executor config, exactly like a hook's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    #[serde(flatten)]
+    pub config: Map<String, Value>,
+}
+
+/// A spec bound to a graph.
+#[derive(Debug, Clone, Serialize)]
+pub struct BoundSpec {
+    pub id: String,
+    pub name: String,
+}
+
+/// A graph as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct Graph {
+    pub id: String,
+    pub name: String,
+    pub workdir: String,
+    pub nodes: Vec<Node>,
+    pub specs: Vec<BoundSpec>,
+    pub allow_dirty_start: bool,
+    pub status: GraphStatus,
+    pub blocker: Option<String>,
+    /// Event → ordered hook configs.
+    pub hooks: HookMap,
+    pub current_run_id: Option<String>,
+    /// The definition's version: 1 at creation, one more at every edit. An edit may name the
+    /// version it was based on and is refused when the graph has moved on.
+    pub version: i64,
+    /// The generation of the driver allowed to work on the current run.
+    #[serde(skip)]
+    pub driver_lease: i64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The full, validated contents of a graph to write.
+#[derive(Debug, Clone)]
+pub struct GraphWrite {
+    pub name: String,
+    pub workdir: String,
+    pub nodes: Vec<Node>,
+    pub specs: Vec<String>,
+    pub allow_dirty_start: bool,
+    pub hooks: HookMap,
+}
+
+/// The outcome of a conditional edit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaced {
+    /// Written; the graph is now at this version.
+    At(i64),
+    /// Not written: the graph is at this version, not the one the edit was based on.
+    Stale(i64),
+}
+
+const COLUMNS: &str = "id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at";
+
+fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
+    })
+}
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Graph> {
+    Ok(Graph {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        workdir: row.get(2)?,
+        nodes: json_column(row, 3)?,
+        specs: Vec::new(),
+        allow_dirty_start: row.get(4)?,
+        status: row.get(5)?,
+        blocker: row.get(6)?,
+        hooks: json_column(row, 7)?,
+        current_run_id: row.get(8)?,
+        version: row.get(9)?,
+        driver_lease: row.get(10)?,
+        created_at: row.get(11)?,
+        updated_at: row.get(12)?,
+    })
+}
+
+impl Rd<'_> {
+    /// Resolves a graph by exact name (names are unique), else by id or id prefix.
+    pub fn resolve_graph(&self, name_or_id: &str) -> Result<String, StoreError> {
+        self.resolve_named("graphs", "graph", name_or_id, None)
+    }
+
+    /// One graph by full id, without its bound specs (what the driver needs per step).
+    pub fn graph_shallow(&self, id: &str) -> Result<Graph, StoreError> {
+        self.conn()
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM graphs WHERE id = ?1"))?
+            .query_row([id], from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "graph",
+                id: id.to_string(),
+            })
+    }
+
+    /// One graph by full id, with its bound specs.
+    pub fn graph(&self, id: &str) -> Result<Graph, StoreError> {
+        let mut graph = self.graph_shallow(id)?;
+        graph.specs = self
+            .conn()
+            .prepare_cached(
+                "SELECT s.id, s.name FROM graph_specs gs JOIN specs s ON s.id = gs.spec_id WHERE gs.graph_id = ?1 ORDER BY gs.position",
+            )?
+            .query_map([id], |r| {
+                Ok(BoundSpec {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(graph)
+    }
+
+    /// How many specs are bound to a graph.
+    pub fn graph_spec_count(&self, id: &str) -> Result<usize, StoreError> {
+        let count: i64 = self
+            .conn()
+            .prepare_cached("SELECT COUNT(*) FROM graph_specs WHERE graph_id = ?1")?
+            .query_row([id], |r| r.get(0))?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    /// A window of a graph's bound specs, in order.
+    pub fn graph_specs_page(
+        &self,
+        id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<BoundSpec>, StoreError> {
+        let specs = self
+            .conn()
+            .prepare_cached(
+                "SELECT s.id, s.name FROM graph_specs gs JOIN specs s ON s.id = gs.spec_id WHERE gs.graph_id = ?1 ORDER BY gs.position LIMIT ?2 OFFSET ?3",
+            )?
+            .query_map(
+                params![
+                    id,
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                    i64::try_from(offset).unwrap_or(i64::MAX)
+                ],
+                |r| {
+                    Ok(BoundSpec {
+                        id: r.get(0)?,
+                        name: r.get(1)?,
+                    })
+                },
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(specs)
+    }
+
+    /// The id of every graph, by name.
+    pub fn graph_ids(&self) -> Result<Vec<String>, StoreError> {
+        let ids = self
+            .conn()
+            .prepare_cached("SELECT id FROM graphs ORDER BY name")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(ids)
+    }
+
+    /// Every graph's id with its name.
+    pub fn graph_names(&self) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        let names = self
+            .conn()
+            .prepare_cached("SELECT id, name FROM graphs")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(names)
+    }
+
+    /// True when a graph other than `except` is called `name`.
+    pub fn graph_name_taken(&self, name: &str, except: Option<&str>) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM graphs WHERE name = ?1 AND id IS NOT ?2)",
+            )?
+            .query_row(params![name, except], |r| r.get(0))?)
+    }
+}
+
+impl Tx<'_> {
+    /// Inserts a new graph (idle, version 1); returns its id.
+    pub fn insert_graph(&self, write: &GraphWrite) -> Result<String, StoreError> {
+        let id = super::new_id();
+        let now = super::now();
+        self.conn().execute(
+            "INSERT INTO graphs (id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'idle', NULL, ?6, NULL, 1, 0, ?7, ?7)",
+            params![
+                id,
+                write.name,
+                write.workdir,
+                serde_json::to_string(&write.nodes)?,
+                write.allow_dirty_start,
+                Value::Object(write.hooks.clone()).to_string(),
+                now
+            ],
+        )?;
+        self.write_graph_specs(&id, &write.specs)?;
+        Ok(id)
+    }
+
+    /// Replaces a graph's definition (not its status) and moves it to the next version. With
+    /// `based_on`, only if the graph is still at that version.
+    pub fn replace_graph(
+        &self,
+        id: &str,
+        write: &GraphWrite,
+        based_on: Option<i64>,
+    ) -> Result<Replaced, StoreError> {
+        let current: i64 = self
+            .conn()
+            .prepare_cached("SELECT version FROM graphs WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "graph",
+                id: id.to_string(),
+            })?;
+        if based_on.is_some_and(|v| v != current) {
+            return Ok(Replaced::Stale(current));
+        }
+        self.conn().execute(
+            "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, hooks = ?6, updated_at = ?7, version = version + 1 WHERE id = ?1",
+            params![
+                id,
+                write.name,
+                write.workdir,
+                serde_json::to_string(&write.nodes)?,
+                write.allow_dirty_start,
+                Value::Object(write.hooks.clone()).to_string(),
+                super::now()
+            ],
+        )?;
+        self.write_graph_specs(id, &write.specs)?;
+        Ok(Replaced::At(current + 1))
+    }
+
+    fn write_graph_specs(&self, graph_id: &str, specs: &[String]) -> Result<(), StoreError> {
+        self.conn()
+            .execute("DELETE FROM graph_specs WHERE graph_id = ?1", [graph_id])?;
+        let mut insert = self.conn().prepare_cached(
+            "INSERT INTO graph_specs (graph_id, spec_id, position) VALUES (?1, ?2, ?3)",
+        )?;
+        for (position, spec) in specs.iter().enumerate() {
+            insert.execute(params![graph_id, spec, position as i64])?;
+        }
+        Ok(())
+    }
+
+    /// Sets a graph's status and blocker; with `run_id`, its current run too.
+    pub fn set_graph_status(
+        &self,
+        id: &str,
+        status: GraphStatus,
+        blocker: Option<&str>,
+        run_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE graphs SET status = ?2, blocker = ?3, current_run_id = COALESCE(?4, current_run_id), updated_at = ?5 WHERE id = ?1",
+            params![id, status, blocker, run_id, super::now()],
+        )?;
+        Ok(())
+    }
+
+    /// Makes a graph idle with no current run.
+    pub fn clear_graph_run(&self, id: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE graphs SET status = 'idle', blocker = NULL, current_run_id = NULL, updated_at = ?2 WHERE id = ?1",
+            params![id, super::now()],
+        )?;
+        Ok(())
+    }
+
+    /// Hands the graph's current run to a new driver: returns the lease that driver holds.
+    /// Every earlier driver's lease is void from then on.
+    pub fn take_driver_lease(&self, id: &str) -> Result<i64, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "UPDATE graphs SET driver_lease = driver_lease + 1 WHERE id = ?1 RETURNING driver_lease",
+            )?
+            .query_row([id], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "graph",
+                id: id.to_string(),
+            })?)
+    }
+
+    /// Deletes a graph and (by cascade) its run history.
+    pub fn delete_graph(&self, id: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute("DELETE FROM graphs WHERE id = ?1", [id])?;
+        Ok(())
+    }
+}

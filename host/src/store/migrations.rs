@@ -222,6 +222,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX messages_pending ON messages (status, created_at);
     CREATE INDEX messages_by_session ON messages (session_id, created_at);
     "#,
+    // 6: a graph's definition has a version (edits may be conditional on it), and the
+    // generation of the driver allowed to work on its current run.
+    r#"
+    ALTER TABLE graphs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE graphs ADD COLUMN driver_lease INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Applies every migration the database has not seen yet.

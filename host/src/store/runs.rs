@@ -1,1 +1,772 @@
-//! (being filled in)
+//! Runs (`runs`), the specs each run reached (`run_specs`) and every executor call for a node
+//! (`node_runs`).
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::states::state_enum;
+use super::{Rd, StoreError, Tx};
+
+state_enum! {
+    /// A run's status.
+    pub enum RunStatus {
+        Running = "running",
+        Paused = "paused",
+        Completed = "completed",
+        Failed = "failed",
+        /// The daemon stopped while it ran; it waits for a continue or a reset.
+        Interrupted = "interrupted",
+        /// Abandoned by a reset.
+        Reset = "reset",
+    }
+}
+
+impl RunStatus {
+    /// True while the run can still go on (running, paused, or interrupted awaiting a continue).
+    pub fn is_active(self) -> bool {
+        match self {
+            Self::Running | Self::Paused | Self::Interrupted => true,
+            Self::Completed | Self::Failed | Self::Reset => false,
+        }
+    }
+}
+
+state_enum! {
+    /// How far a run took one spec.
+    pub enum SpecResult {
+        Running = "running",
+        Blocked = "blocked",
+        Completed = "completed",
+        Failed = "failed",
+        Skipped = "skipped",
+        Interrupted = "interrupted",
+    }
+}
+
+impl SpecResult {
+    /// A spec that did not complete and has a reason to show.
+    pub fn stopped(self) -> bool {
+        match self {
+            Self::Failed | Self::Blocked | Self::Interrupted => true,
+            Self::Running | Self::Completed | Self::Skipped => false,
+        }
+    }
+}
+
+state_enum! {
+    /// How one executor call for a node stands.
+    pub enum NodeRunStatus {
+        Running = "running",
+        Completed = "completed",
+        Failed = "failed",
+        Blocked = "blocked",
+        Interrupted = "interrupted",
+    }
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub id: String,
+    pub graph_id: String,
+    pub workdir: String,
+    pub queue_id: Option<String>,
+    pub status: RunStatus,
+    pub blocker: Option<String>,
+    pub summary: Option<String>,
+    /// The node the next spec starts at (a directed start), if one was asked for.
+    pub start_node: Option<String>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+}
+
+/// A spec the run reached.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSpec {
+    pub spec_id: String,
+    pub spec_name: Option<String>,
+    pub ordinal: i64,
+    pub group: Option<String>,
+    pub status: SpecResult,
+    pub next_node: i64,
+    pub summary: Option<String>,
+    pub harness_session: Option<String>,
+    /// Why a failed, blocked or interrupted spec stopped: the reason of its last node run.
+    pub reason: Option<String>,
+    /// The node that run was of.
+    pub reason_node: Option<String>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+}
+
+/// One executor call for a node.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeRun {
+    pub id: String,
+    pub run_id: String,
+    pub spec_id: String,
+    pub node: String,
+    pub node_index: i64,
+    pub mode: String,
+    /// The executor: plugin name, version and sha256.
+    pub plugin: Option<String>,
+    pub plugin_version: Option<String>,
+    pub plugin_sha256: Option<String>,
+    pub status: NodeRunStatus,
+    pub summary: Option<String>,
+    /// Failure reason or blocker.
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+    pub harness_session: Option<String>,
+    pub resume_session: Option<String>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+/// A node run about to start.
+#[derive(Debug, Clone)]
+pub struct NewNodeRun<'a> {
+    pub run_id: &'a str,
+    pub graph_id: &'a str,
+    pub spec_id: &'a str,
+    pub node: &'a str,
+    pub node_index: usize,
+    pub mode: &'a str,
+    pub resume_session: Option<&'a str>,
+}
+
+/// How a node run ended.
+#[derive(Debug, Clone)]
+pub struct NodeRunEnd {
+    pub status: NodeRunStatus,
+    pub summary: Option<String>,
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+    pub harness_session: Option<String>,
+    /// The executor that ran it: name, version, sha256.
+    pub plugin: Option<(String, String, String)>,
+    pub duration_ms: i64,
+}
+
+/// The spec a run is on: its id, the node it is at, and its group.
+#[derive(Debug, Clone)]
+pub struct OnSpec {
+    pub spec_id: String,
+    pub next_node: i64,
+    pub group: Option<String>,
+}
+
+/// The next spec a run can take: its id, group and position in its source.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub spec_id: String,
+    pub group: Option<String>,
+    pub position: i64,
+}
+
+const RUN_COLUMNS: &str = "id, graph_id, workdir, queue_id, status, blocker, summary, start_node, started_at, finished_at";
+
+fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
+    Ok(Run {
+        id: row.get(0)?,
+        graph_id: row.get(1)?,
+        workdir: row.get(2)?,
+        queue_id: row.get(3)?,
+        status: row.get(4)?,
+        blocker: row.get(5)?,
+        summary: row.get(6)?,
+        start_node: row.get(7)?,
+        started_at: row.get(8)?,
+        finished_at: row.get(9)?,
+    })
+}
+
+const NODE_RUN_COLUMNS: &str = "id, run_id, spec_id, node, node_index, mode, plugin, plugin_version, plugin_sha256, status, summary, reason, detail, harness_session, resume_session, started_at, finished_at, duration_ms";
+
+fn node_run_from_row(row: &Row<'_>) -> rusqlite::Result<NodeRun> {
+    Ok(NodeRun {
+        id: row.get(0)?,
+        run_id: row.get(1)?,
+        spec_id: row.get(2)?,
+        node: row.get(3)?,
+        node_index: row.get(4)?,
+        mode: row.get(5)?,
+        plugin: row.get(6)?,
+        plugin_version: row.get(7)?,
+        plugin_sha256: row.get(8)?,
+        status: row.get(9)?,
+        summary: row.get(10)?,
+        reason: row.get(11)?,
+        detail: row.get(12)?,
+        harness_session: row.get(13)?,
+        resume_session: row.get(14)?,
+        started_at: row.get(15)?,
+        finished_at: row.get(16)?,
+        duration_ms: row.get(17)?,
+    })
+}
+
+fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<T>>) -> Result<Vec<T>, StoreError> {
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+impl Rd<'_> {
+    /// Resolves a run id or prefix.
+    pub fn resolve_run(&self, prefix: &str) -> Result<String, StoreError> {
+        self.resolve_id("runs", "run", prefix)
+    }
+
+    /// One run by full id.
+    pub fn run(&self, id: &str) -> Result<Run, StoreError> {
+        self.conn()
+            .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))?
+            .query_row([id], run_from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "run",
+                id: id.to_string(),
+            })
+    }
+
+    /// Runs, newest first, optionally of one graph.
+    pub fn runs(&self, graph_id: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE ?1 IS NULL OR graph_id = ?1 ORDER BY started_at DESC, id LIMIT ?2"
+        ))?;
+        collect(statement.query_map(params![graph_id, limit as i64], run_from_row)?)
+    }
+
+    /// The ids of the runs that are running.
+    pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut statement = self
+            .conn()
+            .prepare_cached("SELECT id FROM runs WHERE status = 'running'")?;
+        collect(statement.query_map([], |r| r.get(0))?)
+    }
+
+    /// The specs a run reached, in order, each with why it stopped if it did not complete.
+    pub fn run_specs(&self, run_id: &str) -> Result<Vec<RunSpec>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
+             FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id WHERE rs.run_id = ?1 ORDER BY rs.ordinal",
+        )?;
+        let mut specs: Vec<RunSpec> = collect(statement.query_map([run_id], |r| {
+            Ok(RunSpec {
+                spec_id: r.get(0)?,
+                spec_name: r.get(1)?,
+                ordinal: r.get(2)?,
+                group: r.get(3)?,
+                status: r.get(4)?,
+                next_node: r.get(5)?,
+                summary: r.get(6)?,
+                harness_session: r.get(7)?,
+                reason: None,
+                reason_node: None,
+                started_at: r.get(8)?,
+                finished_at: r.get(9)?,
+            })
+        })?)?;
+        if specs.iter().any(|s| s.status.stopped()) {
+            // One pass over the run's node runs that did not complete, oldest first, so the
+            // last one of a spec wins.
+            let mut reasons: std::collections::HashMap<String, (String, Option<String>)> =
+                std::collections::HashMap::new();
+            let mut statement = self.conn().prepare_cached(
+                "SELECT spec_id, node, reason FROM node_runs
+                 WHERE run_id = ?1 AND status IN ('failed', 'blocked', 'interrupted')
+                 ORDER BY started_at, id",
+            )?;
+            let rows = statement.query_map([run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
+            })?;
+            for row in rows {
+                let (spec_id, node, reason) = row?;
+                reasons.insert(spec_id, (node, reason));
+            }
+            for spec in specs.iter_mut().filter(|s| s.status.stopped()) {
+                if let Some((node, reason)) = reasons.remove(&spec.spec_id) {
+                    spec.reason_node = Some(node);
+                    spec.reason = reason;
+                }
+            }
+        }
+        Ok(specs)
+    }
+
+    /// The run's records of the specs `spec_ids` (those it reached), each with why it stopped
+    /// if it did not complete.
+    pub fn run_specs_among(
+        &self,
+        run_id: &str,
+        spec_ids: &[String],
+    ) -> Result<Vec<RunSpec>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
+             FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id WHERE rs.run_id = ?1 AND rs.spec_id = ?2",
+        )?;
+        let mut reason = self.conn().prepare_cached(
+            "SELECT node, reason FROM node_runs
+             WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'interrupted')
+             ORDER BY started_at DESC, id DESC LIMIT 1",
+        )?;
+        let mut found = Vec::new();
+        for spec_id in spec_ids {
+            let spec = statement
+                .query_row(params![run_id, spec_id], |r| {
+                    Ok(RunSpec {
+                        spec_id: r.get(0)?,
+                        spec_name: r.get(1)?,
+                        ordinal: r.get(2)?,
+                        group: r.get(3)?,
+                        status: r.get(4)?,
+                        next_node: r.get(5)?,
+                        summary: r.get(6)?,
+                        harness_session: r.get(7)?,
+                        reason: None,
+                        reason_node: None,
+                        started_at: r.get(8)?,
+                        finished_at: r.get(9)?,
+                    })
+                })
+                .optional()?;
+            let Some(mut spec) = spec else { continue };
+            if spec.status.stopped()
+                && let Some((node, why)) = reason
+                    .query_row(params![run_id, spec_id], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                    })
+                    .optional()?
+            {
+                spec.reason_node = Some(node);
+                spec.reason = why;
+            }
+            found.push(spec);
+        }
+        found.sort_by_key(|s| s.ordinal);
+        Ok(found)
+    }
+
+    /// How many specs the run reached, by result.
+    pub fn run_spec_counts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(SpecResult, usize)>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT status, COUNT(*) FROM run_specs WHERE run_id = ?1 GROUP BY status",
+        )?;
+        collect(statement.query_map([run_id], |r| {
+            Ok((r.get(0)?, usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+        })?)
+    }
+
+    /// The spec the run is on now (status running), if any.
+    pub fn spec_in_progress(&self, run_id: &str) -> Result<Option<OnSpec>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT spec_id, next_node, group_label FROM run_specs WHERE run_id = ?1 AND status = 'running'",
+            )?
+            .query_row([run_id], |r| {
+                Ok(OnSpec {
+                    spec_id: r.get(0)?,
+                    next_node: r.get(1)?,
+                    group: r.get(2)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// The spec the run is blocked on, if any.
+    pub fn blocked_spec(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'blocked'",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// The latest spec an interruption cut off in this run, if any.
+    pub fn last_interrupted_spec(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'interrupted' ORDER BY ordinal DESC LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// True once the run has reached any spec.
+    pub fn run_reached_any(&self, run_id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM run_specs WHERE run_id = ?1)")?
+            .query_row([run_id], |r| r.get(0))?)
+    }
+
+    /// The next spec the run should take: the first pending queue member (queue runs) or bound
+    /// spec (graph runs) the run has not reached yet. The search starts at `from_position`
+    /// (where the run last was, so a long run does not rescan what it did) and falls back to
+    /// the whole list when nothing is found there (after a reorder, say).
+    pub fn next_candidate(
+        &self,
+        graph_id: &str,
+        run: &Run,
+        from_position: i64,
+    ) -> Result<Option<Candidate>, StoreError> {
+        let find = |from: i64| -> Result<Option<Candidate>, StoreError> {
+            let row = |r: &Row<'_>| {
+                Ok(Candidate {
+                    spec_id: r.get(0)?,
+                    group: r.get(1)?,
+                    position: r.get(2)?,
+                })
+            };
+            let next = match &run.queue_id {
+                Some(queue_id) => self
+                    .conn()
+                    .prepare_cached(
+                        "SELECT m.spec_id, m.group_label, m.position FROM queue_members m
+                         WHERE m.queue_id = ?1 AND m.position >= ?3
+                           AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = m.spec_id)
+                           AND NOT EXISTS (SELECT 1 FROM run_specs rs JOIN runs r ON r.id = rs.run_id
+                                           WHERE rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped') AND r.queue_id = m.queue_id)
+                         ORDER BY m.position LIMIT 1",
+                    )?
+                    .query_row(params![queue_id, run.id, from], row)
+                    .optional()?,
+                None => self
+                    .conn()
+                    .prepare_cached(
+                        "SELECT gs.spec_id, NULL, gs.position FROM graph_specs gs
+                         WHERE gs.graph_id = ?1 AND gs.position >= ?3
+                           AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = gs.spec_id)
+                         ORDER BY gs.position LIMIT 1",
+                    )?
+                    .query_row(params![graph_id, run.id, from], row)
+                    .optional()?,
+            };
+            Ok(next)
+        };
+        match find(from_position)? {
+            Some(found) => Ok(Some(found)),
+            None if from_position > 0 => find(0),
+            None => Ok(None),
+        }
+    }
+
+    /// The harness session of the group's latest successfully completed sibling on this
+    /// queue (other than this run's `spec_id`).
+    pub fn warm_session(
+        &self,
+        queue_id: &str,
+        group: &str,
+        run_id: &str,
+        spec_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT rs.harness_session FROM run_specs rs JOIN runs r ON r.id = rs.run_id
+                 WHERE r.queue_id = ?1 AND rs.group_label = ?2 AND rs.status = 'completed'
+                   AND rs.harness_session IS NOT NULL AND NOT (rs.run_id = ?3 AND rs.spec_id = ?4)
+                 ORDER BY rs.finished_at DESC LIMIT 1",
+            )?
+            .query_row(params![queue_id, group, run_id, spec_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// One node run by id or unique prefix.
+    pub fn node_run(&self, prefix: &str) -> Result<NodeRun, StoreError> {
+        let id = self.resolve_id("node_runs", "node run", prefix)?;
+        Ok(self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE id = ?1"
+            ))?
+            .query_row([&id], node_run_from_row)?)
+    }
+
+    /// The node runs of a run, oldest first.
+    pub fn node_runs(&self, run_id: &str) -> Result<Vec<NodeRun>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE run_id = ?1 ORDER BY started_at, id"
+        ))?;
+        collect(statement.query_map([run_id], node_run_from_row)?)
+    }
+
+    /// The latest `limit` node runs of a run, oldest first.
+    pub fn recent_node_runs(&self, run_id: &str, limit: usize) -> Result<Vec<NodeRun>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT * FROM (SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2)
+             ORDER BY started_at, id"
+        ))?;
+        collect(statement.query_map(params![run_id, limit as i64], node_run_from_row)?)
+    }
+
+    /// The node runs of every run of a graph, newest first, at most `limit`.
+    pub fn graph_node_runs(&self, graph_id: &str, limit: usize) -> Result<Vec<NodeRun>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE graph_id = ?1 ORDER BY started_at DESC, id LIMIT ?2"
+        ))?;
+        collect(statement.query_map(params![graph_id, limit as i64], node_run_from_row)?)
+    }
+
+    /// True while a node run of this run is in flight.
+    pub fn node_in_progress(&self, run_id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM node_runs WHERE run_id = ?1 AND status = 'running')",
+            )?
+            .query_row([run_id], |r| r.get(0))?)
+    }
+
+    /// True while this node run is recorded running (a reset or a stop has not ended it).
+    pub fn node_run_running(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM node_runs WHERE id = ?1 AND status = 'running')",
+            )?
+            .query_row([id], |r| r.get(0))?)
+    }
+
+    /// The node and spec of the run's latest node run with one of `statuses`.
+    pub fn last_node_run_with(
+        &self,
+        run_id: &str,
+        statuses: &[NodeRunStatus],
+    ) -> Result<Option<(String, String)>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT node, spec_id, status FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC",
+        )?;
+        let mut rows = statement.query([run_id])?;
+        while let Some(row) = rows.next()? {
+            let status: NodeRunStatus = row.get(2)?;
+            if statuses.contains(&status) {
+                return Ok(Some((row.get(0)?, row.get(1)?)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Tx<'_> {
+    /// Inserts a new running run; returns its id.
+    pub fn insert_run(
+        &self,
+        graph_id: &str,
+        workdir: &str,
+        queue_id: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let id = super::new_id();
+        self.conn().execute(
+            "INSERT INTO runs (id, graph_id, workdir, queue_id, status, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+            params![id, graph_id, workdir, queue_id, super::now()],
+        )?;
+        Ok(id)
+    }
+
+    /// Sets a run's status and blocker.
+    pub fn set_run_status(
+        &self,
+        id: &str,
+        status: RunStatus,
+        blocker: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE runs SET status = ?2, blocker = ?3 WHERE id = ?1",
+            params![id, status, blocker],
+        )?;
+        Ok(())
+    }
+
+    /// Ends a run: its final status, blocker and summary, and when it finished (kept if set).
+    pub fn finish_run(
+        &self,
+        id: &str,
+        status: RunStatus,
+        blocker: Option<&str>,
+        summary: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE runs SET status = ?2, blocker = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(finished_at, ?5) WHERE id = ?1",
+            params![id, status, blocker, summary, super::now()],
+        )?;
+        Ok(())
+    }
+
+    /// Sets (or clears) the node the run's next spec starts at.
+    pub fn set_run_start_node(&self, id: &str, node: Option<&str>) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE runs SET start_node = ?2 WHERE id = ?1",
+            params![id, node],
+        )?;
+        Ok(())
+    }
+
+    /// Records that the run reached a spec, as the next in order.
+    pub fn insert_run_spec(
+        &self,
+        run_id: &str,
+        spec_id: &str,
+        group: Option<&str>,
+        status: SpecResult,
+        next_node: usize,
+    ) -> Result<(), StoreError> {
+        let now = super::now();
+        let finished = (status != SpecResult::Running).then_some(now.as_str());
+        self.conn().execute(
+            "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at)
+             VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7)",
+            params![run_id, spec_id, group, status, next_node as i64, now, finished],
+        )?;
+        Ok(())
+    }
+
+    /// Moves a spec of a run to `status`; a settled status records when, and a summary.
+    pub fn set_run_spec_status(
+        &self,
+        run_id: &str,
+        spec_id: &str,
+        status: SpecResult,
+        summary: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let finished = match status {
+            SpecResult::Running | SpecResult::Blocked => None,
+            SpecResult::Completed
+            | SpecResult::Failed
+            | SpecResult::Skipped
+            | SpecResult::Interrupted => Some(super::now()),
+        };
+        self.conn().execute(
+            "UPDATE run_specs SET status = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(?5, finished_at) WHERE run_id = ?1 AND spec_id = ?2",
+            params![run_id, spec_id, status, summary, finished],
+        )?;
+        Ok(())
+    }
+
+    /// Runs a spec of a run again from node `next_node`.
+    pub fn restart_run_spec(
+        &self,
+        run_id: &str,
+        spec_id: &str,
+        next_node: usize,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE run_specs SET status = 'running', next_node = ?3, finished_at = NULL WHERE run_id = ?1 AND spec_id = ?2",
+            params![run_id, spec_id, next_node as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Moves a spec of a run on to node `next_node`.
+    pub fn set_run_spec_next_node(
+        &self,
+        run_id: &str,
+        spec_id: &str,
+        next_node: usize,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE run_specs SET next_node = ?3 WHERE run_id = ?1 AND spec_id = ?2",
+            params![run_id, spec_id, next_node as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Records the harness session a spec's node run reported.
+    pub fn set_run_spec_session(
+        &self,
+        run_id: &str,
+        spec_id: &str,
+        session: &str,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE run_specs SET harness_session = ?3 WHERE run_id = ?1 AND spec_id = ?2",
+            params![run_id, spec_id, session],
+        )?;
+        Ok(())
+    }
+
+    /// Records a node run as running; returns its id.
+    pub fn insert_node_run(&self, new: &NewNodeRun<'_>) -> Result<String, StoreError> {
+        let id = super::new_id();
+        self.conn().execute(
+            "INSERT INTO node_runs (id, run_id, graph_id, spec_id, node, node_index, mode, status, resume_session, started_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9)",
+            params![
+                id,
+                new.run_id,
+                new.graph_id,
+                new.spec_id,
+                new.node,
+                new.node_index as i64,
+                new.mode,
+                new.resume_session,
+                super::now()
+            ],
+        )?;
+        Ok(id)
+    }
+
+    /// Records how a node run ended.
+    pub fn finish_node_run(&self, id: &str, end: &NodeRunEnd) -> Result<(), StoreError> {
+        let (plugin, version, sha256) = match &end.plugin {
+            Some((name, version, sha256)) => (Some(name), Some(version), Some(sha256)),
+            None => (None, None, None),
+        };
+        self.conn().execute(
+            "UPDATE node_runs SET status = ?2, summary = ?3, reason = ?4, detail = ?5, harness_session = ?6,
+                    plugin = ?7, plugin_version = ?8, plugin_sha256 = ?9, finished_at = ?10, duration_ms = ?11
+             WHERE id = ?1",
+            params![
+                id,
+                end.status,
+                end.summary,
+                end.reason,
+                end.detail,
+                end.harness_session,
+                plugin,
+                version,
+                sha256,
+                super::now(),
+                end.duration_ms
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Marks the run's running node runs and running spec interrupted, with why; returns the
+    /// node and spec that was running, if one was.
+    pub fn interrupt_node_runs(
+        &self,
+        run_id: &str,
+        why: &str,
+    ) -> Result<Option<(String, String)>, StoreError> {
+        let running: Option<(String, String)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1",
+            )?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let now = super::now();
+        self.conn().execute(
+            "UPDATE node_runs SET status = 'interrupted', reason = ?2, finished_at = ?3 WHERE run_id = ?1 AND status = 'running'",
+            params![run_id, why, now],
+        )?;
+        self.conn().execute(
+            "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
+            params![run_id, now],
+        )?;
+        Ok(running)
+    }
+}

@@ -1,1 +1,148 @@
-//! (being filled in)
+//! The spec backlog (`specs`).
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::{Rd, StoreError, Tx};
+use crate::engine::spec_format::{self, SpecFormat};
+
+/// A spec as the API returns it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spec {
+    pub id: String,
+    pub name: String,
+    pub body: String,
+    pub workdir: Option<String>,
+    /// One line, set when a run completes the spec.
+    pub summary: Option<String>,
+    /// True for a body in the older heading format: readable, to be rewritten by hand.
+    pub needs_conversion: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+const COLUMNS: &str = "id, name, body, workdir, summary, created_at, updated_at";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Spec> {
+    let body: String = row.get(2)?;
+    Ok(Spec {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        needs_conversion: matches!(spec_format::read(&body), Ok(SpecFormat::Heading)),
+        body,
+        workdir: row.get(3)?,
+        summary: row.get(4)?,
+        created_at: row.get(5)?,
+        updated_at: row.get(6)?,
+    })
+}
+
+impl Rd<'_> {
+    /// Resolves a spec id or unambiguous prefix.
+    pub fn resolve_spec(&self, prefix: &str) -> Result<String, StoreError> {
+        self.resolve_id("specs", "spec", prefix)
+    }
+
+    /// One spec by full id.
+    pub fn spec(&self, id: &str) -> Result<Spec, StoreError> {
+        self.conn()
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM specs WHERE id = ?1"))?
+            .query_row([id], from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "spec",
+                id: id.to_string(),
+            })
+    }
+
+    /// A spec's name and body, if it still exists.
+    pub fn spec_text(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT name, body FROM specs WHERE id = ?1")?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
+    /// Every spec, oldest first; with `workdir`, only those tagged with it.
+    pub fn specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM specs WHERE ?1 IS NULL OR workdir = ?1 ORDER BY created_at, id"
+        ))?;
+        let specs = statement
+            .query_map([workdir], from_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(specs)
+    }
+
+    /// The id of every spec in the backlog.
+    pub fn spec_ids(&self) -> Result<Vec<String>, StoreError> {
+        let ids = self
+            .conn()
+            .prepare_cached("SELECT id FROM specs")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(ids)
+    }
+
+    /// What still holds a spec: `graph NAME` and `queue NAME` entries.
+    pub fn spec_users(&self, id: &str) -> Result<Vec<String>, StoreError> {
+        let users = self
+            .conn()
+            .prepare_cached(
+                "SELECT 'graph ' || g.name FROM graph_specs gs JOIN graphs g ON g.id = gs.graph_id WHERE gs.spec_id = ?1
+                 UNION ALL
+                 SELECT 'queue ' || q.name FROM queue_members m JOIN queues q ON q.id = m.queue_id WHERE m.spec_id = ?1",
+            )?
+            .query_map([id], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(users)
+    }
+}
+
+impl Tx<'_> {
+    /// Inserts a spec (already validated); returns its id.
+    pub fn insert_spec(
+        &self,
+        name: &str,
+        body: &str,
+        workdir: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let id = super::new_id();
+        self.conn().execute(
+            "INSERT INTO specs (id, name, body, workdir, summary, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?5)",
+            params![id, name, body, workdir, super::now()],
+        )?;
+        Ok(id)
+    }
+
+    /// Rewrites a spec's name, body and workdir tag.
+    pub fn update_spec(
+        &self,
+        id: &str,
+        name: &str,
+        body: &str,
+        workdir: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE specs SET name = ?2, body = ?3, workdir = ?4, updated_at = ?5 WHERE id = ?1",
+            params![id, name, body, workdir, super::now()],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes a spec row.
+    pub fn delete_spec(&self, id: &str) -> Result<(), StoreError> {
+        self.conn().execute("DELETE FROM specs WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    /// Records the one-line summary of a completed spec (a `None` keeps the old one).
+    pub fn set_spec_summary(&self, id: &str, summary: Option<&str>) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE specs SET summary = COALESCE(?2, summary), updated_at = ?3 WHERE id = ?1",
+            params![id, summary, super::now()],
+        )?;
+        Ok(())
+    }
+}
