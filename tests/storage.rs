@@ -2,6 +2,8 @@
 //! (conditional edits are refused with the current version, unconditional ones are applied on
 //! top), and continues arriving together never leave a run running without a driver.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;
@@ -9,7 +11,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::{Daemon, git_repo, wait_for};
 
-const EVENTS: [&str; 4] = ["on_completed", "on_failed", "on_blocked", "on_spec_completed"];
+const EVENTS: [&str; 4] = [
+    "on_completed",
+    "on_failed",
+    "on_blocked",
+    "on_spec_completed",
+];
 
 fn graph_with_no_hooks(daemon: &Daemon) -> Value {
     let repo = git_repo();
@@ -71,13 +78,20 @@ fn concurrent_conditional_edits_are_refused_not_lost() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let won: Vec<&(u16, Value)> = outcomes.iter().filter(|(s, _)| *s == 200).collect();
-    assert_eq!(won.len(), 1, "exactly one edit on version 1 wins: {outcomes:?}");
+    assert_eq!(
+        won.len(),
+        1,
+        "exactly one edit on version 1 wins: {outcomes:?}"
+    );
     for (status, body) in outcomes.iter().filter(|(s, _)| *s != 200) {
         assert_eq!(*status, 412, "{body}");
         assert_eq!(body["error"]["code"], "stale_version", "{body}");
         assert_eq!(body["error"]["current_version"], 2, "{body}");
         let message = body["error"]["message"].as_str().unwrap();
-        assert!(message.contains("version 1") && message.contains("version 2"), "{message}");
+        assert!(
+            message.contains("version 1") && message.contains("version 2"),
+            "{message}"
+        );
     }
     // Each refused editor reads again and redoes its edit on the version it finds.
     for event in EVENTS {
@@ -97,7 +111,11 @@ fn concurrent_conditional_edits_are_refused_not_lost() {
     }
     let end = daemon.json(&["graph", "get", "edited", "--json"]);
     for event in EVENTS {
-        assert_eq!(end["hooks"][event][0]["command"], format!("echo {event}"), "{end:#}");
+        assert_eq!(
+            end["hooks"][event][0]["command"],
+            format!("echo {event}"),
+            "{end:#}"
+        );
     }
     assert_eq!(end["version"], 5, "four edits, each on its own version");
 }
@@ -141,14 +159,24 @@ fn graph_edit_if_version_refuses_a_stale_edit_and_says_the_current_version() {
         err.contains("edited since version 1") && err.contains("at version 2"),
         "{err}"
     );
-    let bad = patch(&daemon, &json!({ "allow_dirty_start": false }), Some("yesterday"));
+    let bad = patch(
+        &daemon,
+        &json!({ "allow_dirty_start": false }),
+        Some("yesterday"),
+    );
     assert_eq!(bad.0, 400, "{}", bad.1);
     assert!(
-        bad.1["error"]["message"].as_str().unwrap().contains("If-Match"),
+        bad.1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("If-Match"),
         "{}",
         bad.1
     );
-    assert_eq!(daemon.json(&["graph", "get", "edited", "--json"])["version"], 2);
+    assert_eq!(
+        daemon.json(&["graph", "get", "edited", "--json"])["version"],
+        2
+    );
 }
 
 #[test]
@@ -175,7 +203,8 @@ fn continues_from_many_clients_never_leave_a_run_without_a_driver() {
                 scope.spawn(move || {
                     let mut accepted = 0;
                     for _ in 0..10 {
-                        let (status, body) = daemon.control("gate", json!({ "action": "continue" }));
+                        let (status, body) =
+                            daemon.control("gate", json!({ "action": "continue" }));
                         match status {
                             200 => accepted += 1,
                             409 => {}
@@ -194,7 +223,10 @@ fn continues_from_many_clients_never_leave_a_run_without_a_driver() {
         (view["status"] != "running").then_some(view)
     });
     assert_eq!(end["status"], "paused", "{end:#}");
-    assert!(end["blocker"].as_str().unwrap().contains("needs a human"), "{end:#}");
+    assert!(
+        end["blocker"].as_str().unwrap().contains("needs a human"),
+        "{end:#}"
+    );
     assert!(end["consistency_warning"].is_null(), "{end:#}");
     // One node run for the run and one per accepted continue: never two drivers on one run.
     let (_, node_runs) = daemon.get("/api/graphs/gate/node-runs?last=1000");

@@ -2,9 +2,12 @@
 //!
 //! In-process, on a real SQLite file: 10,000 `on_spec_completed` events fired into the hook
 //! dispatcher for a graph whose hook is (a) a no-op wasm executor, (b) a `command` hook running
-//! `true`. Each firing is recorded (queued) when the event fires and finished when the executor
-//! returns; latency is event → record stored, read back from the records themselves.
-//! Throughput fires all events back to back; latency also fires them paced at a steady rate.
+//! `true`. Each firing is recorded (queued, committed before the next event is emitted) when the
+//! event fires and finished when the executor returns; latency is event → finished record
+//! committed, read back from the records themselves (`fired_at` is taken when the event reaches
+//! the dispatcher, `finished_at` in the write that records the end). Throughput fires all events
+//! back to back, one emitter awaiting each `emit` as the engine does; latency also fires them
+//! paced at a steady rate.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,8 +19,9 @@ use canopy::datadir::DataDir;
 use canopy::engine::events::{CompletedSpec, EngineEvent, EventSink, RunContext};
 use canopy::engine::{Engine, GraphInput, NewSpec};
 use canopy::hooks::HookDispatcher;
+use canopy::hooks::runs::{HookRunFilter, HookRunStatus};
 use canopy::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
-use canopy::store::Store;
+use canopy::store::{Store, StoreError};
 use serde_json::json;
 
 const FIRINGS: usize = 10_000;
@@ -25,14 +29,14 @@ const FIRINGS: usize = 10_000;
 struct NoServices;
 
 impl HostServices for NoServices {
-    fn enqueue_message(
-        &self,
-        _: &str,
+    fn enqueue_message<'a>(
+        &'a self,
+        _: &'a str,
         _: MessageTarget,
-        _: &str,
-        _: &Provenance,
-    ) -> Result<String, String> {
-        Err("not in this benchmark".into())
+        _: &'a str,
+        _: &'a Provenance,
+    ) -> canopy::plugins::ServiceFuture<'a, Result<String, String>> {
+        Box::pin(std::future::ready(Err("not in this benchmark".into())))
     }
     fn agent_platform(&self, name: &str) -> Result<Platform, String> {
         Err(format!("no platform {name} in this benchmark"))
@@ -53,30 +57,42 @@ fn time(text: &str) -> SystemTime {
 
 /// Waits until every hook run of the graph has finished; returns (fired, finished) instants.
 async fn wait_all(store: &Store, graph_id: &str, expected: usize) -> Vec<(SystemTime, SystemTime)> {
+    let of_graph = HookRunFilter {
+        graph_id: Some(graph_id.to_string()),
+        last: expected + 1,
+        ..HookRunFilter::default()
+    };
     loop {
-        let rows: Vec<(String, Option<String>, String)> = {
-            let conn = store.conn();
-            let mut statement = conn
-                .prepare("SELECT fired_at, finished_at, status FROM hook_runs WHERE graph_id = ?1")
-                .unwrap();
-            statement
-                .query_map([graph_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .unwrap()
-                .map(Result::unwrap)
-                .collect()
-        };
-        if rows.len() == expected && rows.iter().all(|(_, finished, _)| finished.is_some()) {
-            assert!(
-                rows.iter().all(|(_, _, status)| status == "completed"),
-                "every hook run completes"
-            );
-            return rows
-                .iter()
-                .map(|(fired, finished, _)| (time(fired), time(finished.as_deref().unwrap())))
-                .collect();
+        let filter = of_graph.clone();
+        // Counting is cheap next to reading every record, so polling does not slow the runs.
+        let (all, unfinished) = store
+            .read(move |rd| {
+                let mut unfinished = 0;
+                for status in [HookRunStatus::Queued, HookRunStatus::Running] {
+                    unfinished += rd.count_hook_runs(&HookRunFilter {
+                        status: Some(status),
+                        ..filter.clone()
+                    })?;
+                }
+                Ok::<_, StoreError>((rd.count_hook_runs(&filter)?, unfinished))
+            })
+            .await
+            .unwrap();
+        if all == expected && unfinished == 0 {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let filter = of_graph.clone();
+    let runs = store.read(move |rd| rd.hook_runs(&filter)).await.unwrap();
+    assert_eq!(runs.len(), expected);
+    assert!(
+        runs.iter().all(|r| r.status == HookRunStatus::Completed),
+        "every hook run completes"
+    );
+    runs.iter()
+        .map(|r| (time(&r.fired_at), time(r.finished_at.as_deref().unwrap())))
+        .collect()
 }
 
 fn report(label: &str, rows: &[(SystemTime, SystemTime)]) {
@@ -90,7 +106,7 @@ fn report(label: &str, rows: &[(SystemTime, SystemTime)]) {
     latencies.sort_by(f64::total_cmp);
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
     println!(
-        "{label}: {} hook runs in {span:.3} s = {:.0} runs/s; event → record stored: median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "{label}: {} hook runs in {span:.3} s = {:.0} runs/s; event → record committed: median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         rows.len(),
         rows.len() as f64 / span,
         at(0.5),
@@ -140,14 +156,16 @@ async fn bench(b: &Bench, name: &str, hook: serde_json::Value, paced: Option<u32
             let due = started + Duration::from_secs_f64(i as f64 / f64::from(rate));
             tokio::time::sleep_until(due.into()).await;
         }
-        hooks.emit(EngineEvent::SpecCompleted {
-            run: run.clone(),
-            spec: CompletedSpec {
-                id: spec.to_string(),
-                name: format!("spec {i}"),
-                summary: None,
-            },
-        });
+        hooks
+            .emit(EngineEvent::SpecCompleted {
+                run: run.clone(),
+                spec: CompletedSpec {
+                    id: spec.to_string(),
+                    name: format!("spec {i}"),
+                    summary: None,
+                },
+            })
+            .await;
     }
     let rows = wait_all(store, &view.graph.id, FIRINGS).await;
     let label = match paced {
@@ -192,6 +210,7 @@ async fn main() {
             body: body(),
             workdir: None,
         })
+        .await
         .unwrap()
         .id;
 
@@ -210,7 +229,7 @@ async fn main() {
         &b,
         "wasm-noop-paced",
         json!({ "mode": "noop" }),
-        Some(5_000),
+        Some(10_000),
     )
     .await;
     bench(&b, "command-true", json!({ "command": "true" }), None).await;

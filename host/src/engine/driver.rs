@@ -153,7 +153,10 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
                 guard_passed = None;
                 let events = run_node(engine, lease, *step).await?;
                 let stop = events.is_none()
-                    || events.iter().flatten().any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
+                    || events
+                        .iter()
+                        .flatten()
+                        .any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
                 for event in events.into_iter().flatten() {
                     engine.emit(event).await;
                 }

@@ -24,7 +24,9 @@ pub enum EngineError {
     #[error("{0}")]
     Conflict(String),
     /// An edit was based on a version the thing has moved on from; nothing was written.
-    #[error("{kind} was edited since version {expected} (it is at version {current}); read it again and redo the edit on the current version")]
+    #[error(
+        "{kind} was edited since version {expected} (it is at version {current}); read it again and redo the edit on the current version"
+    )]
     Stale {
         kind: &'static str,
         expected: i64,

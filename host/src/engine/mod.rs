@@ -133,7 +133,7 @@ impl Engine {
     }
 
     pub async fn list_queues(&self) -> Result<Vec<Queue>, EngineError> {
-        self.read(|rd| queues::list(rd)).await
+        self.read(queues::list).await
     }
 
     pub async fn get_queue(&self, id: &str) -> Result<Queue, EngineError> {
@@ -147,7 +147,11 @@ impl Engine {
         spec: &str,
         group: Option<&str>,
     ) -> Result<Queue, EngineError> {
-        let (queue, spec, group) = (queue.to_string(), spec.to_string(), group.map(str::to_string));
+        let (queue, spec, group) = (
+            queue.to_string(),
+            spec.to_string(),
+            group.map(str::to_string),
+        );
         self.write(move |tx| queues::add_spec(tx, &queue, &spec, group.as_deref()))
             .await
     }
@@ -164,7 +168,11 @@ impl Engine {
         spec: &str,
         group: Option<&str>,
     ) -> Result<Queue, EngineError> {
-        let (queue, spec, group) = (queue.to_string(), spec.to_string(), group.map(str::to_string));
+        let (queue, spec, group) = (
+            queue.to_string(),
+            spec.to_string(),
+            group.map(str::to_string),
+        );
         self.write(move |tx| queues::set_group(tx, &queue, &spec, group.as_deref()))
             .await
     }
@@ -501,7 +509,9 @@ impl Engine {
     /// has fired so far is recorded.
     pub async fn run_in_flight(&self, run: &Run) -> Result<bool, EngineError> {
         let graph_id = run.graph_id.clone();
-        let current = self.read(move |rd| Ok(rd.graph_shallow(&graph_id)?)).await?;
+        let current = self
+            .read(move |rd| Ok(rd.graph_shallow(&graph_id)?))
+            .await?;
         Ok(current.current_run_id.as_deref() == Some(run.id.as_str())
             && self.driver_active(&run.graph_id))
     }
@@ -605,8 +615,10 @@ impl Engine {
                     spec.map(|spec| EngineEvent::SpecCompleted { run: context, spec })
                 }
                 HookEvent::OnFailed => {
-                    let failed: Vec<&RunSpec> =
-                        specs.iter().filter(|s| s.status == SpecResult::Failed).collect();
+                    let failed: Vec<&RunSpec> = specs
+                        .iter()
+                        .filter(|s| s.status == SpecResult::Failed)
+                        .collect();
                     let spec_id = spec_id.or_else(|| match failed.as_slice() {
                         [one] => Some(one.spec_id.clone()),
                         _ => None,

@@ -69,8 +69,7 @@ fn order_of(members: &[Member]) -> Vec<(String, Option<String>)> {
 }
 
 /// Creates a queue, with optional initial members.
-pub fn create(
-    tx: &Tx<'_>, new: NewQueue) -> Result<Queue, EngineError> {
+pub fn create(tx: &Tx<'_>, new: NewQueue) -> Result<Queue, EngineError> {
     let name = new.name.trim();
     if name.is_empty() || name.chars().count() > 200 {
         return invalid("field `name` must be 1 to 200 characters");
@@ -141,8 +140,7 @@ pub fn add_spec(
 }
 
 /// Removes a spec from the queue (the spec itself stays in the backlog).
-pub fn remove_spec(
-    tx: &Tx<'_>, queue: &str, spec: &str) -> Result<Queue, EngineError> {
+pub fn remove_spec(tx: &Tx<'_>, queue: &str, spec: &str) -> Result<Queue, EngineError> {
     let queue_id = resolve(tx, queue)?;
     let spec_id = specs::resolve(tx, spec)?;
     let members = members(tx, &queue_id)?;
@@ -194,8 +192,7 @@ pub fn set_group(
 
 /// Reorders the whole queue. Refuses, changing nothing, an order that would split a group's
 /// pending members; the error names the positions.
-pub fn reorder(
-    tx: &Tx<'_>, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
+pub fn reorder(tx: &Tx<'_>, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
     let queue_id = resolve(tx, queue)?;
     let members = members(tx, &queue_id)?;
     let mut wanted = Vec::with_capacity(order.len());
@@ -272,8 +269,7 @@ pub fn reorder(
 }
 
 /// Deletes a queue no active run is draining.
-pub fn delete(
-    tx: &Tx<'_>, queue: &str) -> Result<Queue, EngineError> {
+pub fn delete(tx: &Tx<'_>, queue: &str) -> Result<Queue, EngineError> {
     let existing = get(tx, queue)?;
     let active = tx.queue_drained_by(&existing.id)?;
     if let Some(graph) = active {

@@ -563,6 +563,7 @@ impl host::Host for CallState {
         };
         self.services
             .enqueue_message(&self.plugin, target, &text, &stamped)
+            .await
     }
 
     async fn agent_platform(&mut self, name: String) -> Result<types::Platform, String> {

@@ -57,11 +57,13 @@ impl<'a> std::ops::Deref for Tx<'a> {
 /// answer its caller once the batch's commit is known.
 struct Ran {
     keep: bool,
-    answer: Box<dyn FnOnce(Option<&str>) + Send>,
+    answer: Answer,
 }
 
+/// Answers a write's caller, given why the batch's commit failed (if it did).
+type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
+
 type Job = Box<dyn FnOnce(&Tx<'_>) -> Ran + Send>;
-type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 
 pub(super) struct Db {
     writes: mpsc::Sender<Job>,
@@ -89,7 +91,8 @@ impl Db {
         let mut writer = Connection::open(path)
             .with_context(|| format!("cannot open database {}", path.display()))?;
         configure(&writer).with_context(|| format!("cannot configure {}", path.display()))?;
-        migrate(&mut writer).with_context(|| format!("cannot migrate database {}", path.display()))?;
+        migrate(&mut writer)
+            .with_context(|| format!("cannot migrate database {}", path.display()))?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             let conn = Connection::open_with_flags(
@@ -141,7 +144,9 @@ impl Db {
         if self.writes.blocking_send(job).is_err() {
             return Err(StoreError::Closed.into());
         }
-        answer.blocking_recv().unwrap_or(Err(StoreError::Lost.into()))
+        answer
+            .blocking_recv()
+            .unwrap_or(Err(StoreError::Lost.into()))
     }
 
     pub(super) async fn read<T, E>(
@@ -166,7 +171,9 @@ impl Db {
         .await;
         match ran {
             Ok(result) => result,
-            Err(err) => Err(StoreError::Internal(anyhow::anyhow!("a store read failed: {err}")).into()),
+            Err(err) => {
+                Err(StoreError::Internal(anyhow::anyhow!("a store read failed: {err}")).into())
+            }
         }
     }
 
@@ -313,7 +320,10 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
     }
     let failed = match broken {
         Some(why) => Some(why),
-        None => conn.execute_batch("COMMIT").err().map(|err| err.to_string()),
+        None => conn
+            .execute_batch("COMMIT")
+            .err()
+            .map(|err| err.to_string()),
     };
     if let Some(why) = &failed {
         tracing::error!(error = %why, writes = answers.len(), "a write batch was not committed");

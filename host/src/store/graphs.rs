@@ -311,8 +311,7 @@ impl Tx<'_> {
     /// Hands the graph's current run to a new driver: returns the lease that driver holds.
     /// Every earlier driver's lease is void from then on.
     pub fn take_driver_lease(&self, id: &str) -> Result<i64, StoreError> {
-        Ok(self
-            .conn()
+        self.conn()
             .prepare_cached(
                 "UPDATE graphs SET driver_lease = driver_lease + 1 WHERE id = ?1 RETURNING driver_lease",
             )?
@@ -321,7 +320,7 @@ impl Tx<'_> {
             .ok_or_else(|| StoreError::NotFound {
                 kind: "graph",
                 id: id.to_string(),
-            })?)
+            })
     }
 
     /// Deletes a graph and (by cascade) its run history.
