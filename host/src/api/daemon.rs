@@ -64,26 +64,7 @@ pub fn router() -> Router<AppState> {
 
 async fn status(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
     let info = &state.daemon;
-    let active_runs: Vec<Value> = {
-        let conn = state.store.conn();
-        conn.prepare_cached(
-            "SELECT r.id, g.name, r.status, r.started_at FROM graphs g JOIN runs r ON r.id = g.current_run_id
-             WHERE r.status IN ('running', 'paused', 'interrupted') ORDER BY r.started_at",
-        )
-        .and_then(|mut statement| {
-            statement
-                .query_map([], |r| {
-                    Ok(json!({
-                        "id": r.get::<_, String>(0)?,
-                        "graph_name": r.get::<_, String>(1)?,
-                        "status": r.get::<_, String>(2)?,
-                        "started_at": r.get::<_, String>(3)?,
-                    }))
-                })?
-                .collect::<rusqlite::Result<_>>()
-        })
-        .map_err(|err| ApiError::internal(&err.into()))?
-    };
+    let active_runs = state.store.read(|rd| rd.active_runs_summary()).await?;
     let plugins = state.plugins.list();
     let enabled = plugins.iter().filter(|p| p.record.enabled).count();
     let problems = crate::logfile::recent_problems(&info.log_file, RECENT_PROBLEMS);

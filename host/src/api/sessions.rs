@@ -1,6 +1,8 @@
 //! `/api/sessions`, `/api/messages`, `/api/notifications`: interactive sessions, their inboxes
-//! (JSON, or a live server-sent-event stream with `?follow=true`), recall and notifications.
+//! (JSON, or a live server-sent-event stream with `?follow=true`: `message` events, and a
+//! `lagged` event `{"missed": N}` when the reader fell behind), recall and notifications.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 
 use axum::Router;
@@ -12,9 +14,10 @@ use axum::routing::{get, post};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::sessions::{self, Message, NewSession, Session};
+use crate::sessions::{self, Message, MessageStatus, NewSession, Session};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -39,7 +42,7 @@ async fn list(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let sessions = sessions::list(&state.store.conn(), query.all)?;
+    let sessions = sessions::list(&state.store, query.all).await?;
     Ok(ApiJson(json!({ "sessions": sessions })))
 }
 
@@ -49,7 +52,7 @@ async fn create(
 ) -> Result<(StatusCode, ApiJson<Session>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        ApiJson(sessions::create(&state.store.conn(), new)?),
+        ApiJson(sessions::create(&state.store, new).await?),
     ))
 }
 
@@ -57,31 +60,21 @@ async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Session>, ApiError> {
-    Ok(ApiJson(sessions::get(&state.store.conn(), &id)?))
+    Ok(ApiJson(sessions::get(&state.store, &id).await?))
 }
 
 async fn finish(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Session>, ApiError> {
-    Ok(ApiJson(
-        state
-            .store
-            .transaction(|tx| Ok(sessions::finish(tx, &id)?))
-            .map_err(engine_error)?,
-    ))
+    Ok(ApiJson(sessions::finish(&state.store, &id).await?))
 }
 
 async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Session>, ApiError> {
-    Ok(ApiJson(
-        state
-            .store
-            .transaction(|tx| Ok(sessions::resume(tx, &id)?))
-            .map_err(engine_error)?,
-    ))
+    Ok(ApiJson(sessions::resume(&state.store, &id).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,19 +88,8 @@ async fn import(
     ApiJson(body): ApiJson<ImportBody>,
 ) -> Result<ApiJson<Session>, ApiError> {
     Ok(ApiJson(
-        state
-            .store
-            .transaction(|tx| Ok(sessions::import(tx, &body.conversation_id)?))
-            .map_err(engine_error)?,
+        sessions::import(&state.store, &body.conversation_id).await?,
     ))
-}
-
-/// Unwraps an engine error carried through `Store::transaction`'s anyhow.
-fn engine_error(err: anyhow::Error) -> ApiError {
-    match err.downcast::<crate::engine::EngineError>() {
-        Ok(engine) => engine.into(),
-        Err(other) => ApiError::internal(&other),
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,23 +104,29 @@ async fn inbox(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<InboxQuery>,
 ) -> Result<Response, ApiError> {
-    let session = sessions::get(&state.store.conn(), &id)?;
+    let session = sessions::get(&state.store, &id).await?;
     if !query.follow {
-        let messages = sessions::inbox(&state.store.conn(), &session.id)?;
+        let messages = sessions::inbox(&state.store, &session.id).await?;
         return Ok(ApiJson(json!({ "session": session, "messages": messages })).into_response());
     }
     // Subscribe before reading what is there, so nothing delivered in between is missed.
-    let receiver = state.delivery.subscribe();
-    let existing: Vec<Message> = sessions::inbox(&state.store.conn(), &session.id)?
+    let receiver = state.delivery.follow(&session.id);
+    let existing: Vec<Message> = sessions::inbox(&state.store, &session.id)
+        .await?
         .into_iter()
-        .filter(|m| m.status == "delivered")
+        .filter(|m| match m.status {
+            MessageStatus::Delivered => true,
+            MessageStatus::Pending | MessageStatus::Delivering | MessageStatus::Undeliverable => {
+                false
+            }
+        })
         .collect();
-    let seen: Vec<String> = existing.iter().map(|m| m.id.clone()).collect();
-    Ok(Sse::new(
-        follow_stream(session.id, existing, seen, receiver).take_until(state.daemon.stopped()),
+    let seen: HashSet<String> = existing.iter().map(|m| m.id.clone()).collect();
+    Ok(
+        Sse::new(follow_stream(existing, seen, receiver).take_until(state.daemon.stopped()))
+            .keep_alive(KeepAlive::default())
+            .into_response(),
     )
-    .keep_alive(KeepAlive::default())
-    .into_response())
 }
 
 fn event_of(message: &Message) -> Result<Event, Infallible> {
@@ -147,31 +135,36 @@ fn event_of(message: &Message) -> Result<Event, Infallible> {
         .data(serde_json::to_string(message).unwrap_or_default()))
 }
 
+/// The `lagged` event: the follower read too slowly and `missed` messages delivered meanwhile
+/// are not in its stream (they are in the inbox).
+fn lagged_event(missed: u64) -> Result<Event, Infallible> {
+    Ok(Event::default()
+        .event("lagged")
+        .data(json!({ "missed": missed }).to_string()))
+}
+
+/// The inbox's delivered messages, then each message as it is delivered. A follower that falls
+/// more than [`sessions::FOLLOW_BUFFER`] messages behind gets a `lagged` event saying how many
+/// it missed, then the stream goes on with the oldest message still kept.
 fn follow_stream(
-    session_id: String,
     existing: Vec<Message>,
-    seen: Vec<String>,
-    receiver: tokio::sync::broadcast::Receiver<Message>,
+    seen: HashSet<String>,
+    receiver: broadcast::Receiver<Message>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let backlog = stream::iter(existing.iter().map(event_of).collect::<Vec<_>>());
-    let live = stream::unfold(
-        (receiver, session_id, seen),
-        |(mut receiver, session_id, seen)| async move {
-            loop {
-                match receiver.recv().await {
-                    Ok(message)
-                        if message.session_id.as_deref() == Some(session_id.as_str())
-                            && !seen.contains(&message.id) =>
-                    {
-                        let event = event_of(&message);
-                        return Some((event, (receiver, session_id, seen)));
-                    }
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+    let live = stream::unfold((receiver, seen), |(mut receiver, mut seen)| async move {
+        loop {
+            match receiver.recv().await {
+                // Delivered while the backlog was read: it is in the backlog already.
+                Ok(message) if seen.remove(&message.id) => continue,
+                Ok(message) => return Some((event_of(&message), (receiver, seen))),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    return Some((lagged_event(missed), (receiver, seen)));
                 }
+                Err(broadcast::error::RecvError::Closed) => return None,
             }
-        },
-    );
+        }
+    });
     backlog.chain(live)
 }
 
@@ -186,19 +179,18 @@ async fn messages(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<MessagesQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    if let Some(status) = &query.status
-        && !matches!(status.as_str(), "pending" | "delivered" | "undeliverable")
-    {
-        return Err(ApiError::bad_request(format!(
-            "field `status`: `{status}` is not one of pending, delivered, undeliverable"
-        )));
-    }
-    let found = sessions::messages(&state.store.conn(), query.status.as_deref())?;
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<MessageStatus>)
+        .transpose()
+        .map_err(|err| ApiError::bad_request(format!("field `status`: {err}")))?;
+    let found = sessions::messages(&state.store, status).await?;
     Ok(ApiJson(json!({ "messages": found })))
 }
 
 async fn notifications(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
     Ok(ApiJson(
-        json!({ "notifications": sessions::notifications(&state.store.conn())? }),
+        json!({ "notifications": sessions::notifications(&state.store).await? }),
     ))
 }

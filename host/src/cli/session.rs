@@ -80,7 +80,8 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
-    /// A session's messages; --follow streams new ones as they are delivered.
+    /// A session's messages; --follow streams new ones as they are delivered (a stream that
+    /// falls behind says on stderr how many it skipped).
     #[command(
         after_help = "Examples:\n  canopy session inbox lead\n  canopy session inbox lead --follow"
     )]
@@ -94,7 +95,8 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Messages that could not be delivered (their session was gone), kept for recall.
+    /// Messages that could not be delivered (their session was gone, their tmux pane could not
+    /// be reached, or the daemon stopped while typing them), kept for recall.
     #[command(after_help = "Example:\n  canopy session recall")]
     Recall {
         #[arg(long)]
@@ -124,6 +126,10 @@ fn print_message(message: &Value) {
     );
     for line in str_at(message, "/text").lines() {
         println!("  {line}");
+    }
+    // Why it was not delivered (undeliverable, or interrupted mid-delivery).
+    if let Some(why) = message["error"].as_str() {
+        println!("  why: {why}");
     }
 }
 
@@ -280,14 +286,23 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                 buffer.push_str(&String::from_utf8_lossy(&chunk));
                 while let Some(end) = buffer.find("\n\n") {
                     let frame: String = buffer.drain(..end + 2).collect();
+                    let mut event = "message";
                     for line in frame.lines() {
-                        if let Some(data) = line.strip_prefix("data:") {
-                            let message: Value =
+                        if let Some(name) = line.strip_prefix("event:") {
+                            event = name.trim();
+                        } else if let Some(data) = line.strip_prefix("data:") {
+                            let data: Value =
                                 serde_json::from_str(data.trim()).unwrap_or(Value::Null);
-                            if json {
-                                println!("{message}");
+                            if event == "lagged" {
+                                // Not a message: stdout stays one message per line.
+                                eprintln!(
+                                    "canopy: this stream fell behind and skipped {} message(s); `canopy session inbox {id}` lists them all",
+                                    data["missed"]
+                                );
+                            } else if json {
+                                println!("{data}");
                             } else {
-                                print_message(&message);
+                                print_message(&data);
                             }
                         }
                     }
@@ -305,7 +320,6 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                 }
                 for message in messages {
                     print_message(message);
-                    println!("  why: {}", str_at(message, "/error"));
                 }
             }
         }

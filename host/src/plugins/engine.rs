@@ -266,6 +266,7 @@ impl ComponentCache {
 
     /// Loads the component: from the cache when an artifact with the recorded digest exists,
     /// else by compiling `bytes` and writing the artifact (and its digest) for next time.
+    /// Blocks (compiling, the disk, the database): call it off the async runtime.
     pub fn load(
         &self,
         engine: &Engine,
@@ -295,7 +296,8 @@ impl ComponentCache {
         Ok((component, load))
     }
 
-    /// The cached artifact, if there is one whose bytes match the recorded digest.
+    /// The cached artifact, if there is one whose bytes match the recorded digest. Blocks: call
+    /// it off the async runtime.
     pub fn cached(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path(sha256);
         let artifact = match std::fs::read(&path) {
@@ -306,7 +308,12 @@ impl ComponentCache {
                 return None;
             }
         };
-        let recorded = match self.store.artifact_digest(&self.file_name(sha256)) {
+        let file = self.file_name(sha256);
+        // Called on a blocking thread (compiles and loads run off the async runtime).
+        let recorded = match self
+            .store
+            .read_blocking(move |rd| rd.artifact_digest(&file))
+        {
             Ok(recorded) => recorded,
             Err(err) => {
                 tracing::warn!(path = %path.display(), err = %format!("{err:#}"), "cannot look up a cached artifact's digest; recompiling");
@@ -340,16 +347,19 @@ impl ComponentCache {
         let path = self.path(sha256);
         let partial = path.with_extension("cwasm.partial");
         std::fs::write(&partial, &artifact)?;
+        let (file, digest) = (self.file_name(sha256), super::sha256_hex(&artifact));
+        // Called on a blocking thread (see `load`).
         self.store
-            .record_artifact(&self.file_name(sha256), &super::sha256_hex(&artifact))?;
+            .write_blocking(move |tx| tx.record_artifact(&file, &digest))?;
         std::fs::rename(&partial, &path)?;
         Ok(())
     }
 
     /// Removes the artifact of a component (after it is uninstalled).
-    pub fn forget(&self, sha256: &str) {
+    pub async fn forget(&self, sha256: &str) {
         let _ = std::fs::remove_file(self.path(sha256));
-        if let Err(err) = self.store.forget_artifact(&self.file_name(sha256)) {
+        let file = self.file_name(sha256);
+        if let Err(err) = self.store.write(move |tx| tx.forget_artifact(&file)).await {
             tracing::warn!(err = %format!("{err:#}"), "cannot forget a removed artifact's digest");
         }
     }

@@ -13,7 +13,7 @@ use super::call::{Call, Reply};
 use super::capabilities::{self, Capability};
 use super::{
     LoadedPlugin, Manifest, PluginError, PluginHost, PluginInfo, PluginRecord, TemplateField,
-    bindings, registry, sha256_hex, templates_of,
+    bindings, sha256_hex, templates_of,
 };
 use crate::markers::Escape;
 
@@ -129,12 +129,16 @@ impl PluginHost {
         // A built-in keeps the enabled state the operator gave it, and stays disabled while an
         // operator's plugin serves one of its modes.
         let enabled = !builtin || {
-            let plugins = self.plugins();
             // The stored row decides (the old build may not have loaded).
-            let was_enabled = registry::all(&self.inner.store.conn())?
-                .into_iter()
-                .find(|r| r.name == manifest.name)
+            let name = manifest.name.clone();
+            let was_enabled = self
+                .inner
+                .store
+                .read(move |rd| rd.plugin(&name))
+                .await
+                .map_err(PluginError::from)?
                 .is_none_or(|r| r.enabled);
+            let plugins = self.plugins();
             let taken = plugins.values().any(|p| {
                 p.record.name != manifest.name
                     && p.record.enabled
@@ -172,16 +176,24 @@ impl PluginHost {
             .plugins()
             .get(&record.name)
             .map(|p| p.record.sha256.clone());
-        self.inner.store.transaction(|tx| {
-            for (name, is_builtin) in &displaced {
-                if *is_builtin {
-                    registry::set_enabled(tx, name, false)?;
-                } else {
-                    registry::delete(tx, name)?;
+        // The displaced plugins and the new row are written together: a crash never leaves two
+        // enabled plugins serving one mode.
+        let displaced_rows = displaced.clone();
+        let record = self
+            .inner
+            .store
+            .write(move |tx| {
+                for (name, is_builtin) in &displaced_rows {
+                    if *is_builtin {
+                        tx.set_plugin_enabled(name, false)?;
+                    } else {
+                        tx.delete_plugin(name)?;
+                    }
                 }
-            }
-            registry::put(tx, &record)
-        })?;
+                tx.put_plugin(&record)?;
+                Ok::<_, PluginError>(record)
+            })
+            .await?;
 
         let templates = templates_of(&record.manifest);
         let loaded = Arc::new(LoadedPlugin {
@@ -212,7 +224,7 @@ impl PluginHost {
             plugins.insert(loaded.record.name.clone(), loaded.clone());
         }
         if let Some(old) = previous.filter(|old| *old != sha256) {
-            self.forget_component(&old);
+            self.forget_component(&old).await;
         }
         Ok(PluginInfo {
             record: loaded.record.clone(),
@@ -282,11 +294,12 @@ impl PluginHost {
         Ok(displaced)
     }
 
-    pub(super) fn forget_component(&self, sha256: &str) {
+    /// Removes a component (and its compiled artifact) that no installed plugin uses any more.
+    pub(super) async fn forget_component(&self, sha256: &str) {
         let still_used = self.plugins().values().any(|p| p.record.sha256 == sha256);
         if !still_used {
             let _ = std::fs::remove_file(self.wasm_path(sha256));
-            self.inner.cache.forget(sha256);
+            self.inner.cache.forget(sha256).await;
         }
     }
 }

@@ -38,13 +38,13 @@ pub use bench::{BenchReport, BenchRequest};
 pub use call::{CallError, Outcome, Provenance, Status};
 pub use capabilities::{Capability, KNOWN as KNOWN_CAPABILITIES};
 pub use engine::{LoadInfo, LoadSource};
-pub use registry::{Manifest, PluginRecord, TemplateField};
+pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};
 pub use work::{WorkConfig, split as split_work_config};
 
 use crate::config::{Config, Platform};
 use crate::datadir::DataDir;
 use crate::markers::{self, Escape, MarkerValues};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use call::{Call, CallEnv, CallSetup, CallState, Reply};
 use capabilities::Grants;
 use engine::{Admission, ComponentCache};
@@ -58,16 +58,20 @@ pub enum MessageTarget {
     Name(String),
 }
 
+/// The future a [`HostServices`] method returns: awaited inside the plugin's host call.
+pub type ServiceFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
 /// What the daemon provides to plugins behind the `host` interface (beyond processes).
 pub trait HostServices: Send + Sync + 'static {
-    /// Stores a message for an interactive session; returns its id.
-    fn enqueue_message(
-        &self,
-        plugin: &str,
+    /// Stores a message for an interactive session; resolves to its id. Asynchronous: the host
+    /// call awaits the store's write instead of blocking a runtime thread on it.
+    fn enqueue_message<'a>(
+        &'a self,
+        plugin: &'a str,
         target: MessageTarget,
-        text: &str,
-        provenance: &Provenance,
-    ) -> Result<String, String>;
+        text: &'a str,
+        provenance: &'a Provenance,
+    ) -> ServiceFuture<'a, Result<String, String>>;
 
     /// The configured agent platform of that name; the error lists the configured ones.
     fn agent_platform(&self, name: &str) -> Result<Platform, String>;
@@ -108,6 +112,12 @@ pub enum PluginError {
     /// Something on the host side broke (disk, database).
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
+}
+
+impl From<StoreError> for PluginError {
+    fn from(err: StoreError) -> Self {
+        Self::Internal(err.into())
+    }
 }
 
 fn list_or_none(items: &[String]) -> String {
@@ -331,7 +341,7 @@ impl PluginHost {
     }
 
     async fn load_installed(&self) -> Result<()> {
-        let records = registry::all(&self.inner.store.conn())?;
+        let records = self.inner.store.read(|rd| rd.plugins()).await?;
         for record in records {
             let path = self.wasm_path(&record.sha256);
             let bytes = match std::fs::read(&path) {
@@ -398,16 +408,19 @@ impl PluginHost {
     }
 
     /// Removes a plugin; a built-in is disabled instead (it cannot be deleted).
-    pub fn remove(&self, name: &str) -> Result<PluginInfo, PluginError> {
+    pub async fn remove(&self, name: &str) -> Result<PluginInfo, PluginError> {
+        let _serialised = self.inner.install_lock.lock().await;
         let plugin = self.loaded(name)?;
         if plugin.record.builtin {
-            return self.set_enabled(name, false);
+            return self.write_enabled(&plugin, false).await;
         }
+        let row = name.to_string();
         self.inner
             .store
-            .transaction(|tx| registry::delete(tx, name))?;
+            .write(move |tx| tx.delete_plugin(&row))
+            .await?;
         self.plugins_mut().remove(name);
-        self.forget_component(&plugin.record.sha256);
+        self.forget_component(&plugin.record.sha256).await;
         let mut record = plugin.record.clone();
         record.enabled = false;
         Ok(PluginInfo {
@@ -417,8 +430,10 @@ impl PluginHost {
     }
 
     /// Enables or disables a plugin. Enabling refuses when another enabled plugin serves one of
-    /// its modes.
-    pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<PluginInfo, PluginError> {
+    /// its modes. Serialised with installs and removals, so the check and the write see the same
+    /// set of plugins.
+    pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<PluginInfo, PluginError> {
+        let _serialised = self.inner.install_lock.lock().await;
         let plugin = self.loaded(name)?;
         if enabled {
             let plugins = self.plugins();
@@ -440,9 +455,21 @@ impl PluginHost {
                 }
             }
         }
+        self.write_enabled(&plugin, enabled).await
+    }
+
+    /// Stores a plugin's enabled flag, then shows it to calls. The caller holds the install lock.
+    async fn write_enabled(
+        &self,
+        plugin: &LoadedPlugin,
+        enabled: bool,
+    ) -> Result<PluginInfo, PluginError> {
+        let name = plugin.record.name.clone();
+        let row = name.clone();
         self.inner
             .store
-            .transaction(|tx| registry::set_enabled(tx, name, enabled))?;
+            .write(move |tx| tx.set_plugin_enabled(&row, enabled))
+            .await?;
         let mut record = plugin.record.clone();
         record.enabled = enabled;
         let updated = Arc::new(LoadedPlugin {
@@ -451,7 +478,7 @@ impl PluginHost {
             load: plugin.load,
             templates: plugin.templates.clone(),
         });
-        self.plugins_mut().insert(name.to_string(), updated.clone());
+        self.plugins_mut().insert(name, updated.clone());
         Ok(PluginInfo {
             record: updated.record.clone(),
             load: updated.load,

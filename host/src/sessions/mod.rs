@@ -13,118 +13,16 @@
 
 mod delivery;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde::{Deserialize, Serialize};
+pub use delivery::{Delivery, FOLLOW_BUFFER, TICK, TMUX_TIMEOUT};
 
-pub use delivery::{Delivery, TICK};
+pub use crate::store::messages::{
+    Message, MessageStatus, NewMessage, Notification, NotificationKind,
+};
+pub use crate::store::sessions::{NewSession, Session, SessionStatus};
 
 use crate::engine::{EngineError, invalid};
 use crate::plugins::{MessageTarget, Provenance};
-use crate::store::{self, Store, ids};
-
-/// A session.
-#[derive(Debug, Clone, Serialize)]
-pub struct Session {
-    pub id: String,
-    pub name: String,
-    /// live or finished.
-    pub status: String,
-    pub conversation_id: Option<String>,
-    pub tmux_target: Option<String>,
-    pub tmux_socket: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
-/// A new session.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewSession {
-    pub name: String,
-    #[serde(default)]
-    pub conversation_id: Option<String>,
-    /// Deliver messages by typing them into this tmux pane (`session:window.pane`).
-    #[serde(default)]
-    pub tmux_target: Option<String>,
-    /// The tmux server's socket, when it is not the default one.
-    #[serde(default)]
-    pub tmux_socket: Option<String>,
-}
-
-/// A message for a session.
-#[derive(Debug, Clone, Serialize)]
-pub struct Message {
-    pub id: String,
-    /// The session it is for (resolved when the hook fired).
-    pub session_id: Option<String>,
-    /// How the hook addressed it.
-    pub target: MessageTarget,
-    /// For a name-targeted hook, the name it was aimed at.
-    pub aimed_at: Option<String>,
-    pub text: String,
-    /// Where it came from: graph, run, event, hook index, spec.
-    pub provenance: Provenance,
-    /// `hook` for messages hooks sent.
-    pub origin: String,
-    pub plugin: String,
-    /// pending, delivered or undeliverable.
-    pub status: String,
-    pub error: Option<String>,
-    pub created_at: String,
-    pub delivered_at: Option<String>,
-}
-
-/// A notification the daemon raised (an undeliverable message, say).
-#[derive(Debug, Clone, Serialize)]
-pub struct Notification {
-    pub id: String,
-    pub kind: String,
-    pub message: String,
-    pub message_id: Option<String>,
-    pub created_at: String,
-}
-
-const SESSION_COLUMNS: &str =
-    "id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at";
-
-fn session_from_row(row: &Row<'_>) -> rusqlite::Result<Session> {
-    Ok(Session {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        status: row.get(2)?,
-        conversation_id: row.get(3)?,
-        tmux_target: row.get(4)?,
-        tmux_socket: row.get(5)?,
-        created_at: row.get(6)?,
-        updated_at: row.get(7)?,
-    })
-}
-
-const MESSAGE_COLUMNS: &str = "id, session_id, target_kind, target, text, provenance, origin, plugin, status, error, created_at, delivered_at";
-
-fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
-    let kind: String = row.get(2)?;
-    let target: String = row.get(3)?;
-    let provenance: String = row.get(5)?;
-    Ok(Message {
-        id: row.get(0)?,
-        session_id: row.get(1)?,
-        aimed_at: (kind == "name").then(|| target.clone()),
-        target: if kind == "id" {
-            MessageTarget::Id(target)
-        } else {
-            MessageTarget::Name(target)
-        },
-        text: row.get(4)?,
-        provenance: serde_json::from_str(&provenance).unwrap_or_default(),
-        origin: row.get(6)?,
-        plugin: row.get(7)?,
-        status: row.get(8)?,
-        error: row.get(9)?,
-        created_at: row.get(10)?,
-        delivered_at: row.get(11)?,
-    })
-}
+use crate::store::{Store, StoreError, Tx, ids};
 
 fn check_name(name: &str) -> Result<String, EngineError> {
     let name = name.trim();
@@ -135,254 +33,206 @@ fn check_name(name: &str) -> Result<String, EngineError> {
 }
 
 /// Creates a live session.
-pub fn create(conn: &Connection, new: NewSession) -> Result<Session, EngineError> {
-    let name = check_name(&new.name)?;
+pub async fn create(store: &Store, new: NewSession) -> Result<Session, EngineError> {
+    let new = NewSession {
+        name: check_name(&new.name)?,
+        ..new
+    };
     if new.tmux_socket.is_some() && new.tmux_target.is_none() {
         return invalid("field `tmux_socket` needs `tmux_target`");
     }
-    let id = store::new_id();
-    let now = store::now();
-    conn.execute(
-        "INSERT INTO sessions (id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at)
-         VALUES (?1, ?2, 'live', ?3, ?4, ?5, ?6, ?6)",
-        params![id, name, new.conversation_id, new.tmux_target, new.tmux_socket, now],
-    )?;
-    get(conn, &id)
+    Ok(store.write(move |tx| tx.insert_session(&new)).await?)
 }
 
 /// Sessions, newest first; live ones only unless `all`.
-pub fn list(conn: &Connection, all: bool) -> Result<Vec<Session>, EngineError> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions WHERE ?1 OR status = 'live' ORDER BY created_at DESC, id"
-    ))?;
-    let sessions = statement
-        .query_map([all], session_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(sessions)
+pub async fn list(store: &Store, all: bool) -> Result<Vec<Session>, EngineError> {
+    Ok(store.read(move |rd| rd.sessions(all)).await?)
 }
 
 /// One session by name, else by id or id prefix. Names need not be unique: a name several
 /// sessions share means its one live holder (as a name-targeted hook does); several live
 /// holders, or several finished ones and no live one, are refused listing their ids.
-pub fn get(conn: &Connection, name_or_id: &str) -> Result<Session, EngineError> {
-    let id = ids::resolve_named(
-        conn,
-        "sessions",
-        "session",
-        name_or_id,
-        Some("status = 'live'"),
-    )?;
-    conn.query_row(
-        &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
-        [&id],
-        session_from_row,
-    )
-    .optional()?
-    .ok_or(EngineError::NotFound {
-        kind: "session",
-        id,
-    })
-}
-
-fn set_status(conn: &Connection, id: &str, status: &str, name: &str) -> Result<(), EngineError> {
-    conn.execute(
-        "UPDATE sessions SET status = ?2, name = ?3, updated_at = ?4 WHERE id = ?1",
-        params![id, status, name, store::now()],
-    )?;
-    Ok(())
+pub async fn get(store: &Store, name_or_id: &str) -> Result<Session, EngineError> {
+    let text = name_or_id.to_string();
+    Ok(store
+        .read(move |rd| rd.session(&rd.resolve_session(&text)?))
+        .await?)
 }
 
 /// Finishes a live session.
-pub fn finish(conn: &Connection, prefix: &str) -> Result<Session, EngineError> {
-    let session = get(conn, prefix)?;
-    if session.status == "finished" {
-        return Err(EngineError::Conflict(format!(
-            "session {} is already finished",
-            ids::short(&session.id)
-        )));
-    }
-    set_status(conn, &session.id, "finished", &session.name)?;
-    get(conn, &session.id)
+pub async fn finish(store: &Store, name_or_id: &str) -> Result<Session, EngineError> {
+    let text = name_or_id.to_string();
+    store
+        .write(move |tx| {
+            let session = tx.session(&tx.resolve_session(&text)?)?;
+            match session.status {
+                SessionStatus::Finished => Err(EngineError::Conflict(format!(
+                    "session {} is already finished",
+                    ids::short(&session.id)
+                ))),
+                SessionStatus::Live => {
+                    tx.set_session_status(&session.id, SessionStatus::Finished, &session.name)?;
+                    Ok(tx.session(&session.id)?)
+                }
+            }
+        })
+        .await
 }
 
 /// A fresh name for a session: `base-xxxx`.
 fn fresh_name(base: &str) -> String {
-    format!("{base}-{}", &store::new_id()[..4])
+    format!("{base}-{}", &crate::store::new_id()[..4])
 }
 
-fn live_holder(conn: &Connection, name: &str, except: &str) -> Result<bool, EngineError> {
-    Ok(conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sessions WHERE name = ?1 AND status = 'live' AND id != ?2)",
-        params![name, except],
-        |r| r.get(0),
-    )?)
+/// Relaunches a finished session (inside a write): same id, same name -- unless another live
+/// session holds the name, in which case it takes a fresh one (keeping its id).
+fn resume_in(tx: &Tx<'_>, id: &str) -> Result<Session, EngineError> {
+    let session = tx.session(id)?;
+    match session.status {
+        SessionStatus::Live => Err(EngineError::Conflict(format!(
+            "session {} is already live",
+            ids::short(&session.id)
+        ))),
+        SessionStatus::Finished => {
+            let name = if tx.name_held_by_another_live_session(&session.name, &session.id)? {
+                fresh_name(&session.name)
+            } else {
+                session.name.clone()
+            };
+            tx.set_session_status(&session.id, SessionStatus::Live, &name)?;
+            Ok(tx.session(&session.id)?)
+        }
+    }
 }
 
 /// Relaunches a finished session: same id, same name -- unless another live session holds the
 /// name, in which case it takes a fresh one (keeping its id).
-pub fn resume(conn: &Connection, prefix: &str) -> Result<Session, EngineError> {
-    let session = get(conn, prefix)?;
-    if session.status == "live" {
-        return Err(EngineError::Conflict(format!(
-            "session {} is already live",
-            ids::short(&session.id)
-        )));
-    }
-    let name = if live_holder(conn, &session.name, &session.id)? {
-        fresh_name(&session.name)
-    } else {
-        session.name.clone()
-    };
-    set_status(conn, &session.id, "live", &name)?;
-    get(conn, &session.id)
+pub async fn resume(store: &Store, name_or_id: &str) -> Result<Session, EngineError> {
+    let text = name_or_id.to_string();
+    store
+        .write(move |tx| {
+            let id = tx.resolve_session(&text)?;
+            resume_in(tx, &id)
+        })
+        .await
 }
 
 /// Brings a harness conversation in: one Canopy has seen resumes its session; one it has never
 /// seen becomes a new session with a fresh id and a fresh generated name.
-pub fn import(conn: &Connection, conversation_id: &str) -> Result<Session, EngineError> {
-    let conversation_id = conversation_id.trim();
+pub async fn import(store: &Store, conversation_id: &str) -> Result<Session, EngineError> {
+    let conversation_id = conversation_id.trim().to_string();
     if conversation_id.is_empty() {
         return invalid("field `conversation_id` must not be empty");
     }
-    let known: Option<String> = conn
-        .query_row(
-            "SELECT id FROM sessions WHERE conversation_id = ?1 ORDER BY created_at DESC LIMIT 1",
-            [conversation_id],
-            |r| r.get(0),
-        )
-        .optional()?;
-    match known {
-        Some(id) => {
-            let session = get(conn, &id)?;
-            if session.status == "live" {
-                Ok(session)
-            } else {
-                resume(conn, &id)
-            }
-        }
-        None => create(
-            conn,
-            NewSession {
-                name: fresh_name("session"),
-                conversation_id: Some(conversation_id.to_string()),
-                ..NewSession::default()
+    store
+        .write(
+            move |tx| match tx.session_of_conversation(&conversation_id)? {
+                Some(id) => {
+                    let session = tx.session(&id)?;
+                    match session.status {
+                        SessionStatus::Live => Ok(session),
+                        SessionStatus::Finished => resume_in(tx, &id),
+                    }
+                }
+                None => Ok(tx.insert_session(&NewSession {
+                    name: fresh_name("session"),
+                    conversation_id: Some(conversation_id),
+                    ..NewSession::default()
+                })?),
             },
-        ),
+        )
+        .await
+}
+
+/// Why a hook's message was not stored.
+enum EnqueueError {
+    /// The target did not resolve; the text goes back to the hook.
+    Refused(String),
+    Store(StoreError),
+}
+
+impl From<StoreError> for EnqueueError {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
     }
 }
 
-/// Resolves a hook's target now and stores its message as pending; the error (sent back to the
-/// hook, which fails loudly) names the id or name that did not resolve.
-pub fn enqueue(
+/// Resolves a hook's target now and stores its message as pending, in one write (the session
+/// the target names is the one the message is stored for). The error (sent back to the hook,
+/// which fails loudly) names the id or name that did not resolve.
+pub async fn enqueue(
     store: &Store,
     plugin: &str,
-    target: &MessageTarget,
+    target: MessageTarget,
     text: &str,
     provenance: &Provenance,
 ) -> Result<String, String> {
-    let conn = store.conn();
-    let internal = |err: rusqlite::Error| {
-        tracing::error!(%err, "cannot store a session message");
-        "the daemon could not store the message".to_string()
-    };
-    let (kind, value, session_id) = match target {
-        MessageTarget::Id(id) => {
-            let exists: bool = conn
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
-                    [id],
-                    |r| r.get(0),
-                )
-                .map_err(internal)?;
-            if !exists {
-                return Err(format!(
-                    "no session has id `{id}`: it no longer exists (an imported conversation gets a new id; target the session by name to follow it); nothing was sent"
-                ));
-            }
-            ("id", id.as_str(), id.clone())
-        }
-        MessageTarget::Name(name) => {
-            let ids: Vec<String> = conn
-                .prepare_cached("SELECT id FROM sessions WHERE name = ?1 AND status = 'live' ORDER BY created_at, id")
-                .and_then(|mut s| s.query_map([name], |r| r.get(0))?.collect())
-                .map_err(internal)?;
-            match ids.as_slice() {
-                [one] => ("name", name.as_str(), one.clone()),
-                [] => {
-                    return Err(format!(
-                        "no live session is named `{name}`; nothing was sent"
-                    ));
+    let (plugin, text, provenance) = (plugin.to_string(), text.to_string(), provenance.clone());
+    let stored = store
+        .write(move |tx| {
+            let session_id = match &target {
+                MessageTarget::Id(id) => match tx.find_session(id)? {
+                    Some(session) => session.id,
+                    None => {
+                        return Err(EnqueueError::Refused(format!(
+                            "no session has id `{id}`: it no longer exists (an imported conversation gets a new id; target the session by name to follow it); nothing was sent"
+                        )));
+                    }
+                },
+                MessageTarget::Name(name) => {
+                    let live = tx.live_sessions_named(name)?;
+                    match live.as_slice() {
+                        [one] => one.clone(),
+                        [] => {
+                            return Err(EnqueueError::Refused(format!(
+                                "no live session is named `{name}`; nothing was sent"
+                            )));
+                        }
+                        several => {
+                            return Err(EnqueueError::Refused(format!(
+                                "{} live sessions are named `{name}` ({}); the hook cannot tell which one is meant, so nothing was sent",
+                                several.len(),
+                                several.join(", ")
+                            )));
+                        }
+                    }
                 }
-                several => {
-                    return Err(format!(
-                        "{} live sessions are named `{name}` ({}); the hook cannot tell which one is meant, so nothing was sent",
-                        several.len(),
-                        several.join(", ")
-                    ));
-                }
-            }
+            };
+            Ok(tx.insert_message(&NewMessage {
+                session_id,
+                target,
+                text,
+                provenance,
+                plugin,
+            })?)
+        })
+        .await;
+    match stored {
+        Ok(id) => Ok(id),
+        Err(EnqueueError::Refused(why)) => Err(why),
+        Err(EnqueueError::Store(err)) => {
+            tracing::error!(err = %format!("{err:#}"), "cannot store a session message");
+            Err("the daemon could not store the message".to_string())
         }
-    };
-    let id = store::new_id();
-    let provenance = serde_json::to_string(provenance).map_err(|e| e.to_string())?;
-    conn.execute(
-        "INSERT INTO messages (id, target_kind, target, text, provenance, origin, plugin, status, created_at, session_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'hook', ?6, 'pending', ?7, ?8)",
-        params![id, kind, value, text, provenance, plugin, store::now(), session_id],
-    )
-    .map_err(internal)?;
-    Ok(id)
+    }
 }
 
-/// A session's messages, oldest first (delivered and pending).
-pub fn inbox(conn: &Connection, session_id: &str) -> Result<Vec<Message>, EngineError> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY created_at, id"
-    ))?;
-    let messages = statement
-        .query_map([session_id], message_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(messages)
+/// A session's messages in every status, oldest first.
+pub async fn inbox(store: &Store, session_id: &str) -> Result<Vec<Message>, EngineError> {
+    let session_id = session_id.to_string();
+    Ok(store.read(move |rd| rd.inbox(&session_id)).await?)
 }
 
-/// Messages with a status, oldest first (`undeliverable` is the recall list).
-pub fn messages(conn: &Connection, status: Option<&str>) -> Result<Vec<Message>, EngineError> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at, id"
-    ))?;
-    let messages = statement
-        .query_map([status], message_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(messages)
-}
-
-/// One message by full id.
-pub fn message(conn: &Connection, id: &str) -> Result<Message, EngineError> {
-    conn.query_row(
-        &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"),
-        [id],
-        message_from_row,
-    )
-    .optional()?
-    .ok_or_else(|| EngineError::NotFound {
-        kind: "message",
-        id: id.to_string(),
-    })
+/// Messages in a status (every message when `None`), oldest first; `undeliverable` is the
+/// recall list.
+pub async fn messages(
+    store: &Store,
+    status: Option<MessageStatus>,
+) -> Result<Vec<Message>, EngineError> {
+    Ok(store.read(move |rd| rd.messages(status)).await?)
 }
 
 /// Notifications, newest first.
-pub fn notifications(conn: &Connection) -> Result<Vec<Notification>, EngineError> {
-    let mut statement = conn.prepare_cached("SELECT id, kind, message, message_id, created_at FROM notifications ORDER BY created_at DESC, id")?;
-    let found = statement
-        .query_map([], |r| {
-            Ok(Notification {
-                id: r.get(0)?,
-                kind: r.get(1)?,
-                message: r.get(2)?,
-                message_id: r.get(3)?,
-                created_at: r.get(4)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(found)
+pub async fn notifications(store: &Store) -> Result<Vec<Notification>, EngineError> {
+    Ok(store.read(|rd| rd.notifications()).await?)
 }

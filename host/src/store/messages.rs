@@ -1,1 +1,314 @@
-//! (being filled in)
+//! Messages hooks queue for interactive sessions (`messages`), and the notifications the daemon
+//! raises about them (`notifications`).
+//!
+//! A message's life: `pending` when a hook queues it; for a tmux session `delivering` (written
+//! before the text is typed into the pane), then `delivered` or `undeliverable` (with the
+//! error). An inbox session's message goes from `pending` to `delivered` in one write. A message
+//! found `delivering` when the daemon starts was cut off mid-delivery; it is never typed again
+//! (see [`Tx::interrupt_deliveries`]).
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::states::state_enum;
+use super::{Rd, StoreError, Tx};
+use crate::plugins::{MessageTarget, Provenance};
+
+state_enum! {
+    /// Where a message is in its delivery.
+    pub enum MessageStatus {
+        /// Queued; the scheduler delivers it on its next tick.
+        Pending = "pending",
+        /// Being typed into a tmux pane right now.
+        Delivering = "delivering",
+        Delivered = "delivered",
+        /// Kept for recall; `error` says why.
+        Undeliverable = "undeliverable",
+    }
+}
+
+state_enum! {
+    /// What a notification is about.
+    pub enum NotificationKind {
+        /// A message's session was gone or finished when it was delivered.
+        SessionNotFound = "session_not_found",
+        /// Typing a message into its tmux pane failed.
+        DeliveryFailed = "delivery_failed",
+        /// The daemon stopped while it typed a message; it may or may not have reached the pane.
+        DeliveryInterrupted = "delivery_interrupted",
+    }
+}
+
+/// The `origin` of a message a hook queued.
+const HOOK_ORIGIN: &str = "hook";
+
+/// A message for a session.
+#[derive(Debug, Clone, Serialize)]
+pub struct Message {
+    pub id: String,
+    /// The session it is for (resolved when the hook fired).
+    pub session_id: Option<String>,
+    /// How the hook addressed it.
+    pub target: MessageTarget,
+    /// For a name-targeted hook, the name it was aimed at.
+    pub aimed_at: Option<String>,
+    pub text: String,
+    /// Where it came from: graph, run, event, hook index, spec.
+    pub provenance: Provenance,
+    /// `hook` for messages hooks sent.
+    pub origin: String,
+    pub plugin: String,
+    pub status: MessageStatus,
+    /// Why it is undeliverable.
+    pub error: Option<String>,
+    pub created_at: String,
+    pub delivered_at: Option<String>,
+}
+
+/// A message a hook queues, its target already resolved to `session_id`.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub session_id: String,
+    pub target: MessageTarget,
+    pub text: String,
+    pub provenance: Provenance,
+    /// The plugin that queued it.
+    pub plugin: String,
+}
+
+/// A notification the daemon raised (an undeliverable message, say).
+#[derive(Debug, Clone, Serialize)]
+pub struct Notification {
+    pub id: String,
+    pub kind: NotificationKind,
+    pub message: String,
+    pub message_id: Option<String>,
+    pub created_at: String,
+}
+
+const COLUMNS: &str = "id, session_id, target_kind, target, text, provenance, origin, plugin, status, error, created_at, delivered_at";
+
+/// How a target is stored: its kind (`id` or `name`, as the schema's CHECK allows) and value.
+fn target_columns(target: &MessageTarget) -> (&'static str, &str) {
+    match target {
+        MessageTarget::Id(id) => ("id", id),
+        MessageTarget::Name(name) => ("name", name),
+    }
+}
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
+    let kind: String = row.get(2)?;
+    let value: String = row.get(3)?;
+    let provenance: String = row.get(5)?;
+    let id: String = row.get(0)?;
+    let (target, aimed_at) = match kind.as_str() {
+        "name" => (MessageTarget::Name(value.clone()), Some(value)),
+        _ => (MessageTarget::Id(value), None),
+    };
+    let provenance = serde_json::from_str(&provenance).unwrap_or_else(|err| {
+        tracing::warn!(message = %id, %err, "a message's stored provenance is not valid; showing it empty");
+        Provenance::default()
+    });
+    Ok(Message {
+        id,
+        session_id: row.get(1)?,
+        target,
+        aimed_at,
+        text: row.get(4)?,
+        provenance,
+        origin: row.get(6)?,
+        plugin: row.get(7)?,
+        status: row.get(8)?,
+        error: row.get(9)?,
+        created_at: row.get(10)?,
+        delivered_at: row.get(11)?,
+    })
+}
+
+impl Rd<'_> {
+    /// One message by full id.
+    pub fn message(&self, id: &str) -> Result<Message, StoreError> {
+        self.conn()
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE id = ?1"))?
+            .query_row([id], from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "message",
+                id: id.to_string(),
+            })
+    }
+
+    /// A session's messages in every status, oldest first.
+    pub fn inbox(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY created_at, id"
+        ))?;
+        let messages = statement
+            .query_map([session_id], from_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(messages)
+    }
+
+    /// Messages in `status` (every message when `None`), oldest first.
+    pub fn messages(&self, status: Option<MessageStatus>) -> Result<Vec<Message>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM messages WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at, id"
+        ))?;
+        let messages = statement
+            .query_map([status], from_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(messages)
+    }
+
+    /// The sessions that have pending messages (`None` for messages stored without one), the
+    /// one whose oldest pending message is oldest first; at most `limit`.
+    pub fn sessions_with_pending_messages(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT session_id FROM messages WHERE status = ?1
+              GROUP BY session_id ORDER BY MIN(created_at) LIMIT ?2",
+        )?;
+        let sessions = statement
+            .query_map(
+                params![
+                    MessageStatus::Pending,
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                |r| r.get(0),
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(sessions)
+    }
+
+    /// The oldest pending message for a session (`None`: messages stored without one).
+    pub fn next_pending_message(
+        &self,
+        session_id: Option<&str>,
+    ) -> Result<Option<Message>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM messages WHERE session_id IS ?1 AND status = ?2
+                  ORDER BY created_at, id LIMIT 1"
+            ))?
+            .query_row(params![session_id, MessageStatus::Pending], from_row)
+            .optional()?)
+    }
+
+    /// Notifications, newest first.
+    pub fn notifications(&self) -> Result<Vec<Notification>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT id, kind, message, message_id, created_at FROM notifications
+              ORDER BY created_at DESC, id",
+        )?;
+        let found = statement
+            .query_map([], |r| {
+                Ok(Notification {
+                    id: r.get(0)?,
+                    kind: r.get(1)?,
+                    message: r.get(2)?,
+                    message_id: r.get(3)?,
+                    created_at: r.get(4)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(found)
+    }
+}
+
+impl Tx<'_> {
+    /// Stores a message as pending; returns its id.
+    pub fn insert_message(&self, new: &NewMessage) -> Result<String, StoreError> {
+        let id = super::new_id();
+        let (kind, value) = target_columns(&new.target);
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO messages (id, target_kind, target, text, provenance, origin, plugin, status, created_at, session_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                id,
+                kind,
+                value,
+                new.text,
+                serde_json::to_string(&new.provenance)?,
+                HOOK_ORIGIN,
+                new.plugin,
+                MessageStatus::Pending,
+                super::now(),
+                new.session_id,
+            ])?;
+        Ok(id)
+    }
+
+    /// Moves a message from `from` to `to` (recording `error`, and the time when it becomes
+    /// `delivered`); returns the message as it is now, or `None` when it was not in `from`
+    /// (someone else moved it first), so two deliverers can never both claim it.
+    pub fn move_message(
+        &self,
+        id: &str,
+        from: MessageStatus,
+        to: MessageStatus,
+        error: Option<&str>,
+    ) -> Result<Option<Message>, StoreError> {
+        let delivered_at = match to {
+            MessageStatus::Delivered => Some(super::now()),
+            MessageStatus::Pending | MessageStatus::Delivering | MessageStatus::Undeliverable => {
+                None
+            }
+        };
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE messages SET status = ?3, error = ?4, delivered_at = COALESCE(?5, delivered_at)
+                  WHERE id = ?1 AND status = ?2",
+            )?
+            .execute(params![id, from, to, error, delivered_at])?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.message(id).map(Some)
+    }
+
+    /// Marks every message still `delivering` (the daemon stopped while typing it) as
+    /// `undeliverable` with `error`, so it is never typed again; returns them.
+    pub fn interrupt_deliveries(&self, error: &str) -> Result<Vec<Message>, StoreError> {
+        let stuck = self.messages(Some(MessageStatus::Delivering))?;
+        let mut interrupted = Vec::with_capacity(stuck.len());
+        for message in stuck {
+            if let Some(moved) = self.move_message(
+                &message.id,
+                MessageStatus::Delivering,
+                MessageStatus::Undeliverable,
+                Some(error),
+            )? {
+                interrupted.push(moved);
+            }
+        }
+        Ok(interrupted)
+    }
+
+    /// Raises a notification, about a message or not.
+    pub fn add_notification(
+        &self,
+        kind: NotificationKind,
+        message: &str,
+        message_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO notifications (id, kind, message, message_id, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                super::new_id(),
+                kind,
+                message,
+                message_id,
+                super::now()
+            ])?;
+        Ok(())
+    }
+}

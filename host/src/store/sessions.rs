@@ -1,1 +1,213 @@
-//! (being filled in)
+//! Interactive sessions (`sessions`), and the one read the daemon's own status needs (its
+//! active runs).
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+
+use super::runs::RunStatus;
+use super::states::state_enum;
+use super::{Rd, StoreError, Tx};
+
+state_enum! {
+    /// Whether a session takes messages.
+    pub enum SessionStatus {
+        Live = "live",
+        Finished = "finished",
+    }
+}
+
+/// The SQL condition that picks the live row among several sessions sharing a name.
+const IS_LIVE: &str = "status = 'live'";
+
+/// A session.
+#[derive(Debug, Clone, Serialize)]
+pub struct Session {
+    pub id: String,
+    pub name: String,
+    pub status: SessionStatus,
+    /// The harness's own conversation id, when known.
+    pub conversation_id: Option<String>,
+    /// Messages are typed into this tmux pane (else they go to the inbox).
+    pub tmux_target: Option<String>,
+    pub tmux_socket: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A new session, as the API takes it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSession {
+    pub name: String,
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// Deliver messages by typing them into this tmux pane (`session:window.pane`).
+    #[serde(default)]
+    pub tmux_target: Option<String>,
+    /// The tmux server's socket, when it is not the default one.
+    #[serde(default)]
+    pub tmux_socket: Option<String>,
+}
+
+/// A graph's current run while it is still going on, for `canopy status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActiveRun {
+    pub id: String,
+    pub graph_name: String,
+    pub status: RunStatus,
+    pub started_at: String,
+}
+
+const COLUMNS: &str =
+    "id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Session> {
+    Ok(Session {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        status: row.get(2)?,
+        conversation_id: row.get(3)?,
+        tmux_target: row.get(4)?,
+        tmux_socket: row.get(5)?,
+        created_at: row.get(6)?,
+        updated_at: row.get(7)?,
+    })
+}
+
+impl Rd<'_> {
+    /// Resolves a session by name, else by id or id prefix. A name several sessions share
+    /// means its one live holder; several live holders, or several finished ones and no live
+    /// one, are refused as ambiguous.
+    pub fn resolve_session(&self, name_or_id: &str) -> Result<String, StoreError> {
+        self.resolve_named("sessions", "session", name_or_id, Some(IS_LIVE))
+    }
+
+    /// One session by full id.
+    pub fn session(&self, id: &str) -> Result<Session, StoreError> {
+        self.find_session(id)?.ok_or_else(|| StoreError::NotFound {
+            kind: "session",
+            id: id.to_string(),
+        })
+    }
+
+    /// One session by full id, if it exists.
+    pub fn find_session(&self, id: &str) -> Result<Option<Session>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"))?
+            .query_row([id], from_row)
+            .optional()?)
+    }
+
+    /// Sessions, newest first; live ones only unless `all`.
+    pub fn sessions(&self, all: bool) -> Result<Vec<Session>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM sessions WHERE ?1 OR status = ?2 ORDER BY created_at DESC, id"
+        ))?;
+        let sessions = statement
+            .query_map(params![all, SessionStatus::Live], from_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(sessions)
+    }
+
+    /// The ids of the live sessions called `name`, oldest first.
+    pub fn live_sessions_named(&self, name: &str) -> Result<Vec<String>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT id FROM sessions WHERE name = ?1 AND status = ?2 ORDER BY created_at, id",
+        )?;
+        let ids = statement
+            .query_map(params![name, SessionStatus::Live], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(ids)
+    }
+
+    /// Whether a live session other than `except` is called `name`.
+    pub fn name_held_by_another_live_session(
+        &self,
+        name: &str,
+        except: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE name = ?1 AND status = ?2 AND id != ?3)",
+            )?
+            .query_row(params![name, SessionStatus::Live, except], |r| r.get(0))?)
+    }
+
+    /// The newest session that holds this harness conversation, if any.
+    pub fn session_of_conversation(
+        &self,
+        conversation_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT id FROM sessions WHERE conversation_id = ?1 ORDER BY created_at DESC LIMIT 1",
+            )?
+            .query_row([conversation_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Every graph's current run that is still going on (running, paused, or interrupted and
+    /// waiting for a continue), oldest first.
+    pub fn active_runs_summary(&self) -> Result<Vec<ActiveRun>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT r.id, g.name, r.status, r.started_at
+               FROM graphs g JOIN runs r ON r.id = g.current_run_id
+              ORDER BY r.started_at, r.id",
+        )?;
+        let runs: Vec<ActiveRun> = statement
+            .query_map([], |r| {
+                Ok(ActiveRun {
+                    id: r.get(0)?,
+                    graph_name: r.get(1)?,
+                    status: r.get(2)?,
+                    started_at: r.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(runs.into_iter().filter(|r| r.status.is_active()).collect())
+    }
+}
+
+impl Tx<'_> {
+    /// Inserts a live session (the caller checked the fields); returns it.
+    pub fn insert_session(&self, new: &NewSession) -> Result<Session, StoreError> {
+        let id = super::new_id();
+        self.conn().execute(
+            "INSERT INTO sessions (id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+            params![
+                id,
+                new.name,
+                SessionStatus::Live,
+                new.conversation_id,
+                new.tmux_target,
+                new.tmux_socket,
+                super::now()
+            ],
+        )?;
+        self.session(&id)
+    }
+
+    /// Sets a session's status and name.
+    pub fn set_session_status(
+        &self,
+        id: &str,
+        status: SessionStatus,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        let changed = self.conn().execute(
+            "UPDATE sessions SET status = ?2, name = ?3, updated_at = ?4 WHERE id = ?1",
+            params![id, status, name, super::now()],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::NotFound {
+                kind: "session",
+                id: id.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
