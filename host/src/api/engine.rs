@@ -64,7 +64,10 @@ async fn create_spec(
     State(state): State<AppState>,
     ApiJson(new): ApiJson<NewSpec>,
 ) -> Result<(StatusCode, ApiJson<Spec>), ApiError> {
-    Ok((StatusCode::CREATED, ApiJson(state.engine.create_spec(new).await?)))
+    Ok((
+        StatusCode::CREATED,
+        ApiJson(state.engine.create_spec(new).await?),
+    ))
 }
 
 async fn get_spec(
@@ -92,7 +95,9 @@ async fn delete_spec(
 // ----- graphs -----
 
 async fn list_graphs(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(json!({ "graphs": state.engine.list_graphs().await? })))
+    Ok(ApiJson(
+        json!({ "graphs": state.engine.list_graphs().await? }),
+    ))
 }
 
 /// Creates a graph; the answer is `graph get` with `warnings` (a workdir that is not a git
@@ -125,7 +130,8 @@ async fn with_warnings(view: GraphView) -> Result<Value, ApiError> {
 
 /// The entity tag of a graph at `version`: `"<version>"`.
 fn etag(version: i64) -> (HeaderName, HeaderValue) {
-    let value = HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""));
+    let value = HeaderValue::from_str(&format!("\"{version}\""))
+        .unwrap_or(HeaderValue::from_static("\"0\""));
     (header::ETAG, value)
 }
 
@@ -224,7 +230,8 @@ async fn graph_node_runs(
 ) -> Result<ApiJson<Value>, ApiError> {
     let runs = state
         .engine
-        .graph_node_runs(&name, query.last.unwrap_or(50).min(10_000)).await?;
+        .graph_node_runs(&name, query.last.unwrap_or(50).min(10_000))
+        .await?;
     Ok(ApiJson(json!({ "node_runs": runs })))
 }
 
@@ -246,7 +253,8 @@ async fn list_runs(
 ) -> Result<ApiJson<Value>, ApiError> {
     let runs = state
         .engine
-        .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000)).await?;
+        .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000))
+        .await?;
     let names = graph_names(&state).await?;
     let runs: Vec<Value> = runs
         .into_iter()
@@ -319,7 +327,9 @@ async fn get_node_run(
 // ----- queues -----
 
 async fn list_queues(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(json!({ "queues": state.engine.list_queues().await? })))
+    Ok(ApiJson(
+        json!({ "queues": state.engine.list_queues().await? }),
+    ))
 }
 
 async fn create_queue(
@@ -359,11 +369,12 @@ async fn queue_add(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<AddSpec>,
 ) -> Result<ApiJson<Queue>, ApiError> {
-    Ok(ApiJson(state.engine.queue_add(
-        &id,
-        &body.spec,
-        body.group.as_deref(),
-    ).await?))
+    Ok(ApiJson(
+        state
+            .engine
+            .queue_add(&id, &body.spec, body.group.as_deref())
+            .await?,
+    ))
 }
 
 async fn queue_remove(
@@ -384,11 +395,12 @@ async fn queue_group(
     Path((id, spec)): Path<(String, String)>,
     ApiJson(body): ApiJson<SetGroup>,
 ) -> Result<ApiJson<Queue>, ApiError> {
-    Ok(ApiJson(state.engine.queue_set_group(
-        &id,
-        &spec,
-        body.group.as_deref(),
-    ).await?))
+    Ok(ApiJson(
+        state
+            .engine
+            .queue_set_group(&id, &spec, body.group.as_deref())
+            .await?,
+    ))
 }
 
 #[derive(Debug, Deserialize)]

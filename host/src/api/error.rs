@@ -60,7 +60,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = serde_json::json!({ "code": self.code, "message": self.message });
-        if let (Some(Value::Object(details)), Some(object)) = (self.details, error.as_object_mut()) {
+        if let (Some(Value::Object(details)), Some(object)) = (self.details, error.as_object_mut())
+        {
             object.extend(details);
         }
         let body = serde_json::json!({ "error": error });

@@ -389,7 +389,9 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             let graph: Value = client
                 .get(&format!("{}?offset={offset}&limit={limit}", path(&name)))
                 .await
-                .map_err(|err| in_cli_terms(err, &[("offset", "--offset"), ("limit", "--limit")]))?;
+                .map_err(|err| {
+                    in_cli_terms(err, &[("offset", "--offset"), ("limit", "--limit")])
+                })?;
             if json {
                 print_json(&graph)?;
             } else {

@@ -352,10 +352,7 @@ impl Rd<'_> {
     }
 
     /// How many specs the run reached, by result.
-    pub fn run_spec_counts(
-        &self,
-        run_id: &str,
-    ) -> Result<Vec<(SpecResult, usize)>, StoreError> {
+    pub fn run_spec_counts(&self, run_id: &str) -> Result<Vec<(SpecResult, usize)>, StoreError> {
         let mut statement = self.conn().prepare_cached(
             "SELECT status, COUNT(*) FROM run_specs WHERE run_id = ?1 GROUP BY status",
         )?;
@@ -512,7 +509,11 @@ impl Rd<'_> {
     }
 
     /// The node runs of every run of a graph, newest first, at most `limit`.
-    pub fn graph_node_runs(&self, graph_id: &str, limit: usize) -> Result<Vec<NodeRun>, StoreError> {
+    pub fn graph_node_runs(
+        &self,
+        graph_id: &str,
+        limit: usize,
+    ) -> Result<Vec<NodeRun>, StoreError> {
         let mut statement = self.conn().prepare_cached(&format!(
             "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE graph_id = ?1 ORDER BY started_at DESC, id LIMIT ?2"
         ))?;

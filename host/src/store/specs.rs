@@ -133,7 +133,8 @@ impl Tx<'_> {
 
     /// Deletes a spec row.
     pub fn delete_spec(&self, id: &str) -> Result<(), StoreError> {
-        self.conn().execute("DELETE FROM specs WHERE id = ?1", [id])?;
+        self.conn()
+            .execute("DELETE FROM specs WHERE id = ?1", [id])?;
         Ok(())
     }
 
