@@ -87,25 +87,12 @@ pub(super) async fn drive(engine: Engine, lease: Lease) {
 }
 
 async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
-    let mut guard_passed: Option<String> = None;
     let mut hint = 0;
+    let mut next = decide(engine, lease, None, hint).await?;
     loop {
-        let (next, new_hint) = {
-            let lease = lease.clone();
-            let guard = guard_passed.clone();
-            engine
-                .store()
-                .write(move |tx| {
-                    let mut hint = hint;
-                    let next = next_step(tx, &lease, guard.as_deref(), &mut hint)?;
-                    Ok::<_, EngineError>((next, hint))
-                })
-                .await?
-        };
-        hint = new_hint;
         match next {
-            Next::Stop => return Ok(()),
-            Next::Settle => {
+            (Next::Stop, _) => return Ok(()),
+            (Next::Settle, _) => {
                 let held = lease.clone();
                 let event = engine
                     .store()
@@ -121,14 +108,14 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
                 }
                 return Ok(());
             }
-            Next::Guard { spec_id } => {
+            (Next::Guard { spec_id }, at) => {
+                hint = at;
                 let run_id = lease.run_id.clone();
                 let run = engine.store().read(move |rd| rd.run(&run_id)).await?;
                 match git::tree_state(&PathBuf::from(&run.workdir)).await {
-                    TreeState::Clean => guard_passed = Some(spec_id),
+                    TreeState::Clean => {}
                     TreeState::NotARepo(why) => {
                         tracing::debug!(workdir = %run.workdir, %why, "not a git work tree; the dirty-tree guard does not apply");
-                        guard_passed = Some(spec_id);
                     }
                     TreeState::Dirty(lines) => {
                         let held = lease.clone();
@@ -148,24 +135,36 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
                         return Ok(());
                     }
                 }
+                next = decide(engine, lease, Some(spec_id), hint).await?;
             }
-            Next::Node(step) => {
-                guard_passed = None;
-                let events = run_node(engine, lease, *step).await?;
-                let stop = events.is_none()
-                    || events
-                        .iter()
-                        .flatten()
-                        .any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
+            (Next::Node(step), at) => {
+                let (events, following, at) = run_node(engine, lease, *step, at).await?;
+                hint = at;
                 for event in events.into_iter().flatten() {
                     engine.emit(event).await;
                 }
-                if stop {
-                    return Ok(());
-                }
+                next = (following, hint);
             }
         }
     }
+}
+
+/// One write that decides the next step (see [`next_step`]); returns it with the new hint.
+async fn decide(
+    engine: &Engine,
+    lease: &Lease,
+    guard_passed: Option<String>,
+    hint: i64,
+) -> Result<(Next, i64), EngineError> {
+    let lease = lease.clone();
+    engine
+        .store()
+        .write(move |tx| {
+            let mut hint = hint;
+            let next = next_step(tx, &lease, guard_passed.as_deref(), &mut hint)?;
+            Ok::<_, EngineError>((next, hint))
+        })
+        .await
 }
 
 fn context(graph: &Graph, run: &Run) -> RunContext {
@@ -294,11 +293,15 @@ fn completed_specs(rd: &Rd<'_>, run_id: &str) -> Result<Vec<CompletedSpec>, Engi
 
 /// Calls the executor for one node and records what came of it. Returns the events to emit,
 /// or `None` when the run was taken from this driver meanwhile (a reset, a stop).
+///
+/// The write that records the outcome also decides the driver's next step (and records the
+/// next node run as running), so a spec moving on costs one transaction, not two.
 async fn run_node(
     engine: &Engine,
     lease: &Lease,
     step: NodeStep,
-) -> Result<Option<Vec<EngineEvent>>, EngineError> {
+    hint: i64,
+) -> Result<(Option<Vec<EngineEvent>>, Next, i64), EngineError> {
     let NodeStep {
         run,
         node_run_id,
@@ -393,7 +396,7 @@ async fn run_node(
         .write(move |tx| {
             // A reset or shutdown may have ended the run while the call was in flight.
             if !tx.node_run_running(&node_run_id)? || !lease.held(tx)? {
-                return Ok(None);
+                return Ok((None, Next::Stop, hint));
             }
             tx.finish_node_run(&node_run_id, &end)?;
             if let Some(session) = &session {
@@ -446,7 +449,15 @@ async fn run_node(
                     )));
                 }
             }
-            Ok(Some(events))
+            let blocked = events
+                .iter()
+                .any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
+            if blocked {
+                return Ok((Some(events), Next::Stop, hint));
+            }
+            let mut hint = hint;
+            let next = next_step(tx, &lease, None, &mut hint)?;
+            Ok((Some(events), next, hint))
         })
         .await
 }
