@@ -37,7 +37,7 @@ pub const TMUX_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_SESSIONS_IN_FLIGHT: usize = 16;
 
 /// Messages one session's task delivers before it gives its slot back (the next tick goes on).
-const MESSAGES_PER_TURN: usize = 100;
+const MESSAGES_PER_TURN: usize = 500;
 
 /// Sessions with pending messages a tick looks at.
 const SESSIONS_PER_TICK: usize = 1000;

@@ -151,12 +151,22 @@ impl Rd<'_> {
 
     /// Messages in `status` (every message when `None`), oldest first.
     pub fn messages(&self, status: Option<MessageStatus>) -> Result<Vec<Message>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM messages WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at, id"
-        ))?;
-        let messages = statement
-            .query_map([status], from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        let messages = match status {
+            Some(status) => self
+                .conn()
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM messages WHERE status = ?1 ORDER BY created_at, id"
+                ))?
+                .query_map([status], from_row)?
+                .collect::<rusqlite::Result<_>>()?,
+            None => self
+                .conn()
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM messages ORDER BY created_at, id"
+                ))?
+                .query_map([], from_row)?
+                .collect::<rusqlite::Result<_>>()?,
+        };
         Ok(messages)
     }
 
@@ -190,7 +200,7 @@ impl Rd<'_> {
         Ok(self
             .conn()
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM messages WHERE session_id IS ?1 AND status = ?2
+                "SELECT {COLUMNS} FROM messages WHERE status = ?2 AND session_id IS ?1
                   ORDER BY created_at, id LIMIT 1"
             ))?
             .query_row(params![session_id, MessageStatus::Pending], from_row)
@@ -310,5 +320,101 @@ impl Tx<'_> {
                 super::now()
             ])?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::store::Store;
+    use crate::store::sessions::NewSession;
+
+    fn store_with_message() -> (tempfile::TempDir, Store, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("canopy.db")).unwrap();
+        let id = store
+            .write_blocking(|tx| {
+                let session = tx.insert_session(&NewSession {
+                    name: "lead".to_string(),
+                    ..NewSession::default()
+                })?;
+                tx.insert_message(&NewMessage {
+                    session_id: session.id,
+                    target: MessageTarget::Name("lead".to_string()),
+                    text: "hello".to_string(),
+                    provenance: Provenance::default(),
+                    plugin: "interactive".to_string(),
+                })
+            })
+            .unwrap();
+        (dir, store, id)
+    }
+
+    #[test]
+    fn a_message_is_claimed_once() {
+        let (_dir, store, id) = store_with_message();
+        let claim = |store: &Store| {
+            let id = id.clone();
+            store
+                .write_blocking(move |tx| {
+                    tx.move_message(&id, MessageStatus::Pending, MessageStatus::Delivering, None)
+                })
+                .unwrap()
+        };
+        let first = claim(&store).unwrap();
+        assert_eq!(first.status, MessageStatus::Delivering);
+        assert!(first.delivered_at.is_none());
+        assert!(claim(&store).is_none(), "a second claim must fail");
+        let delivered = {
+            let id = id.clone();
+            store
+                .write_blocking(move |tx| {
+                    tx.move_message(
+                        &id,
+                        MessageStatus::Delivering,
+                        MessageStatus::Delivered,
+                        None,
+                    )
+                })
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(delivered.status, MessageStatus::Delivered);
+        assert!(delivered.delivered_at.is_some());
+    }
+
+    #[test]
+    fn an_interrupted_delivery_becomes_undeliverable_with_its_reason() {
+        let (_dir, store, id) = store_with_message();
+        let claimed = id.clone();
+        store
+            .write_blocking(move |tx| {
+                tx.move_message(
+                    &claimed,
+                    MessageStatus::Pending,
+                    MessageStatus::Delivering,
+                    None,
+                )
+            })
+            .unwrap();
+        let interrupted = store
+            .write_blocking(|tx| tx.interrupt_deliveries("cut off"))
+            .unwrap();
+        assert_eq!(interrupted.len(), 1);
+        assert_eq!(interrupted[0].id, id);
+        assert_eq!(interrupted[0].status, MessageStatus::Undeliverable);
+        assert_eq!(interrupted[0].error.as_deref(), Some("cut off"));
+        // Nothing is left to deliver or to interrupt.
+        let left = store
+            .read_blocking(|rd| {
+                Ok::<_, StoreError>((
+                    rd.sessions_with_pending_messages(10)?,
+                    rd.messages(Some(MessageStatus::Delivering))?,
+                ))
+            })
+            .unwrap();
+        assert!(left.0.is_empty() && left.1.is_empty(), "{left:?}");
     }
 }

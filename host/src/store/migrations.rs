@@ -219,8 +219,10 @@ const MIGRATIONS: &[&str] = &[
            FROM messages;
     DROP TABLE messages;
     ALTER TABLE messages_new RENAME TO messages;
-    CREATE INDEX messages_pending ON messages (status, created_at);
-    CREATE INDEX messages_by_session ON messages (session_id, created_at);
+    -- The delivery scheduler's lookups (a session's next pending message, the sessions with
+    -- pending messages) read these indexes, never the rows with their long texts.
+    CREATE INDEX messages_pending ON messages (status, session_id, created_at, id);
+    CREATE INDEX messages_by_session ON messages (session_id, created_at, id);
     "#,
     // 6: a graph's definition has a version (edits may be conditional on it), and the
     // generation of the driver allowed to work on its current run.

@@ -211,3 +211,13 @@ impl Tx<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_condition_spells_the_live_status() {
+        assert_eq!(IS_LIVE, format!("status = '{}'", SessionStatus::Live));
+    }
+}
