@@ -12,7 +12,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -67,8 +67,14 @@ type Job = Box<dyn FnOnce(&Tx<'_>) -> Ran + Send>;
 
 pub(super) struct Db {
     writes: mpsc::Sender<Job>,
-    readers: Arc<Mutex<Vec<Connection>>>,
+    readers: Arc<Readers>,
     permits: Arc<Semaphore>,
+}
+
+/// The read connections not in use, and a wait for one to come back.
+struct Readers {
+    idle: Mutex<Vec<Connection>>,
+    returned: Condvar,
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -111,7 +117,10 @@ impl Db {
             .context("cannot start the store's writer thread")?;
         Ok(Self {
             writes,
-            readers: Arc::new(Mutex::new(readers)),
+            readers: Arc::new(Readers {
+                idle: Mutex::new(readers),
+                returned: Condvar::new(),
+            }),
             permits: Arc::new(Semaphore::new(READERS)),
         })
     }
@@ -193,19 +202,37 @@ impl Db {
     }
 }
 
-fn pop(readers: &Mutex<Vec<Connection>>) -> Result<Connection, StoreError> {
-    readers
+/// Takes an idle read connection, waiting for one while all are in use. Async readers hold
+/// a permit first, so they only wait here behind blocking readers (tests, the artifact cache).
+fn pop(readers: &Readers) -> Result<Connection, StoreError> {
+    let mut idle = readers
+        .idle
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .pop()
-        .ok_or_else(|| StoreError::Internal(anyhow::anyhow!("no read connection is free")))
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        if let Some(conn) = idle.pop() {
+            return Ok(conn);
+        }
+        let (guard, waited) = readers
+            .returned
+            .wait_timeout(idle, Duration::from_secs(30))
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        idle = guard;
+        if waited.timed_out() && idle.is_empty() {
+            return Err(StoreError::Internal(anyhow::anyhow!(
+                "no read connection came free within 30 s"
+            )));
+        }
+    }
 }
 
-fn push(readers: &Mutex<Vec<Connection>>, conn: Connection) {
+fn push(readers: &Readers, conn: Connection) {
     readers
+        .idle
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(conn);
+    readers.returned.notify_one();
 }
 
 /// Runs `work` in one read transaction, so everything it reads is one consistent snapshot.
