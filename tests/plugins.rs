@@ -266,51 +266,25 @@ fn interactive_mode_stores_the_message_durably_with_its_provenance() {
         workdir.path(),
     );
     assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
-    let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
-    let (kind, target, text, status, origin, provenance): (
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-    ) = conn
-        .query_row(
-            "SELECT target_kind, target, text, status, origin, provenance FROM messages",
-            [],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            },
-        )
-        .unwrap();
+    let store = canopy::store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let message = store
+        .read_blocking(|rd| rd.messages(None))
+        .unwrap()
+        .remove(0);
+    drop(store);
     // Stored pending; the scheduler may already have delivered it to the session's inbox.
     assert!(
-        matches!(status.as_str(), "pending" | "delivered"),
-        "{status}"
+        matches!(message.status.as_str(), "pending" | "delivered"),
+        "{:?}",
+        message.status
     );
     assert_eq!(
-        (
-            kind.as_str(),
-            target.as_str(),
-            text.as_str(),
-            origin.as_str()
-        ),
-        (
-            "name",
-            "reviewer",
-            "graph nightly is done; blocker (none)",
-            "hook"
-        )
+        message.target,
+        canopy::plugins::MessageTarget::Name("reviewer".to_string())
     );
-    let provenance: Value = serde_json::from_str(&provenance).unwrap();
-    assert_eq!(provenance["event"], "manual");
+    assert_eq!(message.text, "graph nightly is done; blocker (none)");
+    assert_eq!(message.origin, "hook");
+    assert_eq!(message.provenance.event, "manual");
 
     let both = run_error(
         &daemon,
@@ -835,13 +809,18 @@ fn a_builtin_from_an_older_build_is_reinstalled_and_keeps_its_disabled_state() {
     daemon.ok(&["plugin", "remove", "interactive"]);
     daemon.stop();
     // Make the stored built-in look like it came from an older canopy.
-    let conn = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
-    conn.execute(
-        "UPDATE plugins SET sha256 = 'feedface', version = '0.0.1' WHERE name = 'interactive'",
-        [],
-    )
-    .unwrap();
-    drop(conn);
+    let store = canopy::store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    store
+        .write_blocking(|tx| {
+            let mut record = tx
+                .plugin("interactive")?
+                .expect("the interactive plugin is recorded");
+            record.sha256 = "feedface".to_string();
+            record.version = "0.0.1".to_string();
+            tx.put_plugin(&record)
+        })
+        .unwrap();
+    drop(store);
 
     let again = Daemon::start_on(&daemon.data_dir);
     let upgraded = again.json(&["plugin", "inspect", "interactive"]);
