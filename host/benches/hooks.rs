@@ -1,13 +1,17 @@
-//! Hook benchmark: run it with `cargo bench --bench hooks`.
+//! Hook benchmark: run it with `cargo bench --bench hooks`; `-- wasm-noop wasm-noop-8` runs only
+//! the lines of those names.
 //!
 //! In-process, on a real SQLite file: 10,000 `on_spec_completed` events fired into the hook
 //! dispatcher for a graph whose hook is (a) a no-op wasm executor, (b) a `command` hook running
-//! `true`. Each firing is recorded (queued, committed before the next event is emitted) when the
-//! event fires and finished when the executor returns; latency is event → finished record
+//! `true`. Each firing is recorded (queued) when the event fires, committed before its `emit`
+//! returns, and finished when the executor returns. Latency is event → finished record
 //! committed, read back from the records themselves (`fired_at` is taken when the event reaches
-//! the dispatcher, `finished_at` in the write that records the end). Throughput fires all events
-//! back to back, one emitter awaiting each `emit` as the engine does; latency also fires them
-//! paced at a steady rate.
+//! the dispatcher, `finished_at` in the write that records the end).
+//!
+//! An emitter awaits each `emit` before the next, as a graph's driver does, so one emitter
+//! measures the round trip of one commit per event; several emitters (several graphs' drivers)
+//! measure what the dispatcher sustains when events arrive together and share commits. Lines run
+//! back to back, or paced at a steady total rate.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -122,16 +126,31 @@ struct Bench {
     store: Store,
     workdir: String,
     spec: String,
+    /// Runs only the lines of these names (all lines when empty).
+    only: Vec<String>,
 }
 
-async fn bench(b: &Bench, name: &str, hook: serde_json::Value, paced: Option<u32>) {
+/// One benchmark line: `FIRINGS` events for a graph whose `on_spec_completed` hook is `hook`,
+/// emitted by `emitters` concurrent emitters (as that many graphs' drivers would), each awaiting
+/// its `emit` before the next; back to back, or `paced` at that many events per second in all.
+async fn bench(
+    b: &Bench,
+    name: &str,
+    hook: serde_json::Value,
+    paced: Option<u32>,
+    emitters: usize,
+) {
     let Bench {
         engine,
         hooks,
         store,
         workdir,
         spec,
+        only,
     } = b;
+    if !only.is_empty() && !only.iter().any(|o| o == name) {
+        return;
+    }
     let view = engine
         .create_graph(GraphInput {
             name: Some(name.to_string()),
@@ -151,26 +170,47 @@ async fn bench(b: &Bench, name: &str, hook: serde_json::Value, paced: Option<u32
         queue_id: None,
     };
     let started = Instant::now();
-    for i in 0..FIRINGS {
-        if let Some(rate) = paced {
-            let due = started + Duration::from_secs_f64(i as f64 / f64::from(rate));
-            tokio::time::sleep_until(due.into()).await;
-        }
-        hooks
-            .emit(EngineEvent::SpecCompleted {
-                run: run.clone(),
-                spec: CompletedSpec {
-                    id: spec.to_string(),
-                    name: format!("spec {i}"),
-                    summary: None,
-                },
-            })
-            .await;
+    let mut tasks = Vec::with_capacity(emitters);
+    for emitter in 0..emitters {
+        let (hooks, run, spec) = (hooks.clone(), run.clone(), spec.clone());
+        tasks.push(tokio::spawn(async move {
+            // How far behind its schedule the emitter fell at worst.
+            let mut behind = Duration::ZERO;
+            for i in (emitter..FIRINGS).step_by(emitters) {
+                if let Some(rate) = paced {
+                    let due = started + Duration::from_secs_f64(i as f64 / f64::from(rate));
+                    tokio::time::sleep_until(due.into()).await;
+                    behind = behind.max(Instant::now().saturating_duration_since(due));
+                }
+                hooks
+                    .emit(EngineEvent::SpecCompleted {
+                        run: run.clone(),
+                        spec: CompletedSpec {
+                            id: spec.clone(),
+                            name: format!("spec {i}"),
+                            summary: None,
+                        },
+                    })
+                    .await;
+            }
+            behind
+        }));
+    }
+    let mut behind = Duration::ZERO;
+    for task in tasks {
+        behind = behind.max(task.await.unwrap());
     }
     let rows = wait_all(store, &view.graph.id, FIRINGS).await;
+    let who = match emitters {
+        1 => "1 emitter".to_string(),
+        n => format!("{n} emitters"),
+    };
     let label = match paced {
-        Some(rate) => format!("{name} (paced at {rate}/s)"),
-        None => format!("{name} (back to back)"),
+        Some(rate) => format!(
+            "{name} (paced at {rate}/s, {who}, at most {:.2} ms behind schedule)",
+            behind.as_secs_f64() * 1e3
+        ),
+        None => format!("{name} (back to back, {who})"),
     };
     report(&label, &rows);
 }
@@ -223,21 +263,17 @@ async fn main() {
         store,
         workdir,
         spec,
+        // Line names after `--` (cargo passes `--bench` too).
+        only: std::env::args()
+            .skip(1)
+            .filter(|arg| !arg.starts_with('-'))
+            .collect(),
     };
-    bench(&b, "wasm-noop", json!({ "mode": "noop" }), None).await;
-    bench(
-        &b,
-        "wasm-noop-paced",
-        json!({ "mode": "noop" }),
-        Some(10_000),
-    )
-    .await;
-    bench(&b, "command-true", json!({ "command": "true" }), None).await;
-    bench(
-        &b,
-        "command-true-paced",
-        json!({ "command": "true" }),
-        Some(500),
-    )
-    .await;
+    let noop = || json!({ "mode": "noop" });
+    let command = || json!({ "command": "true" });
+    bench(&b, "wasm-noop", noop(), None, 1).await;
+    bench(&b, "wasm-noop-8", noop(), None, 8).await;
+    bench(&b, "wasm-noop-paced", noop(), Some(10_000), 8).await;
+    bench(&b, "command-true", command(), None, 1).await;
+    bench(&b, "command-true-paced", command(), Some(500), 1).await;
 }

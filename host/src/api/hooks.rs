@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::hooks::dispatch_firing;
 use crate::hooks::dry_run::{DryRun, evaluate};
-use crate::hooks::runs::{self, HookRunFilter, STATUSES};
+use crate::hooks::runs::{HookRunFilter, HookRunStatus};
 use crate::hooks::{EVENTS, HookEvent};
 use crate::markers::HOOK_MARKERS;
 
@@ -87,31 +87,41 @@ async fn list_runs(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<RunsQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let graph_id = query
-        .graph
-        .as_deref()
-        .map(|g| state.engine.get_graph(g).map(|v| v.graph.id))
-        .transpose()?;
+    let graph_id = match query.graph.as_deref() {
+        Some(graph) => Some(state.engine.get_graph(graph).await?.graph.id),
+        None => None,
+    };
     let event = query.event.as_deref().map(parse_event).transpose()?;
-    if let Some(status) = &query.status
-        && !STATUSES.contains(&status.as_str())
-    {
-        return Err(ApiError::bad_request(format!(
-            "field `status`: unknown status `{status}`; statuses: {}",
-            STATUSES.join(", ")
-        )));
-    }
+    let status = query
+        .status
+        .as_deref()
+        .map(|text| {
+            text.parse::<HookRunStatus>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "field `status`: unknown status `{text}`; statuses: {}",
+                    HookRunStatus::ALL
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+        })
+        .transpose()?;
     let since = query.since.as_deref().map(parse_since).transpose()?;
     let filter = HookRunFilter {
         graph_id,
         run_id: None,
         event,
-        status: query.status,
+        status,
         since,
         last: query.last.unwrap_or(50).clamp(1, 10_000),
     };
-    let found =
-        runs::query(&state.store.conn(), &filter).map_err(|e| ApiError::internal(&e.into()))?;
+    let found = state
+        .store
+        .read(move |rd| rd.hook_runs(&filter))
+        .await
+        .map_err(|e| ApiError::internal(&e.into()))?;
     Ok(ApiJson(json!({ "runs": found })))
 }
 
@@ -155,8 +165,8 @@ async fn catalog(
 ) -> Result<ApiJson<Value>, ApiError> {
     let event = query.event.as_deref().map(parse_event).transpose()?;
     let graphs = match &query.graph {
-        Some(name) => vec![state.engine.get_graph(name)?],
-        None => state.engine.list_graphs()?,
+        Some(name) => vec![state.engine.get_graph(name).await?],
+        None => state.engine.list_graphs().await?,
     };
     let mut hooks = Vec::new();
     for view in graphs {
@@ -218,10 +228,10 @@ async fn test(
     ApiJson(body): ApiJson<TestBody>,
 ) -> Result<ApiJson<DryRun>, ApiError> {
     let event = parse_event(&body.event)?;
-    let (graph, run, engine_event) =
-        state
-            .engine
-            .event_from_history(&name, event, body.run.as_deref(), body.spec.as_deref())?;
+    let (graph, run, engine_event) = state
+        .engine
+        .event_from_history(&name, event, body.run.as_deref(), body.spec.as_deref())
+        .await?;
     let count = crate::hooks::config::hooks_of(&graph.hooks, event).len();
     if let Some(index) = body.index
         && index >= count
@@ -256,26 +266,18 @@ async fn test(
     if body.execute
         && let Some(firing) = &firing
     {
-        let ids = dispatch_firing(&state.hooks, firing.clone(), body.index)?;
+        let ids = dispatch_firing(&state.hooks, firing.clone(), body.index).await?;
         let deadline = tokio::time::Instant::now() + EXECUTE_WAIT;
         loop {
-            let all = runs::query(
-                &state.store.conn(),
-                &HookRunFilter {
-                    run_id: Some(run.id.clone()),
-                    last: 10_000,
-                    ..HookRunFilter::default()
-                },
-            )
-            .map_err(|e| ApiError::internal(&e.into()))?;
-            let mine: Vec<_> = all.into_iter().filter(|r| ids.contains(&r.id)).collect();
-            if mine
-                .iter()
-                .all(|r| !matches!(r.status.as_str(), "queued" | "running"))
-                || tokio::time::Instant::now() > deadline
+            let wanted = ids.clone();
+            let mine = state
+                .store
+                .read(move |rd| rd.hook_runs_by_id(&wanted))
+                .await
+                .map_err(|e| ApiError::internal(&e.into()))?;
+            if mine.iter().all(|r| r.status.is_finished()) || tokio::time::Instant::now() > deadline
             {
                 runs_recorded = mine;
-                runs_recorded.reverse();
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

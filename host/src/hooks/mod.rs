@@ -4,10 +4,10 @@
 //!   edit time: one mode per hook, the executor's own validation, markers, `spec_ids`.
 //! - [`HookDispatcher`]: the [`EventSink`](crate::engine::EventSink) the engine reports to. At
 //!   each event it reads the graph's stored hooks *then* (live edits apply to the events still to
-//!   come, nothing is retroactive), records a hook run per matching hook, and runs them in
-//!   declaration order off the engine's path. A failing hook is recorded; it never changes the
-//!   graph and never stops the hooks after it.
-//! - [`runs`]: the hook-run records and their queries.
+//!   come, nothing is retroactive), records a hook run per matching hook (durably, before the
+//!   engine goes on), and runs them in declaration order off the engine's path. A failing hook
+//!   is recorded; it never changes the graph and never stops the hooks after it.
+//! - [`runs`]: the hook-run records (kept by the store, [`crate::store::hook_runs`]).
 //! - [`dry_run`]: `canopy hooks test`, rendering (and optionally running) an event's hooks against
 //!   a past run.
 
@@ -22,13 +22,13 @@ pub use config::{HookMap, SpecScope, validate_hooks};
 pub use dispatch::{Firing, HookDispatcher};
 
 /// Fires a firing now as test runs (`hooks test --execute`), optionally one hook only; returns
-/// the recorded hook runs' ids.
-pub fn dispatch_firing(
+/// the recorded hook runs' ids once they are committed.
+pub async fn dispatch_firing(
     dispatcher: &HookDispatcher,
     firing: Firing,
     only: Option<usize>,
 ) -> anyhow::Result<Vec<String>> {
-    Ok(dispatcher.fire(firing, only, true)?)
+    Ok(dispatcher.fire(firing, only, true).await?)
 }
 
 /// The events a graph's hooks are keyed by.

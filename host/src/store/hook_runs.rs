@@ -1,1 +1,390 @@
-//! (being filled in)
+//! Hook-run records (`hook_runs`): one row per hook that fired, with the exact config that
+//! fired, the executor that ran it, the rendered values, and how it ended. Also the one read of
+//! `graphs` the dispatcher needs: a graph's stored hooks map.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::states::state_enum;
+use super::{Rd, StoreError, Tx};
+use crate::hooks::HookEvent;
+use crate::plugins::PluginRef;
+
+state_enum! {
+    /// Where a hook run is: waiting its turn, running, or how it ended.
+    pub enum HookRunStatus {
+        /// Recorded when its event fired; waiting for the hooks before it or for a free slot.
+        Queued = "queued",
+        /// Its executor is running.
+        Running = "running",
+        /// The executor reported completed.
+        Completed = "completed",
+        /// The executor failed, reported blocked (hooks cannot block), or could not run.
+        Failed = "failed",
+        /// The call was stopped at its deadline.
+        TimedOut = "timed_out",
+        /// The daemon stopped before it finished; it is never re-run on its own.
+        Interrupted = "interrupted",
+    }
+}
+
+impl HookRunStatus {
+    /// Whether the hook run has ended (it will not change again).
+    pub fn is_finished(self) -> bool {
+        match self {
+            Self::Queued | Self::Running => false,
+            Self::Completed | Self::Failed | Self::TimedOut | Self::Interrupted => true,
+        }
+    }
+}
+
+impl ToSql for HookEvent {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for HookEvent {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let text = value.as_str()?;
+        HookEvent::parse(text).ok_or_else(|| {
+            FromSqlError::Other(
+                format!(
+                    "`{text}` is not a hook event; the events are {}",
+                    HookEvent::names()
+                )
+                .into(),
+            )
+        })
+    }
+}
+
+/// A hook run as the API returns it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookRun {
+    pub id: String,
+    pub graph_id: String,
+    pub graph_name: String,
+    pub run_id: Option<String>,
+    pub event: HookEvent,
+    pub hook_index: i64,
+    /// A copy of the exact hook config that fired.
+    pub hook_config: Value,
+    pub spec_id: Option<String>,
+    pub mode: Option<String>,
+    pub plugin: Option<String>,
+    pub plugin_version: Option<String>,
+    pub plugin_sha256: Option<String>,
+    /// `{"config": the rendered config, "markers": the marker values}`.
+    pub rendered: Option<Value>,
+    pub status: HookRunStatus,
+    pub summary: Option<String>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+    /// Recorded by `canopy hooks test --execute`.
+    pub test: bool,
+    pub fired_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms";
+
+fn json_column(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
+    let text: Option<String> = row.get(index)?;
+    text.map(|t| serde_json::from_str(&t))
+        .transpose()
+        .map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
+        })
+}
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
+    Ok(HookRun {
+        id: row.get(0)?,
+        graph_id: row.get(1)?,
+        graph_name: row.get(2)?,
+        run_id: row.get(3)?,
+        event: row.get(4)?,
+        hook_index: row.get(5)?,
+        hook_config: json_column(row, 6)?.unwrap_or(Value::Null),
+        spec_id: row.get(7)?,
+        mode: row.get(8)?,
+        plugin: row.get(9)?,
+        plugin_version: row.get(10)?,
+        plugin_sha256: row.get(11)?,
+        rendered: json_column(row, 12)?,
+        status: row.get(13)?,
+        summary: row.get(14)?,
+        error: row.get(15)?,
+        output: row.get(16)?,
+        test: row.get(17)?,
+        fired_at: row.get(18)?,
+        started_at: row.get(19)?,
+        finished_at: row.get(20)?,
+        duration_ms: row.get(21)?,
+    })
+}
+
+/// A hook that fired, to be recorded: queued behind the hooks before it, or running already
+/// when its executor starts the moment it is recorded.
+#[derive(Debug, Clone)]
+pub struct Fired {
+    pub graph_id: String,
+    pub graph_name: String,
+    pub run_id: Option<String>,
+    pub event: HookEvent,
+    pub hook_index: usize,
+    /// The exact hook config that fired.
+    pub hook_config: Value,
+    pub spec_id: Option<String>,
+    pub mode: Option<String>,
+    pub test: bool,
+    /// When the event fired (RFC 3339, UTC, microseconds; see [`super::now`]).
+    pub fired_at: String,
+    /// Recorded as running (started now) instead of queued.
+    pub running: bool,
+    /// The executor that runs it; recorded with a running hook run.
+    pub plugin: Option<PluginRef>,
+}
+
+/// How a hook run ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// A finished status ([`HookRunStatus::is_finished`]).
+    pub status: HookRunStatus,
+    pub summary: Option<String>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+    pub rendered: Option<Value>,
+    pub duration_ms: i64,
+}
+
+/// Filters of `GET /api/hook-runs`.
+#[derive(Debug, Clone, Default)]
+pub struct HookRunFilter {
+    pub graph_id: Option<String>,
+    pub run_id: Option<String>,
+    pub event: Option<HookEvent>,
+    pub status: Option<HookRunStatus>,
+    /// Only runs fired at or after this instant (RFC 3339, UTC, microseconds).
+    pub since: Option<String>,
+    /// At most this many, the newest.
+    pub last: usize,
+}
+
+/// A fresh hook-run id: 32 lowercase hex digits, the microseconds since 1970 (16 digits) then
+/// 64 random bits. Hook runs are recorded in bursts; ids that grow with time keep the primary
+/// key's inserts on its last page instead of one random page each, so a commit of many hook
+/// runs writes far fewer pages. (Hook-run ids are never shortened or typed as prefixes.)
+fn time_ordered_id() -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        });
+    let (_, random) = uuid::Uuid::new_v4().as_u64_pair();
+    format!("{micros:016x}{random:016x}")
+}
+
+impl Rd<'_> {
+    /// Hook runs matching the filter, newest first; the runs of one event (which share their
+    /// `fired_at`) last recorded first, so their reverse is firing order.
+    pub fn hook_runs(&self, filter: &HookRunFilter) -> Result<Vec<HookRun>, StoreError> {
+        // SQLite: `rowid` is the insertion order.
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM hook_runs
+             WHERE (?1 IS NULL OR graph_id = ?1) AND (?2 IS NULL OR run_id = ?2) AND (?3 IS NULL OR event = ?3)
+               AND (?4 IS NULL OR status = ?4) AND (?5 IS NULL OR fired_at >= ?5)
+             ORDER BY fired_at DESC, rowid DESC LIMIT ?6"
+        ))?;
+        let runs = statement
+            .query_map(
+                params![
+                    filter.graph_id,
+                    filter.run_id,
+                    filter.event,
+                    filter.status,
+                    filter.since,
+                    i64::try_from(filter.last).unwrap_or(i64::MAX)
+                ],
+                from_row,
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(runs)
+    }
+
+    /// How many hook runs match the filter (`last` aside).
+    pub fn count_hook_runs(&self, filter: &HookRunFilter) -> Result<usize, StoreError> {
+        let count: i64 = self
+            .conn()
+            .prepare_cached(
+                "SELECT count(*) FROM hook_runs
+                 WHERE (?1 IS NULL OR graph_id = ?1) AND (?2 IS NULL OR run_id = ?2) AND (?3 IS NULL OR event = ?3)
+                   AND (?4 IS NULL OR status = ?4) AND (?5 IS NULL OR fired_at >= ?5)",
+            )?
+            .query_row(
+                params![
+                    filter.graph_id,
+                    filter.run_id,
+                    filter.event,
+                    filter.status,
+                    filter.since
+                ],
+                |row| row.get(0),
+            )?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    /// The hook runs with these ids, in the order given; an id with no record is left out.
+    pub fn hook_runs_by_id(&self, ids: &[String]) -> Result<Vec<HookRun>, StoreError> {
+        let mut statement = self
+            .conn()
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM hook_runs WHERE id = ?1"))?;
+        let mut runs = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(run) = statement.query_row([id], from_row).optional()? {
+                runs.push(run);
+            }
+        }
+        Ok(runs)
+    }
+
+    /// A graph's stored hooks map as JSON text; `None` when there is no such graph.
+    pub fn graph_hooks_json(&self, graph_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT hooks FROM graphs WHERE id = ?1")?
+            .query_row([graph_id], |row| row.get(0))
+            .optional()?)
+    }
+}
+
+impl Tx<'_> {
+    /// Records hooks as fired, in order, all of them or (on an error) none; returns their new
+    /// record ids, in the same order.
+    pub fn insert_hook_runs(&self, fired: &[Fired]) -> Result<Vec<String>, StoreError> {
+        if let [one] = fired {
+            return Ok(vec![self.insert_hook_run(one)?]);
+        }
+        let conn = self.conn();
+        conn.prepare_cached("SAVEPOINT insert_hook_runs")?
+            .execute([])?;
+        let inserted = fired
+            .iter()
+            .map(|one| self.insert_hook_run(one))
+            .collect::<Result<Vec<_>, _>>();
+        if inserted.is_err() {
+            conn.prepare_cached("ROLLBACK TO insert_hook_runs")?
+                .execute([])?;
+        }
+        conn.prepare_cached("RELEASE insert_hook_runs")?
+            .execute([])?;
+        inserted
+    }
+
+    fn insert_hook_run(&self, fired: &Fired) -> Result<String, StoreError> {
+        let id = time_ordered_id();
+        let (status, started_at, plugin) = if fired.running {
+            (
+                HookRunStatus::Running,
+                Some(super::now()),
+                fired.plugin.as_ref(),
+            )
+        } else {
+            (HookRunStatus::Queued, None, None)
+        };
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            )?
+            .execute(params![
+                id,
+                fired.graph_id,
+                fired.graph_name,
+                fired.run_id,
+                fired.event,
+                i64::try_from(fired.hook_index).unwrap_or(i64::MAX),
+                fired.hook_config.to_string(),
+                fired.spec_id,
+                fired.mode,
+                status,
+                fired.test,
+                fired.fired_at,
+                started_at,
+                plugin.map(|p| p.name.as_str()),
+                plugin.map(|p| p.version.as_str()),
+                plugin.map(|p| p.sha256.as_str())
+            ])?;
+        Ok(id)
+    }
+
+    /// Marks a queued hook run as running, with the executor about to run it. False when it
+    /// is no longer queued (a shutdown interrupted it): it must not run.
+    pub fn start_hook_run(&self, id: &str, plugin: Option<&PluginRef>) -> Result<bool, StoreError> {
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE hook_runs SET status = ?2, started_at = ?3, plugin = ?4, plugin_version = ?5, plugin_sha256 = ?6
+                 WHERE id = ?1 AND status = ?7",
+            )?
+            .execute(params![
+                id,
+                HookRunStatus::Running,
+                super::now(),
+                plugin.map(|p| p.name.as_str()),
+                plugin.map(|p| p.version.as_str()),
+                plugin.map(|p| p.sha256.as_str()),
+                HookRunStatus::Queued
+            ])?;
+        Ok(changed == 1)
+    }
+
+    /// Records how a running hook run ended. False when it was no longer running (a shutdown
+    /// marked it interrupted meanwhile); that record is left as it is.
+    pub fn finish_hook_run(&self, id: &str, finished: &Finished) -> Result<bool, StoreError> {
+        if !finished.status.is_finished() {
+            return Err(StoreError::Internal(anyhow::anyhow!(
+                "hook run {id} cannot end as `{}`, which is not a final status",
+                finished.status
+            )));
+        }
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE hook_runs SET status = ?2, summary = ?3, error = ?4, output = ?5, rendered = ?6, finished_at = ?7, duration_ms = ?8
+                 WHERE id = ?1 AND status = ?9",
+            )?
+            .execute(params![
+                id,
+                finished.status,
+                finished.summary,
+                finished.error,
+                finished.output,
+                finished.rendered.as_ref().map(Value::to_string),
+                super::now(),
+                finished.duration_ms,
+                HookRunStatus::Running
+            ])?;
+        Ok(changed == 1)
+    }
+
+    /// Marks every queued or running hook run interrupted, with `why` as its error (at
+    /// start-up and shutdown); they are never re-run on their own. Returns how many.
+    pub fn interrupt_unfinished_hook_runs(&self, why: &str) -> Result<usize, StoreError> {
+        Ok(self.conn().execute(
+            "UPDATE hook_runs SET status = ?1, error = ?2, finished_at = ?3 WHERE status IN (?4, ?5)",
+            params![
+                HookRunStatus::Interrupted,
+                why,
+                super::now(),
+                HookRunStatus::Queued,
+                HookRunStatus::Running
+            ],
+        )?)
+    }
+}
