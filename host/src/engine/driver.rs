@@ -379,8 +379,7 @@ async fn run_node(engine: &Engine, step: NodeStep) -> Result<Vec<EngineEvent>, E
             engine
                 .plugins()
                 .execute(CallRequest {
-                    mode: work.mode,
-                    config: work.config,
+                    work,
                     markers,
                     supported_markers: NODE_MARKERS,
                     workdir: PathBuf::from(&run.workdir),

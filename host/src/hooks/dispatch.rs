@@ -14,7 +14,7 @@ use rusqlite::OptionalExtension;
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
-use super::config::{HookMap, executor_config, hooks_of, spec_ids};
+use super::config::{HookMap, hooks_of, spec_ids};
 use super::runs::{self, Finished, Fired, OUTPUT_LIMIT};
 use super::{HookEvent, completed_specs_text};
 use crate::engine::events::{EngineEvent, EventSink, LogEvents, RunContext};
@@ -213,9 +213,7 @@ impl HookDispatcher {
             let mut queued = Vec::with_capacity(selected.len());
             for (index, hook, spec_id) in selected {
                 let config = Value::Object(hook.clone());
-                let mode = split_work_config(&executor_config(&hook))
-                    .ok()
-                    .map(|w| w.mode);
+                let mode = split_work_config(&hook).ok().map(|w| w.mode);
                 let record_id = runs::insert_queued(
                     &tx,
                     &Fired {
@@ -269,7 +267,7 @@ impl HookDispatcher {
         } = queued;
         let markers = firing.markers_for(spec_id.as_ref());
         let started = Instant::now();
-        let work = split_work_config(&executor_config(&hook));
+        let work = split_work_config(&hook);
         let plugin = work
             .as_ref()
             .ok()
@@ -291,8 +289,7 @@ impl HookDispatcher {
                 self.inner
                     .plugins
                     .execute(CallRequest {
-                        mode: work.mode,
-                        config: work.config,
+                        work,
                         markers: markers.clone(),
                         supported_markers: HOOK_MARKERS,
                         workdir: PathBuf::from(&firing.run.workdir),
@@ -339,8 +336,11 @@ fn finished_of(
     let markers_json = json!(markers);
     match result {
         Ok(report) => {
-            let rendered =
-                Some(json!({ "config": report.rendered_config, "markers": markers_json }));
+            let rendered = Some(json!({
+                "config": report.rendered_config,
+                "markers": markers_json,
+                "deadline_ms": report.deadline_ms,
+            }));
             let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
             let (status, error) = match report.outcome.status {
                 Status::Completed => ("completed", None),
