@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Daemon, git_repo, real, script, wait_for};
+use support::{APPEND_FILE_WASM, Daemon, HOSTILE_WASM, git_repo, real, script, wait_for};
 
 fn patch(daemon: &Daemon, graph: &str, body: Value) -> (u16, Value) {
     daemon.send("PATCH", &format!("/api/graphs/{graph}"), &body)
@@ -1207,4 +1207,188 @@ fn the_hook_catalog_and_event_taxonomy_describe_what_is_configured() {
     );
     assert_eq!(events["events"][3]["spec_ids"], true);
     assert_eq!(events["events"][0]["spec_ids"], false);
+}
+
+/// The keys a `hostile-config` call says it received: from the JSON config it hands back, or
+/// from the "validate received keys: ..." error its `validate` refuses with.
+fn keys_of(config_json: &str) -> Vec<String> {
+    let config: Value = serde_json::from_str(config_json).unwrap();
+    let mut keys: Vec<String> = config.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+fn keys_refused(err: &str) -> Vec<String> {
+    let (_, list) = err
+        .split_once("validate received keys: ")
+        .unwrap_or_else(|| panic!("not refused by hostile-config's validate: {err}"));
+    let list = list.lines().next().unwrap_or_default();
+    let mut keys: Vec<String> = list.split(", ").map(str::to_string).collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn the_hosts_keys_are_read_by_the_host_and_never_reach_an_executor() {
+    let s = Setup::new();
+    s.daemon.ok(&[
+        "plugin",
+        "install",
+        APPEND_FILE_WASM,
+        "--grant",
+        "fs-write:.",
+    ]);
+    s.daemon
+        .ok(&["plugin", "install", HOSTILE_WASM, "--grant", "fs-read"]);
+    // Not a git tree: the files append-file writes do not trip the dirty-tree guard.
+    let workdir = tempfile::tempdir().unwrap();
+    let a = s.daemon.add_spec("A");
+
+    // `validate` never sees them: hostile-config refuses naming every key it received.
+    let every_reserved = json!({
+        "mode": "hostile-config", "refuse": true, "text": "kept",
+        "spec_ids": [a], "timeout_seconds": 5, "timeout_minutes": 1, "detach": true
+    });
+    let (status, body) = s.daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "v", "workdir": workdir.path(), "specs": [a],
+                 "nodes": [{ "name": "n", "command": "true" }],
+                 "hooks": { "on_spec_completed": [every_reserved] } }),
+    );
+    assert_eq!(status, 400, "{body}");
+    let err = body["error"]["message"].as_str().unwrap();
+    assert!(
+        err.starts_with("hooks.on_spec_completed[0] (hostile-config mode): "),
+        "{err}"
+    );
+    assert_eq!(keys_refused(err), ["refuse", "text"]);
+    let (status, body) = s.daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "v", "workdir": workdir.path(), "specs": [a],
+                 "nodes": [{ "name": "n", "mode": "hostile-config", "refuse": true,
+                             "timeout_minutes": 1, "detach": false }] }),
+    );
+    assert_eq!(status, 400, "{body}");
+    let err = body["error"]["message"].as_str().unwrap();
+    assert_eq!(keys_refused(err), ["refuse"], "{err}");
+
+    // The host still checks them, naming the field; append-file's own schema does not list
+    // them, yet a misspelt one is suggested; a node has no `spec_ids`.
+    for (hook, wanted) in [
+        (
+            json!({ "mode": "append-file", "timeout_seconds": 0 }),
+            "hooks.on_completed[0] (append-file mode): field `timeout_seconds`: must be a whole number of seconds from 1 to 604800",
+        ),
+        (
+            json!({ "mode": "append-file", "detach": "yes" }),
+            "hooks.on_completed[0] (append-file mode): field `detach` must be true or false, not \"yes\"",
+        ),
+        (
+            json!({ "mode": "append-file", "timout_seconds": 5 }),
+            "hooks.on_completed[0] (append-file mode): unknown field `timout_seconds`; did you mean `timeout_seconds`?",
+        ),
+        (
+            json!({ "mode": "append-file", "spec_ids": [a] }),
+            "hooks.on_completed[0]: field `spec_ids` is not allowed on on_completed",
+        ),
+    ] {
+        let (status, body) = s.daemon.send(
+            "POST",
+            "/api/graphs",
+            &json!({ "name": "v", "workdir": workdir.path(), "specs": [a],
+                     "nodes": [{ "name": "n", "command": "true" }],
+                     "hooks": { "on_completed": [hook] } }),
+        );
+        assert_eq!(status, 400, "{body}");
+        let err = body["error"]["message"].as_str().unwrap();
+        assert!(err.starts_with(wanted), "{err}");
+    }
+    let (status, body) = s.daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "v", "workdir": workdir.path(), "specs": [a],
+                 "nodes": [{ "name": "n", "command": "true", "spec_ids": [a] }] }),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "nodes[0] (`n`): field `spec_ids` belongs to hooks of on_spec_completed and on_failed only"
+    );
+
+    // Accepted and run, hooks and nodes alike: each call's deadline is the one its config asks
+    // for, and the config it received has none of the host's keys.
+    let hooks = json!({
+        "on_spec_completed": [
+            { "mode": "append-file", "file": "hooks.log", "line": "{{spec_name}} done",
+              "spec_ids": [a], "timeout_seconds": 9 },
+            { "mode": "hostile-config", "text": "kept", "spec_ids": [a],
+              "timeout_minutes": 2, "detach": false }
+        ],
+        "on_completed": [
+            { "mode": "append-file", "file": "hooks.log", "line": "run done", "timeout_minutes": 1 },
+            { "mode": "hostile-sleep", "secs": 30, "timeout_seconds": 1 }
+        ]
+    });
+    s.daemon.create_graph(json!({
+        "name": "g", "workdir": workdir.path(), "specs": [a],
+        "nodes": [
+            { "name": "append", "mode": "append-file", "file": "nodes.log",
+              "line": "node {{node}} for {{spec_name}}", "timeout_seconds": 5 },
+            { "name": "config", "mode": "hostile-config", "text": "kept",
+              "timeout_seconds": 6, "detach": true }
+        ],
+        "hooks": hooks,
+    }));
+    s.daemon.control_ok("g", json!({ "action": "run" }));
+    let view = s.daemon.settled("g");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("nodes.log")).unwrap(),
+        "node append for A\n"
+    );
+    let run_id = view["current_run"]["id"].as_str().unwrap();
+    let (_, run) = s.daemon.get(&format!("/api/runs/{run_id}"));
+    let config_node = run["node_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "config")
+        .unwrap();
+    assert_eq!(config_node["status"], "completed", "{config_node:#}");
+    assert_eq!(config_node["summary"], "6000");
+    assert_eq!(keys_of(config_node["detail"].as_str().unwrap()), ["text"]);
+
+    let runs = hook_runs(&s.daemon, "g", 4);
+    let by = |event: &str, index: u64| {
+        runs.iter()
+            .find(|r| r["event"] == event && r["hook_index"] == index)
+            .unwrap_or_else(|| panic!("no hook run {event}[{index}] in {runs:#?}"))
+    };
+    let append = by("on_spec_completed", 0);
+    assert_eq!(append["status"], "completed", "{append:#}");
+    assert_eq!(append["rendered"]["deadline_ms"], 9000);
+    assert_eq!(
+        append["rendered"]["config"],
+        json!({ "file": "hooks.log", "line": "A done" })
+    );
+    // The hook-run record keeps the config as written, the host's keys included.
+    assert_eq!(append["hook_config"], hooks["on_spec_completed"][0]);
+    let config = by("on_spec_completed", 1);
+    assert_eq!(config["status"], "completed", "{config:#}");
+    assert_eq!(config["summary"], "120000");
+    assert_eq!(keys_of(config["output"].as_str().unwrap()), ["text"]);
+    assert_eq!(config["hook_config"], hooks["on_spec_completed"][1]);
+    let done = by("on_completed", 0);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["rendered"]["deadline_ms"], 60_000);
+    // The deadline is enforced, not only passed on: a 30 s sleep stops at 1 s.
+    let sleep = by("on_completed", 1);
+    assert_eq!(sleep["status"], "timed_out", "{sleep:#}");
+    assert!(sleep["duration_ms"].as_i64().unwrap() < 10_000, "{sleep:#}");
+    // Hooks of different events may run side by side: either order.
+    let mut appended = lines(&workdir.path().join("hooks.log"));
+    appended.sort();
+    assert_eq!(appended, ["A done", "run done"]);
 }

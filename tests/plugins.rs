@@ -419,6 +419,83 @@ fn the_sdk_example_installs_and_appends_rendered_markers() {
 }
 
 #[test]
+fn plugin_run_reads_the_hosts_keys_and_hands_the_plugin_the_rest() {
+    let daemon = Daemon::start();
+    daemon.ok(&[
+        "plugin",
+        "install",
+        APPEND_FILE_WASM,
+        "--grant",
+        "fs-write:.",
+    ]);
+    install_hostile(&daemon);
+    let workdir = tempfile::tempdir().unwrap();
+    let inspect = daemon.ok(&["plugin", "inspect", "append-file"]);
+    assert!(
+        inspect.contains("Canopy's own keys (any mode; read by the daemon, never passed on): mode, spec_ids, timeout_seconds, timeout_minutes, detach"),
+        "{inspect}"
+    );
+
+    // append-file's strict parser never sees `timeout_seconds`; the call gets it as its deadline.
+    let report = run_json(
+        &daemon,
+        "append-file",
+        None,
+        json!({ "file": "log.txt", "line": "hi", "timeout_seconds": 3, "detach": false }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    assert_eq!(report["deadline_ms"], 3000);
+    assert_eq!(
+        report["rendered_config"],
+        json!({ "file": "log.txt", "line": "hi" })
+    );
+    assert_eq!(
+        std::fs::read_to_string(workdir.path().join("log.txt")).unwrap(),
+        "hi\n"
+    );
+
+    // What the plugin itself received, in `execute` and in `validate`.
+    let report = run_json(
+        &daemon,
+        "hostile",
+        Some("hostile-config"),
+        json!({ "text": "kept", "mode": "hostile-ok", "timeout_minutes": 2, "detach": true }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["summary"], "120000", "{report:#}");
+    let received: Value =
+        serde_json::from_str(report["outcome"]["detail"].as_str().unwrap()).unwrap();
+    assert_eq!(received, json!({ "text": "kept" }));
+    let err = run_error(
+        &daemon,
+        "hostile",
+        "hostile-config",
+        json!({ "refuse": true, "timeout_seconds": 4 }),
+        workdir.path(),
+    );
+    let received = err
+        .split_once("validate received keys: ")
+        .and_then(|(_, rest)| rest.lines().next());
+    assert_eq!(received, Some("refuse"), "{err}");
+    let err = run_error(
+        &daemon,
+        "hostile",
+        "hostile-config",
+        json!({ "spec_ids": ["3f2a"] }),
+        workdir.path(),
+    );
+    assert!(
+        err.contains(
+            "`--config`: field `spec_ids` belongs to hooks of on_spec_completed and on_failed only"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
 fn install_refuses_what_is_not_a_canopy_component() {
     let daemon = Daemon::start();
     let dir = tempfile::tempdir().unwrap();

@@ -46,6 +46,11 @@
 //! export_executor!(Greeter);
 //! ```
 //!
+//! The config your code receives never holds Canopy's own keys (`mode`, `spec_ids`,
+//! `timeout_seconds`, `timeout_minutes`, `detach`): the host reads them and takes them out first,
+//! so a strict parser (`#[serde(deny_unknown_fields)]`) does not have to allow them. The deadline
+//! they set arrives as [`Invocation::deadline_ms`].
+//!
 //! Build it with `cargo build --target wasm32-wasip2 --release` (crate type `cdylib`) and install
 //! the `.wasm` with `canopy plugin install target/wasm32-wasip2/release/greeter.wasm`.
 //!

@@ -178,11 +178,9 @@ async fn catalog(
                 .into_iter()
                 .enumerate()
             {
-                let mode = crate::plugins::split_work_config(
-                    &crate::hooks::config::executor_config(&hook),
-                )
-                .ok()
-                .map(|w| w.mode);
+                let mode = crate::plugins::split_work_config(&hook)
+                    .ok()
+                    .map(|w| w.mode);
                 if query.mode.is_some() && query.mode != mode {
                     continue;
                 }

@@ -12,7 +12,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::plugins::{BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, Provenance};
+use crate::plugins::{
+    BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, Provenance, WorkConfig,
+};
 
 /// Largest component accepted for install.
 const MAX_COMPONENT: usize = 64 * 1024 * 1024;
@@ -109,10 +111,7 @@ async fn remove(
                 .iter()
                 .enumerate()
             {
-                uses(
-                    format!("hooks.{}[{index}]", event.as_str()),
-                    &crate::hooks::config::executor_config(hook),
-                );
+                uses(format!("hooks.{}[{index}]", event.as_str()), hook);
             }
         }
     }
@@ -202,15 +201,15 @@ async fn run(
             supported.join(", ")
         )));
     }
-    state
-        .plugins
-        .validate(&mode, &body.config, supported)
-        .await?;
+    let work = WorkConfig::with_mode(mode, &body.config);
+    work.host()
+        .check_no_spec_ids()
+        .map_err(|err| ApiError::bad_request(format!("field `config`: {err}")))?;
+    state.plugins.validate(&work, supported).await?;
     let report = state
         .plugins
         .execute(CallRequest {
-            mode,
-            config: body.config,
+            work,
             markers: body.markers,
             supported_markers: supported,
             workdir: body.workdir,

@@ -247,6 +247,10 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                     "config schema:\n{}",
                     serde_json::to_string_pretty(&info["manifest"]["config_schema"])?
                 );
+                println!(
+                    "Canopy's own keys (any mode; read by the daemon, never passed on): {}",
+                    crate::plugins::RESERVED_KEYS.join(", ")
+                );
             }
         }
         PluginCommand::Remove { name } => {

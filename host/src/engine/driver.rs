@@ -332,8 +332,7 @@ async fn run_node(
             engine
                 .plugins()
                 .execute(CallRequest {
-                    mode: work.mode,
-                    config: work.config,
+                    work,
                     markers,
                     supported_markers: NODE_MARKERS,
                     workdir: PathBuf::from(&run.workdir),

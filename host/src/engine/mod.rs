@@ -37,7 +37,7 @@ use view::remaining_events;
 use crate::hooks::{HookEvent, HookMap, SpecScope, validate_hooks};
 
 use crate::markers::NODE_MARKERS;
-use crate::plugins::{PluginError, PluginHost, split_work_config};
+use crate::plugins::{PluginError, PluginHost, WorkConfig, split_work_config};
 use crate::store::{Rd, Store, Tx, ids};
 
 /// The engine. Cheap to clone.
@@ -195,9 +195,9 @@ impl Engine {
         for (index, node) in nodes.iter().enumerate() {
             let at = format!("nodes[{index}] (`{}`)", node.name);
             let work = split_work_config(&node.config)
+                .and_then(|work| work.host().check_no_spec_ids().map(|()| work))
                 .map_err(|err| EngineError::Invalid(format!("{at}: {err}")))?;
-            self.validate_work(&at, &work.mode, &work.config, NODE_MARKERS)
-                .await?;
+            self.validate_work(&at, &work, NODE_MARKERS).await?;
         }
         Ok(())
     }
@@ -205,12 +205,11 @@ impl Engine {
     async fn validate_work(
         &self,
         at: &str,
-        mode: &str,
-        config: &serde_json::Map<String, Value>,
+        work: &WorkConfig,
         markers: &[&str],
     ) -> Result<(), EngineError> {
         self.plugins()
-            .validate(mode, config, markers)
+            .validate(work, markers)
             .await
             .map_err(|err| match err {
                 PluginError::UnknownMode { .. }

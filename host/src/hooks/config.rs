@@ -1,9 +1,10 @@
 //! The `hooks` map on a graph, and its validation at edit time.
 //!
 //! The map goes from event name to an ordered array of hook configs. A config names exactly one
-//! mode (as a node does) and may carry `spec_ids` (on `on_spec_completed` / `on_failed` only).
-//! The whole map is checked before anything is written, and the first problem is reported with
-//! its event, index and field.
+//! mode (as a node does) and may carry `spec_ids` (on `on_spec_completed` / `on_failed` only),
+//! which the hooks read themselves: like every reserved key it never reaches the executor (see
+//! [`crate::plugins::RESERVED_KEYS`]). The whole map is checked before anything is written, and
+//! the first problem is reported with its event, index and field.
 
 use serde_json::{Map, Value};
 
@@ -52,13 +53,6 @@ impl SpecScope {
             )),
         }
     }
-}
-
-/// The executor part of a hook config: everything but the hook-level `spec_ids`.
-pub fn executor_config(hook: &Map<String, Value>) -> Map<String, Value> {
-    let mut config = hook.clone();
-    config.remove("spec_ids");
-    config
 }
 
 /// The `spec_ids` of a hook, if it has them.
@@ -134,10 +128,9 @@ pub async fn validate_hooks(
                 }
                 config.insert("spec_ids".to_string(), Value::Array(resolved));
             }
-            let work = split_work_config(&executor_config(&config))
-                .map_err(|err| format!("{at}: {err}"))?;
+            let work = split_work_config(&config).map_err(|err| format!("{at}: {err}"))?;
             plugins
-                .validate(&work.mode, &work.config, HOOK_MARKERS)
+                .validate(&work, HOOK_MARKERS)
                 .await
                 .map_err(|err| format!("{at} ({} mode): {err}", work.mode))?;
             hooks.push(Value::Object(config));

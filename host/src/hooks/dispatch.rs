@@ -26,7 +26,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::config::{HookMap, executor_config, hooks_of, spec_ids};
+use super::config::{HookMap, hooks_of, spec_ids};
 use super::runs::{Finished, Fired, HookRunStatus, OUTPUT_LIMIT};
 use super::{HookEvent, completed_specs_text};
 use crate::engine::events::{EngineEvent, EventSink, LogEvents, RunContext};
@@ -290,7 +290,7 @@ fn select(map: &HookMap, firing: &Firing, only: Option<usize>) -> Vec<Selected> 
         if specs.is_empty() {
             continue;
         }
-        let work = split_work_config(&executor_config(&hook));
+        let work = split_work_config(&hook);
         for spec_id in specs {
             selected.push(Selected {
                 index,
@@ -613,8 +613,7 @@ impl HookDispatcher {
                 self.inner
                     .plugins
                     .execute(CallRequest {
-                        mode: work.mode.clone(),
-                        config: work.config.clone(),
+                        work: work.clone(),
                         markers: markers.clone(),
                         supported_markers: HOOK_MARKERS,
                         workdir: PathBuf::from(&firing.run.workdir),
@@ -665,8 +664,11 @@ fn finished_of(
     let markers_json = json!(markers);
     match result {
         Ok(report) => {
-            let rendered =
-                Some(json!({ "config": report.rendered_config, "markers": markers_json }));
+            let rendered = Some(json!({
+                "config": report.rendered_config,
+                "markers": markers_json,
+                "deadline_ms": report.deadline_ms,
+            }));
             let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
             let (status, error) = match report.outcome.status {
                 Status::Completed => (HookRunStatus::Completed, None),

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::HookEvent;
-use super::config::{HookMap, executor_config, hooks_of};
+use super::config::{HookMap, hooks_of};
 use super::dispatch::{Firing, matches};
 use crate::markers::{HOOK_MARKERS, MarkerValues};
 use crate::plugins::{PluginError, PluginHost, split_work_config};
@@ -60,7 +60,7 @@ pub async fn evaluate(
             continue;
         }
         let mut problems = Vec::new();
-        let work = split_work_config(&executor_config(&hook));
+        let work = split_work_config(&hook);
         let mode = work.as_ref().ok().map(|w| w.mode.clone());
         let mut rendered = None;
         // A hook whose plugin is disabled cannot run: say that, once, rather than what
@@ -75,14 +75,11 @@ pub async fn evaluate(
         match &work {
             Ok(_) if disabled.is_some() => {}
             Ok(work) => {
-                if let Err(err) = plugins
-                    .validate(&work.mode, &work.config, HOOK_MARKERS)
-                    .await
-                {
+                if let Err(err) = plugins.validate(work, HOOK_MARKERS).await {
                     problems.push(err.to_string());
                 }
                 let markers = firing.map(|f| f.markers.clone()).unwrap_or_default();
-                match plugins.render(&work.mode, &work.config, &markers) {
+                match plugins.render(work, &markers) {
                     Ok(config) => rendered = Some(config),
                     Err(err) => problems.push(err.to_string()),
                 }

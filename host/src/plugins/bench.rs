@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use wasmtime::component::Component;
 
-use super::{CallRequest, PluginError, PluginHost, PluginRef, Provenance, sha256_hex};
+use super::{CallRequest, PluginError, PluginHost, PluginRef, Provenance, WorkConfig, sha256_hex};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -138,8 +138,7 @@ impl PluginHost {
         };
 
         let call_request = CallRequest {
-            mode: mode.clone(),
-            config: request.config,
+            work: WorkConfig::with_mode(mode.clone(), &request.config),
             markers: [
                 ("graph_name", "bench"),
                 ("spec_name", "bench spec"),

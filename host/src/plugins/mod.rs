@@ -3,6 +3,9 @@
 //!
 //! - [`PluginHost`] owns the one wasmtime engine, the installed plugins (each compiled once,
 //!   cached on disk, pre-linked into an `InstancePre`) and the install / remove / enable rules.
+//! - A config reaches a plugin only through [`split_work_config`] (or [`WorkConfig::with_mode`]),
+//!   which takes out the host's own keys ([`RESERVED_KEYS`]: mode, `spec_ids`, deadline,
+//!   `detach`); the host reads them and the plugin never sees them.
 //! - A call ([`PluginHost::execute`]) renders the config's template fields (see
 //!   [`crate::markers`]), gets a fresh store with a memory cap and an epoch deadline, preopens only
 //!   what the plugin's grant allows, and maps a trap, timeout or memory blow-up to a
@@ -29,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Linker;
@@ -39,7 +42,7 @@ pub use call::{CallError, Outcome, Provenance, Status};
 pub use capabilities::{Capability, KNOWN as KNOWN_CAPABILITIES};
 pub use engine::{LoadInfo, LoadSource};
 pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};
-pub use work::{WorkConfig, split as split_work_config};
+pub use work::{HostKeys, RESERVED_KEYS, WorkConfig, split as split_work_config};
 
 use crate::config::{Config, Platform};
 use crate::datadir::DataDir;
@@ -154,12 +157,11 @@ pub struct PluginRef {
 }
 
 /// One `execute` call to make.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CallRequest {
-    /// The mode: picks the plugin.
-    pub mode: String,
-    /// The config with its markers not yet rendered.
-    pub config: Map<String, Value>,
+    /// The work: its mode (which picks the plugin), the executor's config with its markers not
+    /// yet rendered, and the host's keys (deadline, `detach`).
+    pub work: WorkConfig,
     /// Marker values (raw); known markers missing here render `(none)`.
     pub markers: MarkerValues,
     /// The markers this kind of work may use (hooks vs nodes).
@@ -176,8 +178,10 @@ pub struct CallRequest {
 pub struct CallReport {
     pub plugin: PluginRef,
     pub mode: String,
-    /// The config the plugin received, template fields rendered.
+    /// The config the plugin received, template fields rendered (no reserved keys).
     pub rendered_config: Value,
+    /// The deadline the call was given, in milliseconds.
+    pub deadline_ms: u64,
     pub outcome: Outcome,
     pub duration_ms: u64,
 }
@@ -212,29 +216,6 @@ const QUICK_CALL: Duration = Duration::from_secs(10);
 
 /// The longest deadline a call may ask for: 7 days.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-
-/// Checks the deadline fields of a config (`timeout_seconds`, `timeout_minutes`): whole numbers
-/// from 1 up to [`MAX_TIMEOUT`]. The error names the field and the allowed range.
-pub fn check_timeouts(config: &Map<String, Value>) -> Result<(), String> {
-    let max_seconds = MAX_TIMEOUT.as_secs();
-    for (field, unit, max) in [
-        ("timeout_seconds", "seconds", max_seconds),
-        ("timeout_minutes", "minutes", max_seconds / 60),
-    ] {
-        let Some(value) = config.get(field) else {
-            continue;
-        };
-        match value.as_u64() {
-            Some(n) if (1..=max).contains(&n) => {}
-            _ => {
-                return Err(format!(
-                    "field `{field}`: must be a whole number of {unit} from 1 to {max} (7 days); got {value}"
-                ));
-            }
-        }
-    }
-    Ok(())
-}
 
 impl PluginHost {
     /// Creates the engine, loads every installed plugin (from the compiled cache when it can) and
@@ -564,21 +545,18 @@ impl PluginHost {
         }
     }
 
-    /// Validates a config for `mode` at edit time: markers only where the plugin renders them
-    /// and only supported ones, then the plugin's own `validate` (template fields rendered with
-    /// `(none)`).
+    /// Validates a config at edit time: the host's keys, then the executor's part against the
+    /// plugin's schema, markers only where the plugin renders them and only supported ones, then
+    /// the plugin's own `validate` (template fields rendered with `(none)`, no reserved keys).
     pub async fn validate(
         &self,
-        mode: &str,
-        config: &Map<String, Value>,
+        work: &WorkConfig,
         supported_markers: &[&str],
     ) -> Result<(), PluginError> {
+        let mode = work.mode.as_str();
         let plugin = self.for_mode(mode)?;
-        // `detach` is the host's (see `crate::procs`): checked here, never shown to the plugin.
-        let mut config = config.clone();
-        crate::procs::take_detach(&mut config).map_err(PluginError::InvalidConfig)?;
-        let config = &config;
-        check_timeouts(config).map_err(PluginError::InvalidConfig)?;
+        work.host().check().map_err(PluginError::InvalidConfig)?;
+        let config = work.config();
         work::check_schema(mode, &plugin.record.manifest.config_schema, config)
             .map_err(PluginError::InvalidConfig)?;
         markers::check_config(config, &plugin.templates, supported_markers)
@@ -598,36 +576,27 @@ impl PluginHost {
         }
     }
 
-    /// The config as the executor of `mode` would receive it for these marker values (template
-    /// fields rendered, `(none)` for missing markers).
-    pub fn render(
-        &self,
-        mode: &str,
-        config: &Map<String, Value>,
-        values: &MarkerValues,
-    ) -> Result<Value, PluginError> {
-        let plugin = self.for_mode(mode)?;
-        let mut rendered = config.clone();
+    /// The config as the executor of the work's mode would receive it for these marker values
+    /// (template fields rendered, `(none)` for missing markers, no reserved keys).
+    pub fn render(&self, work: &WorkConfig, values: &MarkerValues) -> Result<Value, PluginError> {
+        let plugin = self.for_mode(&work.mode)?;
+        let mut rendered = work.config().clone();
         markers::render_config(&mut rendered, &plugin.templates, values);
         Ok(Value::Object(rendered))
     }
 
     /// The timeout a config asks for (`timeout_seconds` / `timeout_minutes`), or the default;
     /// never more than [`MAX_TIMEOUT`] (a config stored before that limit existed included).
-    pub fn timeout_for(&self, config: &Map<String, Value>) -> Duration {
-        let seconds = config.get("timeout_seconds").and_then(Value::as_u64);
-        let minutes = config.get("timeout_minutes").and_then(Value::as_u64);
-        let asked = match (seconds, minutes) {
-            (Some(s), _) => Duration::from_secs(s),
-            (None, Some(m)) => Duration::from_secs(m.saturating_mul(60)),
-            (None, None) => self.inner.default_timeout,
-        };
-        asked.min(MAX_TIMEOUT)
+    pub fn timeout_for(&self, host: &HostKeys) -> Duration {
+        host.timeout()
+            .unwrap_or(self.inner.default_timeout)
+            .min(MAX_TIMEOUT)
     }
 
-    /// Makes one `execute` call: renders the config, runs the plugin of the mode sandboxed.
+    /// Makes one `execute` call: reads the host's keys (deadline, `detach`), renders the
+    /// executor's config, runs the plugin of the mode sandboxed.
     pub async fn execute(&self, request: CallRequest) -> Result<CallReport, PluginError> {
-        let plugin = self.for_mode(&request.mode)?;
+        let plugin = self.for_mode(&request.work.mode)?;
         let workdir = request.workdir.canonicalize().map_err(|err| {
             PluginError::Refused(format!("workdir {}: {err}", request.workdir.display()))
         })?;
@@ -637,20 +606,24 @@ impl PluginHost {
                 workdir.display()
             )));
         }
+        let WorkConfig {
+            mode,
+            mut config,
+            host,
+        } = request.work;
         let timeout = request
             .timeout
-            .unwrap_or_else(|| self.timeout_for(&request.config))
+            .unwrap_or_else(|| self.timeout_for(&host))
             .min(MAX_TIMEOUT);
+        let detach = host.detach().map_err(PluginError::InvalidConfig)?;
         // A config stored before a check existed is checked again: a marker inside quotes in a
         // shell field fails the call instead of running.
-        markers::check_rendering(&request.config, &plugin.templates)
+        markers::check_rendering(&config, &plugin.templates)
             .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
         let mut values = request.markers;
         values
             .entry("workdir".to_string())
             .or_insert_with(|| workdir.to_string_lossy().into_owned());
-        let mut config = request.config;
-        let detach = crate::procs::take_detach(&mut config).map_err(PluginError::InvalidConfig)?;
         markers::render_config(&mut config, &plugin.templates, &values);
         let rendered = Value::Object(config);
         let marker_list: Vec<(String, String)> = request
@@ -664,13 +637,14 @@ impl PluginHost {
                 ((*name).to_string(), value)
             })
             .collect();
+        let deadline_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let invocation = bindings::canopy::hooks::types::Invocation {
-            mode: request.mode.clone(),
+            mode: mode.clone(),
             config: rendered.to_string(),
             markers: marker_list,
             workdir: workdir.to_string_lossy().into_owned(),
             provenance: request.provenance.to_wit(),
-            deadline_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            deadline_ms,
             resume_session: request.resume_session,
         };
         let started = Instant::now();
@@ -693,8 +667,9 @@ impl PluginHost {
         };
         Ok(CallReport {
             plugin: plugin_ref(&plugin.record),
-            mode: request.mode,
+            mode,
             rendered_config: rendered,
+            deadline_ms,
             outcome,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })

@@ -12,8 +12,9 @@
 //!   group is killed, then every process started since the call began that is in that group or
 //!   carries its marker, until two scans in a row find none (a process re-parented between two
 //!   reads of one scan is in the next). A command marked `detach = true` (a top-level field of
-//!   the hook or node config, [`take_detach`]) is left running instead; its group is still
-//!   killed if it runs into its deadline.
+//!   the hook or node config, one of the host's reserved keys, read by
+//!   [`HostKeys::detach`](crate::plugins::HostKeys::detach)) is left running instead; its group
+//!   is still killed if it runs into its deadline.
 //! - **Subreaper** ([`reaper`]): the daemon adopts orphaned descendants and reaps them, without
 //!   stealing the exit status of a child someone waits for.
 //! - **Crashes** ([`ledger`]): each call's group is recorded in `procs/` in the data dir while it
@@ -36,7 +37,6 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde_json::{Map, Value};
 
 use crate::config::ProcessConfig;
 use ledger::{Entry, Ledger};
@@ -124,16 +124,6 @@ pub fn is_call_id(id: &str) -> bool {
 /// The environment entry that marks a call's processes.
 pub fn marker_entry(call: &str) -> String {
     format!("{CALL_ID_VAR}={call}")
-}
-
-/// Takes the host-level `detach` field out of a hook or node config (the executor never sees
-/// it): `true` leaves what the command starts running after the call ends.
-pub fn take_detach(config: &mut Map<String, Value>) -> Result<bool, String> {
-    match config.remove("detach") {
-        None => Ok(false),
-        Some(Value::Bool(detach)) => Ok(detach),
-        Some(other) => Err(format!("field `detach` must be true or false, not {other}")),
-    }
 }
 
 /// How long a sweep keeps killing (a process may fork while it does).
@@ -425,27 +415,6 @@ fn boot_ticks() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn detach_is_taken_out_of_the_config_and_must_be_a_boolean() {
-        let mut config = json!({ "command": "x", "detach": true })
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(take_detach(&mut config), Ok(true));
-        assert_eq!(Value::Object(config), json!({ "command": "x" }));
-        let mut plain = Map::new();
-        assert_eq!(take_detach(&mut plain), Ok(false));
-        let mut wrong = json!({ "detach": "yes" })
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(
-            take_detach(&mut wrong),
-            Err("field `detach` must be true or false, not \"yes\"".to_string())
-        );
-    }
 
     #[test]
     fn call_ids_are_32_lowercase_hex_digits() {

@@ -18,8 +18,6 @@ struct AgentConfig {
     model: Option<String>,
     #[serde(default)]
     effort: Option<String>,
-    #[serde(default)]
-    timeout_minutes: Option<u64>,
 }
 
 struct AgentExecutor;
@@ -38,8 +36,7 @@ impl Executor for AgentExecutor {
                     "platform": { "type": "string", "description": "agent platform configured in canopy.toml (claude, codex, ...)" },
                     "prompt": { "type": "string" },
                     "model": { "type": "string" },
-                    "effort": { "type": "string" },
-                    "timeout_minutes": { "type": "integer", "minimum": 1 }
+                    "effort": { "type": "string" }
                 }
             }))
     }
@@ -49,9 +46,6 @@ impl Executor for AgentExecutor {
         if config.prompt.trim().is_empty() {
             return Err("field `prompt` must not be empty".to_string());
         }
-        if config.timeout_minutes == Some(0) {
-            return Err("field `timeout_minutes` must be at least 1".to_string());
-        }
         canopy_plugin_sdk::agent_platform(&config.platform)
             .map_err(|err| format!("field `platform`: {err}"))?;
         Ok(())
@@ -59,10 +53,8 @@ impl Executor for AgentExecutor {
 
     fn execute(invocation: Invocation) -> Result<Outcome, String> {
         let config: AgentConfig = invocation.config()?;
-        let deadline = invocation.deadline_ms().saturating_sub(50).max(1);
-        let timeout_ms = config
-            .timeout_minutes
-            .map_or(deadline, |m| m.saturating_mul(60_000).min(deadline));
+        // The config's `timeout_minutes` is the host's: it arrives as the call's deadline.
+        let timeout_ms = invocation.deadline_ms().saturating_sub(50).max(1);
         let env = invocation
             .markers()
             .map(|(name, value)| {

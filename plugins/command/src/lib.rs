@@ -4,6 +4,9 @@
 //! into it is one quoted, inert word. Every marker is also exported to the process as
 //! `CANOPY_HOOK_<MARKER>` (`CANOPY_HOOK_WORKDIR`, `CANOPY_HOOK_SPEC_NAME`, ...).
 //!
+//! The command is killed at the call's deadline, which the host derives from the config's
+//! `timeout_seconds` / `timeout_minutes` (reserved keys: this plugin never sees them).
+//!
 //! The outcome follows Canopy's result protocol ([`Outcome::from_exit`]): exit code 0 is
 //! completed, anything else failed with the code and the tail of stderr, and the process may say
 //! more through the JSON file named by `CANOPY_RESULT_FILE`.
@@ -19,12 +22,6 @@ use serde::Deserialize;
 struct CommandConfig {
     /// Shell command, run with `sh -c`.
     command: String,
-    /// Kill the command after this many seconds (default: the call's deadline).
-    #[serde(default)]
-    timeout_seconds: Option<u64>,
-    /// Same as `timeout_seconds`, in minutes (the unit agent hooks use).
-    #[serde(default)]
-    timeout_minutes: Option<u64>,
 }
 
 struct CommandExecutor;
@@ -43,9 +40,7 @@ impl Executor for CommandExecutor {
                     "command": {
                         "type": "string",
                         "description": "shell command, run with sh -c in the workdir; marker values are shell-quoted"
-                    },
-                    "timeout_seconds": { "type": "integer", "minimum": 1 },
-                    "timeout_minutes": { "type": "integer", "minimum": 1 }
+                    }
                 }
             }))
     }
@@ -60,12 +55,8 @@ impl Executor for CommandExecutor {
 
     fn execute(invocation: Invocation) -> Result<Outcome, String> {
         let config: CommandConfig = invocation.config()?;
-        let deadline = invocation.deadline_ms().saturating_sub(50).max(1);
-        let timeout_ms = config
-            .timeout_seconds
-            .map(|s| s.saturating_mul(1_000))
-            .or(config.timeout_minutes.map(|m| m.saturating_mul(60_000)))
-            .map_or(deadline, |t| t.min(deadline));
+        // A little before the call's deadline, so the command is reported as timed out.
+        let timeout_ms = invocation.deadline_ms().saturating_sub(50).max(1);
 
         let mut command = Command::new("sh")
             .arg("-c")

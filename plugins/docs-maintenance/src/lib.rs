@@ -55,8 +55,6 @@ struct DocsConfig {
     /// Extra instructions appended to the review prompt.
     #[serde(default)]
     prompt: Option<String>,
-    #[serde(default)]
-    timeout_minutes: Option<u64>,
     /// Commit the doc files this call changed (in a git workdir).
     #[serde(default = "default_commit")]
     commit: bool,
@@ -90,9 +88,6 @@ impl DocsConfig {
                 "field `changelog` (`{}`) must lie under one of `docs_paths`",
                 self.changelog
             ));
-        }
-        if self.timeout_minutes == Some(0) {
-            return Err("field `timeout_minutes` must be at least 1".to_string());
         }
         Ok(())
     }
@@ -146,7 +141,6 @@ impl Executor for DocsMaintenance {
                     "model": { "type": "string" },
                     "effort": { "type": "string" },
                     "prompt": { "type": "string", "description": "extra instructions for the review agent" },
-                    "timeout_minutes": { "type": "integer", "minimum": 1 },
                     "commit": { "type": "boolean", "default": true, "description": "commit the doc files this call changed, so the next run starts on a clean tree" }
                 }
             }))
@@ -175,10 +169,9 @@ impl Executor for DocsMaintenance {
         let mut detail = format!("appended to {}:\n{entry}", config.changelog);
 
         if let Some(platform) = &config.platform {
-            let deadline = invocation.deadline_ms().saturating_sub(2_000).max(1);
-            let timeout_ms = config
-                .timeout_minutes
-                .map_or(deadline, |m| m.saturating_mul(60_000).min(deadline));
+            // The config's `timeout_minutes` is the host's: it arrives as the call's deadline.
+            // The agent stops 2 s before it, to leave time for the changelog check and commit.
+            let timeout_ms = invocation.deadline_ms().saturating_sub(2_000).max(1);
             let run = run_agent(&AgentRequest {
                 platform: platform.clone(),
                 prompt: review_prompt(&config, graph, completed),

@@ -2,6 +2,10 @@
 //! a plugin must not get away with, or breaks in one way the host must survive.
 //!
 //! Arguments come from the config: `path`, `secs`, `count`, `bytes`, `addr`, `link`, `target`.
+//!
+//! `hostile-config` shows what the host handed over: `validate` refuses a config with `"refuse":
+//! true`, naming every key it received; `execute` returns the config it received as its detail
+//! and its deadline (milliseconds) as its summary.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -40,6 +44,15 @@ impl Executor for Hostile {
         if mode == "hostile-sleep" {
             let secs = u64_field(config.as_json(), "validate_secs", 0);
             std::thread::sleep(Duration::from_secs(secs));
+        }
+        if mode == "hostile-config" && config.get("refuse") == Some(&serde_json::Value::Bool(true))
+        {
+            let keys: Vec<&str> = config
+                .as_json()
+                .as_object()
+                .map(|object| object.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            return Err(format!("validate received keys: {}", keys.join(", ")));
         }
         Ok(())
     }
@@ -138,6 +151,9 @@ impl Executor for Hostile {
                     .unwrap_or_default()
                     .to_string(),
             )),
+            "hostile-config" => Ok(Outcome::completed()
+                .with_summary(invocation.deadline_ms().to_string())
+                .with_detail(invocation.config_json())),
             // Sleeps inside a host call (a WASI clock wait), past any deadline it was given.
             "hostile-sleep" => {
                 std::thread::sleep(Duration::from_secs(u64_field(&config, "secs", 30)));
@@ -238,6 +254,7 @@ impl ForTests for Manifest {
             "read",
             "write",
             "echo",
+            "config",
             "sleep",
             "symlink",
             "open-files",
