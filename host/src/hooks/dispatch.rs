@@ -672,6 +672,9 @@ fn finished_of(
             let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
             let (status, error) = match report.outcome.status {
                 Status::Completed => (HookRunStatus::Completed, None),
+                Status::Failed { reason } if report.timed_out => {
+                    (HookRunStatus::TimedOut, Some(reason))
+                }
                 Status::Failed { reason } => (HookRunStatus::Failed, Some(reason)),
                 Status::Blocked { blocker } => (
                     HookRunStatus::Failed,

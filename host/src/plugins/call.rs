@@ -186,6 +186,8 @@ pub(crate) struct CallState {
     /// Leave what the call's commands start running after they exit.
     detach: bool,
     log_budget: LogBudget,
+    /// See [`CallSetup::command_timed_out`].
+    command_timed_out: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CallState {
@@ -229,6 +231,9 @@ pub(crate) struct CallSetup {
     /// Leave what the call's commands start running after they exit (`detach = true`).
     pub detach: bool,
     pub env: CallEnv,
+    /// Set when a command the call ran was stopped at its timeout: the host's own record of
+    /// it, whatever the plugin then reports.
+    pub command_timed_out: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CallSetup {
@@ -320,6 +325,7 @@ impl CallSetup {
             provenance,
             detach: self.detach,
             log_budget: LogBudget::default(),
+            command_timed_out: self.command_timed_out.clone(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
         store.limiter(|state| &mut state.memory);
@@ -531,6 +537,10 @@ impl host::Host for CallState {
         let exit = process::run(spec)
             .await
             .map_err(|err| format!("cannot run `{}`: {err}", cmd.program))?;
+        if exit.timed_out {
+            self.command_timed_out
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(types::Exit {
             code: exit.code,
             timed_out: exit.timed_out,

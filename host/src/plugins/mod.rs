@@ -184,6 +184,9 @@ pub struct CallReport {
     pub deadline_ms: u64,
     pub outcome: Outcome,
     pub duration_ms: u64,
+    /// The call failed after a command it ran was stopped at its timeout (the host saw the
+    /// timeout itself): the work hit its deadline.
+    pub timed_out: bool,
 }
 
 /// The executor host.
@@ -528,6 +531,7 @@ impl PluginHost {
             timeout: QUICK_CALL,
             detach: false,
             env: self.inner.call_env.clone(),
+            command_timed_out: Arc::default(),
         };
         self.on_plugin_threads(setup.run(call)).await
     }
@@ -648,6 +652,7 @@ impl PluginHost {
             resume_session: request.resume_session,
         };
         let started = Instant::now();
+        let command_timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let setup = CallSetup {
             plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
@@ -655,6 +660,7 @@ impl PluginHost {
             timeout,
             detach,
             env: self.inner.call_env.clone(),
+            command_timed_out: command_timed_out.clone(),
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));
         let outcome = match self.on_plugin_threads(call).await? {
@@ -670,6 +676,8 @@ impl PluginHost {
             mode,
             rendered_config: rendered,
             deadline_ms,
+            timed_out: matches!(outcome.status, Status::Failed { .. })
+                && command_timed_out.load(std::sync::atomic::Ordering::Relaxed),
             outcome,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })

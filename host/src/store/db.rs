@@ -66,6 +66,8 @@ type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 type Job = Box<dyn FnOnce(&Tx<'_>) -> Ran + Send>;
 
 pub(super) struct Db {
+    /// Tells the checkpointer to stop when the store goes away.
+    stop: Arc<std::sync::atomic::AtomicBool>,
     writes: mpsc::Sender<Job>,
     readers: Arc<Readers>,
     permits: Arc<Semaphore>,
@@ -84,8 +86,24 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.busy_timeout(Duration::from_secs(5))?;
+    // A write's savepoint journal stays in memory instead of a temp file.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(256);
     Ok(())
+}
+
+/// How often the checkpointer copies the WAL back into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+
+/// Checkpoints the WAL on its own thread and connection, so the writer never pays for a
+/// checkpoint (and its fsync) inside a commit. Stops once `stop` is set.
+fn checkpoint_loop(conn: Connection, stop: Arc<std::sync::atomic::AtomicBool>) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(CHECKPOINT_EVERY);
+        if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
+            tracing::debug!(%err, "a WAL checkpoint did not run; the next one will");
+        }
+    }
 }
 
 impl Db {
@@ -110,12 +128,24 @@ impl Db {
             conn.pragma_update(None, "query_only", "ON")?;
             readers.push(conn);
         }
+        // The writer never checkpoints; the checkpointer does, off its path.
+        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let checkpointer = Connection::open(path)
+            .with_context(|| format!("cannot open database {}", path.display()))?;
+        configure(&checkpointer)?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (writes, queue) = mpsc::channel(WRITE_QUEUE);
         std::thread::Builder::new()
             .name("canopy-store-writer".into())
             .spawn(move || write_loop(writer, queue))
             .context("cannot start the store's writer thread")?;
+        let stopping = stop.clone();
+        std::thread::Builder::new()
+            .name("canopy-store-checkpoint".into())
+            .spawn(move || checkpoint_loop(checkpointer, stopping))
+            .context("cannot start the store's checkpoint thread")?;
         Ok(Self {
+            stop,
             writes,
             readers: Arc::new(Readers {
                 idle: Mutex::new(readers),
@@ -199,6 +229,12 @@ impl Db {
         let result = run_read(&conn, work);
         push(&self.readers, conn);
         result
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
