@@ -195,11 +195,11 @@ fn heading_format_specs_stay_readable_and_are_flagged() {
         "{listing}"
     );
     // Rewriting it by hand in the tagged format clears the flag; a heading body is refused.
-    let err = daemon.fails(&["spec", "update", "abc123", "--body", "## Objective\nnew\n"]);
+    let err = daemon.fails(&["spec", "update", &old_id, "--body", "## Objective\nnew\n"]);
     assert!(err.contains("older heading format"), "{err}");
-    daemon.ok(&["spec", "update", "abc123", "--body", &spec_body("Ship it")]);
+    daemon.ok(&["spec", "update", &old_id, "--body", &spec_body("Ship it")]);
     assert_eq!(
-        daemon.json(&["spec", "show", "abc123"])["needs_conversion"],
+        daemon.json(&["spec", "show", &old_id])["needs_conversion"],
         false
     );
 }
