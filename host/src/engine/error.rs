@@ -25,10 +25,11 @@ pub enum EngineError {
     Conflict(String),
     /// An edit was based on a version the thing has moved on from; nothing was written.
     #[error(
-        "{kind} was edited since version {expected} (it is at version {current}); read it again and redo the edit on the current version"
+        "{kind} `{name}` was edited since version {expected} (it is at version {current}); read it again and redo the edit on the current version"
     )]
     Stale {
         kind: &'static str,
+        name: String,
         expected: i64,
         current: i64,
     },

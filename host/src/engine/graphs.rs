@@ -173,6 +173,7 @@ pub fn replace(
         Replaced::At(version) => Ok(version),
         Replaced::Stale(current) => Err(EngineError::Stale {
             kind: "graph",
+            name: write.name.clone(),
             expected: based_on.unwrap_or_default(),
             current,
         }),

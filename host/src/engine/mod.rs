@@ -345,6 +345,7 @@ impl Engine {
         {
             return Err(EngineError::Stale {
                 kind: "graph",
+                name: current.name.clone(),
                 expected,
                 current: current.version,
             });
@@ -411,9 +412,10 @@ impl Engine {
                 // An unconditional edit applies its fields to the graph as it is now.
                 return Box::pin(self.update_graph(name_or_id, input, None)).await;
             }
-            Err(EngineError::Stale { current, .. }) => {
+            Err(EngineError::Stale { current, name, .. }) => {
                 return Err(EngineError::Stale {
                     kind: "graph",
+                    name,
                     expected: based_on.unwrap_or(read_version),
                     current,
                 });
