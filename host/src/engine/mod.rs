@@ -659,24 +659,15 @@ impl Engine {
                 if request.mode.is_some() || request.node.is_some() {
                     return invalid("fields `mode` and `node` belong to the `continue` action");
                 }
-                let id = graph_id.clone();
-                let lease = self
-                    .write(move |tx| {
-                        let run_id = start_run(
-                            tx,
-                            &id,
-                            request.queue_id.as_deref(),
-                            request.workdir.as_deref(),
-                        )?;
-                        let generation = tx.take_driver_lease(&id)?;
-                        Ok(driver::Lease {
-                            graph_id: id,
-                            run_id,
-                            generation,
-                        })
-                    })
-                    .await?;
-                self.spawn_driver(lease);
+                self.drive_new(&graph_id, move |tx, id| {
+                    start_run(
+                        tx,
+                        id,
+                        request.queue_id.as_deref(),
+                        request.workdir.as_deref(),
+                    )
+                })
+                .await?;
             }
             "reset" => {
                 if request.queue_id.is_some()
@@ -694,24 +685,10 @@ impl Engine {
                 if request.queue_id.is_some() || request.workdir.is_some() {
                     return invalid("fields `queue_id` and `workdir` belong to the `run` action");
                 }
-                let id = graph_id.clone();
-                let lease = self
-                    .write(move |tx| {
-                        let run_id = continue_run(
-                            tx,
-                            &id,
-                            request.mode.as_deref(),
-                            request.node.as_deref(),
-                        )?;
-                        let generation = tx.take_driver_lease(&id)?;
-                        Ok(driver::Lease {
-                            graph_id: id,
-                            run_id,
-                            generation,
-                        })
-                    })
-                    .await?;
-                self.spawn_driver(lease);
+                self.drive_new(&graph_id, move |tx, id| {
+                    continue_run(tx, id, request.mode.as_deref(), request.node.as_deref())
+                })
+                .await?;
             }
             other => {
                 return invalid(format!(
@@ -720,6 +697,29 @@ impl Engine {
             }
         }
         self.graph_view(&graph_id, ViewPage::default()).await
+    }
+
+    /// Makes the graph's run running with `begin` (which returns the run's id) and, in the same
+    /// write, takes the driver lease; then starts the driver holding it.
+    async fn drive_new(
+        &self,
+        graph_id: &str,
+        begin: impl FnOnce(&Tx<'_>, &str) -> Result<String, EngineError> + Send + 'static,
+    ) -> Result<(), EngineError> {
+        let id = graph_id.to_string();
+        let lease = self
+            .write(move |tx| {
+                let run_id = begin(tx, &id)?;
+                let generation = tx.take_driver_lease(&id)?;
+                Ok(driver::Lease {
+                    graph_id: id,
+                    run_id,
+                    generation,
+                })
+            })
+            .await?;
+        self.spawn_driver(lease);
+        Ok(())
     }
 
     fn drivers(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
