@@ -433,13 +433,16 @@ impl Engine {
         Ok(view)
     }
 
+    /// Every graph's view, read in one snapshot.
     pub async fn list_graphs(&self) -> Result<Vec<GraphView>, EngineError> {
-        let ids = self.read(|rd| Ok(rd.graph_ids()?)).await?;
-        let mut views = Vec::with_capacity(ids.len());
-        for id in ids {
-            views.push(self.graph_view(&id, ViewPage::default()).await?);
-        }
-        Ok(views)
+        let engine = self.clone();
+        self.read(move |rd| {
+            rd.graph_ids()?
+                .iter()
+                .map(|id| view::build(rd, id, engine.driver_active(id), ViewPage::default()))
+                .collect()
+        })
+        .await
     }
 
     /// `graph get`: the graph, its current run, progress and warnings.
@@ -453,16 +456,19 @@ impl Engine {
         name_or_id: &str,
         page: ViewPage,
     ) -> Result<GraphView, EngineError> {
-        let lookup = name_or_id.to_string();
-        let id = self.read(move |rd| graphs::resolve(rd, &lookup)).await?;
-        self.graph_view(&id, page).await
+        self.graph_view(name_or_id, page).await
     }
 
-    async fn graph_view(&self, id: &str, page: ViewPage) -> Result<GraphView, EngineError> {
-        let driver_active = self.driver_active(id);
-        let id = id.to_string();
-        self.read(move |rd| view::build(rd, &id, driver_active, page))
-            .await
+    /// A graph's view by name or id: the lookup and the view are one read (one snapshot, one
+    /// trip to the read pool).
+    async fn graph_view(&self, name_or_id: &str, page: ViewPage) -> Result<GraphView, EngineError> {
+        let engine = self.clone();
+        let lookup = name_or_id.to_string();
+        self.read(move |rd| {
+            let id = graphs::resolve(rd, &lookup)?;
+            view::build(rd, &id, engine.driver_active(&id), page)
+        })
+        .await
     }
 
     pub async fn delete_graph(&self, name_or_id: &str) -> Result<Graph, EngineError> {
