@@ -10,6 +10,7 @@ pub mod config;
 pub mod daemon;
 pub mod datadir;
 pub mod engine;
+pub mod events;
 pub mod hooks;
 pub mod logfile;
 pub mod markers;

@@ -1,0 +1,151 @@
+//! Graph events: a graph defined, changed or deleted, and its runs starting and ending.
+//!
+//! The seed-000 graph-hook keys map onto these: `on_completed` is `graph.run.completed` (for a
+//! run that completed at least one spec), `on_failed` is `graph.run.failed`, `on_blocked` is
+//! `graph.run.blocked`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Family, declare_events};
+
+/// The graph an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GraphRef {
+    pub graph_id: String,
+    pub graph_name: String,
+    /// The graph's workdir (for a run: the workdir it was launched with).
+    pub workdir: String,
+}
+
+/// The run an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunRef {
+    #[serde(flatten)]
+    pub graph: GraphRef,
+    pub run_id: String,
+    /// The queue the run takes its specs from, when it is queue-driven.
+    pub queue_id: Option<String>,
+}
+
+/// A spec a run completed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CompletedSpec {
+    pub id: String,
+    pub name: String,
+    pub summary: Option<String>,
+}
+
+/// `graph.created`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GraphCreated {
+    #[serde(flatten)]
+    pub graph: GraphRef,
+}
+
+/// `graph.updated`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GraphUpdated {
+    #[serde(flatten)]
+    pub graph: GraphRef,
+    /// The graph's version after the edit.
+    pub version: i64,
+    /// The fields the edit set.
+    pub fields: Vec<String>,
+}
+
+/// `graph.deleted`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GraphDeleted {
+    #[serde(flatten)]
+    pub graph: GraphRef,
+}
+
+/// `graph.run.started`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunStarted {
+    #[serde(flatten)]
+    pub run: RunRef,
+    /// `run` for a new run, `continue` for a paused run going on.
+    pub how: String,
+    /// `continue`'s mode (`plain`, `skip_next_spec`, `run_from_node`).
+    pub mode: Option<String>,
+}
+
+/// `graph.run.completed`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunCompleted {
+    #[serde(flatten)]
+    pub run: RunRef,
+    /// Name and one-line summary of each completed spec, one per line.
+    pub completed_specs: String,
+    pub specs: Vec<CompletedSpec>,
+}
+
+/// `graph.run.failed`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunFailed {
+    #[serde(flatten)]
+    pub run: RunRef,
+    pub blocker: String,
+    /// The node that ended the run, when one did.
+    pub node: Option<String>,
+    /// The spec the failure belongs to, when it belongs to one.
+    pub spec_id: Option<String>,
+    /// Every spec of the run that failed or was interrupted, in run order.
+    pub failed_specs: Vec<String>,
+}
+
+/// `graph.run.blocked`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunBlocked {
+    #[serde(flatten)]
+    pub run: RunRef,
+    pub blocker: String,
+    pub node: Option<String>,
+    pub spec_id: Option<String>,
+}
+
+/// `graph.run.reset`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunReset {
+    #[serde(flatten)]
+    pub graph: GraphRef,
+    /// The run the reset ended, if one was active.
+    pub run_id: Option<String>,
+}
+
+declare_events! { Family::Graph;
+    GraphCreated => "graph.created", false,
+        "a graph was created",
+        ["graph_id", "graph_name", "workdir"],
+        target: |e| Some(e.graph.graph_name.clone()), project: |e| Some(e.graph.workdir.clone());
+    GraphUpdated => "graph.updated", false,
+        "a graph's definition was edited (nodes, specs, hooks, workdir or settings); `fields` names what the edit set",
+        ["graph_id", "graph_name", "workdir", "version"],
+        target: |e| Some(e.graph.graph_name.clone()), project: |e| Some(e.graph.workdir.clone());
+    GraphDeleted => "graph.deleted", false,
+        "a graph was deleted",
+        ["graph_id", "graph_name", "workdir"],
+        target: |e| Some(e.graph.graph_name.clone()), project: |e| Some(e.graph.workdir.clone());
+    RunStarted => "graph.run.started", false,
+        "a run started (`how` = run) or a paused run went on (`how` = continue)",
+        ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "how", "mode"],
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
+    RunCompleted => "graph.run.completed", false,
+        "a run completed: every spec it reached completed or was skipped (graph hooks: on_completed, for a run that completed at least one spec)",
+        ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "completed_specs"],
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
+    RunFailed => "graph.run.failed", false,
+        "a run and its graph failed; `spec_id` is set when the failure belongs to one spec (graph hooks: on_failed)",
+        ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "blocker", "node", "spec_id", "failed_specs"],
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
+    RunBlocked => "graph.run.blocked", false,
+        "a graph paused with a blocker: a blocked node, a dirty tree, an interruption (graph hooks: on_blocked)",
+        ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "blocker", "node", "spec_id"],
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
+    RunReset => "graph.run.reset", false,
+        "a graph was reset: its active run (if any) ended and it is idle again",
+        ["graph_id", "graph_name", "workdir", "run_id"],
+        target: |e| Some(e.graph.graph_name.clone()), project: |e| Some(e.graph.workdir.clone());
+}

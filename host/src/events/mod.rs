@@ -1,0 +1,491 @@
+//! The event taxonomy: every event Canopy emits, with its family, its typed payload (and the
+//! JSON Schema generated from it), the markers it offers hooks, and whether it is sync-eligible.
+//!
+//! This module is a leaf: it depends on nothing else in Canopy, and every other layer depends on
+//! it. One file per family declares that family's events with [`declare_events!`]; adding an
+//! event is a payload struct in its family's file plus its emit site.
+//!
+//! An [`Event`] is a payload made untyped for the feed: its definition, the target and project
+//! it is about, and the payload as JSON. The [`Envelope`] the feed stores wraps it with where,
+//! when and by whom.
+
+pub mod graph;
+pub mod hook;
+pub mod node;
+pub mod plugin;
+pub mod session;
+pub mod spec;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The families events are grouped in.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// Graph definitions and their runs.
+    Graph,
+    /// Specs: backlog changes, and a spec finishing in a run.
+    Spec,
+    /// One node of a graph run over one spec.
+    Node,
+    /// Hook runs ending.
+    Hook,
+    /// Interactive sessions and the messages typed into them.
+    Session,
+    /// Executor plugins installed, removed, enabled or disabled.
+    Plugin,
+}
+
+/// Every family, in the order they are listed.
+pub const FAMILIES: [Family; 6] = [
+    Family::Graph,
+    Family::Spec,
+    Family::Node,
+    Family::Hook,
+    Family::Session,
+    Family::Plugin,
+];
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Graph => "graph",
+            Self::Spec => "spec",
+            Self::Node => "node",
+            Self::Hook => "hook",
+            Self::Session => "session",
+            Self::Plugin => "plugin",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        FAMILIES.into_iter().find(|f| f.as_str() == text)
+    }
+
+    /// The family names, for error messages.
+    pub fn names() -> String {
+        FAMILIES.map(Self::as_str).join(", ")
+    }
+
+    /// The events of this family.
+    pub fn events(self) -> &'static [&'static EventDef] {
+        match self {
+            Self::Graph => graph::EVENTS,
+            Self::Spec => spec::EVENTS,
+            Self::Node => node::EVENTS,
+            Self::Hook => hook::EVENTS,
+            Self::Session => session::EVENTS,
+            Self::Plugin => plugin::EVENTS,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One event of the taxonomy.
+#[derive(Debug)]
+pub struct EventDef {
+    /// Dotted name: `graph.run.completed`.
+    pub name: &'static str,
+    pub family: Family,
+    /// What it means and when it is emitted, once.
+    pub description: &'static str,
+    /// The payload fields a hook config may use as `{{marker}}` (the envelope's markers, see
+    /// [`ENVELOPE_MARKERS`], come on top).
+    pub markers: &'static [&'static str],
+    /// Whether a sync hook may run before the operation and allow, deny or patch it (the sync
+    /// semantics come later; the taxonomy says which events will take them).
+    pub sync_eligible: bool,
+    /// The payload's JSON Schema.
+    pub payload_schema: fn() -> schemars::Schema,
+    /// The schema of the patch a sync hook may return, for sync-eligible events.
+    pub patch_schema: Option<fn() -> schemars::Schema>,
+}
+
+/// A typed payload: the struct that is one event's data.
+pub trait Payload: Serialize {
+    /// The event this is the payload of.
+    const DEF: &'static EventDef;
+    /// What the event is about, in a word (a graph's name, a spec's id, a plugin's name).
+    fn target(&self) -> Option<String>;
+    /// The project (the workdir) the event belongs to, when it belongs to one.
+    fn project(&self) -> Option<String>;
+}
+
+/// Declares a family's events: each `Payload type => "name", description, markers` line makes
+/// the type an event payload, and `EVENTS` lists the family's definitions in order.
+macro_rules! declare_events {
+    ($family:expr; $( $payload:ty => $name:literal, $sync:literal, $description:literal, [$($marker:literal),* $(,)?], target: |$t:ident| $target:expr, project: |$p:ident| $project:expr; )+) => {
+        $(
+            impl $crate::events::Payload for $payload {
+                const DEF: &'static $crate::events::EventDef = &$crate::events::EventDef {
+                    name: $name,
+                    family: $family,
+                    description: $description,
+                    markers: &[$($marker),*],
+                    sync_eligible: $sync,
+                    payload_schema: || schemars::schema_for!($payload),
+                    patch_schema: None,
+                };
+                fn target(&self) -> Option<String> {
+                    let $t = self;
+                    $target
+                }
+                fn project(&self) -> Option<String> {
+                    let $p = self;
+                    $project
+                }
+            }
+        )+
+        /// This family's events, in the order they are documented.
+        pub const EVENTS: &[&$crate::events::EventDef] = &[
+            $( <$payload as $crate::events::Payload>::DEF, )+
+        ];
+    };
+}
+pub(crate) use declare_events;
+
+/// Markers every event offers, from its envelope.
+pub const ENVELOPE_MARKERS: &[&str] = &["event", "node", "project", "target", "actor", "timestamp"];
+
+/// Every event of the taxonomy, family by family.
+pub fn all() -> impl Iterator<Item = &'static EventDef> {
+    FAMILIES.into_iter().flat_map(|f| f.events().iter().copied())
+}
+
+/// The event with this exact name.
+pub fn find(name: &str) -> Option<&'static EventDef> {
+    all().find(|def| def.name == name)
+}
+
+/// An event pattern: an exact name or a glob (`spec.*`, `graph.run.*`, `*`). `*` matches any
+/// run of characters, dots included.
+#[derive(Debug, Clone)]
+pub struct EventPattern {
+    text: String,
+    glob: Option<globset::GlobMatcher>,
+}
+
+impl EventPattern {
+    /// Parses a pattern; it must match at least one event of the taxonomy.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("an event pattern cannot be empty".to_string());
+        }
+        let glob = if text.contains(['*', '?', '[', '{']) {
+            Some(
+                globset::GlobBuilder::new(text)
+                    .literal_separator(false)
+                    .build()
+                    .map_err(|err| format!("`{text}` is not a valid glob: {err}"))?
+                    .compile_matcher(),
+            )
+        } else {
+            None
+        };
+        let pattern = Self {
+            text: text.to_string(),
+            glob,
+        };
+        if !all().any(|def| pattern.matches(def.name)) {
+            return Err(format!(
+                "`{text}` matches no event; events are named like graph.run.completed or spec.* (`canopy hooks events` lists them)"
+            ));
+        }
+        Ok(pattern)
+    }
+
+    pub fn matches(&self, event: &str) -> bool {
+        match &self.glob {
+            Some(glob) => glob.is_match(event),
+            None => self.text == event,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The events of the taxonomy this pattern matches.
+    pub fn events(&self) -> impl Iterator<Item = &'static EventDef> + '_ {
+        all().filter(|def| self.matches(def.name))
+    }
+}
+
+/// Who caused an event: the host's user, or one of Canopy's automations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum Actor {
+    /// A person at the CLI or the API.
+    #[default]
+    User,
+    /// A cron's process: `cron:<name>`.
+    Cron(String),
+    /// A hook's process: `hook:<name>`.
+    Hook(String),
+    /// A webhook delivery's handler: `webhook:<scope>/<id>`.
+    Webhook(String),
+    /// An agent (an MCP client, an agent CLI a node runs).
+    Agent,
+}
+
+impl Actor {
+    /// Parses `user`, `agent`, `cron:<name>`, `hook:<name>` or `webhook:<scope>/<id>`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "actor `{text}` is not one of user, agent, cron:<name>, hook:<name>, webhook:<scope>/<id>"
+            )
+        };
+        let named = |rest: &str| -> Result<String, String> {
+            let ok = !rest.is_empty()
+                && rest.len() <= 200
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c));
+            ok.then(|| rest.to_string()).ok_or_else(bad)
+        };
+        match text {
+            "user" => Ok(Self::User),
+            "agent" => Ok(Self::Agent),
+            _ => match text.split_once(':') {
+                Some(("cron", rest)) => Ok(Self::Cron(named(rest)?)),
+                Some(("hook", rest)) => Ok(Self::Hook(named(rest)?)),
+                Some(("webhook", rest)) => Ok(Self::Webhook(named(rest)?)),
+                _ => Err(bad()),
+            },
+        }
+    }
+
+    /// True for an automation (a cron, hook or webhook), whose processes carry its identity.
+    pub fn is_automation(&self) -> bool {
+        matches!(self, Self::Cron(_) | Self::Hook(_) | Self::Webhook(_))
+    }
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::User => f.write_str("user"),
+            Self::Agent => f.write_str("agent"),
+            Self::Cron(name) => write!(f, "cron:{name}"),
+            Self::Hook(name) => write!(f, "hook:{name}"),
+            Self::Webhook(id) => write!(f, "webhook:{id}"),
+        }
+    }
+}
+
+/// What caused an event: who, and how deep in a chain of hooks it is (an event caused by a
+/// hook's process is one deeper than the event that fired the hook).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cause {
+    pub actor: Actor,
+    pub depth: u32,
+}
+
+impl Cause {
+    pub fn user() -> Self {
+        Self::default()
+    }
+}
+
+/// Bytes of an event's payload kept in the feed at most; a larger payload keeps its shape with
+/// long strings cut (see [`bound_payload`]).
+pub const PAYLOAD_LIMIT: usize = 16 * 1024;
+
+/// An event ready for the feed: its definition, what it is about, its payload as JSON.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub def: &'static EventDef,
+    pub target: Option<String>,
+    pub project: Option<String>,
+    pub payload: Value,
+}
+
+impl Event {
+    pub fn new<P: Payload>(payload: &P) -> Self {
+        let value = serde_json::to_value(payload).unwrap_or_else(|err| {
+            // A payload struct of strings and numbers always serialises; keep the event anyway.
+            serde_json::json!({ "error": format!("payload not serialisable: {err}") })
+        });
+        Self {
+            def: P::DEF,
+            target: payload.target(),
+            project: payload.project(),
+            payload: bound_payload(value, PAYLOAD_LIMIT),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.def.name
+    }
+}
+
+/// A payload no larger than about `limit` bytes as JSON: strings longer than their share are
+/// cut with a marker, so the payload keeps its fields and its schema.
+pub fn bound_payload(value: Value, limit: usize) -> Value {
+    let size = value.to_string().len();
+    if size <= limit {
+        return value;
+    }
+    fn cut(value: Value, each: usize) -> Value {
+        match value {
+            Value::String(s) if s.len() > each => {
+                let mut end = each;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                Value::String(format!("{}… [cut]", &s[..end]))
+            }
+            Value::Array(items) => Value::Array(items.into_iter().map(|v| cut(v, each)).collect()),
+            Value::Object(map) => {
+                Value::Object(map.into_iter().map(|(k, v)| (k, cut(v, each))).collect())
+            }
+            other => other,
+        }
+    }
+    let mut each = limit / 4;
+    let mut value = value;
+    while each > 16 {
+        value = cut(value, each);
+        if value.to_string().len() <= limit {
+            break;
+        }
+        each /= 2;
+    }
+    value
+}
+
+/// One row of the feed: an event with where, when and by whom.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Envelope {
+    /// The feed's cursor: increasing, never reused.
+    pub id: i64,
+    /// The daemon that observed the event.
+    pub node: String,
+    /// The project (the workdir) the event belongs to, when known.
+    pub project: Option<String>,
+    /// What the event is about.
+    pub target: Option<String>,
+    pub event: String,
+    pub family: Family,
+    /// RFC 3339, UTC.
+    pub timestamp: String,
+    /// `user`, `agent`, `cron:<name>`, `hook:<name>` or `webhook:<scope>/<id>`.
+    pub actor: String,
+    /// How deep in a chain of hooks the event was caused (0: not by a hook).
+    pub dispatch_depth: u32,
+    pub payload: Value,
+}
+
+impl Envelope {
+    /// The marker values of this event: the envelope's fields and the payload's scalar fields
+    /// (strings as they are, numbers and booleans as text, lists of strings one per line).
+    pub fn markers(&self) -> Vec<(String, String)> {
+        let mut markers = vec![
+            ("event".to_string(), self.event.clone()),
+            ("node".to_string(), self.node.clone()),
+            ("actor".to_string(), self.actor.clone()),
+            ("timestamp".to_string(), self.timestamp.clone()),
+        ];
+        if let Some(project) = &self.project {
+            markers.push(("project".to_string(), project.clone()));
+        }
+        if let Some(target) = &self.target {
+            markers.push(("target".to_string(), target.clone()));
+        }
+        if let Value::Object(fields) = &self.payload {
+            for (key, value) in fields {
+                if let Some(text) = scalar_text(value) {
+                    markers.push((key.clone(), text));
+                }
+            }
+        }
+        markers
+    }
+}
+
+/// A payload field as marker text, when it has one.
+pub fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Array(items) if items.iter().all(Value::is_string) => Some(
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_dotted_and_in_their_family() {
+        let mut seen = std::collections::HashSet::new();
+        for def in all() {
+            assert!(seen.insert(def.name), "{} declared twice", def.name);
+            assert!(
+                def.name.starts_with(&format!("{}.", def.family)),
+                "{} is not in family {}",
+                def.name,
+                def.family
+            );
+            let schema = (def.payload_schema)();
+            assert!(schema.as_value().is_object(), "{} has a schema", def.name);
+            for marker in def.markers {
+                let props = schema.as_value()["properties"].as_object();
+                assert!(
+                    props.is_some_and(|p| p.contains_key(*marker)),
+                    "{}: marker {marker} is not a payload field",
+                    def.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn patterns_match_globs_and_refuse_what_matches_nothing() {
+        let spec = EventPattern::parse("spec.*").unwrap();
+        assert!(spec.matches("spec.completed"));
+        assert!(!spec.matches("graph.run.completed"));
+        let all = EventPattern::parse("*").unwrap();
+        assert_eq!(all.events().count(), super::all().count());
+        let err = EventPattern::parse("graph.ran").unwrap_err();
+        assert!(err.contains("matches no event"), "{err}");
+    }
+
+    #[test]
+    fn actors_round_trip_and_refuse_junk() {
+        for text in ["user", "agent", "cron:prune", "hook:announce", "webhook:global/deploy"] {
+            assert_eq!(Actor::parse(text).unwrap().to_string(), text);
+        }
+        assert!(Actor::parse("root").is_err());
+        assert!(Actor::parse("hook:").is_err());
+        assert!(Actor::parse("hook:a b").is_err());
+    }
+
+    #[test]
+    fn a_large_payload_is_cut_but_keeps_its_fields() {
+        let big = serde_json::json!({ "a": "x".repeat(100_000), "b": 1 });
+        let cut = bound_payload(big, 1024);
+        assert!(cut.to_string().len() <= 1024);
+        assert_eq!(cut["b"], 1);
+        assert!(cut["a"].as_str().unwrap().ends_with("[cut]"));
+    }
+}

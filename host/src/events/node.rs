@@ -1,0 +1,55 @@
+//! Node events: one node of a graph run, over one spec, ending.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::graph::RunRef;
+use super::{Family, declare_events};
+
+/// `node.completed`, `node.failed` and `node.blocked` share their fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub struct NodeEnded {
+    #[serde(flatten)]
+    pub run: RunRef,
+    pub spec_id: String,
+    pub spec_name: String,
+    pub node: String,
+    pub node_run_id: String,
+    /// The executor mode the node ran.
+    pub mode: String,
+    pub duration_ms: i64,
+    pub summary: Option<String>,
+    /// Why it failed or what blocks it (`node.failed`, `node.blocked`).
+    pub reason: Option<String>,
+}
+
+/// `node.completed`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct NodeCompleted(pub NodeEnded);
+
+/// `node.failed`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct NodeFailed(pub NodeEnded);
+
+/// `node.blocked`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct NodeBlocked(pub NodeEnded);
+
+declare_events! { Family::Node;
+    NodeCompleted => "node.completed", false,
+        "a node completed its executor call for a spec",
+        ["graph_id", "graph_name", "workdir", "run_id", "spec_id", "spec_name", "node", "node_run_id", "mode", "duration_ms", "summary"],
+        target: |e| Some(e.0.node_run_id.clone()), project: |e| Some(e.0.run.graph.workdir.clone());
+    NodeFailed => "node.failed", false,
+        "a node's executor call failed (or could not run) for a spec; `reason` says why",
+        ["graph_id", "graph_name", "workdir", "run_id", "spec_id", "spec_name", "node", "node_run_id", "mode", "duration_ms", "reason"],
+        target: |e| Some(e.0.node_run_id.clone()), project: |e| Some(e.0.run.graph.workdir.clone());
+    NodeBlocked => "node.blocked", false,
+        "a node reported blocked for a spec; `reason` is its blocker",
+        ["graph_id", "graph_name", "workdir", "run_id", "spec_id", "spec_name", "node", "node_run_id", "mode", "duration_ms", "reason"],
+        target: |e| Some(e.0.node_run_id.clone()), project: |e| Some(e.0.run.graph.workdir.clone());
+}
