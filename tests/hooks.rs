@@ -1198,7 +1198,8 @@ fn the_hook_catalog_and_event_taxonomy_describe_what_is_configured() {
             "on_completed",
             "on_failed",
             "on_blocked",
-            "on_spec_completed"
+            "on_spec_completed",
+            "on_spec_failed"
         ]
     );
     assert_eq!(

@@ -18,11 +18,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use canopy::bus::Bus;
 use canopy::config::{Config, Platform};
 use canopy::datadir::DataDir;
-use canopy::engine::events::{CompletedSpec, EngineEvent, EventSink, RunContext};
+use canopy::engine::events::{CompletedSpec, EngineEvent, RunContext};
 use canopy::engine::{Engine, GraphInput, NewSpec};
-use canopy::hooks::HookDispatcher;
+use canopy::hooks::daemon::DaemonHooks;
 use canopy::hooks::runs::{HookRunFilter, HookRunStatus};
 use canopy::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
 use canopy::store::{Store, StoreError};
@@ -122,7 +123,7 @@ fn report(label: &str, rows: &[(SystemTime, SystemTime)]) {
 /// What every benchmark line shares.
 struct Bench {
     engine: Engine,
-    hooks: HookDispatcher,
+    hooks: Bus,
     store: Store,
     workdir: String,
     spec: String,
@@ -168,6 +169,7 @@ async fn bench(
         run_id: "bench".into(),
         workdir: workdir.to_string(),
         queue_id: None,
+        cause: Default::default(),
     };
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(emitters);
@@ -183,15 +185,16 @@ async fn bench(
                     behind = behind.max(Instant::now().saturating_duration_since(due));
                 }
                 hooks
-                    .emit(EngineEvent::SpecCompleted {
+                    .emit_engine(vec![EngineEvent::SpecCompleted {
                         run: run.clone(),
                         spec: CompletedSpec {
                             id: spec.clone(),
                             name: format!("spec {i}"),
                             summary: None,
                         },
-                    })
-                    .await;
+                    }])
+                    .await
+                    .unwrap();
             }
             behind
         }));
@@ -239,8 +242,13 @@ async fn main() {
         )
         .await
         .unwrap();
-    let hooks = HookDispatcher::new(store.clone(), plugins.clone());
-    let engine = Engine::new(store.clone(), plugins.clone(), Arc::new(hooks.clone()));
+    let hooks = Bus::new(
+        store.clone(),
+        plugins.clone(),
+        DaemonHooks::default(),
+        tmp.path().to_path_buf(),
+    );
+    let engine = Engine::new(store.clone(), plugins.clone(), hooks.clone());
     let workdir = tmp.path().join("work");
     std::fs::create_dir_all(&workdir).unwrap();
     let workdir = workdir.to_string_lossy().into_owned();

@@ -23,6 +23,20 @@
 //! # The daemon's log file, daemon.log in the data dir.
 //! [log]
 //! max_file_kib = 10240           # rotated past this size; two old files are kept
+//!
+//! # This daemon's name and roles, which daemon hooks may be narrowed to.
+//! node = "build-1"               # default: the host name
+//! roles = ["controller"]
+//!
+//! # The event feed.
+//! [feed]
+//! keep_days = 30                 # rows older than this are pruned
+//!
+//! # Daemon hooks: see `crate::hooks::daemon`.
+//! [[hooks]]
+//! name = "announce-blocked"
+//! event = "graph.run.blocked"
+//! action = { command = "notify-send {{graph_name}} {{blocker}}" }
 //! ```
 
 use std::collections::BTreeMap;
@@ -40,6 +54,17 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7461";
 pub struct Config {
     /// Address of the HTTP API (loopback only).
     pub listen: Option<String>,
+    /// This daemon's node name (default: the host name).
+    pub node: Option<String>,
+    /// This daemon's roles.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// The event feed.
+    #[serde(default)]
+    pub feed: FeedConfig,
+    /// Daemon hooks.
+    #[serde(default)]
+    pub hooks: Vec<crate::hooks::daemon::DaemonHookConfig>,
     /// Resource limits.
     #[serde(default)]
     pub limits: Limits,
@@ -52,6 +77,20 @@ pub struct Config {
     /// The daemon's log file.
     #[serde(default)]
     pub log: LogConfig,
+}
+
+/// The event feed (`[feed]`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedConfig {
+    /// Days a feed row is kept.
+    pub keep_days: u32,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        Self { keep_days: 30 }
+    }
 }
 
 /// The daemon's log file (`[log]`).
@@ -111,6 +150,8 @@ pub struct Limits {
     pub default_timeout_seconds: u64,
     /// Plugin calls that run at once; the rest wait for a slot within their own deadline.
     pub max_concurrent_calls: u32,
+    /// Dispatch depth past which hooks no longer fire (a hook loop ends here).
+    pub max_dispatch_depth: u32,
 }
 
 impl Default for Limits {
@@ -119,6 +160,7 @@ impl Default for Limits {
             plugin_memory_mib: 256,
             default_timeout_seconds: 600,
             max_concurrent_calls: 128,
+            max_dispatch_depth: crate::hooks::daemon::DEFAULT_MAX_DEPTH,
         }
     }
 }
@@ -184,48 +226,81 @@ impl Config {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
             Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
         };
-        let config: Config = toml::from_str(&text)
-            .with_context(|| format!("invalid configuration in {}", path.display()))?;
+        let config = Self::parse(&text)
+            .map_err(|problems| anyhow::anyhow!("{}: {}", path.display(), problems.join("\n  ")))?;
+        Ok(config)
+    }
+
+    /// Parses and checks a configuration; every problem found, each naming its TOML path.
+    pub fn parse(text: &str) -> Result<Self, Vec<String>> {
+        let de = toml::Deserializer::parse(text).map_err(|err| vec![err.to_string()])?;
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|err| {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            let message = inner.message().to_string();
+            vec![if path == "." {
+                message
+            } else {
+                format!("{path}: {message}")
+            }]
+        })?;
+        let mut problems = config.check();
+        if let Err(more) = config.daemon_hooks() {
+            problems.extend(more);
+        }
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// The daemon hooks and identity this configuration sets.
+    pub fn daemon_hooks(&self) -> Result<crate::hooks::daemon::DaemonHooks, Vec<String>> {
+        crate::hooks::daemon::compile(
+            self.node.as_deref(),
+            &self.roles,
+            self.limits.max_dispatch_depth,
+            &self.hooks,
+        )
+    }
+
+    /// The checks of every section but the hooks.
+    fn check(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let config = self;
         for (name, platform) in &config.platforms {
             if platform.command.is_empty() {
-                anyhow::bail!(
-                    "{}: platforms.{name}.command must name a program",
-                    path.display()
-                );
+                problems.push(format!("platforms.{name}.command: must name a program"));
             }
         }
         if let Some(bad) = config.process.pass_env.iter().find(|n| !is_env_name(n)) {
-            anyhow::bail!(
-                "{}: process.pass_env: `{bad}` is not an environment variable name (letters, digits and `_`, not starting with a digit)",
-                path.display()
-            );
+            problems.push(format!(
+                "process.pass_env: `{bad}` is not an environment variable name (letters, digits and `_`, not starting with a digit)"
+            ));
         }
         let max_timeout = crate::plugins::MAX_TIMEOUT.as_secs();
         if !(1..=max_timeout).contains(&config.limits.default_timeout_seconds) {
-            anyhow::bail!(
-                "{}: limits.default_timeout_seconds must be from 1 to {max_timeout} (7 days)",
-                path.display()
-            );
+            problems.push(format!(
+                "limits.default_timeout_seconds: must be from 1 to {max_timeout} (7 days)"
+            ));
         }
         if !(1..=1024).contains(&config.limits.max_concurrent_calls) {
-            anyhow::bail!(
-                "{}: limits.max_concurrent_calls must be from 1 to 1024",
-                path.display()
-            );
+            problems.push("limits.max_concurrent_calls: must be from 1 to 1024".to_string());
         }
         if !(1..=1024 * 1024).contains(&config.log.max_file_kib) {
-            anyhow::bail!(
-                "{}: log.max_file_kib must be from 1 to 1048576 (1 GiB)",
-                path.display()
-            );
+            problems.push("log.max_file_kib: must be from 1 to 1048576 (1 GiB)".to_string());
         }
         if config.limits.plugin_memory_mib < 16 {
-            anyhow::bail!(
-                "{}: limits.plugin_memory_mib must be at least 16",
-                path.display()
-            );
+            problems.push("limits.plugin_memory_mib: must be at least 16".to_string());
         }
-        Ok(config)
+        if config.limits.max_dispatch_depth > 64 {
+            problems.push("limits.max_dispatch_depth: must be at most 64".to_string());
+        }
+        if !(1..=36_500).contains(&config.feed.keep_days) {
+            problems.push("feed.keep_days: must be from 1 to 36500".to_string());
+        }
+        problems
     }
 
     /// Built-in platforms overlaid with the configured ones.

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 
 use crate::api::{self, AppState};
+use crate::bus::Bus;
 use crate::config::{self, Config, Platform};
 use crate::datadir::DataDir;
 use crate::engine::Engine;
-use crate::hooks::HookDispatcher;
 use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
 use crate::sessions::{self, Delivery};
 use crate::store::Store;
@@ -226,8 +226,19 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             "hook runs unfinished when the daemon last stopped are marked interrupted"
         );
     }
-    let hooks = HookDispatcher::new(store.clone(), plugins.clone());
-    let engine = Engine::new(store.clone(), plugins.clone(), Arc::new(hooks.clone()));
+    let daemon_hooks = config
+        .daemon_hooks()
+        .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    for problem in crate::hooks::daemon::check_actions(&plugins, &daemon_hooks).await {
+        tracing::warn!(%problem, "a daemon hook's action does not validate; its runs will fail until it does");
+    }
+    let bus = Bus::new(
+        store.clone(),
+        plugins.clone(),
+        daemon_hooks,
+        data.root().to_path_buf(),
+    );
+    let engine = Engine::new(store.clone(), plugins.clone(), bus.clone());
     let interrupted = engine.recover().await?;
     if interrupted > 0 {
         tracing::warn!(
@@ -248,7 +259,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let app = api::router(
         AppState {
             delivery,
-            hooks,
+            bus,
             store,
             plugins,
             engine: engine.clone(),

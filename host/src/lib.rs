@@ -5,6 +5,7 @@
 //! Data flows one way: `api` / `cli` → engine → hooks → `plugins`; `store` is below them all.
 
 pub mod api;
+pub mod bus;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -202,7 +202,10 @@ fn shown(value: &HeaderValue) -> String {
 /// The middleware: refuses what [`Access`] does not allow, before any handler runs.
 pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
     match access.check(&request) {
-        Ok(()) => next.run(request).await,
+        Ok(()) => match cause_of(&request) {
+            Ok(cause) => cause.scope(next.run(request)).await,
+            Err(err) => err.into_response(),
+        },
         Err(err) => {
             tracing::warn!(
                 method = %request.method(),
@@ -221,4 +224,39 @@ pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Ne
             response
         }
     }
+}
+
+/// Who a request acts as: the `X-Canopy-Actor` and `X-Canopy-Dispatch-Depth` headers a CLI
+/// inside a hook's or cron's process sends; the user when there are none.
+fn cause_of(request: &Request) -> Result<crate::events::Cause, ApiError> {
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .map(|v| {
+                v.to_str()
+                    .map_err(|_| ApiError::bad_request(format!("header `{name}` is not text")))
+            })
+            .transpose()
+    };
+    let actor = match header(super::ACTOR_HEADER)? {
+        Some(text) => crate::events::Actor::parse(text).map_err(|err| {
+            ApiError::bad_request(format!("header `{}`: {err}", super::ACTOR_HEADER))
+        })?,
+        None => crate::events::Actor::User,
+    };
+    let depth = match header(super::DEPTH_HEADER)? {
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|d| *d <= 1000)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "header `{}`: `{text}` is not a dispatch depth (a whole number from 0 to 1000)",
+                    super::DEPTH_HEADER
+                ))
+            })?,
+        None => 0,
+    };
+    Ok(crate::events::Cause { actor, depth })
 }

@@ -10,7 +10,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::hooks::dispatch_firing;
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{HookRunFilter, HookRunStatus};
 use crate::hooks::{EVENTS, HookEvent};
@@ -112,8 +111,11 @@ async fn list_runs(
     let filter = HookRunFilter {
         graph_id,
         run_id: None,
-        event,
+        event: event.map(|e| e.as_str().to_string()),
         status,
+        source: None,
+        hook: None,
+        project: None,
         since,
         last: query.last.unwrap_or(50).clamp(1, 10_000),
     };
@@ -264,7 +266,11 @@ async fn test(
     if body.execute
         && let Some(firing) = &firing
     {
-        let ids = dispatch_firing(&state.hooks, firing.clone(), body.index).await?;
+        let ids = state
+            .bus
+            .fire_test(firing.clone(), body.index)
+            .await
+            .map_err(|e| ApiError::internal(&e.into()))?;
         let deadline = tokio::time::Instant::now() + EXECUTE_WAIT;
         loop {
             let wanted = ids.clone();

@@ -26,11 +26,16 @@ pub use daemon::DaemonInfo;
 pub use error::{ApiError, ApiJson, ApiQuery};
 pub use guard::Access;
 
+use crate::bus::Bus;
 use crate::engine::Engine;
-use crate::hooks::HookDispatcher;
 use crate::plugins::PluginHost;
 use crate::sessions::Delivery;
 use crate::store::Store;
+
+/// The header naming who a request acts as (`hook:<name>`, `cron:<name>`, ...).
+pub const ACTOR_HEADER: &str = "x-canopy-actor";
+/// The header giving the dispatch depth of a request made by a hook's process.
+pub const DEPTH_HEADER: &str = "x-canopy-dispatch-depth";
 
 /// What every handler can reach. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -38,7 +43,7 @@ pub struct AppState {
     pub store: Store,
     pub plugins: PluginHost,
     pub engine: Engine,
-    pub hooks: HookDispatcher,
+    pub bus: Bus,
     pub delivery: Delivery,
     pub data_dir: std::path::PathBuf,
     /// Pid, address, start time, log file, and the shutdown switch.

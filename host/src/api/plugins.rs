@@ -211,7 +211,7 @@ async fn run(
         .execute(CallRequest {
             work,
             markers: body.markers,
-            supported_markers: supported,
+            supported_markers: std::borrow::Cow::Borrowed(supported),
             workdir: body.workdir,
             provenance: Provenance {
                 event: "manual".to_string(),
@@ -219,6 +219,7 @@ async fn run(
             },
             timeout: None,
             resume_session: None,
+            env: Vec::new(),
         })
         .await?;
     Ok(ApiJson(report))

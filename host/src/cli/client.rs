@@ -32,7 +32,8 @@ impl Client {
         if base.is_empty() {
             return Err(no_daemon(data.root()));
         }
-        let headers = auth_headers(data)?;
+        let mut headers = auth_headers(data)?;
+        add_cause_headers(&mut headers);
         let http = reqwest::Client::builder()
             .no_proxy()
             .default_headers(headers.clone())
@@ -125,6 +126,23 @@ impl Client {
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+}
+
+/// When this CLI runs inside a hook's or cron's process, every request says so: the actor and
+/// dispatch depth the daemon handed that process (`CANOPY_ACTOR`, `CANOPY_DISPATCH_DEPTH`), so
+/// the events the request causes are recorded as that automation's.
+fn add_cause_headers(headers: &mut reqwest::header::HeaderMap) {
+    for (variable, header) in [
+        ("CANOPY_ACTOR", crate::api::ACTOR_HEADER),
+        ("CANOPY_DISPATCH_DEPTH", crate::api::DEPTH_HEADER),
+    ] {
+        if let Some(value) = std::env::var(variable)
+            .ok()
+            .and_then(|v| reqwest::header::HeaderValue::from_str(&v).ok())
+        {
+            headers.insert(header, value);
+        }
     }
 }
 

@@ -235,6 +235,7 @@ pub(super) fn interrupt_active(tx: &Tx<'_>, why: &str) -> Result<Vec<EngineEvent
                 run_id: run_id.clone(),
                 workdir: run.workdir.clone(),
                 queue_id: run.queue_id.clone(),
+                cause: run.cause(),
             },
             blocker,
             node: stopped.as_ref().map(|(node, _)| node.clone()),

@@ -14,6 +14,8 @@ use super::git::{self, LISTED_PATHS, TreeState};
 use super::graphs::{Graph, GraphStatus};
 use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
+use crate::bus::Recorded;
+use crate::events::{self as taxonomy, Event};
 use crate::markers::{MarkerValues, NODE_MARKERS};
 use crate::plugins::{CallRequest, PluginError, Provenance, Status, split_work_config};
 use crate::store::runs::{NewNodeRun, NodeRunEnd};
@@ -94,18 +96,18 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
             (Next::Stop, _) => return Ok(()),
             (Next::Settle, _) => {
                 let held = lease.clone();
-                let event = engine
+                let bus = engine.bus().clone();
+                let recorded = engine
                     .store()
                     .write(move |tx| {
                         if !held.held(tx)? {
-                            return Ok(None);
+                            return Ok(Recorded::default());
                         }
-                        settle(tx, &held.graph_id, &held.run_id).map(Some)
+                        let event = settle(tx, &held.graph_id, &held.run_id)?;
+                        Ok::<_, EngineError>(bus.record_engine(tx, &[event])?)
                     })
                     .await?;
-                if let Some(event) = event {
-                    engine.emit(event).await;
-                }
+                engine.publish(recorded).await;
                 return Ok(());
             }
             (Next::Guard { spec_id }, at) => {
@@ -119,30 +121,33 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
                     }
                     TreeState::Dirty(lines) => {
                         let held = lease.clone();
-                        let event = engine
+                        let bus = engine.bus().clone();
+                        let recorded = engine
                             .store()
                             .write(move |tx| {
                                 if !held.held(tx)? {
-                                    return Ok(None);
+                                    return Ok(Recorded::default());
                                 }
-                                dirty_pause(tx, &held.graph_id, &held.run_id, &spec_id, &lines)
-                                    .map(Some)
+                                let event = dirty_pause(
+                                    tx,
+                                    &held.graph_id,
+                                    &held.run_id,
+                                    &spec_id,
+                                    &lines,
+                                )?;
+                                Ok::<_, EngineError>(bus.record_engine(tx, &[event])?)
                             })
                             .await?;
-                        if let Some(event) = event {
-                            engine.emit(event).await;
-                        }
+                        engine.publish(recorded).await;
                         return Ok(());
                     }
                 }
                 next = decide(engine, lease, Some(spec_id), hint).await?;
             }
             (Next::Node(step), at) => {
-                let (events, following, at) = run_node(engine, lease, *step, at).await?;
+                let (recorded, following, at) = run_node(engine, lease, *step, at).await?;
                 hint = at;
-                for event in events.into_iter().flatten() {
-                    engine.emit(event).await;
-                }
+                engine.publish(recorded).await;
                 next = (following, hint);
             }
         }
@@ -174,6 +179,7 @@ fn context(graph: &Graph, run: &Run) -> RunContext {
         run_id: run.id.clone(),
         workdir: run.workdir.clone(),
         queue_id: run.queue_id.clone(),
+        cause: run.cause(),
     }
 }
 
@@ -291,8 +297,8 @@ fn completed_specs(rd: &Rd<'_>, run_id: &str) -> Result<Vec<CompletedSpec>, Engi
         .collect())
 }
 
-/// Calls the executor for one node and records what came of it. Returns the events to emit,
-/// or `None` when the run was taken from this driver meanwhile (a reset, a stop).
+/// Calls the executor for one node and records what came of it, with its events (nothing when
+/// the run was taken from this driver meanwhile: a reset, a stop).
 ///
 /// The write that records the outcome also decides the driver's next step (and records the
 /// next node run as running), so a spec moving on costs one transaction, not two.
@@ -301,7 +307,7 @@ async fn run_node(
     lease: &Lease,
     step: NodeStep,
     hint: i64,
-) -> Result<(Option<Vec<EngineEvent>>, Next, i64), EngineError> {
+) -> Result<(Recorded, Next, i64), EngineError> {
     let NodeStep {
         run,
         node_run_id,
@@ -315,6 +321,9 @@ async fn run_node(
         resume_session,
     } = step;
     let started = std::time::Instant::now();
+    let mode = split_work_config(&node_config)
+        .map(|w| w.mode)
+        .unwrap_or_default();
     let result = match split_work_config(&node_config) {
         Ok(work) => {
             let markers: MarkerValues = [
@@ -334,7 +343,7 @@ async fn run_node(
                 .execute(CallRequest {
                     work,
                     markers,
-                    supported_markers: NODE_MARKERS,
+                    supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
                     workdir: PathBuf::from(&run.workdir),
                     provenance: Provenance {
                         graph_id: run.graph_id.clone(),
@@ -346,6 +355,7 @@ async fn run_node(
                     },
                     timeout: None,
                     resume_session,
+                    env: cause_env(&run.cause),
                 })
                 .await
         }
@@ -390,14 +400,32 @@ async fn run_node(
         duration_ms,
     };
     let lease = lease.clone();
+    let bus = engine.bus().clone();
     engine
         .store()
         .write(move |tx| {
             // A reset or shutdown may have ended the run while the call was in flight.
             if !tx.node_run_running(&node_run_id)? || !lease.held(tx)? {
-                return Ok((None, Next::Stop, hint));
+                return Ok((Recorded::default(), Next::Stop, hint));
             }
             tx.finish_node_run(&node_run_id, &end)?;
+            let ended = taxonomy::node::NodeEnded {
+                run: run.run_ref(),
+                spec_id: spec_id.clone(),
+                spec_name: spec_name.clone(),
+                node: node_name.clone(),
+                node_run_id: node_run_id.clone(),
+                mode: mode.clone(),
+                duration_ms,
+                summary: summary.clone(),
+                reason: reason.clone(),
+            };
+            let node_event = match status {
+                NodeRunStatus::Completed => Event::new(&taxonomy::node::NodeCompleted(ended)),
+                NodeRunStatus::Blocked => Event::new(&taxonomy::node::NodeBlocked(ended)),
+                _ => Event::new(&taxonomy::node::NodeFailed(ended)),
+            };
+            let mut recorded = bus.record(tx, [node_event], &run.cause)?;
             if let Some(session) = &session {
                 tx.set_run_spec_session(&run.run_id, &spec_id, session)?;
             }
@@ -441,6 +469,16 @@ async fn run_node(
                 }
                 NodeRunStatus::Failed => {
                     tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Failed, None)?;
+                    events.push(EngineEvent::SpecFailed {
+                        run: run.clone(),
+                        spec: CompletedSpec {
+                            id: spec_id.clone(),
+                            name: spec_name.clone(),
+                            summary: None,
+                        },
+                        node: node_name.clone(),
+                        reason: reason.clone().unwrap_or_default(),
+                    });
                 }
                 NodeRunStatus::Running | NodeRunStatus::Interrupted => {
                     return Err(EngineError::Internal(anyhow::anyhow!(
@@ -451,14 +489,27 @@ async fn run_node(
             let blocked = events
                 .iter()
                 .any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
+            recorded.extend(bus.record_engine(tx, &events)?);
             if blocked {
-                return Ok((Some(events), Next::Stop, hint));
+                return Ok((recorded, Next::Stop, hint));
             }
             let mut hint = hint;
             let next = next_step(tx, &lease, None, &mut hint)?;
-            Ok((Some(events), next, hint))
+            Ok((recorded, next, hint))
         })
         .await
+}
+
+/// What a node's processes are told of who their run acts for, when it is an automation (a
+/// hook or cron started the run): a `canopy` call they make carries that actor and depth.
+fn cause_env(cause: &taxonomy::Cause) -> Vec<(String, String)> {
+    if !cause.actor.is_automation() && cause.depth == 0 {
+        return Vec::new();
+    }
+    vec![
+        ("CANOPY_ACTOR".to_string(), cause.actor.to_string()),
+        ("CANOPY_DISPATCH_DEPTH".to_string(), cause.depth.to_string()),
+    ]
 }
 
 /// Pauses the run and its graph with a blocker.

@@ -1,9 +1,12 @@
-//! What the engine reports as it goes: the events hooks react to.
+//! What the engine reports as it goes: the events graph hooks react to, and how each maps onto
+//! the taxonomy ([`crate::events`]).
 //!
-//! The engine emits an event after the transaction that made it true has committed; a sink must
-//! not block (the hook dispatcher queues the work and returns).
+//! The engine records an event inside the transaction that makes it true (its feed row and the
+//! hook runs it fires commit with it), and publishes it once that has committed.
 
 use serde::Serialize;
+
+use crate::events::{Cause, Event, graph, spec};
 
 /// A spec this run completed, for `{{completed_specs}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -22,6 +25,28 @@ pub struct RunContext {
     /// The workdir the run was launched with (its override, else the graph's).
     pub workdir: String,
     pub queue_id: Option<String>,
+    /// Who started (or last continued) the run: its events carry this actor and depth.
+    #[serde(skip)]
+    pub cause: Cause,
+}
+
+impl RunContext {
+    fn graph_ref(&self) -> graph::GraphRef {
+        graph::GraphRef {
+            graph_id: self.graph_id.clone(),
+            graph_name: self.graph_name.clone(),
+            workdir: self.workdir.clone(),
+        }
+    }
+
+    /// The run as the taxonomy's payloads name it.
+    pub fn run_ref(&self) -> graph::RunRef {
+        graph::RunRef {
+            graph: self.graph_ref(),
+            run_id: self.run_id.clone(),
+            queue_id: self.queue_id.clone(),
+        }
+    }
 }
 
 /// An engine event.
@@ -57,43 +82,106 @@ pub enum EngineEvent {
         run: RunContext,
         spec: CompletedSpec,
     },
+    /// A spec failed: one of its nodes failed.
+    SpecFailed {
+        run: RunContext,
+        spec: CompletedSpec,
+        node: String,
+        reason: String,
+    },
 }
 
-/// Receives engine events.
-pub trait EventSink: Send + Sync + 'static {
-    /// Called once per event, after it is durable. The future resolves once the event's
-    /// consequences are recorded (a hook run queued, say), never after they have run: a sink
-    /// that is full makes the emitter wait (backpressure) instead of queueing without bound.
-    fn emit(&self, event: EngineEvent) -> futures_util::future::BoxFuture<'_, ()>;
-}
+impl EngineEvent {
+    pub fn run(&self) -> &RunContext {
+        match self {
+            Self::RunCompleted { run, .. }
+            | Self::RunFailed { run, .. }
+            | Self::RunBlocked { run, .. }
+            | Self::SpecCompleted { run, .. }
+            | Self::SpecFailed { run, .. } => run,
+        }
+    }
 
-/// A sink that only logs (used until hooks are attached, and in tools).
-#[derive(Debug, Default)]
-pub struct LogEvents;
-
-impl EventSink for LogEvents {
-    fn emit(&self, event: EngineEvent) -> futures_util::future::BoxFuture<'_, ()> {
-        self.log(&event);
-        Box::pin(std::future::ready(()))
+    /// The taxonomy event this is.
+    pub fn to_event(&self) -> Event {
+        match self {
+            Self::RunCompleted { run, completed } => Event::new(&graph::RunCompleted {
+                run: run.run_ref(),
+                completed_specs: crate::hooks::completed_specs_text(completed),
+                specs: completed
+                    .iter()
+                    .map(|s| graph::CompletedSpec {
+                        id: s.id.clone(),
+                        name: s.name.clone(),
+                        summary: s.summary.clone(),
+                    })
+                    .collect(),
+            }),
+            Self::RunFailed {
+                run,
+                blocker,
+                node,
+                spec_id,
+                failed_specs,
+            } => Event::new(&graph::RunFailed {
+                run: run.run_ref(),
+                blocker: blocker.clone(),
+                node: node.clone(),
+                spec_id: spec_id.clone(),
+                failed_specs: failed_specs.clone(),
+            }),
+            Self::RunBlocked {
+                run,
+                blocker,
+                node,
+                spec_id,
+            } => Event::new(&graph::RunBlocked {
+                run: run.run_ref(),
+                blocker: blocker.clone(),
+                node: node.clone(),
+                spec_id: spec_id.clone(),
+            }),
+            Self::SpecCompleted { run, spec } => Event::new(&spec::SpecCompleted {
+                run: run.run_ref(),
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                summary: spec.summary.clone(),
+            }),
+            Self::SpecFailed {
+                run,
+                spec,
+                node,
+                reason,
+            } => Event::new(&spec::SpecFailed {
+                run: run.run_ref(),
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                node: node.clone(),
+                reason: reason.clone(),
+            }),
+        }
     }
 }
 
-impl LogEvents {
-    /// Logs one event.
-    pub fn log(&self, event: &EngineEvent) {
-        match &event {
-            EngineEvent::RunCompleted { run, completed } => {
-                tracing::info!(graph = %run.graph_name, run = %run.run_id, specs = completed.len(), "run completed");
-            }
-            EngineEvent::RunFailed { run, blocker, .. } => {
-                tracing::info!(graph = %run.graph_name, run = %run.run_id, %blocker, "run failed");
-            }
-            EngineEvent::RunBlocked { run, blocker, .. } => {
-                tracing::info!(graph = %run.graph_name, run = %run.run_id, %blocker, "run paused");
-            }
-            EngineEvent::SpecCompleted { run, spec } => {
-                tracing::debug!(graph = %run.graph_name, run = %run.run_id, spec = %spec.name, "spec completed");
-            }
+/// Logs one engine event.
+pub fn log(event: &EngineEvent) {
+    match &event {
+        EngineEvent::RunCompleted { run, completed } => {
+            tracing::info!(graph = %run.graph_name, run = %run.run_id, specs = completed.len(), "run completed");
+        }
+        EngineEvent::RunFailed { run, blocker, .. } => {
+            tracing::info!(graph = %run.graph_name, run = %run.run_id, %blocker, "run failed");
+        }
+        EngineEvent::RunBlocked { run, blocker, .. } => {
+            tracing::info!(graph = %run.graph_name, run = %run.run_id, %blocker, "run paused");
+        }
+        EngineEvent::SpecCompleted { run, spec } => {
+            tracing::debug!(graph = %run.graph_name, run = %run.run_id, spec = %spec.name, "spec completed");
+        }
+        EngineEvent::SpecFailed {
+            run, spec, node, ..
+        } => {
+            tracing::debug!(graph = %run.graph_name, run = %run.run_id, spec = %spec.name, %node, "spec failed");
         }
     }
 }

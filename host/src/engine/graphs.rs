@@ -40,6 +40,24 @@ pub struct GraphInput {
     pub version: Option<i64>,
 }
 
+impl GraphInput {
+    /// The fields the input sets.
+    pub fn fields(&self) -> Vec<String> {
+        [
+            ("name", self.name.is_some()),
+            ("workdir", self.workdir.is_some()),
+            ("nodes", self.nodes.is_some()),
+            ("specs", self.specs.is_some()),
+            ("allow_dirty_start", self.allow_dirty_start.is_some()),
+            ("hooks", self.hooks.is_some() || self.on_completed.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| name.to_string())
+        .collect()
+    }
+}
+
 fn some_value<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(de).map(Some)
 }

@@ -3,7 +3,8 @@
 //!
 //! [`Engine`] is the public face: the API and CLI call it; it validates node configs against the
 //! executor host, writes every state change in one transaction, runs one driver task per running
-//! graph, and reports what happens as [`EngineEvent`]s to an [`EventSink`] (where hooks attach).
+//! graph, and records what happens as events on the [`Bus`] inside the write that makes it
+//! true (the feed, and the hooks that fire, see [`crate::bus`]).
 
 mod control;
 mod driver;
@@ -24,7 +25,7 @@ use serde_json::Value;
 
 pub use control::ControlRequest;
 pub use error::{EngineError, invalid};
-pub use events::{EngineEvent, EventSink, LogEvents};
+pub use events::EngineEvent;
 pub use graphs::{Graph, GraphInput, GraphStatus, Node};
 pub use queues::{NewQueue, Queue};
 pub use runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
@@ -34,6 +35,8 @@ pub use view::{GraphView, Progress, ProgressResult, RunView, ViewPage};
 use control::{continue_run, interrupt_active, reset, start_run};
 use view::remaining_events;
 
+use crate::bus::{Bus, Recorded};
+use crate::events::{self as taxonomy, Cause, Event};
 use crate::hooks::{HookEvent, HookMap, SpecScope, validate_hooks};
 
 use crate::markers::NODE_MARKERS;
@@ -55,19 +58,19 @@ impl std::fmt::Debug for Engine {
 struct Inner {
     store: Store,
     plugins: PluginHost,
-    events: Arc<dyn EventSink>,
+    bus: Bus,
     /// The driver task of each running graph.
     drivers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
 
 impl Engine {
-    /// An engine over `store`, running work through `plugins`, reporting to `events`.
-    pub fn new(store: Store, plugins: PluginHost, events: Arc<dyn EventSink>) -> Self {
+    /// An engine over `store`, running work through `plugins`, recording events on `bus`.
+    pub fn new(store: Store, plugins: PluginHost, bus: Bus) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
                 plugins,
-                events,
+                bus,
                 drivers: Mutex::new(HashMap::new()),
             }),
         }
@@ -81,8 +84,31 @@ impl Engine {
         &self.inner.plugins
     }
 
-    pub(crate) async fn emit(&self, event: EngineEvent) {
-        self.inner.events.emit(event).await;
+    pub(crate) fn bus(&self) -> &Bus {
+        &self.inner.bus
+    }
+
+    /// Publishes events recorded by a write that has committed.
+    pub(crate) async fn publish(&self, recorded: Recorded) {
+        self.inner.bus.publish(recorded).await;
+    }
+
+    /// A write that also records the events it returns (as [`Cause::current`]), published
+    /// once it has committed.
+    async fn write_with_events<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Tx<'_>) -> Result<(T, Vec<Event>), EngineError> + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let bus = self.inner.bus.clone();
+        let cause = Cause::current();
+        let (value, recorded) = self
+            .write(move |tx| {
+                let (value, events) = work(tx)?;
+                Ok((value, bus.record(tx, events, &cause)?))
+            })
+            .await?;
+        self.publish(recorded).await;
+        Ok(value)
     }
 
     async fn read<T: Send + 'static>(
@@ -102,7 +128,16 @@ impl Engine {
     // ----- specs -----
 
     pub async fn create_spec(&self, new: NewSpec) -> Result<Spec, EngineError> {
-        self.write(move |tx| specs::create(tx, new)).await
+        self.write_with_events(move |tx| {
+            let spec = specs::create(tx, new)?;
+            let event = Event::new(&taxonomy::spec::SpecCreated {
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                workdir: spec.workdir.clone(),
+            });
+            Ok((spec, vec![event]))
+        })
+        .await
     }
 
     pub async fn list_specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, EngineError> {
@@ -118,12 +153,32 @@ impl Engine {
 
     pub async fn update_spec(&self, id: &str, patch: SpecPatch) -> Result<Spec, EngineError> {
         let id = id.to_string();
-        self.write(move |tx| specs::update(tx, &id, patch)).await
+        let fields = patch.fields();
+        self.write_with_events(move |tx| {
+            let spec = specs::update(tx, &id, patch)?;
+            let event = Event::new(&taxonomy::spec::SpecUpdated {
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                workdir: spec.workdir.clone(),
+                fields,
+            });
+            Ok((spec, vec![event]))
+        })
+        .await
     }
 
     pub async fn delete_spec(&self, id: &str) -> Result<Spec, EngineError> {
         let id = id.to_string();
-        self.write(move |tx| specs::delete(tx, &id)).await
+        self.write_with_events(move |tx| {
+            let spec = specs::delete(tx, &id)?;
+            let event = Event::new(&taxonomy::spec::SpecDeleted {
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                workdir: spec.workdir.clone(),
+            });
+            Ok((spec, vec![event]))
+        })
+        .await
     }
 
     // ----- queues -----
@@ -312,7 +367,19 @@ impl Engine {
             allow_dirty_start: input.allow_dirty_start.unwrap_or(false),
             hooks,
         };
-        let id = self.write(move |tx| graphs::insert(tx, &write)).await?;
+        let id = self
+            .write_with_events(move |tx| {
+                let id = graphs::insert(tx, &write)?;
+                let event = Event::new(&taxonomy::graph::GraphCreated {
+                    graph: taxonomy::graph::GraphRef {
+                        graph_id: id.clone(),
+                        graph_name: write.name.clone(),
+                        workdir: write.workdir.clone(),
+                    },
+                });
+                Ok((id, vec![event]))
+            })
+            .await?;
         self.graph_view(&id, ViewPage::default()).await
     }
 
@@ -403,8 +470,21 @@ impl Engine {
         let written = {
             let write = write.clone();
             let id = id.clone();
-            self.write(move |tx| graphs::replace(tx, &id, &write, Some(read_version)))
-                .await
+            let fields = input.fields();
+            self.write_with_events(move |tx| {
+                let version = graphs::replace(tx, &id, &write, Some(read_version))?;
+                let event = Event::new(&taxonomy::graph::GraphUpdated {
+                    graph: taxonomy::graph::GraphRef {
+                        graph_id: id.clone(),
+                        graph_name: write.name.clone(),
+                        workdir: write.workdir.clone(),
+                    },
+                    version,
+                    fields,
+                });
+                Ok((version, vec![event]))
+            })
+            .await
         };
         match written {
             Ok(_) => {}
@@ -473,7 +553,18 @@ impl Engine {
 
     pub async fn delete_graph(&self, name_or_id: &str) -> Result<Graph, EngineError> {
         let lookup = name_or_id.to_string();
-        self.write(move |tx| graphs::delete(tx, &lookup)).await
+        self.write_with_events(move |tx| {
+            let graph = graphs::delete(tx, &lookup)?;
+            let event = Event::new(&taxonomy::graph::GraphDeleted {
+                graph: taxonomy::graph::GraphRef {
+                    graph_id: graph.id.clone(),
+                    graph_name: graph.name.clone(),
+                    workdir: graph.workdir.clone(),
+                },
+            });
+            Ok((graph, vec![event]))
+        })
+        .await
     }
 
     /// Runs of a graph (or all), newest first.
@@ -578,6 +669,7 @@ impl Engine {
                 run_id: run.id.clone(),
                 workdir: run.workdir.clone(),
                 queue_id: run.queue_id.clone(),
+                cause: run.cause(),
             };
             let specs = conn.run_specs(&run.id)?;
             let completed: Vec<events::CompletedSpec> = specs
@@ -644,6 +736,27 @@ impl Engine {
                     node: last_node(NodeRunStatus::Blocked),
                     spec_id: None,
                 }),
+                HookEvent::OnSpecFailed => {
+                    // The named spec if it failed in this run, else the run's last failed spec.
+                    let failed = specs.iter().rev().find(|s| {
+                        s.status == SpecResult::Failed
+                            && spec_id.as_ref().is_none_or(|id| &s.spec_id == id)
+                    });
+                    failed.map(|s| EngineEvent::SpecFailed {
+                        run: context,
+                        spec: events::CompletedSpec {
+                            id: s.spec_id.clone(),
+                            name: s.spec_name.clone().unwrap_or_default(),
+                            summary: None,
+                        },
+                        node: s
+                            .reason_node
+                            .clone()
+                            .or_else(|| last_node(NodeRunStatus::Failed))
+                            .unwrap_or_default(),
+                        reason: s.reason.clone().unwrap_or_default(),
+                    })
+                }
             };
             Ok((graph, run, built))
         })
@@ -665,7 +778,7 @@ impl Engine {
                 if request.mode.is_some() || request.node.is_some() {
                     return invalid("fields `mode` and `node` belong to the `continue` action");
                 }
-                self.drive_new(&graph_id, move |tx, id| {
+                self.drive_new(&graph_id, "run", None, move |tx, id| {
                     start_run(
                         tx,
                         id,
@@ -684,14 +797,29 @@ impl Engine {
                     return invalid("`reset` takes no other field");
                 }
                 let id = graph_id.clone();
-                self.write(move |tx| reset(tx, &id)).await?;
+                self.write_with_events(move |tx| {
+                    let graph = tx.graph_shallow(&id)?;
+                    let run_id = graph.current_run_id.clone();
+                    reset(tx, &id)?;
+                    let event = Event::new(&taxonomy::graph::RunReset {
+                        graph: taxonomy::graph::GraphRef {
+                            graph_id: graph.id.clone(),
+                            graph_name: graph.name.clone(),
+                            workdir: graph.workdir.clone(),
+                        },
+                        run_id,
+                    });
+                    Ok(((), vec![event]))
+                })
+                .await?;
                 self.stop_driver(&graph_id);
             }
             "continue" => {
                 if request.queue_id.is_some() || request.workdir.is_some() {
                     return invalid("fields `queue_id` and `workdir` belong to the `run` action");
                 }
-                self.drive_new(&graph_id, move |tx, id| {
+                let mode = request.mode.clone().unwrap_or_else(|| "plain".to_string());
+                self.drive_new(&graph_id, "continue", Some(mode), move |tx, id| {
                     continue_run(tx, id, request.mode.as_deref(), request.node.as_deref())
                 })
                 .await?;
@@ -706,24 +834,50 @@ impl Engine {
     }
 
     /// Makes the graph's run running with `begin` (which returns the run's id) and, in the same
-    /// write, takes the driver lease; then starts the driver holding it.
+    /// write, takes the driver lease and records who started it (the run's events carry that
+    /// cause) with its `graph.run.started` event; then starts the driver holding the lease.
     async fn drive_new(
         &self,
         graph_id: &str,
+        how: &'static str,
+        mode: Option<String>,
         begin: impl FnOnce(&Tx<'_>, &str) -> Result<String, EngineError> + Send + 'static,
     ) -> Result<(), EngineError> {
         let id = graph_id.to_string();
-        let lease = self
+        let bus = self.inner.bus.clone();
+        let cause = Cause::current();
+        let (lease, recorded) = self
             .write(move |tx| {
                 let run_id = begin(tx, &id)?;
                 let generation = tx.take_driver_lease(&id)?;
-                Ok(driver::Lease {
-                    graph_id: id,
-                    run_id,
-                    generation,
-                })
+                tx.set_run_cause(&run_id, &cause)?;
+                let run = tx.run(&run_id)?;
+                let graph = tx.graph_shallow(&id)?;
+                let event = Event::new(&taxonomy::graph::RunStarted {
+                    run: taxonomy::graph::RunRef {
+                        graph: taxonomy::graph::GraphRef {
+                            graph_id: graph.id.clone(),
+                            graph_name: graph.name.clone(),
+                            workdir: run.workdir.clone(),
+                        },
+                        run_id: run_id.clone(),
+                        queue_id: run.queue_id.clone(),
+                    },
+                    how: how.to_string(),
+                    mode,
+                });
+                let recorded = bus.record(tx, [event], &cause)?;
+                Ok((
+                    driver::Lease {
+                        graph_id: id,
+                        run_id,
+                        generation,
+                    },
+                    recorded,
+                ))
             })
             .await?;
+        self.publish(recorded).await;
         self.spawn_driver(lease);
         Ok(())
     }
@@ -770,18 +924,17 @@ impl Engine {
     /// At daemon start: runs that were in progress when the daemon died are marked interrupted
     /// (never silently re-run); their graphs pause with a blocker that says so.
     pub async fn recover(&self) -> Result<usize, EngineError> {
-        let events = self
-            .write(|tx| {
-                interrupt_active(
+        let bus = self.inner.bus.clone();
+        let (count, recorded) = self
+            .write(move |tx| {
+                let events = interrupt_active(
                     tx,
                     "the daemon stopped (crash or kill) while this run was in progress",
-                )
+                )?;
+                Ok((events.len(), bus.record_engine(tx, &events)?))
             })
             .await?;
-        let count = events.len();
-        for event in events {
-            self.emit(event).await;
-        }
+        self.publish(recorded).await;
         Ok(count)
     }
 

@@ -32,6 +32,21 @@ pub struct SpecPatch {
     pub workdir: Option<Option<String>>,
 }
 
+impl SpecPatch {
+    /// The fields the patch sets.
+    pub fn fields(&self) -> Vec<String> {
+        [
+            ("name", self.name.is_some()),
+            ("body", self.body.is_some()),
+            ("workdir", self.workdir.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| name.to_string())
+        .collect()
+    }
+}
+
 mod double_option {
     use serde::{Deserialize, Deserializer};
 

@@ -23,7 +23,17 @@ use serde_json::Value;
 
 /// The families events are grouped in.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
@@ -159,7 +169,9 @@ pub const ENVELOPE_MARKERS: &[&str] = &["event", "node", "project", "target", "a
 
 /// Every event of the taxonomy, family by family.
 pub fn all() -> impl Iterator<Item = &'static EventDef> {
-    FAMILIES.into_iter().flat_map(|f| f.events().iter().copied())
+    FAMILIES
+        .into_iter()
+        .flat_map(|f| f.events().iter().copied())
 }
 
 /// The event with this exact name.
@@ -296,6 +308,30 @@ impl Cause {
     pub fn user() -> Self {
         Self::default()
     }
+
+    /// The cause of the work the current task does: what the request being served said (the
+    /// API sets it with [`Cause::scope`]), else the user.
+    pub fn current() -> Self {
+        CAUSE.try_with(Clone::clone).unwrap_or_default()
+    }
+
+    /// Runs `work` with this as [`Cause::current`].
+    pub async fn scope<F: std::future::Future>(self, work: F) -> F::Output {
+        CAUSE.scope(self, work).await
+    }
+
+    /// The cause of what a hook run by an event at this cause does: the hook's actor, one
+    /// level deeper.
+    pub fn hook(&self, hook_name: &str) -> Self {
+        Self {
+            actor: Actor::Hook(hook_name.to_string()),
+            depth: self.depth.saturating_add(1),
+        }
+    }
+}
+
+tokio::task_local! {
+    static CAUSE: Cause;
 }
 
 /// Bytes of an event's payload kept in the feed at most; a larger payload keeps its shape with
@@ -432,6 +468,7 @@ pub fn scalar_text(value: &Value) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -472,7 +509,13 @@ mod tests {
 
     #[test]
     fn actors_round_trip_and_refuse_junk() {
-        for text in ["user", "agent", "cron:prune", "hook:announce", "webhook:global/deploy"] {
+        for text in [
+            "user",
+            "agent",
+            "cron:prune",
+            "hook:announce",
+            "webhook:global/deploy",
+        ] {
             assert_eq!(Actor::parse(text).unwrap().to_string(), text);
         }
         assert!(Actor::parse("root").is_err());

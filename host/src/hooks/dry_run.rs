@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::HookEvent;
 use super::config::{HookMap, hooks_of};
-use super::dispatch::{Firing, matches};
+use super::firing::{Firing, matches};
 use crate::markers::{HOOK_MARKERS, MarkerValues};
 use crate::plugins::{PluginError, PluginHost, split_work_config};
 

@@ -12,24 +12,15 @@
 //!   a past run.
 
 pub mod config;
-mod dispatch;
+pub mod daemon;
 pub mod dry_run;
+mod firing;
 pub mod runs;
 
 use serde::{Deserialize, Serialize};
 
 pub use config::{HookMap, SpecScope, validate_hooks};
-pub use dispatch::{Firing, HookDispatcher};
-
-/// Fires a firing now as test runs (`hooks test --execute`), optionally one hook only; returns
-/// the recorded hook runs' ids once they are committed.
-pub async fn dispatch_firing(
-    dispatcher: &HookDispatcher,
-    firing: Firing,
-    only: Option<usize>,
-) -> anyhow::Result<Vec<String>> {
-    Ok(dispatcher.fire(firing, only, true).await?)
-}
+pub use firing::{Firing, matches};
 
 /// The events a graph's hooks are keyed by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -43,14 +34,17 @@ pub enum HookEvent {
     OnBlocked,
     /// A spec reached completed (bound or from a queue).
     OnSpecCompleted,
+    /// A spec failed: one of its nodes failed.
+    OnSpecFailed,
 }
 
 /// Every event, in the order they are documented.
-pub const EVENTS: [HookEvent; 4] = [
+pub const EVENTS: [HookEvent; 5] = [
     HookEvent::OnCompleted,
     HookEvent::OnFailed,
     HookEvent::OnBlocked,
     HookEvent::OnSpecCompleted,
+    HookEvent::OnSpecFailed,
 ];
 
 impl HookEvent {
@@ -60,6 +54,18 @@ impl HookEvent {
             Self::OnFailed => "on_failed",
             Self::OnBlocked => "on_blocked",
             Self::OnSpecCompleted => "on_spec_completed",
+            Self::OnSpecFailed => "on_spec_failed",
+        }
+    }
+
+    /// The taxonomy event this key fires on.
+    pub fn taxonomy_event(self) -> &'static str {
+        match self {
+            Self::OnCompleted => "graph.run.completed",
+            Self::OnFailed => "graph.run.failed",
+            Self::OnBlocked => "graph.run.blocked",
+            Self::OnSpecCompleted => "spec.completed",
+            Self::OnSpecFailed => "spec.failed",
         }
     }
 
@@ -70,7 +76,7 @@ impl HookEvent {
     /// Whether hooks of this event may filter by `spec_ids`.
     pub fn takes_spec_ids(self) -> bool {
         match self {
-            Self::OnSpecCompleted | Self::OnFailed => true,
+            Self::OnSpecCompleted | Self::OnSpecFailed | Self::OnFailed => true,
             Self::OnCompleted | Self::OnBlocked => false,
         }
     }
@@ -83,6 +89,7 @@ impl HookEvent {
             Self::OnFailed => &["blocker", "node", "spec_id"],
             Self::OnBlocked => &["blocker", "node"],
             Self::OnSpecCompleted => &["spec_name", "spec_id"],
+            Self::OnSpecFailed => &["spec_name", "spec_id", "node", "blocker"],
         }
     }
 
@@ -100,6 +107,9 @@ impl HookEvent {
             }
             Self::OnSpecCompleted => {
                 "a spec reached completed, from the graph's bound specs or from a queue; once per spec"
+            }
+            Self::OnSpecFailed => {
+                "a spec failed (one of its nodes failed); {{node}} is that node and {{blocker}} why; once per failing spec"
             }
         }
     }

@@ -147,7 +147,7 @@ impl PluginHost {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-            supported_markers: crate::markers::HOOK_MARKERS,
+            supported_markers: std::borrow::Cow::Borrowed(crate::markers::HOOK_MARKERS),
             workdir,
             provenance: Provenance {
                 event: "bench".into(),
@@ -155,6 +155,7 @@ impl PluginHost {
             },
             timeout: None,
             resume_session: None,
+            env: Vec::new(),
         };
         let mut last_status = String::new();
         for _ in 0..iterations.min(20) {

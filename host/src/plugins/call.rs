@@ -188,6 +188,8 @@ pub(crate) struct CallState {
     log_budget: LogBudget,
     /// See [`CallSetup::command_timed_out`].
     command_timed_out: Arc<std::sync::atomic::AtomicBool>,
+    /// See [`CallSetup::host_env`].
+    host_env: Arc<[(String, String)]>,
 }
 
 impl CallState {
@@ -234,6 +236,8 @@ pub(crate) struct CallSetup {
     /// Set when a command the call ran was stopped at its timeout: the host's own record of
     /// it, whatever the plugin then reports.
     pub command_timed_out: Arc<std::sync::atomic::AtomicBool>,
+    /// Variables set on every process the call runs, after the plugin's own.
+    pub host_env: Arc<[(String, String)]>,
 }
 
 impl CallSetup {
@@ -326,6 +330,7 @@ impl CallSetup {
             detach: self.detach,
             log_budget: LogBudget::default(),
             command_timed_out: self.command_timed_out.clone(),
+            host_env: self.host_env.clone(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
         store.limiter(|state| &mut state.memory);
@@ -527,7 +532,12 @@ impl host::Host for CallState {
             arg0,
             args: cmd.args,
             cwd,
-            env: cmd.env,
+            env: cmd
+                .env
+                .into_iter()
+                .filter(|(name, _)| !self.host_env.iter().any(|(host, _)| host == name))
+                .chain(self.host_env.iter().cloned())
+                .collect(),
             stdin: cmd.stdin,
             timeout,
             result_file,

@@ -164,13 +164,16 @@ pub struct CallRequest {
     pub work: WorkConfig,
     /// Marker values (raw); known markers missing here render `(none)`.
     pub markers: MarkerValues,
-    /// The markers this kind of work may use (hooks vs nodes).
-    pub supported_markers: &'static [&'static str],
+    /// The markers this kind of work may use (graph hooks, nodes, or a daemon hook's event).
+    pub supported_markers: std::borrow::Cow<'static, [&'static str]>,
     pub workdir: PathBuf,
     pub provenance: Provenance,
     /// Overrides the timeout the config names (or the default).
     pub timeout: Option<Duration>,
     pub resume_session: Option<String>,
+    /// Variables the host sets on every process the call runs, after the plugin's own (so the
+    /// plugin cannot choose them): who the work acts as (`CANOPY_ACTOR`, ...).
+    pub env: Vec<(String, String)>,
 }
 
 /// What an `execute` call produced.
@@ -532,6 +535,7 @@ impl PluginHost {
             detach: false,
             env: self.inner.call_env.clone(),
             command_timed_out: Arc::default(),
+            host_env: Arc::from(Vec::new()),
         };
         self.on_plugin_threads(setup.run(call)).await
     }
@@ -661,6 +665,7 @@ impl PluginHost {
             detach,
             env: self.inner.call_env.clone(),
             command_timed_out: command_timed_out.clone(),
+            host_env: Arc::from(request.env),
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));
         let outcome = match self.on_plugin_threads(call).await? {

@@ -2,14 +2,12 @@
 //! fired, the executor that ran it, the rendered values, and how it ended. Also the one read of
 //! `graphs` the dispatcher needs: a graph's stored hooks map.
 
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::states::state_enum;
 use super::{Rd, StoreError, Tx};
-use crate::hooks::HookEvent;
 use crate::plugins::PluginRef;
 
 state_enum! {
@@ -27,6 +25,19 @@ state_enum! {
         TimedOut = "timed_out",
         /// The daemon stopped before it finished; it is never re-run on its own.
         Interrupted = "interrupted",
+        /// Never run: its event was caused, through a chain of hooks, deeper than the
+        /// dispatch depth allows (a hook loop ends here).
+        Dropped = "dropped",
+    }
+}
+
+state_enum! {
+    /// Where a hook is declared.
+    pub enum HookSource {
+        /// A graph's `hooks` map.
+        Graph = "graph",
+        /// A daemon hook in `canopy.toml`.
+        Config = "config",
     }
 }
 
@@ -35,29 +46,10 @@ impl HookRunStatus {
     pub fn is_finished(self) -> bool {
         match self {
             Self::Queued | Self::Running => false,
-            Self::Completed | Self::Failed | Self::TimedOut | Self::Interrupted => true,
+            Self::Completed | Self::Failed | Self::TimedOut | Self::Interrupted | Self::Dropped => {
+                true
+            }
         }
-    }
-}
-
-impl ToSql for HookEvent {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
-}
-
-impl FromSql for HookEvent {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        let text = value.as_str()?;
-        HookEvent::parse(text).ok_or_else(|| {
-            FromSqlError::Other(
-                format!(
-                    "`{text}` is not a hook event; the events are {}",
-                    HookEvent::names()
-                )
-                .into(),
-            )
-        })
     }
 }
 
@@ -65,10 +57,17 @@ impl FromSql for HookEvent {
 #[derive(Debug, Clone, Serialize)]
 pub struct HookRun {
     pub id: String,
-    pub graph_id: String,
-    pub graph_name: String,
+    /// Where the hook is declared: `graph` or `config`.
+    pub source: HookSource,
+    /// The hook's name: a daemon hook's `name`, `<graph>.<key>[<index>]` for a graph's.
+    pub hook_name: String,
+    /// The graph the event belongs to (always, for a graph's hook).
+    pub graph_id: Option<String>,
+    pub graph_name: Option<String>,
     pub run_id: Option<String>,
-    pub event: HookEvent,
+    /// The graph-hook key (`on_completed`) for a graph's hook; the taxonomy event
+    /// (`graph.run.blocked`) for a daemon hook.
+    pub event: String,
     pub hook_index: i64,
     /// A copy of the exact hook config that fired.
     pub hook_config: Value,
@@ -89,9 +88,15 @@ pub struct HookRun {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub duration_ms: Option<i64>,
+    /// How deep in a chain of hooks its event was caused (0: not by a hook).
+    pub dispatch_depth: u32,
+    /// The feed row of the event that fired it.
+    pub feed_id: Option<i64>,
+    /// The project (workdir) of its event, when known.
+    pub project: Option<String>,
 }
 
-const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms";
+const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project";
 
 fn json_column(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
     let text: Option<String> = row.get(index)?;
@@ -126,6 +131,11 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
         started_at: row.get(19)?,
         finished_at: row.get(20)?,
         duration_ms: row.get(21)?,
+        source: row.get(22)?,
+        hook_name: row.get(23)?,
+        dispatch_depth: row.get(24)?,
+        feed_id: row.get(25)?,
+        project: row.get(26)?,
     })
 }
 
@@ -133,10 +143,12 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
 /// when its executor starts the moment it is recorded.
 #[derive(Debug, Clone)]
 pub struct Fired {
-    pub graph_id: String,
-    pub graph_name: String,
+    pub source: HookSource,
+    pub hook_name: String,
+    pub graph_id: Option<String>,
+    pub graph_name: Option<String>,
     pub run_id: Option<String>,
-    pub event: HookEvent,
+    pub event: String,
     pub hook_index: usize,
     /// The exact hook config that fired.
     pub hook_config: Value,
@@ -149,6 +161,11 @@ pub struct Fired {
     pub running: bool,
     /// The executor that runs it; recorded with a running hook run.
     pub plugin: Option<PluginRef>,
+    pub dispatch_depth: u32,
+    pub feed_id: Option<i64>,
+    pub project: Option<String>,
+    /// Recorded as dropped (past the dispatch depth) with this reason, never to run.
+    pub dropped: Option<String>,
 }
 
 /// How a hook run ended.
@@ -168,8 +185,13 @@ pub struct Finished {
 pub struct HookRunFilter {
     pub graph_id: Option<String>,
     pub run_id: Option<String>,
-    pub event: Option<HookEvent>,
+    pub event: Option<String>,
     pub status: Option<HookRunStatus>,
+    pub source: Option<HookSource>,
+    /// The hook's name.
+    pub hook: Option<String>,
+    /// The project (workdir).
+    pub project: Option<String>,
     /// Only runs fired at or after this instant (RFC 3339, UTC, microseconds).
     pub since: Option<String>,
     /// At most this many, the newest.
@@ -199,6 +221,7 @@ impl Rd<'_> {
             "SELECT {COLUMNS} FROM hook_runs
              WHERE (?1 IS NULL OR graph_id = ?1) AND (?2 IS NULL OR run_id = ?2) AND (?3 IS NULL OR event = ?3)
                AND (?4 IS NULL OR status = ?4) AND (?5 IS NULL OR fired_at >= ?5)
+               AND (?7 IS NULL OR source = ?7) AND (?8 IS NULL OR hook_name = ?8) AND (?9 IS NULL OR project = ?9)
              ORDER BY fired_at DESC, rowid DESC LIMIT ?6"
         ))?;
         let runs = statement
@@ -209,7 +232,10 @@ impl Rd<'_> {
                     filter.event,
                     filter.status,
                     filter.since,
-                    i64::try_from(filter.last).unwrap_or(i64::MAX)
+                    i64::try_from(filter.last).unwrap_or(i64::MAX),
+                    filter.source,
+                    filter.hook,
+                    filter.project
                 ],
                 from_row,
             )?
@@ -224,7 +250,8 @@ impl Rd<'_> {
             .prepare_cached(
                 "SELECT count(*) FROM hook_runs
                  WHERE (?1 IS NULL OR graph_id = ?1) AND (?2 IS NULL OR run_id = ?2) AND (?3 IS NULL OR event = ?3)
-                   AND (?4 IS NULL OR status = ?4) AND (?5 IS NULL OR fired_at >= ?5)",
+                   AND (?4 IS NULL OR status = ?4) AND (?5 IS NULL OR fired_at >= ?5)
+                   AND (?6 IS NULL OR source = ?6) AND (?7 IS NULL OR hook_name = ?7) AND (?8 IS NULL OR project = ?8)",
             )?
             .query_row(
                 params![
@@ -232,7 +259,10 @@ impl Rd<'_> {
                     filter.run_id,
                     filter.event,
                     filter.status,
-                    filter.since
+                    filter.since,
+                    filter.source,
+                    filter.hook,
+                    filter.project
                 ],
                 |row| row.get(0),
             )?;
@@ -288,7 +318,9 @@ impl Tx<'_> {
 
     fn insert_hook_run(&self, fired: &Fired) -> Result<String, StoreError> {
         let id = time_ordered_id();
-        let (status, started_at, plugin) = if fired.running {
+        let (status, started_at, plugin) = if fired.dropped.is_some() {
+            (HookRunStatus::Dropped, None, None)
+        } else if fired.running {
             (
                 HookRunStatus::Running,
                 Some(super::now()),
@@ -297,10 +329,12 @@ impl Tx<'_> {
         } else {
             (HookRunStatus::Queued, None, None)
         };
+        let finished_at = fired.dropped.as_ref().map(|_| fired.fired_at.clone());
         self.conn()
             .prepare_cached(
-                "INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                "INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
+                                        source, hook_name, dispatch_depth, feed_id, project, error, finished_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
             )?
             .execute(params![
                 id,
@@ -318,7 +352,14 @@ impl Tx<'_> {
                 started_at,
                 plugin.map(|p| p.name.as_str()),
                 plugin.map(|p| p.version.as_str()),
-                plugin.map(|p| p.sha256.as_str())
+                plugin.map(|p| p.sha256.as_str()),
+                fired.source,
+                fired.hook_name,
+                fired.dispatch_depth,
+                fired.feed_id,
+                fired.project,
+                fired.dropped,
+                finished_at
             ])?;
         Ok(id)
     }

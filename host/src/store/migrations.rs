@@ -235,6 +235,67 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX run_specs_running ON run_specs (run_id) WHERE status = 'running';
     "#,
+    // 8: one event system. The feed keeps every event with its envelope; a run remembers who
+    // started it (its events carry that actor); hook runs come from any source (a graph's
+    // hooks or canopy.toml), are named, and know their dispatch depth. The hook-run table is
+    // rebuilt: its event is any taxonomy event now, and a hook run need not belong to a graph.
+    r#"
+    CREATE TABLE feed (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,   -- the cursor: never reused
+        node           TEXT NOT NULL,
+        project        TEXT,
+        target         TEXT,
+        event          TEXT NOT NULL,
+        family         TEXT NOT NULL,
+        timestamp      TEXT NOT NULL,
+        actor          TEXT NOT NULL,
+        dispatch_depth INTEGER NOT NULL DEFAULT 0,
+        payload        TEXT NOT NULL
+    );
+    CREATE INDEX feed_by_time ON feed (timestamp);
+    ALTER TABLE runs ADD COLUMN actor TEXT NOT NULL DEFAULT 'user';
+    ALTER TABLE runs ADD COLUMN dispatch_depth INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE hook_runs_new (
+        id               TEXT PRIMARY KEY,
+        source           TEXT NOT NULL DEFAULT 'graph' CHECK (source IN ('graph', 'config')),
+        hook_name        TEXT NOT NULL DEFAULT '',
+        graph_id         TEXT,
+        graph_name       TEXT,
+        run_id           TEXT,
+        event            TEXT NOT NULL,
+        hook_index       INTEGER NOT NULL,
+        hook_config      TEXT NOT NULL,
+        spec_id          TEXT,
+        mode             TEXT,
+        plugin           TEXT,
+        plugin_version   TEXT,
+        plugin_sha256    TEXT,
+        rendered         TEXT,
+        status           TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'timed_out', 'interrupted', 'dropped')),
+        summary          TEXT,
+        error            TEXT,
+        output           TEXT,
+        test             INTEGER NOT NULL DEFAULT 0,
+        fired_at         TEXT NOT NULL,
+        started_at       TEXT,
+        finished_at      TEXT,
+        duration_ms      INTEGER,
+        dispatch_depth   INTEGER NOT NULL DEFAULT 0,
+        feed_id          INTEGER,
+        project          TEXT
+    );
+    INSERT INTO hook_runs_new (id, hook_name, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms)
+        SELECT h.id, h.graph_name || '.' || h.event || '[' || h.hook_index || ']', h.graph_id, h.graph_name, h.run_id, h.event, h.hook_index, h.hook_config, h.spec_id, h.mode, h.plugin, h.plugin_version, h.plugin_sha256, h.rendered, h.status, h.summary, h.error, h.output, h.test, h.fired_at, h.started_at, h.finished_at, h.duration_ms
+        FROM hook_runs h;
+    UPDATE hook_runs_new SET project = (SELECT workdir FROM runs r WHERE r.id = hook_runs_new.run_id);
+    DROP TABLE hook_runs;
+    ALTER TABLE hook_runs_new RENAME TO hook_runs;
+    CREATE INDEX hook_runs_by_graph ON hook_runs (graph_id, fired_at);
+    CREATE INDEX hook_runs_by_run ON hook_runs (run_id, fired_at);
+    CREATE INDEX hook_runs_by_time ON hook_runs (fired_at);
+    CREATE INDEX hook_runs_by_project ON hook_runs (project, fired_at);
+    CREATE INDEX hook_runs_unfinished ON hook_runs (status) WHERE status IN ('queued', 'running');
+    "#,
 ];
 
 /// Applies every migration the database has not seen yet.

@@ -8,6 +8,7 @@
 
 pub mod artifacts;
 mod db;
+pub mod feed;
 pub mod graphs;
 pub mod hook_runs;
 pub mod ids;

@@ -78,6 +78,20 @@ pub struct Run {
     pub start_node: Option<String>,
     pub started_at: String,
     pub finished_at: Option<String>,
+    /// Who started (or last continued) the run: `user`, `hook:<name>`, ...
+    pub actor: String,
+    /// The dispatch depth of the request that started (or continued) it.
+    pub dispatch_depth: u32,
+}
+
+impl Run {
+    /// What the run's events are caused by.
+    pub fn cause(&self) -> crate::events::Cause {
+        crate::events::Cause {
+            actor: crate::events::Actor::parse(&self.actor).unwrap_or_default(),
+            depth: self.dispatch_depth,
+        }
+    }
 }
 
 /// A spec the run reached.
@@ -165,7 +179,7 @@ pub struct Candidate {
     pub position: i64,
 }
 
-const RUN_COLUMNS: &str = "id, graph_id, workdir, queue_id, status, blocker, summary, start_node, started_at, finished_at";
+const RUN_COLUMNS: &str = "id, graph_id, workdir, queue_id, status, blocker, summary, start_node, started_at, finished_at, actor, dispatch_depth";
 
 fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
     Ok(Run {
@@ -179,6 +193,8 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         start_node: row.get(7)?,
         started_at: row.get(8)?,
         finished_at: row.get(9)?,
+        actor: row.get(10)?,
+        dispatch_depth: row.get(11)?,
     })
 }
 
@@ -561,6 +577,18 @@ impl Rd<'_> {
 }
 
 impl Tx<'_> {
+    /// Records who started (or continued) a run: its events from now on carry this cause.
+    pub fn set_run_cause(
+        &self,
+        run_id: &str,
+        cause: &crate::events::Cause,
+    ) -> Result<(), StoreError> {
+        self.conn()
+            .prepare_cached("UPDATE runs SET actor = ?2, dispatch_depth = ?3 WHERE id = ?1")?
+            .execute(params![run_id, cause.actor.to_string(), cause.depth])?;
+        Ok(())
+    }
+
     /// Inserts a new running run; returns its id.
     pub fn insert_run(
         &self,

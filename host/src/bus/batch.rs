@@ -1,0 +1,502 @@
+//! Running a batch of recorded hook runs: one source's hooks for one event, one after another.
+//!
+//! A hook run costs two small writes, which the store's writer commits together with whatever
+//! else is waiting: the one that recorded the event, and one that records a hook run's end
+//! (with its `hook.run.*` event) together with the next one's start. A hook run is marked
+//! running (committed) before its executor starts, so a long hook shows as running for as long
+//! as it runs.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::{Bus, Recorded};
+use crate::events::{self, Actor, Cause, Envelope, Event};
+use crate::hooks::Firing;
+use crate::hooks::daemon::{DATA_MARKER, DaemonHook};
+use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
+use crate::markers::{Escape, HOOK_MARKERS, MarkerValues};
+use crate::plugins::{
+    CallError, CallReport, CallRequest, PluginError, PluginRef, Provenance, Status, WorkConfig,
+};
+use crate::store::StoreError;
+use crate::store::hook_runs::HookSource;
+
+/// What fired a batch.
+pub(crate) enum Trigger {
+    /// A graph's hooks, fired by an engine event (or a test firing, without a feed row).
+    Graph {
+        firing: Box<Firing>,
+        envelope: Option<Arc<Envelope>>,
+    },
+    /// Daemon hooks, fired by a feed event.
+    Config { envelope: Arc<Envelope> },
+}
+
+impl Trigger {
+    /// The dispatch depth of the event.
+    pub fn depth(&self) -> u32 {
+        match self {
+            Self::Graph {
+                envelope: Some(e), ..
+            }
+            | Self::Config { envelope: e } => e.dispatch_depth,
+            Self::Graph { firing, .. } => firing.run.cause.depth,
+        }
+    }
+
+    /// The taxonomy event that fired it.
+    pub fn event_name(&self) -> String {
+        match self {
+            Self::Graph { firing, .. } => firing.event.taxonomy_event().to_string(),
+            Self::Config { envelope } => envelope.event.clone(),
+        }
+    }
+
+    fn project(&self) -> Option<String> {
+        match self {
+            Self::Graph { firing, .. } => Some(firing.run.workdir.clone()),
+            Self::Config { envelope } => envelope.project.clone(),
+        }
+    }
+}
+
+/// Which hook a queued run runs.
+pub(crate) enum HookKind {
+    Graph,
+    Config(Arc<DaemonHook>),
+}
+
+/// A recorded hook run waiting its turn.
+pub(crate) struct Queued {
+    pub record_id: String,
+    pub index: usize,
+    pub hook_name: String,
+    /// The executor's mode and config, or why the hook config names none.
+    pub work: Result<WorkConfig, String>,
+    /// The spec this run is about (`{{spec_id}}`).
+    pub spec_id: Option<String>,
+    pub kind: HookKind,
+}
+
+/// A hook run's end, waiting to be recorded.
+struct Ended {
+    record_id: String,
+    hook_name: String,
+    source: HookSource,
+    finished: Finished,
+}
+
+/// A recorded batch not yet started. Dropped before that -- its emitter stopped waiting, even
+/// before the write that recorded it was answered -- it hands itself to a task of its own,
+/// which runs whatever of it was committed once a slot is free: recorded hook runs always run.
+pub struct Unstarted {
+    bus: Bus,
+    trigger: Arc<Trigger>,
+    /// The hook runs recorded, in firing order; `None` once handed on.
+    queued: Option<Vec<Queued>>,
+}
+
+impl Unstarted {
+    pub(crate) fn new(bus: Bus, trigger: Arc<Trigger>, queued: Vec<Queued>) -> Self {
+        Self {
+            bus,
+            trigger,
+            queued: Some(queued),
+        }
+    }
+
+    /// The records' ids, in firing order.
+    pub fn ids(&self) -> Vec<String> {
+        self.queued
+            .iter()
+            .flatten()
+            .map(|q| q.record_id.clone())
+            .collect()
+    }
+
+    /// Takes a slot (waiting while every one is busy) and starts the batch's task.
+    pub(super) async fn start(mut self, slots: &Arc<Semaphore>) {
+        let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
+            return;
+        };
+        match slots.clone().acquire_owned().await {
+            Ok(slot) => {
+                let (bus, trigger) = (self.bus.clone(), self.trigger.clone());
+                tokio::spawn(async move { run_batch(&bus, &trigger, queued, slot).await });
+            }
+            // The semaphore is never closed; should it be, the records stay queued and the
+            // next start marks them interrupted.
+            Err(_) => tracing::error!("no hook slot can be taken; the hook runs stay queued"),
+        }
+    }
+}
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
+            return;
+        };
+        let (bus, trigger) = (self.bus.clone(), self.trigger.clone());
+        bus.inner
+            .runtime
+            .clone()
+            .spawn(async move { rescue(bus, trigger, queued).await });
+    }
+}
+
+/// Runs what was committed of a batch whose emitter stopped waiting, once a slot is free. Its
+/// write may not have committed at all: only the hook runs on record are run.
+async fn rescue(bus: Bus, trigger: Arc<Trigger>, queued: Vec<Queued>) {
+    let ids: Vec<String> = queued.iter().map(|q| q.record_id.clone()).collect();
+    let recorded = match bus
+        .inner
+        .store
+        .read(move |rd| rd.hook_runs_by_id(&ids))
+        .await
+    {
+        Ok(recorded) => recorded,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot read back hook runs whose emitter went away; they stay as recorded");
+            return;
+        }
+    };
+    let status: HashMap<String, HookRunStatus> =
+        recorded.into_iter().map(|r| (r.id, r.status)).collect();
+    let queued: Vec<Queued> = queued
+        .into_iter()
+        .filter(|q| status.get(&q.record_id) == Some(&HookRunStatus::Queued))
+        .collect();
+    if queued.is_empty() {
+        return;
+    }
+    match bus.inner.slots.clone().acquire_owned().await {
+        Ok(slot) => run_batch(&bus, &trigger, queued, slot).await,
+        Err(_) => tracing::error!("no hook slot can be taken; the hook runs stay queued"),
+    }
+}
+
+/// Runs a batch's hooks in order, holding its slot until the last one is recorded.
+async fn run_batch(
+    bus: &Bus,
+    trigger: &Arc<Trigger>,
+    queued: Vec<Queued>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let mut ended: Option<Ended> = None;
+    for hook in queued {
+        let plugin = plugin_of(bus, &hook.work);
+        if !advance(
+            bus,
+            trigger,
+            ended.take(),
+            Some((hook.record_id.clone(), plugin)),
+        )
+        .await
+        {
+            continue;
+        }
+        let finished = run_one(bus, trigger, &hook).await;
+        ended = Some(Ended {
+            source: match hook.kind {
+                HookKind::Graph => HookSource::Graph,
+                HookKind::Config(_) => HookSource::Config,
+            },
+            record_id: hook.record_id,
+            hook_name: hook.hook_name,
+            finished,
+        });
+    }
+    if ended.is_some() {
+        advance(bus, trigger, ended, None).await;
+    }
+}
+
+/// The executor a hook run would be recorded with, if its mode is served now.
+fn plugin_of(bus: &Bus, work: &Result<WorkConfig, String>) -> Option<PluginRef> {
+    work.as_ref()
+        .ok()
+        .and_then(|w| bus.inner.plugins.plugin_ref(&w.mode).ok())
+}
+
+/// Records, in one write, a hook run's end (and its `hook.run.*` event) and the next one's
+/// start; returns whether the next one was marked running (false: a shutdown interrupted it,
+/// or the write failed; it must not run).
+async fn advance(
+    bus: &Bus,
+    trigger: &Arc<Trigger>,
+    ended: Option<Ended>,
+    start: Option<(String, Option<PluginRef>)>,
+) -> bool {
+    let (writer, fired_by, project) = (bus.clone(), trigger.event_name(), trigger.project());
+    let depth = trigger.depth();
+    let written = bus
+        .inner
+        .store
+        .write(move |tx| {
+            let mut recorded = Recorded::default();
+            if let Some(Ended {
+                record_id,
+                hook_name,
+                source,
+                finished,
+            }) = &ended
+            {
+                match tx.finish_hook_run(record_id, finished) {
+                    Ok(true) => {
+                        let event = hook_event(
+                            record_id,
+                            hook_name,
+                            *source,
+                            finished,
+                            &fired_by,
+                            project,
+                        );
+                        let cause = Cause {
+                            actor: Actor::Hook(hook_name.clone()),
+                            depth: depth.saturating_add(1),
+                        };
+                        match writer.record(tx, [event], &cause) {
+                            Ok(events) => recorded = events,
+                            Err(err) => {
+                                tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's event");
+                            }
+                        }
+                    }
+                    Ok(false) => {
+                        tracing::debug!(hook_run = %record_id, "the hook run was interrupted before it ended; its end is not recorded");
+                    }
+                    Err(err) => {
+                        tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's end");
+                    }
+                }
+            }
+            let started = match &start {
+                Some((record_id, plugin)) => tx
+                    .start_hook_run(record_id, plugin.as_ref())
+                    .unwrap_or_else(|err| {
+                        tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's start; it does not run");
+                        false
+                    }),
+                None => false,
+            };
+            Ok::<_, StoreError>((started, recorded))
+        })
+        .await;
+    match written {
+        Ok((started, recorded)) => {
+            bus.publish(recorded).await;
+            started
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "cannot record a hook run's end or the next one's start");
+            false
+        }
+    }
+}
+
+/// The `hook.run.completed` / `hook.run.failed` event of a hook run that ended.
+fn hook_event(
+    record_id: &str,
+    hook_name: &str,
+    source: HookSource,
+    finished: &Finished,
+    fired_by: &str,
+    project: Option<String>,
+) -> Event {
+    let ended = events::hook::HookRunEnded {
+        hook_run_id: record_id.to_string(),
+        source: source.as_str().to_string(),
+        hook_name: hook_name.to_string(),
+        fired_by: fired_by.to_string(),
+        status: finished.status.to_string(),
+        error: finished.error.clone(),
+        duration_ms: finished.duration_ms,
+        project,
+    };
+    if finished.status == HookRunStatus::Completed {
+        Event::new(&events::hook::HookRunCompleted(ended))
+    } else {
+        Event::new(&events::hook::HookRunFailed(ended))
+    }
+}
+
+/// The environment a hook's processes run with: who they act as, one dispatch level deeper.
+fn automation_env(hook_name: &str, depth: u32) -> Vec<(String, String)> {
+    let actor = Actor::Hook(hook_name.to_string()).to_string();
+    vec![
+        ("CANOPY_ACTOR".to_string(), actor.clone()),
+        ("CANOPY_AUTOMATION_KIND".to_string(), "hook".to_string()),
+        ("CANOPY_AUTOMATION_ID".to_string(), actor),
+        (
+            "CANOPY_DISPATCH_DEPTH".to_string(),
+            depth.saturating_add(1).to_string(),
+        ),
+    ]
+}
+
+/// The call one queued hook run makes.
+fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> CallRequest {
+    let env = automation_env(&queued.hook_name, trigger.depth());
+    match (trigger, &queued.kind) {
+        (Trigger::Graph { firing, .. }, _) => CallRequest {
+            work,
+            markers: firing.markers_for(queued.spec_id.as_ref()),
+            supported_markers: Cow::Borrowed(HOOK_MARKERS),
+            workdir: PathBuf::from(&firing.run.workdir),
+            provenance: Provenance {
+                graph_id: firing.run.graph_id.clone(),
+                graph_name: firing.run.graph_name.clone(),
+                run_id: firing.run.run_id.clone(),
+                event: firing.event.as_str().to_string(),
+                hook_index: u32::try_from(queued.index).ok(),
+                spec_id: queued.spec_id.clone(),
+            },
+            timeout: None,
+            resume_session: None,
+            env,
+        },
+        (Trigger::Config { envelope }, kind) => {
+            let mut markers: MarkerValues = envelope.markers().into_iter().collect();
+            markers.insert(
+                DATA_MARKER.to_string(),
+                serde_json::to_string(envelope.as_ref()).unwrap_or_default(),
+            );
+            let hook = match kind {
+                HookKind::Config(hook) => Some(hook),
+                HookKind::Graph => None,
+            };
+            let workdir = hook
+                .and_then(|h| h.config.cwd.as_deref())
+                .map(|cwd| PathBuf::from(crate::markers::render(cwd, &markers, Escape::Plain)))
+                .or_else(|| {
+                    envelope
+                        .project
+                        .as_deref()
+                        .map(PathBuf::from)
+                        .filter(|p| p.is_dir())
+                })
+                .unwrap_or_else(|| bus.inner.fallback_dir.clone());
+            let text = |field: &str| markers.get(field).cloned().unwrap_or_default();
+            CallRequest {
+                work,
+                supported_markers: Cow::Owned(hook.map(|h| h.markers.clone()).unwrap_or_default()),
+                workdir,
+                provenance: Provenance {
+                    graph_id: text("graph_id"),
+                    graph_name: text("graph_name"),
+                    run_id: text("run_id"),
+                    event: envelope.event.clone(),
+                    hook_index: u32::try_from(queued.index).ok(),
+                    spec_id: queued.spec_id.clone(),
+                },
+                timeout: hook.and_then(|h| h.timeout),
+                resume_session: None,
+                env,
+                markers,
+            }
+        }
+    }
+}
+
+/// Runs one hook (already marked running); returns how it ended.
+async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
+    let started = Instant::now();
+    let (result, markers) = match &queued.work {
+        Ok(work) => {
+            let request = request(bus, trigger, queued, work.clone());
+            let markers = request.markers.clone();
+            (bus.inner.plugins.execute(request).await, markers)
+        }
+        Err(message) => (
+            Err(PluginError::InvalidConfig(message.clone())),
+            MarkerValues::new(),
+        ),
+    };
+    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let finished = finished_of(result, &markers, duration_ms);
+    match finished.status {
+        HookRunStatus::Completed => {}
+        HookRunStatus::Failed | HookRunStatus::TimedOut => tracing::warn!(
+            hook = %queued.hook_name,
+            event = %trigger.event_name(),
+            status = %finished.status,
+            error = finished.error.as_deref().unwrap_or(""),
+            "hook did not complete"
+        ),
+        HookRunStatus::Queued
+        | HookRunStatus::Running
+        | HookRunStatus::Interrupted
+        | HookRunStatus::Dropped => {
+            tracing::error!(status = %finished.status, "a hook run ended with a status it cannot end with");
+        }
+    }
+    finished
+}
+
+/// The record of a hook's outcome. A hook run is `timed_out` when the call says it was
+/// stopped at its deadline ([`CallError::Timeout`]), or when the host saw a command it ran
+/// stopped at its timeout and the call failed ([`CallReport::timed_out`]).
+fn finished_of(
+    result: Result<CallReport, PluginError>,
+    markers: &MarkerValues,
+    duration_ms: i64,
+) -> Finished {
+    // `data` repeats the whole event; the record keeps the event's id instead (feed_id).
+    let shown: MarkerValues = markers
+        .iter()
+        .filter(|(k, _)| k.as_str() != DATA_MARKER)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let markers_json = json!(shown);
+    match result {
+        Ok(report) => {
+            let rendered = Some(json!({
+                "config": report.rendered_config,
+                "markers": markers_json,
+                "deadline_ms": report.deadline_ms,
+            }));
+            let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
+            let (status, error) = match report.outcome.status {
+                Status::Completed => (HookRunStatus::Completed, None),
+                Status::Failed { reason } if report.timed_out => {
+                    (HookRunStatus::TimedOut, Some(reason))
+                }
+                Status::Failed { reason } => (HookRunStatus::Failed, Some(reason)),
+                Status::Blocked { blocker } => (
+                    HookRunStatus::Failed,
+                    Some(format!(
+                        "the hook reported blocked (hooks cannot block a graph): {blocker}"
+                    )),
+                ),
+            };
+            Finished {
+                status,
+                summary: report.outcome.summary,
+                error,
+                output,
+                rendered,
+                duration_ms,
+            }
+        }
+        Err(err) => {
+            let status = match &err {
+                PluginError::Call(CallError::Timeout { .. }) => HookRunStatus::TimedOut,
+                _ => HookRunStatus::Failed,
+            };
+            Finished {
+                status,
+                summary: None,
+                error: Some(err.to_string()),
+                output: None,
+                rendered: Some(json!({ "markers": markers_json })),
+                duration_ms,
+            }
+        }
+    }
+}

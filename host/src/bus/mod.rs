@@ -1,0 +1,273 @@
+//! The bus: every event Canopy emits goes through here, once.
+//!
+//! An emitter records its events **inside the write that makes them true** ([`Bus::record`]):
+//! each event is appended to the feed with its envelope, and every hook it fires -- from a
+//! graph's `hooks` map or a daemon hook in `canopy.toml` -- is recorded as a queued hook run, in
+//! the same transaction. Once that has committed the emitter publishes them ([`Bus::publish`]):
+//! live feed readers get the envelopes and the hook batches start, each holding one of
+//! [`CONCURRENT_BATCHES`] slots (an emitter waits while every slot is busy: nothing queues
+//! without bound). An emitter with no write of its own uses [`Bus::emit`], which is the two.
+//!
+//! So an event and the hook runs it fires are durable together, before the emitter goes on, at
+//! the cost of one transaction (shared with other writes by the store's group commit).
+//!
+//! Hooks run off the emitter's path, the hooks of one source and event one after another in
+//! declaration order; a hook that fails is recorded and never stops the next. A hook's process
+//! acts as `hook:<name>` one dispatch level deeper than its event; events deeper than the
+//! configured maximum record their hook runs as `dropped` and run nothing, so a loop of hooks
+//! ends by itself.
+
+mod batch;
+mod select;
+
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{Semaphore, broadcast};
+
+use crate::engine::events::EngineEvent;
+use crate::events::{Cause, Envelope, Event};
+use crate::hooks::Firing;
+use crate::hooks::daemon::DaemonHooks;
+use crate::plugins::PluginHost;
+use crate::store::{Store, StoreError, Tx};
+
+pub use batch::Unstarted;
+
+/// Hook batches that may run at the same time.
+pub const CONCURRENT_BATCHES: usize = 32;
+
+/// Envelopes a live feed reader may fall behind by before it is told it lagged.
+pub const LIVE_BUFFER: usize = 1024;
+
+/// The events of one write, recorded; publish them once it has committed.
+#[must_use = "recorded events must be published once their write commits"]
+#[derive(Default)]
+pub struct Recorded {
+    envelopes: Vec<Arc<Envelope>>,
+    batches: Vec<Unstarted>,
+}
+
+impl std::fmt::Debug for Recorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorded")
+            .field("envelopes", &self.envelopes.len())
+            .field("batches", &self.batches.len())
+            .finish()
+    }
+}
+
+impl Recorded {
+    /// The feed rows recorded, in order.
+    pub fn envelopes(&self) -> &[Arc<Envelope>] {
+        &self.envelopes
+    }
+
+    /// The ids of the hook runs recorded, in firing order.
+    pub fn hook_run_ids(&self) -> Vec<String> {
+        self.batches.iter().flat_map(Unstarted::ids).collect()
+    }
+
+    pub fn extend(&mut self, other: Recorded) {
+        self.envelopes.extend(other.envelopes);
+        self.batches.extend(other.batches);
+    }
+}
+
+/// The bus (cheap to clone).
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    plugins: PluginHost,
+    runtime: tokio::runtime::Handle,
+    slots: Arc<Semaphore>,
+    daemon: RwLock<Arc<DaemonHooks>>,
+    live: broadcast::Sender<Arc<Envelope>>,
+    /// Where a daemon hook with no project and no `cwd` runs.
+    fallback_dir: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for Bus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bus").finish_non_exhaustive()
+    }
+}
+
+impl Bus {
+    /// A bus on the current tokio runtime.
+    pub fn new(
+        store: Store,
+        plugins: PluginHost,
+        daemon: DaemonHooks,
+        fallback_dir: std::path::PathBuf,
+    ) -> Self {
+        let (live, _) = broadcast::channel(LIVE_BUFFER);
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                plugins,
+                runtime: tokio::runtime::Handle::current(),
+                slots: Arc::new(Semaphore::new(CONCURRENT_BATCHES)),
+                daemon: RwLock::new(Arc::new(daemon)),
+                live,
+                fallback_dir,
+            }),
+        }
+    }
+
+    /// The daemon hooks and identity in force.
+    pub fn daemon_hooks(&self) -> Arc<DaemonHooks> {
+        self.inner
+            .daemon
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts new daemon hooks in force (a config reload); events recorded from now on use them.
+    pub fn set_daemon_hooks(&self, hooks: DaemonHooks) {
+        *self
+            .inner
+            .daemon
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(hooks);
+    }
+
+    /// This daemon's node name.
+    pub fn node(&self) -> String {
+        self.daemon_hooks().node.clone()
+    }
+
+    /// Live envelopes, from now on. A reader that falls more than [`LIVE_BUFFER`] behind gets
+    /// `Lagged(n)` and should read the gap back from the feed.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Envelope>> {
+        self.inner.live.subscribe()
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Records events inside the caller's write: their feed rows, and the hook runs (of daemon
+    /// hooks) they fire.
+    pub fn record(
+        &self,
+        tx: &Tx<'_>,
+        events: impl IntoIterator<Item = Event>,
+        cause: &Cause,
+    ) -> Result<Recorded, StoreError> {
+        let mut recorded = Recorded::default();
+        for event in events {
+            recorded.extend(self.record_one(tx, &event, None, cause)?);
+        }
+        Ok(recorded)
+    }
+
+    /// Records engine events inside the engine's write: their feed rows, the hook runs of the
+    /// graph's own hooks (read as stored now) and those of daemon hooks.
+    pub fn record_engine(
+        &self,
+        tx: &Tx<'_>,
+        events: &[EngineEvent],
+    ) -> Result<Recorded, StoreError> {
+        let mut recorded = Recorded::default();
+        for event in events {
+            crate::engine::events::log(event);
+            let firing = Firing::of(event);
+            recorded.extend(self.record_one(tx, &event.to_event(), firing, &event.run().cause)?);
+        }
+        Ok(recorded)
+    }
+
+    /// Records a graph-hook firing as test runs (`hooks test --execute`): only the graph's
+    /// hooks (only hook `only`, when given), no feed row.
+    pub async fn fire_test(
+        &self,
+        firing: Firing,
+        only: Option<usize>,
+    ) -> Result<Vec<String>, StoreError> {
+        let bus = self.clone();
+        let recorded = self
+            .inner
+            .store
+            .write(move |tx| {
+                let batch = select::record_graph_test(&bus, tx, firing, only)?;
+                Ok::<_, StoreError>(Recorded {
+                    envelopes: Vec::new(),
+                    batches: batch.into_iter().collect(),
+                })
+            })
+            .await?;
+        let ids = recorded.hook_run_ids();
+        self.publish(recorded).await;
+        Ok(ids)
+    }
+
+    fn record_one(
+        &self,
+        tx: &Tx<'_>,
+        event: &Event,
+        firing: Option<Firing>,
+        cause: &Cause,
+    ) -> Result<Recorded, StoreError> {
+        let daemon = self.daemon_hooks();
+        let envelope = Arc::new(tx.append_feed(&daemon.node, event, cause)?);
+        let batches = select::record_hooks(self, tx, &daemon, &envelope, firing)?;
+        Ok(Recorded {
+            envelopes: vec![envelope],
+            batches,
+        })
+    }
+
+    /// After the recording write committed: live readers get the envelopes, and the hook
+    /// batches start (waiting for slots while every one is busy).
+    pub fn publish(&self, recorded: Recorded) -> futures_util::future::BoxFuture<'_, ()> {
+        // Boxed: a hook run's end publishes its own event, which may start hooks in turn.
+        Box::pin(async move {
+            for envelope in recorded.envelopes {
+                // No reader is not an error.
+                let _ = self.inner.live.send(envelope);
+            }
+            for batch in recorded.batches {
+                batch.start(&self.inner.slots).await;
+            }
+        })
+    }
+
+    /// Records events in a write of their own, then publishes them.
+    pub async fn emit(&self, events: Vec<Event>, cause: Cause) -> Result<(), StoreError> {
+        let bus = self.clone();
+        let recorded = self
+            .inner
+            .store
+            .write(move |tx| bus.record(tx, events, &cause))
+            .await?;
+        self.publish(recorded).await;
+        Ok(())
+    }
+
+    /// Records engine events in a write of their own, then publishes them (the engine records
+    /// its events in its own writes; this serves tools and benchmarks).
+    pub async fn emit_engine(&self, events: Vec<EngineEvent>) -> Result<(), StoreError> {
+        let bus = self.clone();
+        let recorded = self
+            .inner
+            .store
+            .write(move |tx| bus.record_engine(tx, &events))
+            .await?;
+        self.publish(recorded).await;
+        Ok(())
+    }
+
+    /// [`Bus::emit`] for an emitter that cannot do anything about a failure: it is logged.
+    pub async fn emit_logged(&self, events: Vec<Event>) {
+        let names: Vec<&str> = events.iter().map(Event::name).collect();
+        let names = names.join(", ");
+        if let Err(err) = self.emit(events, Cause::current()).await {
+            tracing::error!(events = %names, error = %err, "cannot record events");
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Which hooks an event fires, from every source, recorded as hook runs inside the event's write.
+//!
+//! - **graph**: the seed-000 keys of the event's graph (`on_spec_completed`, ...), read as
+//!   stored at that moment (live edits apply to the events still to come, nothing is
+//!   retroactive), filtered by `spec_ids`.
+//! - **config**: the daemon hooks whose event pattern and `match` fields match, on nodes (and
+//!   roles) that serve them.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::Bus;
+use super::batch::{HookKind, Queued, Trigger, Unstarted};
+use crate::events::Envelope;
+use crate::hooks::Firing;
+use crate::hooks::config::{HookMap, hooks_of};
+use crate::hooks::daemon::DaemonHooks;
+use crate::hooks::runs::Fired;
+use crate::plugins::split_work_config;
+use crate::store::hook_runs::HookSource;
+use crate::store::{Rd, StoreError, Tx};
+
+/// The graph's hooks as stored now: a missing graph or an unreadable map has none.
+fn stored_hooks(rd: &Rd<'_>, graph_id: &str) -> Result<HookMap, StoreError> {
+    let Some(text) = rd.graph_hooks_json(graph_id)? else {
+        return Ok(HookMap::new());
+    };
+    Ok(serde_json::from_str(&text).unwrap_or_else(|err| {
+        tracing::error!(graph = %graph_id, error = %err, "the graph's stored hooks are not a JSON object; none fire");
+        HookMap::new()
+    }))
+}
+
+/// One hook run a firing makes, before it is recorded.
+struct Selected {
+    fired: Fired,
+    queued: Queued,
+}
+
+/// The name a graph's hook goes by in hook runs and the catalog: `<graph>.<key>[<index>]`.
+pub fn graph_hook_name(graph_name: &str, key: &str, index: usize) -> String {
+    format!("{graph_name}.{key}[{index}]")
+}
+
+/// The hook runs a graph-hook firing makes, in firing order: each matching hook (only `only`,
+/// when given) once, or once per matching spec when it filters by `spec_ids`.
+fn select_graph(
+    map: &HookMap,
+    firing: &Firing,
+    only: Option<usize>,
+    envelope: Option<&Envelope>,
+    fired_at: &str,
+    test: bool,
+) -> Vec<Selected> {
+    let mut selected = Vec::new();
+    for (index, hook) in hooks_of(map, firing.event).into_iter().enumerate() {
+        if only.is_some_and(|o| o != index) {
+            continue;
+        }
+        let specs = firing.runs_of(&hook);
+        if specs.is_empty() {
+            continue;
+        }
+        let work = split_work_config(&hook);
+        let hook_name = graph_hook_name(&firing.run.graph_name, firing.event.as_str(), index);
+        for spec_id in specs {
+            selected.push(Selected {
+                fired: Fired {
+                    source: HookSource::Graph,
+                    hook_name: hook_name.clone(),
+                    graph_id: Some(firing.run.graph_id.clone()),
+                    graph_name: Some(firing.run.graph_name.clone()),
+                    run_id: Some(firing.run.run_id.clone()),
+                    event: firing.event.as_str().to_string(),
+                    hook_index: index,
+                    hook_config: Value::Object(hook.clone()),
+                    spec_id: spec_id.clone(),
+                    mode: work.as_ref().ok().map(|w| w.mode.clone()),
+                    test,
+                    fired_at: fired_at.to_string(),
+                    running: false,
+                    plugin: None,
+                    dispatch_depth: envelope.map_or(firing.run.cause.depth, |e| e.dispatch_depth),
+                    feed_id: envelope.map(|e| e.id),
+                    project: Some(firing.run.workdir.clone()),
+                    dropped: None,
+                },
+                queued: Queued {
+                    record_id: String::new(),
+                    index,
+                    hook_name: hook_name.clone(),
+                    work: work.clone(),
+                    spec_id,
+                    kind: HookKind::Graph,
+                },
+            });
+        }
+    }
+    selected
+}
+
+/// The hook runs of daemon hooks an event makes, in `canopy.toml` order.
+fn select_config(daemon: &DaemonHooks, envelope: &Envelope, fired_at: &str) -> Vec<Selected> {
+    let payload_text = |field: &str| {
+        envelope
+            .payload
+            .get(field)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    daemon
+        .hooks
+        .iter()
+        .filter(|hook| hook.serves(&daemon.node, &daemon.roles) && hook.matches(envelope))
+        .map(|hook| {
+            let mut config = Map::new();
+            if let Ok(Value::Object(map)) = serde_json::to_value(&hook.config) {
+                config = map;
+            }
+            Selected {
+                fired: Fired {
+                    source: HookSource::Config,
+                    hook_name: hook.name().to_string(),
+                    graph_id: payload_text("graph_id"),
+                    graph_name: payload_text("graph_name"),
+                    run_id: payload_text("run_id"),
+                    event: envelope.event.clone(),
+                    hook_index: hook.index,
+                    hook_config: Value::Object(config),
+                    spec_id: payload_text("spec_id"),
+                    mode: Some(hook.work.mode.clone()),
+                    test: false,
+                    fired_at: fired_at.to_string(),
+                    running: false,
+                    plugin: None,
+                    dispatch_depth: envelope.dispatch_depth,
+                    feed_id: Some(envelope.id),
+                    project: envelope.project.clone(),
+                    dropped: None,
+                },
+                queued: Queued {
+                    record_id: String::new(),
+                    index: hook.index,
+                    hook_name: hook.name().to_string(),
+                    work: Ok(hook.work.clone()),
+                    spec_id: payload_text("spec_id"),
+                    kind: HookKind::Config(hook.clone()),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Records the selected hook runs; returns the batch that runs those not dropped.
+fn record(
+    bus: &Bus,
+    tx: &Tx<'_>,
+    trigger: Arc<Trigger>,
+    mut selected: Vec<Selected>,
+    max_depth: u32,
+) -> Result<Option<Unstarted>, StoreError> {
+    if selected.is_empty() {
+        return Ok(None);
+    }
+    let depth = trigger.depth();
+    let dropped = depth > max_depth;
+    if dropped {
+        let why = format!(
+            "not run: its event is at dispatch depth {depth}, past the limit of {max_depth} (a chain of hooks causing events that fire hooks stops here)"
+        );
+        for one in &mut selected {
+            one.fired.dropped = Some(why.clone());
+        }
+        tracing::warn!(event = %trigger.event_name(), depth, max_depth, "hook dispatch dropped past the depth limit");
+    }
+    let fired: Vec<Fired> = selected.iter().map(|s| s.fired.clone()).collect();
+    let ids = tx.insert_hook_runs(&fired)?;
+    if dropped {
+        return Ok(None);
+    }
+    let queued = selected
+        .into_iter()
+        .zip(ids)
+        .map(|(one, record_id)| Queued {
+            record_id,
+            ..one.queued
+        })
+        .collect();
+    Ok(Some(Unstarted::new(bus.clone(), trigger, queued)))
+}
+
+/// Records the hook runs an event fires, from every source (inside the event's write).
+pub(super) fn record_hooks(
+    bus: &Bus,
+    tx: &Tx<'_>,
+    daemon: &DaemonHooks,
+    envelope: &Arc<Envelope>,
+    firing: Option<Firing>,
+) -> Result<Vec<Unstarted>, StoreError> {
+    let fired_at = crate::store::now();
+    let mut batches = Vec::new();
+    if let Some(firing) = firing {
+        let map = stored_hooks(tx, &firing.run.graph_id)?;
+        if !hooks_of(&map, firing.event).is_empty() {
+            let selected = select_graph(&map, &firing, None, Some(envelope), &fired_at, false);
+            let trigger = Arc::new(Trigger::Graph {
+                firing: Box::new(firing),
+                envelope: Some(envelope.clone()),
+            });
+            batches.extend(record(bus, tx, trigger, selected, daemon.max_depth)?);
+        }
+    }
+    if !daemon.hooks.is_empty() {
+        let selected = select_config(daemon, envelope, &fired_at);
+        let trigger = Arc::new(Trigger::Config {
+            envelope: envelope.clone(),
+        });
+        batches.extend(record(bus, tx, trigger, selected, daemon.max_depth)?);
+    }
+    Ok(batches)
+}
+
+/// Records a graph-hook firing as test runs (`hooks test --execute`).
+pub(super) fn record_graph_test(
+    bus: &Bus,
+    tx: &Tx<'_>,
+    firing: Firing,
+    only: Option<usize>,
+) -> Result<Option<Unstarted>, StoreError> {
+    let fired_at = crate::store::now();
+    let map = stored_hooks(tx, &firing.run.graph_id)?;
+    let selected = select_graph(&map, &firing, only, None, &fired_at, true);
+    let trigger = Arc::new(Trigger::Graph {
+        firing: Box::new(firing),
+        envelope: None,
+    });
+    record(bus, tx, trigger, selected, u32::MAX)
+}
