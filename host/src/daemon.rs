@@ -256,6 +256,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let engine_store = store.clone();
     let delivery = Delivery::new(store.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
+    crate::bus::retention::spawn(store.clone(), config.feed.keep_days);
     let app = api::router(
         AppState {
             delivery,

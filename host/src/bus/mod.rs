@@ -18,6 +18,7 @@
 //! ends by itself.
 
 mod batch;
+pub mod retention;
 mod select;
 
 use std::sync::{Arc, RwLock};

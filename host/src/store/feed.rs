@@ -2,7 +2,7 @@
 //! recorded. The row id is the feed's cursor: it only grows and is never reused, even after
 //! old rows are pruned.
 
-use rusqlite::{Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::{Rd, StoreError, Tx};
@@ -43,16 +43,32 @@ pub enum Since {
     Time(String),
 }
 
-/// A feed read: rows after `since` (or the newest `last`), filtered.
+/// A feed read: rows after `since` (or the newest `limit`), filtered.
 #[derive(Debug, Clone, Default)]
 pub struct FeedQuery {
     pub since: Option<Since>,
-    /// An event name or glob (SQLite `GLOB` syntax: `*`, `?`, `[...]`).
-    pub event: Option<String>,
+    /// Only these events (an event pattern expanded against the taxonomy, so the store and a
+    /// live reader match the same names); `None`: every event.
+    pub events: Option<Vec<String>>,
     pub family: Option<Family>,
     pub project: Option<String>,
     /// Without `since`: the newest this many, oldest first. With it: at most this many.
     pub limit: usize,
+}
+
+impl FeedQuery {
+    /// Whether a row passes the query's filters (`since` and `limit` aside): what the SQL of
+    /// [`Rd::feed`] keeps, for envelopes that arrive live.
+    pub fn matches(&self, envelope: &Envelope) -> bool {
+        self.events
+            .as_ref()
+            .is_none_or(|events| events.contains(&envelope.event))
+            && self.family.is_none_or(|f| f == envelope.family)
+            && self
+                .project
+                .as_ref()
+                .is_none_or(|p| envelope.project.as_ref() == Some(p))
+    }
 }
 
 impl Rd<'_> {
@@ -65,9 +81,15 @@ impl Rd<'_> {
         };
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let filter = "(?1 IS NULL OR id > ?1) AND (?2 IS NULL OR timestamp >= ?2)
-             AND (?3 IS NULL OR event GLOB ?3) AND (?4 IS NULL OR family = ?4) AND (?5 IS NULL OR project = ?5)";
+             AND (?3 IS NULL OR event IN (SELECT value FROM json_each(?3)))
+             AND (?4 IS NULL OR family = ?4) AND (?5 IS NULL OR project = ?5)";
         let family = query.family.map(Family::as_str);
-        let args = params![after, from_time, query.event, family, query.project, limit];
+        let events = query
+            .events
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()?;
+        let args = params![after, from_time, events, family, query.project, limit];
         let mut rows: Vec<Envelope> = if query.since.is_some() {
             self.conn()
                 .prepare_cached(&format!(
@@ -87,6 +109,22 @@ impl Rd<'_> {
             rows.reverse();
         }
         Ok(rows)
+    }
+
+    /// The cursor just before the first row recorded at or after `time` (RFC 3339, UTC): a
+    /// reader after it reads from that instant on. The newest cursor when no row is that new.
+    pub fn feed_cursor_at(&self, time: &str) -> Result<i64, StoreError> {
+        let first: Option<i64> = self
+            .conn()
+            .prepare_cached(
+                "SELECT id FROM feed WHERE timestamp >= ?1 ORDER BY timestamp, id LIMIT 1",
+            )?
+            .query_row([time], |row| row.get(0))
+            .optional()?;
+        match first {
+            Some(id) => Ok(id - 1),
+            None => self.feed_head(),
+        }
     }
 
     /// The newest cursor (0 for an empty feed).
@@ -148,5 +186,166 @@ impl Tx<'_> {
                 "DELETE FROM feed WHERE id IN (SELECT id FROM feed WHERE timestamp < ?1 ORDER BY id LIMIT ?2)",
             )?
             .execute(params![before, i64::try_from(limit).unwrap_or(i64::MAX)])?)
+    }
+}
+
+#[cfg(test)]
+impl Tx<'_> {
+    /// Sets the time of every row up to cursor `up_to` (retention tests).
+    pub(crate) fn backdate_feed_for_test(&self, up_to: i64, at: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE feed SET timestamp = ?2 WHERE id <= ?1",
+            params![up_to, at],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::events::plugin::{PluginDisabled, PluginEnabled, PluginRef};
+    use crate::events::session::{SessionCreated, SessionRef};
+    use crate::store::Store;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("canopy.db")).unwrap();
+        (dir, store)
+    }
+
+    fn plugin(name: &str) -> PluginRef {
+        PluginRef {
+            plugin: name.to_string(),
+            version: "1.0.0".to_string(),
+            sha256: "ab".repeat(32),
+            modes: vec!["command".to_string()],
+        }
+    }
+
+    fn session(name: &str, workdir: &str) -> Event {
+        Event::new(&SessionCreated(SessionRef {
+            session_id: format!("{name}-id"),
+            session_name: Some(name.to_string()),
+            workdir: Some(workdir.to_string()),
+        }))
+    }
+
+    /// Appends the events in one write; returns their envelopes.
+    fn append(store: &Store, events: Vec<Event>) -> Vec<Envelope> {
+        store
+            .write_blocking(move |tx| {
+                events
+                    .iter()
+                    .map(|e| tx.append_feed("node-a", e, &Cause::user()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap()
+    }
+
+    fn read(store: &Store, query: FeedQuery) -> Vec<Envelope> {
+        store.read_blocking(move |rd| rd.feed(&query)).unwrap()
+    }
+
+    #[test]
+    fn the_feed_reads_the_newest_or_after_a_cursor_and_filters_like_a_live_reader() {
+        let (_dir, store) = store();
+        let rows = append(
+            &store,
+            vec![
+                Event::new(&PluginEnabled(plugin("a"))),
+                session("lead", "/w/one"),
+                Event::new(&PluginDisabled(plugin("b"))),
+                session("pair", "/w/two"),
+            ],
+        );
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+
+        // The newest two, oldest first.
+        let newest = read(
+            &store,
+            FeedQuery {
+                limit: 2,
+                ..FeedQuery::default()
+            },
+        );
+        assert_eq!(newest, rows[2..].to_vec());
+        // After a cursor, at most `limit`.
+        let after = read(
+            &store,
+            FeedQuery {
+                since: Some(Since::Cursor(ids[0])),
+                limit: 2,
+                ..FeedQuery::default()
+            },
+        );
+        assert_eq!(after, rows[1..3].to_vec());
+
+        let queries = [
+            FeedQuery {
+                events: Some(vec!["plugin.disabled".to_string()]),
+                ..FeedQuery::default()
+            },
+            FeedQuery {
+                family: Some(Family::Session),
+                ..FeedQuery::default()
+            },
+            FeedQuery {
+                project: Some("/w/two".to_string()),
+                ..FeedQuery::default()
+            },
+            FeedQuery {
+                events: Some(vec![
+                    "plugin.enabled".to_string(),
+                    "session.created".to_string(),
+                ]),
+                project: Some("/w/one".to_string()),
+                ..FeedQuery::default()
+            },
+        ];
+        for query in queries {
+            let expected: Vec<Envelope> =
+                rows.iter().filter(|r| query.matches(r)).cloned().collect();
+            assert!(!expected.is_empty(), "{query:?}");
+            let query = FeedQuery {
+                limit: 100,
+                ..query
+            };
+            assert_eq!(read(&store, query.clone()), expected, "{query:?}");
+        }
+    }
+
+    #[test]
+    fn a_time_is_a_cursor_just_before_the_first_row_that_new() {
+        let (_dir, store) = store();
+        let first = append(&store, vec![session("lead", "/w")]);
+        let now = super::super::now();
+        let later = append(&store, vec![session("pair", "/w"), session("solo", "/w")]);
+        let (at, head) = {
+            let now = now.clone();
+            store
+                .read_blocking(move |rd| {
+                    Ok::<_, StoreError>((rd.feed_cursor_at(&now)?, rd.feed_head()?))
+                })
+                .unwrap()
+        };
+        assert_eq!(at, first[0].id);
+        assert_eq!(head, later[1].id);
+        let since_time = read(
+            &store,
+            FeedQuery {
+                since: Some(Since::Time(now)),
+                limit: 100,
+                ..FeedQuery::default()
+            },
+        );
+        assert_eq!(since_time, later);
+        let future = store
+            .read_blocking(|rd| rd.feed_cursor_at("9999-01-01T00:00:00.000000Z"))
+            .unwrap();
+        assert_eq!(future, head);
     }
 }
