@@ -19,7 +19,7 @@ use crate::store::Store;
 
 /// What the daemon provides to plugins behind the `host` interface.
 struct DaemonServices {
-    store: Store,
+    outbox: sessions::Outbox,
     platforms: std::collections::BTreeMap<String, Platform>,
     /// Where the platforms were read from, and when: errors name them, since an edit of the
     /// file after that has no effect until a restart.
@@ -57,13 +57,7 @@ impl HostServices for DaemonServices {
         text: &'a str,
         provenance: &'a Provenance,
     ) -> crate::plugins::ServiceFuture<'a, Result<String, String>> {
-        Box::pin(sessions::enqueue(
-            &self.store,
-            plugin,
-            target,
-            text,
-            provenance,
-        ))
+        Box::pin(self.outbox.enqueue(plugin, target, text, provenance))
     }
 
     fn agent_platform(&self, name: &str) -> Result<Platform, String> {
@@ -205,8 +199,9 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     crate::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
+    let outbox = sessions::Outbox::default();
     let services = Arc::new(DaemonServices {
-        store: store.clone(),
+        outbox: outbox.clone(),
         platforms: config.platforms(),
         config: ConfigSource {
             path: data.config_file(),
@@ -254,7 +249,8 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
     let engine_store = store.clone();
-    let delivery = Delivery::new(store.clone());
+    let delivery = Delivery::new(bus.clone());
+    outbox.bind(bus.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
     crate::bus::retention::spawn(store.clone(), config.feed.keep_days);
     let app = api::router(

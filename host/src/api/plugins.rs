@@ -1,4 +1,7 @@
 //! `/api/plugins`: install, list, inspect, remove, enable, run and bench executor plugins.
+//!
+//! A change records its `plugin.*` event once it is done: installed (or upgraded), removed,
+//! and a built-in disabled (removing one) or a disabled plugin enabled.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,12 +15,26 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
+use crate::events::Event;
+use crate::events::plugin::{
+    PluginDisabled, PluginEnabled, PluginInstalled, PluginRef as PluginEventRef, PluginRemoved,
+};
 use crate::plugins::{
     BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, Provenance, WorkConfig,
 };
 
 /// Largest component accepted for install.
 const MAX_COMPONENT: usize = 64 * 1024 * 1024;
+
+/// What a `plugin.*` event says about a plugin.
+fn event_ref(info: &PluginInfo) -> PluginEventRef {
+    PluginEventRef {
+        plugin: info.record.name.clone(),
+        version: info.record.version.clone(),
+        sha256: info.record.sha256.clone(),
+        modes: info.record.manifest.modes.clone(),
+    }
+}
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -64,6 +81,11 @@ async fn install(
         .install(body.to_vec(), &grants, query.replace)
         .await?;
     tracing::info!(plugin = %info.record.name, version = %info.record.version, sha256 = %info.record.sha256, "plugin installed");
+    // The files are in place: the event can only follow them.
+    state
+        .bus
+        .emit_logged(vec![Event::new(&PluginInstalled(event_ref(&info)))])
+        .await;
     Ok((StatusCode::CREATED, ApiJson(info)))
 }
 
@@ -81,7 +103,19 @@ async fn remove(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<ApiJson<Value>, ApiError> {
+    let was_enabled = state.plugins.get(&name)?.record.enabled;
     let info = state.plugins.remove(&name).await?;
+    let event = if !info.record.builtin {
+        Some(Event::new(&PluginRemoved(event_ref(&info))))
+    } else if was_enabled {
+        Some(Event::new(&PluginDisabled(event_ref(&info))))
+    } else {
+        // A built-in that was disabled already: nothing changed.
+        None
+    };
+    if let Some(event) = event {
+        state.bus.emit_logged(vec![event]).await;
+    }
     let orphaned: Vec<&String> = info
         .record
         .manifest
@@ -147,7 +181,15 @@ async fn enable(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<ApiJson<PluginInfo>, ApiError> {
-    Ok(ApiJson(state.plugins.set_enabled(&name, true).await?))
+    let was_enabled = state.plugins.get(&name)?.record.enabled;
+    let info = state.plugins.set_enabled(&name, true).await?;
+    if !was_enabled {
+        state
+            .bus
+            .emit_logged(vec![Event::new(&PluginEnabled(event_ref(&info)))])
+            .await;
+    }
+    Ok(ApiJson(info))
 }
 
 #[derive(Debug, Deserialize)]

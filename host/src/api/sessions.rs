@@ -52,7 +52,7 @@ async fn create(
 ) -> Result<(StatusCode, ApiJson<Session>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        ApiJson(sessions::create(&state.store, new).await?),
+        ApiJson(sessions::create(&state.bus, new).await?),
     ))
 }
 
@@ -67,14 +67,14 @@ async fn finish(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Session>, ApiError> {
-    Ok(ApiJson(sessions::finish(&state.store, &id).await?))
+    Ok(ApiJson(sessions::finish(&state.bus, &id).await?))
 }
 
 async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Session>, ApiError> {
-    Ok(ApiJson(sessions::resume(&state.store, &id).await?))
+    Ok(ApiJson(sessions::resume(&state.bus, &id).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,7 +88,7 @@ async fn import(
     ApiJson(body): ApiJson<ImportBody>,
 ) -> Result<ApiJson<Session>, ApiError> {
     Ok(ApiJson(
-        sessions::import(&state.store, &body.conversation_id).await?,
+        sessions::import(&state.bus, &body.conversation_id).await?,
     ))
 }
 

@@ -16,6 +16,9 @@
 //! session's messages in order; at most [`MAX_SESSIONS_IN_FLIGHT`] run at once, and a session
 //! whose task is still running is skipped by later ticks. Every tmux call is killed after
 //! [`TMUX_TIMEOUT`], so a dead or hung pane holds up its own session only.
+//!
+//! **Events.** A message becoming `delivered` or `undeliverable` records its
+//! `session.message.delivered` or `session.message.undeliverable` event in that same write.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +27,10 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, broadcast};
 
-use super::{Message, MessageStatus, NotificationKind, Session, SessionStatus};
+use super::{Message, MessageStatus, NotificationKind, Session, SessionStatus, message_ref};
+use crate::bus::Bus;
+use crate::events::Event;
+use crate::events::session::{MessageDelivered, MessageUndeliverable};
 use crate::store::{Store, StoreError};
 
 /// How often the scheduler delivers.
@@ -58,6 +64,8 @@ pub struct Delivery {
 #[derive(Debug)]
 struct Inner {
     store: Store,
+    /// Records the messages' events.
+    bus: Bus,
     /// One channel per session someone follows; dropped once nobody does.
     followers: Mutex<HashMap<String, broadcast::Sender<Message>>>,
     /// Sessions whose delivery task is running (`None`: messages stored without a session).
@@ -85,10 +93,12 @@ impl Drop for Busy {
 }
 
 impl Delivery {
-    pub fn new(store: Store) -> Self {
+    /// Delivery on the bus's store, recording its events on the bus.
+    pub fn new(bus: Bus) -> Self {
         Self {
             inner: Arc::new(Inner {
-                store,
+                store: bus.store().clone(),
+                bus,
                 followers: Mutex::new(HashMap::new()),
                 busy: Mutex::new(HashSet::new()),
                 slots: Arc::new(Semaphore::new(MAX_SESSIONS_IN_FLIGHT)),
@@ -175,12 +185,15 @@ impl Delivery {
     /// Marks every message a previous daemon left `delivering` as undeliverable, with a
     /// notification each.
     async fn recover(&self) -> Result<(), StoreError> {
-        let interrupted = self
-            .inner
-            .store
-            .write(|tx| {
+        let interrupted = super::write_with_events(&self.inner.bus, |tx| {
                 let interrupted = tx.interrupt_deliveries(INTERRUPTED)?;
+                let mut events = Vec::with_capacity(interrupted.len());
                 for message in &interrupted {
+                    events.push(Event::new(&MessageUndeliverable(message_ref(
+                        tx,
+                        message,
+                        Some(INTERRUPTED),
+                    )?)));
                     tx.add_notification(
                         NotificationKind::DeliveryInterrupted,
                         &format!(
@@ -191,7 +204,7 @@ impl Delivery {
                         Some(&message.id),
                     )?;
                 }
-                Ok::<_, StoreError>(interrupted.len())
+                Ok::<_, StoreError>((interrupted.len(), events))
             })
             .await?;
         if interrupted > 0 {
@@ -331,6 +344,7 @@ impl Delivery {
     }
 
     /// Moves a message from `from` to `to`; the message as it is now, if it was in `from`.
+    /// A message that becomes `delivered` records its event in the same write.
     async fn transition(
         &self,
         id: &str,
@@ -338,10 +352,17 @@ impl Delivery {
         to: MessageStatus,
     ) -> Result<Option<Message>, StoreError> {
         let id = id.to_string();
-        self.inner
-            .store
-            .write(move |tx| tx.move_message(&id, from, to, None))
-            .await
+        super::write_with_events(&self.inner.bus, move |tx| {
+            let moved = tx.move_message(&id, from, to, None)?;
+            let events = match (&moved, to) {
+                (Some(message), MessageStatus::Delivered) => vec![Event::new(&MessageDelivered(
+                    message_ref(tx, message, None)?,
+                ))],
+                _ => Vec::new(),
+            };
+            Ok((moved, events))
+        })
+        .await
     }
 
     /// Keeps a message for recall (`undeliverable`, with `why`) and raises a notification.
@@ -354,22 +375,22 @@ impl Delivery {
     ) -> Result<(), StoreError> {
         tracing::warn!(message = %id, %why, "message kept for recall");
         let id = id.to_string();
-        self.inner
-            .store
-            .write(move |tx| {
-                let kept = tx.move_message(&id, from, MessageStatus::Undeliverable, Some(&why))?;
-                if kept.is_some() {
-                    tx.add_notification(
-                        kind,
-                        &format!(
-                            "message {id} was not delivered: {why}; its prompt is kept (`canopy session recall`)"
-                        ),
-                        Some(&id),
-                    )?;
-                }
-                Ok(())
-            })
-            .await
+        super::write_with_events(&self.inner.bus, move |tx| {
+            let kept = tx.move_message(&id, from, MessageStatus::Undeliverable, Some(&why))?;
+            let Some(kept) = kept else {
+                return Ok(((), Vec::new()));
+            };
+            tx.add_notification(
+                kind,
+                &format!(
+                    "message {id} was not delivered: {why}; its prompt is kept (`canopy session recall`)"
+                ),
+                Some(&id),
+            )?;
+            let event = MessageUndeliverable(message_ref(tx, &kept, Some(&why))?);
+            Ok(((), vec![Event::new(&event)]))
+        })
+        .await
     }
 }
 

@@ -10,6 +10,10 @@
 //! its provenance; the daemon's scheduler delivers it on its next tick -- into the session's inbox,
 //! or typed into its tmux pane -- whether or not a client is attached. A message whose session is
 //! gone by then is kept for recall and a notification says so.
+//!
+//! Each change records its `session.*` event in the write that makes it true (see
+//! [`crate::bus`]): a session created, resumed or imported, finished; a message queued,
+//! delivered, or kept as undeliverable.
 
 mod delivery;
 
@@ -20,9 +24,80 @@ pub use crate::store::messages::{
 };
 pub use crate::store::sessions::{NewSession, Session, SessionStatus};
 
+use std::sync::{Arc, OnceLock};
+
+use crate::bus::Bus;
 use crate::engine::{EngineError, invalid};
+use crate::events::session::{
+    MessageQueued, MessageRef, SessionCreated, SessionFinished, SessionRef,
+};
+use crate::events::{Cause, Event};
 use crate::plugins::{MessageTarget, Provenance};
-use crate::store::{Store, StoreError, Tx, ids};
+use crate::store::{Rd, Store, StoreError, Tx, ids};
+
+/// A write that also records the events it returns (as [`Cause::current`]), published once it
+/// has committed.
+pub(crate) async fn write_with_events<T, E>(
+    bus: &Bus,
+    work: impl FnOnce(&Tx<'_>) -> Result<(T, Vec<Event>), E> + Send + 'static,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    let cause = Cause::current();
+    let recorder = bus.clone();
+    let (value, recorded) = bus
+        .store()
+        .write(move |tx| {
+            let (value, events) = work(tx)?;
+            let recorded = recorder.record(tx, events, &cause)?;
+            Ok::<_, E>((value, recorded))
+        })
+        .await?;
+    bus.publish(recorded).await;
+    Ok(value)
+}
+
+/// What a `session.created` or `session.finished` event says about a session.
+fn session_ref(session: &Session) -> SessionRef {
+    SessionRef {
+        session_id: session.id.clone(),
+        session_name: Some(session.name.clone()),
+        // A session belongs to no workdir.
+        workdir: None,
+    }
+}
+
+/// What a `session.message.*` event says about a message: its session (with the session's
+/// name as it is now), and the workdir of the run that sent it, when a run did.
+pub(crate) fn message_ref(
+    rd: &Rd<'_>,
+    message: &Message,
+    reason: Option<&str>,
+) -> Result<MessageRef, StoreError> {
+    let session_name = match &message.session_id {
+        Some(id) => rd.find_session(id)?.map(|s| s.name),
+        None => None,
+    };
+    let run_id = &message.provenance.run_id;
+    let workdir = if run_id.is_empty() {
+        None
+    } else {
+        match rd.run(run_id) {
+            Ok(run) => Some(run.workdir),
+            Err(StoreError::NotFound { .. }) => None,
+            Err(err) => return Err(err),
+        }
+    };
+    Ok(MessageRef {
+        session_id: message.session_id.clone().unwrap_or_default(),
+        session_name,
+        message_id: message.id.clone(),
+        workdir,
+        reason: reason.map(str::to_string),
+    })
+}
 
 fn check_name(name: &str) -> Result<String, EngineError> {
     let name = name.trim();
@@ -33,7 +108,7 @@ fn check_name(name: &str) -> Result<String, EngineError> {
 }
 
 /// Creates a live session.
-pub async fn create(store: &Store, new: NewSession) -> Result<Session, EngineError> {
+pub async fn create(bus: &Bus, new: NewSession) -> Result<Session, EngineError> {
     let new = NewSession {
         name: check_name(&new.name)?,
         ..new
@@ -41,7 +116,12 @@ pub async fn create(store: &Store, new: NewSession) -> Result<Session, EngineErr
     if new.tmux_socket.is_some() && new.tmux_target.is_none() {
         return invalid("field `tmux_socket` needs `tmux_target`");
     }
-    Ok(store.write(move |tx| tx.insert_session(&new)).await?)
+    write_with_events(bus, move |tx| {
+        let session = tx.insert_session(&new)?;
+        let created = Event::new(&SessionCreated(session_ref(&session)));
+        Ok((session, vec![created]))
+    })
+    .await
 }
 
 /// Sessions, newest first; live ones only unless `all`.
@@ -60,23 +140,24 @@ pub async fn get(store: &Store, name_or_id: &str) -> Result<Session, EngineError
 }
 
 /// Finishes a live session.
-pub async fn finish(store: &Store, name_or_id: &str) -> Result<Session, EngineError> {
+pub async fn finish(bus: &Bus, name_or_id: &str) -> Result<Session, EngineError> {
     let text = name_or_id.to_string();
-    store
-        .write(move |tx| {
-            let session = tx.session(&tx.resolve_session(&text)?)?;
-            match session.status {
-                SessionStatus::Finished => Err(EngineError::Conflict(format!(
-                    "session {} is already finished",
-                    ids::short(&session.id)
-                ))),
-                SessionStatus::Live => {
-                    tx.set_session_status(&session.id, SessionStatus::Finished, &session.name)?;
-                    Ok(tx.session(&session.id)?)
-                }
+    write_with_events(bus, move |tx| {
+        let session = tx.session(&tx.resolve_session(&text)?)?;
+        match session.status {
+            SessionStatus::Finished => Err(EngineError::Conflict(format!(
+                "session {} is already finished",
+                ids::short(&session.id)
+            ))),
+            SessionStatus::Live => {
+                tx.set_session_status(&session.id, SessionStatus::Finished, &session.name)?;
+                let session = tx.session(&session.id)?;
+                let finished = Event::new(&SessionFinished(session_ref(&session)));
+                Ok((session, vec![finished]))
             }
-        })
-        .await
+        }
+    })
+    .await
 }
 
 /// A fresh name for a session: `base-xxxx`.
@@ -85,8 +166,9 @@ fn fresh_name(base: &str) -> String {
 }
 
 /// Relaunches a finished session (inside a write): same id, same name -- unless another live
-/// session holds the name, in which case it takes a fresh one (keeping its id).
-fn resume_in(tx: &Tx<'_>, id: &str) -> Result<Session, EngineError> {
+/// session holds the name, in which case it takes a fresh one (keeping its id). Returns it with
+/// its `session.created` event.
+fn resume_in(tx: &Tx<'_>, id: &str) -> Result<(Session, Vec<Event>), EngineError> {
     let session = tx.session(id)?;
     match session.status {
         SessionStatus::Live => Err(EngineError::Conflict(format!(
@@ -100,48 +182,83 @@ fn resume_in(tx: &Tx<'_>, id: &str) -> Result<Session, EngineError> {
                 session.name.clone()
             };
             tx.set_session_status(&session.id, SessionStatus::Live, &name)?;
-            Ok(tx.session(&session.id)?)
+            let session = tx.session(&session.id)?;
+            let resumed = Event::new(&SessionCreated(session_ref(&session)));
+            Ok((session, vec![resumed]))
         }
     }
 }
 
 /// Relaunches a finished session: same id, same name -- unless another live session holds the
 /// name, in which case it takes a fresh one (keeping its id).
-pub async fn resume(store: &Store, name_or_id: &str) -> Result<Session, EngineError> {
+pub async fn resume(bus: &Bus, name_or_id: &str) -> Result<Session, EngineError> {
     let text = name_or_id.to_string();
-    store
-        .write(move |tx| {
-            let id = tx.resolve_session(&text)?;
-            resume_in(tx, &id)
-        })
-        .await
+    write_with_events(bus, move |tx| {
+        let id = tx.resolve_session(&text)?;
+        resume_in(tx, &id)
+    })
+    .await
 }
 
 /// Brings a harness conversation in: one Canopy has seen resumes its session; one it has never
 /// seen becomes a new session with a fresh id and a fresh generated name.
-pub async fn import(store: &Store, conversation_id: &str) -> Result<Session, EngineError> {
+pub async fn import(bus: &Bus, conversation_id: &str) -> Result<Session, EngineError> {
     let conversation_id = conversation_id.trim().to_string();
     if conversation_id.is_empty() {
         return invalid("field `conversation_id` must not be empty");
     }
-    store
-        .write(
-            move |tx| match tx.session_of_conversation(&conversation_id)? {
-                Some(id) => {
-                    let session = tx.session(&id)?;
-                    match session.status {
-                        SessionStatus::Live => Ok(session),
-                        SessionStatus::Finished => resume_in(tx, &id),
-                    }
+    write_with_events(bus, move |tx| {
+        match tx.session_of_conversation(&conversation_id)? {
+            Some(id) => {
+                let session = tx.session(&id)?;
+                match session.status {
+                    // Nothing changes: no event.
+                    SessionStatus::Live => Ok((session, Vec::new())),
+                    SessionStatus::Finished => resume_in(tx, &id),
                 }
-                None => Ok(tx.insert_session(&NewSession {
+            }
+            None => {
+                let session = tx.insert_session(&NewSession {
                     name: fresh_name("session"),
                     conversation_id: Some(conversation_id),
                     ..NewSession::default()
-                })?),
-            },
-        )
-        .await
+                })?;
+                let created = Event::new(&SessionCreated(session_ref(&session)));
+                Ok((session, vec![created]))
+            }
+        }
+    })
+    .await
+}
+
+/// Where hooks' messages are queued, for the plugin host: the bus, bound once the daemon has
+/// one (the plugin host starts before the bus, which needs it). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    bus: Arc<OnceLock<Bus>>,
+}
+
+impl Outbox {
+    /// Queues messages on this bus from now on.
+    pub fn bind(&self, bus: Bus) {
+        if self.bus.set(bus).is_err() {
+            tracing::warn!("the session outbox was bound twice; the first bus stays");
+        }
+    }
+
+    /// [`enqueue`] on the bound bus.
+    pub async fn enqueue(
+        &self,
+        plugin: &str,
+        target: MessageTarget,
+        text: &str,
+        provenance: &Provenance,
+    ) -> Result<String, String> {
+        match self.bus.get() {
+            Some(bus) => enqueue(bus, plugin, target, text, provenance).await,
+            None => Err("the daemon is still starting; nothing was sent".to_string()),
+        }
+    }
 }
 
 /// Why a hook's message was not stored.
@@ -158,18 +275,18 @@ impl From<StoreError> for EnqueueError {
 }
 
 /// Resolves a hook's target now and stores its message as pending, in one write (the session
-/// the target names is the one the message is stored for). The error (sent back to the hook,
-/// which fails loudly) names the id or name that did not resolve.
+/// the target names is the one the message is stored for) with its `session.message.queued`
+/// event. The error (sent back to the hook, which fails loudly) names the id or name that did
+/// not resolve.
 pub async fn enqueue(
-    store: &Store,
+    bus: &Bus,
     plugin: &str,
     target: MessageTarget,
     text: &str,
     provenance: &Provenance,
 ) -> Result<String, String> {
     let (plugin, text, provenance) = (plugin.to_string(), text.to_string(), provenance.clone());
-    let stored = store
-        .write(move |tx| {
+    let stored = write_with_events(bus, move |tx| {
             let session_id = match &target {
                 MessageTarget::Id(id) => match tx.find_session(id)? {
                     Some(session) => session.id,
@@ -198,13 +315,15 @@ pub async fn enqueue(
                     }
                 }
             };
-            Ok(tx.insert_message(&NewMessage {
+            let id = tx.insert_message(&NewMessage {
                 session_id,
                 target,
                 text,
                 provenance,
                 plugin,
-            })?)
+            })?;
+            let queued = MessageQueued(message_ref(tx, &tx.message(&id)?, None)?);
+            Ok((id, vec![Event::new(&queued)]))
         })
         .await;
     match stored {
