@@ -11,6 +11,7 @@
 mod daemon;
 mod engine;
 mod error;
+mod feed;
 mod guard;
 mod hooks;
 mod plugins;
@@ -58,6 +59,7 @@ pub fn router(state: AppState, access: Access) -> Router {
         .nest("/api", engine::router())
         .nest("/api", hooks::router())
         .nest("/api", sessions::router())
+        .nest("/api", feed::router())
         .nest("/api", daemon::router())
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(method_not_allowed)

@@ -3,6 +3,7 @@
 
 mod client;
 mod daemon;
+mod feed;
 mod graph;
 mod hooks;
 mod output;
@@ -103,6 +104,12 @@ enum Command {
         after_help = "Examples:\n  canopy hooks runs --graph web --since 2h\n  canopy hooks test web on_completed"
     )]
     Hooks(hooks::HooksCommand),
+    /// The feed: every event Canopy recorded (graphs, specs, nodes, hooks, sessions, plugins),
+    /// oldest first; --follow streams new ones.
+    #[command(
+        after_help = "Examples:\n  canopy feed --last 20\n  canopy feed --follow --family graph\n  canopy feed --event 'spec.*' --since 2h --json"
+    )]
+    Feed(feed::FeedArgs),
     /// Interactive sessions and the messages hooks send them.
     #[command(
         subcommand,
@@ -189,6 +196,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Queue(command) => queue::run(&Client::connect(&data)?, command).await,
         Command::Hooks(command) => hooks::run(&Client::connect(&data)?, command).await,
         Command::Session(command) => session::run(&Client::connect(&data)?, command).await,
+        Command::Feed(args) => feed::run(&data, args).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

@@ -1,0 +1,400 @@
+//! `canopy feed`: the events Canopy recorded, oldest first; `--follow` streams new ones as they
+//! are recorded, resuming after a dropped connection (a daemon restart, say) where it left off.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::Value;
+
+use super::client::{ApiFailure, in_cli_terms};
+use super::{Client, encode, print_json, str_at};
+use crate::datadir::DataDir;
+
+/// Events one read returns at most (the API's limit).
+const PAGE: usize = 1000;
+
+/// Events `--follow` shows first when neither `--since` nor `--last` says.
+const FOLLOW_LAST: usize = 10;
+
+/// The longest wait between two attempts to reconnect.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Args)]
+pub struct FeedArgs {
+    /// Keep printing events as they are recorded (Ctrl-C ends). A dropped connection (a daemon
+    /// restart) is resumed after the last event printed: nothing is skipped or printed twice.
+    #[arg(long, short)]
+    follow: bool,
+    /// Only this event, or the events a glob matches (graph.run.completed, spec.*, *.failed).
+    #[arg(long, value_name = "GLOB")]
+    event: Option<String>,
+    /// Only this family's events: graph, spec, node, hook, session or plugin.
+    #[arg(long, value_name = "FAMILY")]
+    family: Option<String>,
+    /// Only the events of this project (a graph's workdir).
+    #[arg(long, value_name = "DIR")]
+    project: Option<String>,
+    /// The events after this cursor (the number before an event), since this time (RFC 3339)
+    /// or this long ago (10m, 2h). Without --last, every one of them.
+    #[arg(long, value_name = "CURSOR|TIME")]
+    since: Option<String>,
+    /// The newest N events (with --since: the first N after it; at most 1000) [default: 100,
+    /// or 10 with --follow]
+    #[arg(long, value_name = "N")]
+    last: Option<usize>,
+    /// JSON: the answer as the API gives it; with --follow one event per line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The API's words for the arguments, in the command line's.
+const ARGUMENTS: &[(&str, &str)] = &[
+    ("since", "--since"),
+    ("event", "--event"),
+    ("family", "--family"),
+    ("project", "--project"),
+    ("last", "--last"),
+];
+
+pub async fn run(data: &DataDir, args: FeedArgs) -> Result<ExitCode> {
+    let client = Client::connect(data)?;
+    if !args.follow {
+        return list(&client, &args)
+            .await
+            .map_err(|err| in_cli_terms(err, ARGUMENTS));
+    }
+    tokio::select! {
+        followed = follow(data, client, &args) => followed.map_err(|err| in_cli_terms(err, ARGUMENTS)),
+        // Ctrl-C is how a follow ends.
+        _ = tokio::signal::ctrl_c() => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The query string of the arguments' filters, `&`-prefixed parameters.
+fn filters(args: &FeedArgs) -> String {
+    let mut query = String::new();
+    let project = args.project.as_deref().map(|dir| {
+        // A directory given as on the command line (`.`, relative) is the canonical workdir
+        // the events name; a project that is gone is taken as written.
+        std::fs::canonicalize(dir)
+            .map(|path| path.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| dir.to_string())
+    });
+    for (name, value) in [
+        ("event", args.event.as_deref()),
+        ("family", args.family.as_deref()),
+        ("project", project.as_deref()),
+    ] {
+        if let Some(value) = value {
+            query.push_str(&format!("&{name}={}", encode(value)));
+        }
+    }
+    query
+}
+
+/// Prints the newest events (or those after `--since`, page by page) and returns.
+async fn list(client: &Client, args: &FeedArgs) -> Result<ExitCode> {
+    let filters = filters(args);
+    let Some(since) = args.since.as_deref() else {
+        let last = args.last.unwrap_or(100);
+        let answer: Value = client
+            .get(&format!("/api/feed?last={last}{filters}"))
+            .await?;
+        print_answer(&answer, args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    if let Some(last) = args.last {
+        let answer: Value = client
+            .get(&format!(
+                "/api/feed?since={}&last={last}{filters}",
+                encode(since)
+            ))
+            .await?;
+        print_answer(&answer, args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Every event since then: page after the last one read until a page comes back short.
+    let mut since = since.to_string();
+    let mut all: Vec<Value> = Vec::new();
+    let head = loop {
+        let answer: Value = client
+            .get(&format!(
+                "/api/feed?since={}&last={PAGE}{filters}",
+                encode(&since)
+            ))
+            .await?;
+        let events = answer["events"].as_array().cloned().unwrap_or_default();
+        if !args.json {
+            for event in &events {
+                println!("{}", line(event));
+            }
+        }
+        let full = events.len() == PAGE;
+        if let Some(last) = events.last() {
+            since = last["id"].to_string();
+        }
+        all.extend(events);
+        if !full {
+            break answer["head"].clone();
+        }
+    };
+    if args.json {
+        print_json(&serde_json::json!({ "events": all, "head": head }))?;
+    } else if all.is_empty() {
+        println!(
+            "no events since {}",
+            args.since.as_deref().unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_answer(answer: &Value, json: bool) -> Result<()> {
+    if json {
+        return print_json(answer);
+    }
+    let events = answer["events"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if events.is_empty() {
+        println!("no events");
+    }
+    for event in events {
+        println!("{}", line(event));
+    }
+    Ok(())
+}
+
+/// Streams the feed until Ctrl-C, reconnecting after a dropped connection with the cursor of
+/// the last event printed (`Last-Event-ID`), so the stream resumes without a gap.
+async fn follow(data: &DataDir, first: Client, args: &FeedArgs) -> Result<ExitCode> {
+    let start = match (args.since.as_deref(), args.last) {
+        (Some(since), Some(last)) => format!("since={}&last={last}", encode(since)),
+        (Some(since), None) => format!("since={}", encode(since)),
+        (None, last) => format!("last={}", last.unwrap_or(FOLLOW_LAST)),
+    };
+    let path = format!("/api/feed?follow=true&{start}{}", filters(args));
+    let mut client = Some(first);
+    let mut last_id: Option<String> = None;
+    let mut connected_once = false;
+    let mut wait = Duration::from_millis(200);
+    loop {
+        // After a drop the daemon may have restarted elsewhere: read its address and token anew.
+        let current = match client.take() {
+            Some(client) => Ok(client),
+            None => Client::connect(data),
+        };
+        let outcome = match current {
+            Ok(client) => stream_once(&client, &path, last_id.as_deref(), args.json).await,
+            Err(err) => Err(Dropped::Unreachable(err)),
+        };
+        match outcome {
+            Ok(Streamed { last, .. }) | Err(Dropped::Broken { last, .. }) if last.is_some() => {
+                last_id = last;
+                connected_once = true;
+                wait = Duration::from_millis(200);
+            }
+            Ok(_) => connected_once = true,
+            Err(Dropped::Refused(err)) => return Err(err),
+            Err(Dropped::Unreachable(err)) if !connected_once => return Err(err),
+            Err(_) => {}
+        }
+        eprintln!(
+            "canopy: the feed stream from the daemon ended; reconnecting{}",
+            last_id
+                .as_deref()
+                .map(|id| format!(" after event {id}"))
+                .unwrap_or_default()
+        );
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// A stream that ended: the cursor of the last event printed, if any.
+struct Streamed {
+    last: Option<String>,
+}
+
+/// Why a stream could not go on.
+enum Dropped {
+    /// The daemon answered with an error: reconnecting would not help.
+    Refused(anyhow::Error),
+    /// No daemon answered.
+    Unreachable(anyhow::Error),
+    /// The stream broke after it started.
+    Broken { last: Option<String> },
+}
+
+/// One connection: prints each event as it comes until the stream ends or breaks.
+async fn stream_once(
+    client: &Client,
+    path: &str,
+    last_id: Option<&str>,
+    json: bool,
+) -> Result<Streamed, Dropped> {
+    let mut request = client.stream(path);
+    if let Some(id) = last_id {
+        request = request.header("Last-Event-ID", id);
+    }
+    let mut response = request
+        .send()
+        .await
+        .context("cannot reach the daemon")
+        .map_err(Dropped::Unreachable)?;
+    let status = response.status();
+    if !status.is_success() {
+        let body: Value = response.json().await.unwrap_or_default();
+        let message = str_at(&body, "/error/message");
+        return Err(Dropped::Refused(
+            ApiFailure {
+                status: status.as_u16(),
+                code: str_at(&body, "/error/code").to_string(),
+                message: if message.is_empty() {
+                    format!("the daemon refused ({status})")
+                } else {
+                    message.to_string()
+                },
+            }
+            .into(),
+        ));
+    }
+    let mut last = last_id.map(str::to_string);
+    let mut buffer = String::new();
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => return Ok(Streamed { last }),
+            Err(_) => return Err(Dropped::Broken { last }),
+        };
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let (mut event, mut id, mut data) = ("message", None, String::new());
+            for line in frame.lines() {
+                if let Some(name) = line.strip_prefix("event:") {
+                    event = name.trim();
+                } else if let Some(value) = line.strip_prefix("id:") {
+                    id = Some(value.trim().to_string());
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(value.strip_prefix(' ').unwrap_or(value));
+                }
+            }
+            match event {
+                "feed" => {
+                    let envelope: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                    if json {
+                        println!("{envelope}");
+                    } else {
+                        println!("{}", line(&envelope));
+                    }
+                    if id.is_some() {
+                        last = id;
+                    }
+                }
+                "lagged" => {
+                    // Nothing is lost: the daemon read the missed events back from the feed.
+                    let missed: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                    tracing::debug!(missed = %missed["missed"], "the stream fell behind and was read back from the feed");
+                }
+                // A keep-alive comment, or an event this client does not know.
+                _ => {}
+            }
+        }
+    }
+}
+
+/// One event on one line: time, cursor, actor, event, target, and a short payload summary.
+fn line(envelope: &Value) -> String {
+    let timestamp = str_at(envelope, "/timestamp");
+    let time = match timestamp.get(..19) {
+        Some(seconds) => format!("{seconds}Z"),
+        None => timestamp.to_string(),
+    };
+    let actor = match envelope["dispatch_depth"].as_u64() {
+        Some(depth) if depth > 0 => format!("{} (depth {depth})", str_at(envelope, "/actor")),
+        _ => str_at(envelope, "/actor").to_string(),
+    };
+    let target = envelope["target"].as_str().unwrap_or("-");
+    let summary = summary(envelope);
+    let text = format!(
+        "{time}  {:>6}  {actor}  {}  {target}{}{summary}",
+        envelope["id"].as_i64().unwrap_or_default(),
+        str_at(envelope, "/event"),
+        if summary.is_empty() { "" } else { "  " }
+    );
+    text.replace(['\n', '\r'], " ")
+}
+
+/// The payload's fields worth a glance: scalars, leaving out ids, hashes and what the line
+/// says already (the target, the project); each value and the whole cut short.
+fn summary(envelope: &Value) -> String {
+    const VALUE: usize = 60;
+    const TOTAL: usize = 160;
+    let Some(fields) = envelope["payload"].as_object() else {
+        return String::new();
+    };
+    let said: Vec<&str> = [&envelope["target"], &envelope["project"]]
+        .into_iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut parts = Vec::new();
+    for (key, value) in fields {
+        if key.ends_with("_id") || key == "sha256" {
+            continue;
+        }
+        let text = match value {
+            Value::String(s) if said.contains(&s.as_str()) || s.is_empty() => continue,
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            Value::Array(items) if !items.is_empty() => items
+                .iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect::<Vec<_>>()
+                .join(","),
+            _ => continue,
+        };
+        parts.push(format!("{key}={}", cut(&text, VALUE)));
+    }
+    cut(&parts.join(" "), TOTAL)
+}
+
+/// `text` cut to about `limit` characters, with `…` when cut.
+fn cut(text: &str, limit: usize) -> String {
+    let one_line = text.replace(['\n', '\r'], " ");
+    if one_line.chars().count() <= limit {
+        return one_line;
+    }
+    let kept: String = one_line.chars().take(limit.saturating_sub(1)).collect();
+    format!("{kept}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::line;
+
+    #[test]
+    fn an_event_is_one_line_with_its_time_cursor_actor_event_target_and_payload() {
+        let envelope = json!({
+            "id": 42, "node": "host", "project": "/src/web", "target": "web",
+            "event": "graph.run.completed", "family": "graph",
+            "timestamp": "2026-05-01T09:30:00.123456Z", "actor": "hook:announce",
+            "dispatch_depth": 1,
+            "payload": { "graph_name": "web", "run_id": "3f2a", "workdir": "/src/web",
+                         "status": "completed", "specs": ["a", "b"], "note": "two\nlines" }
+        });
+        assert_eq!(
+            line(&envelope),
+            "2026-05-01T09:30:00Z      42  hook:announce (depth 1)  graph.run.completed  web  note=two lines specs=a,b status=completed"
+        );
+    }
+}
