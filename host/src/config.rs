@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7461";
 
 /// The whole configuration.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Address of the HTTP API (loopback only).
@@ -141,7 +141,7 @@ pub fn is_env_name(name: &str) -> bool {
 }
 
 /// Limits applied to plugin calls.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Memory cap of one plugin call, in MiB.

@@ -20,7 +20,8 @@ use crate::store::Store;
 /// What the daemon provides to plugins behind the `host` interface.
 struct DaemonServices {
     outbox: sessions::Outbox,
-    platforms: std::collections::BTreeMap<String, Platform>,
+    /// The agent platforms in force (a config reload replaces them).
+    platforms: crate::reload::Platforms,
     /// Where the platforms were read from, and when: errors name them, since an edit of the
     /// file after that has no effect until a restart.
     config: ConfigSource,
@@ -61,10 +62,14 @@ impl HostServices for DaemonServices {
     }
 
     fn agent_platform(&self, name: &str) -> Result<Platform, String> {
-        self.platforms.get(name).cloned().ok_or_else(|| {
+        let platforms = self
+            .platforms
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        platforms.get(name).cloned().ok_or_else(|| {
             format!(
                 "unknown agent platform `{name}`; configured platforms: {}. {}",
-                self.platforms
+                platforms
                     .keys()
                     .cloned()
                     .collect::<Vec<_>>()
@@ -199,10 +204,12 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     crate::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
+    let platforms: crate::reload::Platforms =
+        Arc::new(std::sync::RwLock::new(config.platforms()));
     let outbox = sessions::Outbox::default();
     let services = Arc::new(DaemonServices {
         outbox: outbox.clone(),
-        platforms: config.platforms(),
+        platforms: platforms.clone(),
         config: ConfigSource {
             path: data.config_file(),
             read_at: config_read_at,
@@ -234,6 +241,14 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         data.root().to_path_buf(),
     );
     let engine = Engine::new(store.clone(), plugins.clone(), bus.clone());
+    let reloader = Arc::new(crate::reload::Reloader::new(
+        data.config_file(),
+        bus.clone(),
+        plugins.clone(),
+        platforms,
+        config.clone(),
+    ));
+    tokio::spawn(reload_on_hangup(reloader.clone()));
     let interrupted = engine.recover().await?;
     if interrupted > 0 {
         tracing::warn!(
@@ -257,6 +272,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         AppState {
             delivery,
             bus,
+            reloader,
             store,
             plugins,
             engine: engine.clone(),
@@ -334,6 +350,28 @@ fn write_token(data: &DataDir) -> Result<String> {
         .with_context(|| format!("cannot write {}", partial.display()))?;
     std::fs::rename(&partial, &path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(token)
+}
+
+/// Re-reads `canopy.toml` at every SIGHUP (as `canopy config reload` does).
+async fn reload_on_hangup(reloader: Arc<crate::reload::Reloader>) {
+    let mut hangups =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(signal) => signal,
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGHUP; `canopy config reload` still works");
+                return;
+            }
+        };
+    while hangups.recv().await.is_some() {
+        tracing::info!("SIGHUP received, reloading the configuration");
+        if let Err(problems) = reloader.reload().await {
+            tracing::error!(
+                path = %reloader.path().display(),
+                problems = %problems.join("; "),
+                "the configuration does not validate; the one in force stays"
+            );
+        }
+    }
 }
 
 async fn shutdown_signal(info: Arc<api::DaemonInfo>) {

@@ -17,6 +17,7 @@ pub mod logfile;
 pub mod markers;
 pub mod plugins;
 pub mod procs;
+pub mod reload;
 pub mod sessions;
 pub mod store;
 pub mod text;

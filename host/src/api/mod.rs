@@ -8,6 +8,7 @@
 //! Every request passes [`guard`] first: the right `Host`, no foreign `Origin`, the daemon's token
 //! as `Authorization: Bearer`, and a JSON body (401, 403 or 415 otherwise).
 
+mod config;
 mod daemon;
 mod engine;
 mod error;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub plugins: PluginHost,
     pub engine: Engine,
     pub bus: Bus,
+    /// Re-reads and checks `canopy.toml`.
+    pub reloader: Arc<crate::reload::Reloader>,
     pub delivery: Delivery,
     pub data_dir: std::path::PathBuf,
     /// Pid, address, start time, log file, and the shutdown switch.
@@ -61,6 +64,7 @@ pub fn router(state: AppState, access: Access) -> Router {
         .nest("/api", sessions::router())
         .nest("/api", feed::router())
         .nest("/api", daemon::router())
+        .nest("/api", config::router())
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)

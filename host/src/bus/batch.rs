@@ -137,6 +137,32 @@ impl Unstarted {
     }
 }
 
+impl Unstarted {
+    /// Starts the batch without waiting: at once when a slot is free, else from a task that
+    /// waits for one (see [`Bus::publish_from_batch`]).
+    pub(super) fn start_detached(mut self, slots: &Arc<Semaphore>) {
+        let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
+            return;
+        };
+        let (bus, trigger, slots) = (self.bus.clone(), self.trigger.clone(), slots.clone());
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                tokio::spawn(async move { run_batch(&bus, &trigger, queued, slot).await });
+            }
+            Err(_) => {
+                tokio::spawn(async move {
+                    match slots.acquire_owned().await {
+                        Ok(slot) => run_batch(&bus, &trigger, queued, slot).await,
+                        Err(_) => {
+                            tracing::error!("no hook slot can be taken; the hook runs stay queued");
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
 impl Drop for Unstarted {
     fn drop(&mut self) {
         let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
@@ -290,7 +316,7 @@ async fn advance(
         .await;
     match written {
         Ok((started, recorded)) => {
-            bus.publish(recorded).await;
+            bus.publish_from_batch(recorded);
             started
         }
         Err(err) => {
@@ -411,7 +437,14 @@ async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
         Ok(work) => {
             let request = request(bus, trigger, queued, work.clone());
             let markers = request.markers.clone();
-            (bus.inner.plugins.execute(request).await, markers)
+            // What the hook does through the host (a message it queues, say) is the hook's, one
+            // level deeper, as its processes' calls are.
+            let cause = Cause {
+                actor: Actor::Hook(queued.hook_name.clone()),
+                depth: trigger.depth().saturating_add(1),
+            };
+            let result = cause.scope(bus.inner.plugins.execute(request)).await;
+            (result, markers)
         }
         Err(message) => (
             Err(PluginError::InvalidConfig(message.clone())),

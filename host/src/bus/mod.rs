@@ -238,6 +238,19 @@ impl Bus {
         })
     }
 
+    /// [`Bus::publish`] from inside a running hook batch (a hook run's own `hook.run.*` event):
+    /// the batches it starts never wait for a slot here, since the caller holds one and every
+    /// slot may be held by a batch doing the same. A batch that finds no free slot waits for one
+    /// in a task of its own; there are at most as many as hook runs ending at once.
+    pub(crate) fn publish_from_batch(&self, recorded: Recorded) {
+        for envelope in recorded.envelopes {
+            let _ = self.inner.live.send(envelope);
+        }
+        for batch in recorded.batches {
+            batch.start_detached(&self.inner.slots);
+        }
+    }
+
     /// Records events in a write of their own, then publishes them.
     pub async fn emit(&self, events: Vec<Event>, cause: Cause) -> Result<(), StoreError> {
         let bus = self.clone();

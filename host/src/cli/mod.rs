@@ -2,6 +2,7 @@
 //! daemon's HTTP API (one code path for people, scripts and agents).
 
 mod client;
+mod config;
 mod daemon;
 mod feed;
 mod graph;
@@ -125,6 +126,12 @@ enum Command {
         #[arg(value_enum, value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// The daemon's configuration (canopy.toml): check a file, put an edited one in force.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy config validate\n  canopy config reload"
+    )]
+    Config(config::ConfigCommand),
     /// Run history: the runs of graphs, every node run of one, a node run's stored output.
     #[command(
         subcommand,
@@ -197,6 +204,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hooks(command) => hooks::run(&Client::connect(&data)?, command).await,
         Command::Session(command) => session::run(&Client::connect(&data)?, command).await,
         Command::Feed(args) => feed::run(&data, args).await,
+        Command::Config(command) => config::run(&data, command).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

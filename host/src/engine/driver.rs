@@ -338,9 +338,8 @@ async fn run_node(
             .filter(|(_, v)| !v.is_empty())
             .map(|(k, v)| (k.to_string(), v))
             .collect();
-            engine
-                .plugins()
-                .execute(CallRequest {
+            let cause = run.cause.clone();
+            cause.scope(engine.plugins().execute(CallRequest {
                     work,
                     markers,
                     supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
@@ -356,7 +355,7 @@ async fn run_node(
                     timeout: None,
                     resume_session,
                     env: cause_env(&run.cause),
-                })
+                }))
                 .await
         }
         Err(message) => Err(PluginError::InvalidConfig(format!(

@@ -263,7 +263,7 @@ impl Actor {
                 && rest.len() <= 200
                 && rest
                     .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c));
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:@[]".contains(c));
             ok.then(|| rest.to_string()).ok_or_else(bad)
         };
         match text {

@@ -230,10 +230,11 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE graphs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE graphs ADD COLUMN driver_lease INTEGER NOT NULL DEFAULT 0;
     "#,
-    // 7: the spec a run is on is found without walking every spec the run reached (the
-    // driver asks at every step; a 1,000-spec run made that quadratic).
+    // 7: a run's specs by status: the spec a run is on is found without walking every spec
+    // the run reached (the driver asks at every step; a 1,000-spec run made that quadratic),
+    // and `graph get` counts a run's specs per result from the index alone.
     r#"
-    CREATE INDEX run_specs_running ON run_specs (run_id) WHERE status = 'running';
+    CREATE INDEX run_specs_by_status ON run_specs (run_id, status);
     "#,
     // 8: one event system. The feed keeps every event with its envelope; a run remembers who
     // started it (its events carry that actor); hook runs come from any source (a graph's

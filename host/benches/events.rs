@@ -1,0 +1,173 @@
+//! Event benchmark: run it with `cargo bench --bench events`.
+//!
+//! In-process, on a real SQLite file in a temp data dir:
+//! 1. **feed**: 100,000 events appended to the feed with no hook listening, by 1, 8 and 64
+//!    concurrent emitters, each awaiting its `emit` (the event is committed when it returns)
+//!    before the next. Several emitters share commits (the store's group commit).
+//! 2. **daemon command hook**: a daemon hook on `spec.created` whose action is a `command` that
+//!    writes the time it started; events emitted at a steady 500/s; latency is event emitted →
+//!    the hook's process running (the time the process wrote, less the time the event was
+//!    emitted).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use canopy::bus::Bus;
+use canopy::config::{Config, Platform};
+use canopy::datadir::DataDir;
+use canopy::events::spec::SpecCreated;
+use canopy::events::{Cause, Event};
+use canopy::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
+use canopy::store::Store;
+
+const FEED_EVENTS: usize = 100_000;
+const HOOK_EVENTS: usize = 2_000;
+const HOOK_RATE: u32 = 500;
+
+struct NoServices;
+
+impl HostServices for NoServices {
+    fn enqueue_message<'a>(
+        &'a self,
+        _: &'a str,
+        _: MessageTarget,
+        _: &'a str,
+        _: &'a Provenance,
+    ) -> canopy::plugins::ServiceFuture<'a, Result<String, String>> {
+        Box::pin(std::future::ready(Err("not in this benchmark".into())))
+    }
+    fn agent_platform(&self, name: &str) -> Result<Platform, String> {
+        Err(format!("no platform {name} in this benchmark"))
+    }
+}
+
+fn event(i: usize) -> Event {
+    Event::new(&SpecCreated {
+        spec_id: format!("{i:032x}"),
+        spec_name: format!("spec {i}"),
+        workdir: Some("/tmp/bench".into()),
+    })
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+async fn feed_line(bus: &Bus, emitters: usize) {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for emitter in 0..emitters {
+        let bus = bus.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (emitter..FEED_EVENTS).step_by(emitters) {
+                bus.emit(vec![event(i)], Cause::user()).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "feed, no hooks, {emitters} emitter(s): {FEED_EVENTS} events in {elapsed:.3} s = {:.0} events/s",
+        FEED_EVENTS as f64 / elapsed
+    );
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[tokio::main]
+async fn main() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = DataDir::resolve(Some(tmp.path().join("data")))
+        .unwrap()
+        .create()
+        .unwrap();
+    let store = Store::open(&data.database()).unwrap();
+    let plugins = PluginHost::start(
+        &data,
+        store.clone(),
+        &Config::default(),
+        Arc::new(NoServices),
+    )
+    .await
+    .unwrap();
+    println!("canopy event benchmark, SQLite in a temp data dir\n");
+
+    let quiet = Bus::new(
+        store.clone(),
+        plugins.clone(),
+        Config::default().daemon_hooks().unwrap(),
+        tmp.path().to_path_buf(),
+    );
+    for emitters in [1, 8, 64] {
+        feed_line(&quiet, emitters).await;
+    }
+
+    // A daemon hook that writes the time its process started (ns since 1970) and the event's
+    // spec name, one line per event.
+    let marks = tmp.path().join("marks.txt");
+    let config = Config::parse(&format!(
+        r#"
+[[hooks]]
+name = "stamp"
+event = "spec.created"
+match = {{ spec_name = "hooked *" }}
+action = {{ command = "echo $(date +%s%N) {{{{spec_name}}}} >> {}" }}
+"#,
+        marks.display()
+    ))
+    .unwrap();
+    let hooked = Bus::new(
+        store.clone(),
+        plugins.clone(),
+        config.daemon_hooks().unwrap(),
+        tmp.path().to_path_buf(),
+    );
+    let mut emitted = Vec::with_capacity(HOOK_EVENTS);
+    let started = Instant::now();
+    for i in 0..HOOK_EVENTS {
+        let due = started + Duration::from_secs_f64(i as f64 / f64::from(HOOK_RATE));
+        tokio::time::sleep_until(due.into()).await;
+        emitted.push(now_ns());
+        let event = Event::new(&SpecCreated {
+            spec_id: format!("{i:032x}"),
+            spec_name: format!("hooked {i}"),
+            workdir: None,
+        });
+        hooked.emit(vec![event], Cause::user()).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let lines = loop {
+        let text = std::fs::read_to_string(&marks).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= HOOK_EVENTS || Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(lines.len(), HOOK_EVENTS, "every event ran its hook");
+    let mut latencies: Vec<f64> = lines
+        .iter()
+        .map(|line| {
+            let mut parts = line.split_whitespace();
+            let at: u128 = parts.next().unwrap().parse().unwrap();
+            let index: usize = parts.nth(1).unwrap().parse().unwrap();
+            (at.saturating_sub(emitted[index])) as f64 / 1e6
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    println!(
+        "\ndaemon command hook, paced at {HOOK_RATE} events/s: {HOOK_EVENTS} events; event → hook process running: median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        quantile(&latencies, 0.5),
+        quantile(&latencies, 0.99),
+        latencies[latencies.len() - 1]
+    );
+}

@@ -1,0 +1,67 @@
+//! `/api/config/reload` and `/api/config/validate`: putting an edited `canopy.toml` in force
+//! without a restart, and checking one first.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiJson, AppState};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/config/reload", post(reload))
+        .route("/config/validate", post(validate))
+}
+
+/// Every problem of a file, one per line, after a first line saying what happened.
+fn problems_message(first: &str, problems: &[String]) -> String {
+    let mut message = first.to_string();
+    for problem in problems {
+        message.push_str("\n  ");
+        message.push_str(problem);
+    }
+    message
+}
+
+async fn reload(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
+    match state.reloader.reload().await {
+        Ok(report) => Ok(ApiJson(json!({ "reloaded": true, "report": report }))),
+        Err(problems) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_config",
+            problems_message(
+                &format!(
+                    "{} does not validate; nothing changed, the configuration in force stays:",
+                    state.reloader.path().display()
+                ),
+                &problems,
+            ),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ValidateBody {
+    /// The text of a `canopy.toml`.
+    text: String,
+}
+
+/// Checks a configuration text as a reload would, changing nothing: `{"valid", "problems"}`.
+async fn validate(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ValidateBody>,
+) -> ApiJson<Value> {
+    match state.reloader.check(&body.text).await {
+        Ok((_, hooks)) => ApiJson(json!({
+            "valid": true,
+            "problems": [],
+            "hooks": hooks.hooks.len(),
+            "node": hooks.node,
+        })),
+        Err(problems) => ApiJson(json!({ "valid": false, "problems": problems })),
+    }
+}

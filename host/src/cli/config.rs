@@ -1,0 +1,116 @@
+//! `canopy config validate [FILE]` and `canopy config reload`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Client, print_json};
+use crate::datadir::DataDir;
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a canopy.toml (default: the data dir's) and list every problem with its TOML path.
+    /// With a daemon running, each daemon hook's action is also checked by its executor.
+    #[command(
+        after_help = "Examples:\n  canopy config validate\n  canopy config validate ./canopy.toml"
+    )]
+    Validate {
+        /// The file to check [default: canopy.toml in the data dir]
+        file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-read the data dir's canopy.toml and put it in force (as SIGHUP does). A file that does
+    /// not validate is refused whole: the configuration in force stays.
+    #[command(after_help = "Example:\n  canopy config reload")]
+    Reload {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(data: &DataDir, command: ConfigCommand) -> Result<ExitCode> {
+    match command {
+        ConfigCommand::Validate { file, json } => validate(data, file, json).await,
+        ConfigCommand::Reload { json } => reload(&Client::connect(data)?, json).await,
+    }
+}
+
+async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+    let path = file.unwrap_or_else(|| data.config_file());
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    // With a daemon, the executors check the hooks' actions too; without one, only the file.
+    let (mut answer, full) = match Client::connect(data) {
+        Ok(client) => match client
+            .send::<Value>(
+                client
+                    .request(reqwest::Method::POST, "/api/config/validate")
+                    .json(&json!({ "text": text })),
+            )
+            .await
+        {
+            Ok(answer) => (answer, true),
+            Err(_) => (offline(&text), false),
+        },
+        Err(_) => (offline(&text), false),
+    };
+    if json {
+        answer["actions_checked"] = Value::Bool(full);
+        print_json(&answer)?;
+    } else if answer["valid"] == Value::Bool(true) {
+        println!("{}: valid", path.display());
+        if !full {
+            println!(
+                "(no daemon is running: daemon hooks' actions were not checked by their executors)"
+            );
+        }
+    } else {
+        eprintln!("{}: does not validate", path.display());
+        for problem in super::items(&answer["problems"]) {
+            eprintln!("  {}", problem.as_str().unwrap_or_default());
+        }
+    }
+    Ok(if answer["valid"] == Value::Bool(true) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// What the file alone says, without executors to check the hooks' actions.
+fn offline(text: &str) -> Value {
+    match crate::config::Config::parse(text) {
+        Ok(_) => json!({ "valid": true, "problems": [] }),
+        Err(problems) => json!({ "valid": false, "problems": problems }),
+    }
+}
+
+async fn reload(client: &Client, json: bool) -> Result<ExitCode> {
+    let answer: Value = client
+        .send(client.request(reqwest::Method::POST, "/api/config/reload"))
+        .await?;
+    if json {
+        print_json(&answer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = &answer["report"];
+    println!(
+        "reloaded {}: {} daemon hook(s) in force on node {}",
+        super::str_at(report, "/path"),
+        report["hooks"],
+        super::str_at(report, "/node")
+    );
+    let applied = super::list_at(report, "/applied");
+    if applied != "-" {
+        println!("in force now: {applied}");
+    }
+    let restart = super::list_at(report, "/needs_restart");
+    if restart != "-" {
+        println!("changed, in force after a restart (`canopy daemon stop`, then start it): {restart}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,155 @@
+//! Re-reading `canopy.toml` while the daemon runs (`canopy config reload`, SIGHUP), and checking
+//! a file before it is put in force (`canopy config validate`).
+//!
+//! A file is checked whole first -- every section, every daemon hook, and each hook's action
+//! by its executor -- and refused whole when anything is wrong: the configuration in force does
+//! not change. A valid file puts its daemon hooks, node name, roles, dispatch depth and agent
+//! platforms in force at once; the sections read only at start (`listen`, `limits`, `process`,
+//! `log`, `feed`) are named in the answer as needing a restart when they changed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::Serialize;
+
+use crate::bus::Bus;
+use crate::config::{Config, Platform};
+use crate::hooks::daemon::{DaemonHooks, check_actions};
+use crate::plugins::PluginHost;
+
+/// The agent platforms in force, shared with the executor host's services.
+pub type Platforms = Arc<RwLock<BTreeMap<String, Platform>>>;
+
+/// What a reload did.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// The file read.
+    pub path: PathBuf,
+    /// The daemon hooks now in force.
+    pub hooks: usize,
+    pub node: String,
+    /// Sections that changed and are in force now.
+    pub applied: Vec<String>,
+    /// Sections that changed but are read only at start: in force after a restart.
+    pub needs_restart: Vec<String>,
+}
+
+/// Checks and applies `canopy.toml`.
+pub struct Reloader {
+    path: PathBuf,
+    bus: Bus,
+    plugins: PluginHost,
+    platforms: Platforms,
+    /// The configuration in force (what a reload compares against).
+    current: Mutex<Config>,
+    /// One reload at a time.
+    gate: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reloader {
+    pub fn new(
+        path: PathBuf,
+        bus: Bus,
+        plugins: PluginHost,
+        platforms: Platforms,
+        current: Config,
+    ) -> Self {
+        Self {
+            path,
+            bus,
+            plugins,
+            platforms,
+            current: Mutex::new(current),
+            gate: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Checks a configuration text whole: every problem, each with its TOML path.
+    pub async fn check(&self, text: &str) -> Result<(Config, DaemonHooks), Vec<String>> {
+        let config = Config::parse(text)?;
+        let hooks = config.daemon_hooks()?;
+        let problems = check_actions(&self.plugins, &hooks).await;
+        if problems.is_empty() {
+            Ok((config, hooks))
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Re-reads the file and puts it in force, or changes nothing and returns every problem.
+    pub async fn reload(&self) -> Result<ReloadReport, Vec<String>> {
+        let _one = self.gate.lock().await;
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(err) => return Err(vec![format!("cannot read {}: {err}", self.path.display())]),
+        };
+        let (config, hooks) = self.check(&text).await?;
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = current.clone();
+        let mut applied = Vec::new();
+        let mut needs_restart = Vec::new();
+        let mut note = |changed: bool, section: &str, live: bool| {
+            if changed {
+                if live {
+                    applied.push(section.to_string());
+                } else {
+                    needs_restart.push(section.to_string());
+                }
+            }
+        };
+        note(old.hooks != config.hooks, "hooks", true);
+        note(old.node != config.node, "node", true);
+        note(old.roles != config.roles, "roles", true);
+        note(old.platforms != config.platforms, "platforms", true);
+        note(old.listen != config.listen, "listen", false);
+        let mut old_limits = old.limits.clone();
+        old_limits.max_dispatch_depth = config.limits.max_dispatch_depth;
+        note(
+            old.limits.max_dispatch_depth != config.limits.max_dispatch_depth,
+            "limits.max_dispatch_depth",
+            true,
+        );
+        note(old_limits != config.limits, "limits", false);
+        note(old.process != config.process, "process", false);
+        note(old.log != config.log, "log", false);
+        note(old.feed != config.feed, "feed", false);
+        *self
+            .platforms
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config.platforms();
+        let report = ReloadReport {
+            path: self.path.clone(),
+            hooks: hooks.hooks.len(),
+            node: hooks.node.clone(),
+            applied,
+            needs_restart,
+        };
+        self.bus.set_daemon_hooks(hooks);
+        *current = config;
+        tracing::info!(
+            path = %self.path.display(),
+            hooks = report.hooks,
+            applied = %report.applied.join(", "),
+            needs_restart = %report.needs_restart.join(", "),
+            "configuration reloaded"
+        );
+        Ok(report)
+    }
+}
