@@ -1144,9 +1144,9 @@ fn the_hook_catalog_and_event_taxonomy_describe_what_is_configured() {
         .iter()
         .map(|h| {
             (
-                h["event"].as_str().unwrap().to_string(),
+                h["key"].as_str().unwrap().to_string(),
                 h["index"].as_i64().unwrap(),
-                h["mode"].as_str().unwrap().to_string(),
+                h["executor_kind"].as_str().unwrap().to_string(),
                 h["executor"]["name"].as_str().unwrap().to_string(),
             )
         })
@@ -1185,8 +1185,9 @@ fn the_hook_catalog_and_event_taxonomy_describe_what_is_configured() {
         "{table}"
     );
 
+    // The graph-hook keys, beside the event taxonomy (`tests/catalog.rs` covers the latter).
     let events = s.daemon.json(&["hooks", "events"]);
-    let names: Vec<&str> = events["events"]
+    let names: Vec<&str> = events["graph_hooks"]
         .as_array()
         .unwrap()
         .iter()
@@ -1203,11 +1204,11 @@ fn the_hook_catalog_and_event_taxonomy_describe_what_is_configured() {
         ]
     );
     assert_eq!(
-        events["events"][1]["markers"],
+        events["graph_hooks"][1]["markers"],
         json!(["graph_name", "workdir", "blocker", "node", "spec_id"])
     );
-    assert_eq!(events["events"][3]["spec_ids"], true);
-    assert_eq!(events["events"][0]["spec_ids"], false);
+    assert_eq!(events["graph_hooks"][3]["spec_ids"], true);
+    assert_eq!(events["graph_hooks"][0]["spec_ids"], false);
 }
 
 /// The keys a `hostile-config` call says it received: from the JSON config it hands back, or

@@ -1,23 +1,32 @@
-//! `/api/hook-runs`, `/api/hooks/events`, `/api/graphs/{name}/hooks/test`: hook-run history, the
-//! event taxonomy, and dry runs.
+//! The hooks API: hook-run history (`/api/hook-runs`, and one workspace's in the terms of seed
+//! 004), the event taxonomy (`/api/hooks/events`), the hook catalog resolved across every source
+//! (`/api/hooks/catalog`: graphs' hooks and the daemon hooks of `canopy.toml`), and dry runs
+//! (`/api/graphs/{name}/hooks/test`).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
+use crate::engine::EngineError;
+use crate::events::{EventPattern, FAMILIES, Family};
+use crate::hooks::daemon::{DaemonHook, FieldMatch};
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{HookRunFilter, HookRunStatus};
 use crate::hooks::{EVENTS, HookEvent};
 use crate::markers::HOOK_MARKERS;
+use crate::store::graphs::Graph;
+use crate::store::hook_runs::{ASYNC_MODE, HookOutcome, HookSource};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/hook-runs", get(list_runs))
+        .route("/workspaces/{workspace_id}/hooks/runs", get(workspace_runs))
         .route("/hooks/events", get(events))
         .route("/hooks/catalog", get(catalog))
         .route("/graphs/{name}/hooks/test", post(test))
@@ -28,10 +37,18 @@ pub fn router() -> Router<AppState> {
 struct RunsQuery {
     #[serde(default)]
     graph: Option<String>,
+    /// A graph hook's key, or a taxonomy event or glob.
     #[serde(default)]
     event: Option<String>,
     #[serde(default)]
     status: Option<String>,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
+    /// A hook's name.
+    #[serde(default)]
+    hook: Option<String>,
     /// RFC 3339 instant, or a duration back from now (`10m`, `2h`).
     #[serde(default)]
     since: Option<String>,
@@ -39,13 +56,110 @@ struct RunsQuery {
     last: Option<usize>,
 }
 
-/// Parses an event name; the error lists the events.
+/// Parses a graph-hook key (the `hooks test` body's `event`); the error lists the keys.
 fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
     HookEvent::parse(text).ok_or_else(|| {
         ApiError::bad_request(format!(
             "field `event`: unknown event `{text}`{}; the events are {}",
             crate::text::did_you_mean(text, EVENTS.iter().map(|e| e.as_str())),
             HookEvent::names()
+        ))
+    })
+}
+
+/// An `event` filter: a graph hook's key (`on_completed`: that key's hooks), or a taxonomy
+/// event or glob (`graph.run.completed`, `spec.*`: every hook that fires on a matching event,
+/// graph hooks by their key's event included).
+#[derive(Debug, Clone)]
+enum EventFilter {
+    Key(HookEvent),
+    Pattern(EventPattern),
+}
+
+impl EventFilter {
+    fn parse(text: &str) -> Result<Self, ApiError> {
+        if let Some(key) = HookEvent::parse(text) {
+            return Ok(Self::Key(key));
+        }
+        EventPattern::parse(text).map(Self::Pattern).map_err(|err| {
+            if err.contains("matches no event") {
+                let names = EVENTS
+                    .iter()
+                    .map(|e| e.as_str())
+                    .chain(crate::events::all().map(|def| def.name));
+                ApiError::bad_request(format!(
+                    "query parameter `event`: unknown event `{text}`{}; give a graph hook key ({}) or an event of the taxonomy, or a glob of them (graph.run.completed, spec.*; `canopy hooks events` lists them)",
+                    crate::text::did_you_mean(text, names),
+                    HookEvent::names()
+                ))
+            } else {
+                ApiError::bad_request(format!("query parameter `event`: {err}"))
+            }
+        })
+    }
+
+    /// The events hook runs record that this filter names: the key itself, or the matching
+    /// taxonomy events (daemon hooks) and the keys firing on them (graph hooks).
+    fn recorded(&self) -> Vec<String> {
+        match self {
+            Self::Key(key) => vec![key.as_str().to_string()],
+            Self::Pattern(pattern) => pattern
+                .events()
+                .map(|def| def.name.to_string())
+                .chain(
+                    EVENTS
+                        .iter()
+                        .filter(|key| pattern.matches(key.taxonomy_event()))
+                        .map(|key| key.as_str().to_string()),
+                )
+                .collect(),
+        }
+    }
+
+    fn names_key(&self, key: HookEvent) -> bool {
+        match self {
+            Self::Key(wanted) => *wanted == key,
+            Self::Pattern(pattern) => pattern.matches(key.taxonomy_event()),
+        }
+    }
+
+    /// Whether a daemon hook fires on an event this filter names.
+    fn names_daemon_hook(&self, hook: &DaemonHook) -> bool {
+        match self {
+            Self::Key(_) => false,
+            Self::Pattern(pattern) => pattern.events().any(|def| hook.pattern.matches(def.name)),
+        }
+    }
+}
+
+/// The allowed values of a parameter, for its error.
+fn one_of(values: impl IntoIterator<Item = &'static str>) -> String {
+    values.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+fn parse_status(text: &str) -> Result<HookRunStatus, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "query parameter `status`: unknown status `{text}`; the statuses are {}",
+            one_of(HookRunStatus::ALL.iter().map(|s| s.as_str()))
+        ))
+    })
+}
+
+fn parse_outcome(text: &str) -> Result<HookOutcome, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "query parameter `outcome`: unknown outcome `{text}`; the outcomes are {}",
+            one_of(HookOutcome::ALL.iter().map(|o| o.as_str()))
+        ))
+    })
+}
+
+fn parse_source(text: &str) -> Result<HookSource, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "query parameter `source`: unknown source `{text}`; the sources are {} (graph: a graph's `hooks`; config: `[[hooks]]` in canopy.toml)",
+            one_of(HookSource::ALL.iter().map(|s| s.as_str()))
         ))
     })
 }
@@ -82,6 +196,11 @@ fn since_out_of_range(text: &str, now: SystemTime) -> ApiError {
     ))
 }
 
+/// How many hook runs a listing returns at most: `last`, 50 by default.
+fn last_of(last: Option<usize>) -> usize {
+    last.unwrap_or(50).clamp(1, 10_000)
+}
+
 async fn list_runs(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<RunsQuery>,
@@ -90,34 +209,21 @@ async fn list_runs(
         Some(graph) => Some(state.engine.get_graph(graph).await?.graph.id),
         None => None,
     };
-    let event = query.event.as_deref().map(parse_event).transpose()?;
-    let status = query
-        .status
-        .as_deref()
-        .map(|text| {
-            text.parse::<HookRunStatus>().map_err(|_| {
-                ApiError::bad_request(format!(
-                    "field `status`: unknown status `{text}`; statuses: {}",
-                    HookRunStatus::ALL
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })
-        })
-        .transpose()?;
-    let since = query.since.as_deref().map(parse_since).transpose()?;
     let filter = HookRunFilter {
         graph_id,
-        run_id: None,
-        event: event.map(|e| e.as_str().to_string()),
-        status,
-        source: None,
-        hook: None,
-        project: None,
-        since,
-        last: query.last.unwrap_or(50).clamp(1, 10_000),
+        events: query
+            .event
+            .as_deref()
+            .map(EventFilter::parse)
+            .transpose()?
+            .map(|e| e.recorded()),
+        status: query.status.as_deref().map(parse_status).transpose()?,
+        outcome: query.outcome.as_deref().map(parse_outcome).transpose()?,
+        source: query.source.as_deref().map(parse_source).transpose()?,
+        hook: query.hook,
+        since: query.since.as_deref().map(parse_since).transpose()?,
+        last: last_of(query.last),
+        ..HookRunFilter::default()
     };
     let found = state
         .store
@@ -127,79 +233,411 @@ async fn list_runs(
     Ok(ApiJson(json!({ "runs": found })))
 }
 
-async fn events() -> ApiJson<Value> {
-    let events: Vec<Value> = EVENTS
-        .iter()
-        .map(|event| {
-            let markers: Vec<&str> = ["graph_name", "workdir"]
-                .into_iter()
-                .chain(event.markers().iter().copied())
-                .collect();
+/// Resolves a workspace: an absolute path (a project, canonical when it exists), or a graph's
+/// name, id or unique id prefix (its workdir). `None` when it is neither.
+async fn resolve_workspace(state: &AppState, text: &str) -> Result<Option<String>, ApiError> {
+    let text = text.trim();
+    if text.starts_with('/') {
+        let path = match tokio::fs::canonicalize(text).await {
+            Ok(real) => real.to_string_lossy().into_owned(),
+            Err(_) if text.len() > 1 => text.trim_end_matches('/').to_string(),
+            Err(_) => text.to_string(),
+        };
+        return Ok(Some(path));
+    }
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match state.engine.get_graph(text).await {
+        Ok(view) => Ok(Some(view.graph.workdir)),
+        Err(EngineError::NotFound { .. }) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// What a workspace is, for its errors.
+const WORKSPACE_IS: &str =
+    "a workspace is a project's absolute path (URL-encoded in a path) or a graph's name";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkspaceRunsQuery {
+    /// A graph run id, or an interactive session id.
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default)]
+    since: Option<String>,
+    #[serde(default)]
+    last: Option<usize>,
+}
+
+/// One workspace's hook runs in the terms of the hook API (seed 004), newest first.
+async fn workspace_runs(
+    State(state): State<AppState>,
+    Path(workspace_id): Path<String>,
+    ApiQuery(query): ApiQuery<WorkspaceRunsQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let Some(project) = resolve_workspace(&state, &workspace_id).await? else {
+        return Err(ApiError::not_found(format!(
+            "no workspace `{workspace_id}`: it is neither an absolute path nor a graph; {WORKSPACE_IS}"
+        )));
+    };
+    let filter = HookRunFilter {
+        project: Some(project),
+        session: query.session.filter(|s| !s.trim().is_empty()),
+        events: query
+            .event
+            .as_deref()
+            .map(EventFilter::parse)
+            .transpose()?
+            .map(|e| e.recorded()),
+        outcome: query.outcome.as_deref().map(parse_outcome).transpose()?,
+        since: query.since.as_deref().map(parse_since).transpose()?,
+        last: last_of(query.last),
+        ..HookRunFilter::default()
+    };
+    let found = state
+        .store
+        .read(move |rd| rd.hook_runs(&filter))
+        .await
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    let runs: Vec<_> = found.iter().map(|run| run.seed()).collect();
+    Ok(ApiJson(json!({ "runs": runs })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    #[serde(default)]
+    family: Option<String>,
+    #[serde(default)]
+    sync_only: bool,
+}
+
+/// The event taxonomy (every event, or one family's, or the sync-eligible ones), and the
+/// graph-hook keys with the taxonomy events they fire on.
+async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>, ApiError> {
+    let family = query
+        .family
+        .as_deref()
+        .map(|text| {
+            Family::parse(text).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "query parameter `family`: unknown family `{text}`{}; the families are {}",
+                    crate::text::did_you_mean(text, FAMILIES.iter().map(|f| f.as_str())),
+                    Family::names()
+                ))
+            })
+        })
+        .transpose()?;
+    let wanted = |def: &crate::events::EventDef| {
+        family.is_none_or(|f| f == def.family) && (!query.sync_only || def.sync_eligible)
+    };
+    let events: Vec<Value> = crate::events::all()
+        .filter(|def| wanted(def))
+        .map(|def| {
             json!({
-                "event": event.as_str(),
-                "description": event.description(),
-                "markers": markers,
-                "spec_ids": event.takes_spec_ids(),
+                "event": def.name,
+                "family": def.family,
+                "description": def.description,
+                "markers": def.markers,
+                "sync_eligible": def.sync_eligible,
+                "payload_schema": (def.payload_schema)(),
+                "patch_schema": def.patch_schema.map(|schema| schema()),
             })
         })
         .collect();
-    ApiJson(
-        json!({ "events": events, "markers": HOOK_MARKERS, "unset_marker_value": crate::markers::NONE }),
-    )
+    // Graph hooks are async: none is listed for sync_only.
+    let graph_hooks: Vec<Value> = EVENTS
+        .iter()
+        .filter(|key| {
+            !query.sync_only
+                && crate::events::find(key.taxonomy_event())
+                    .is_some_and(|def| family.is_none_or(|f| f == def.family))
+        })
+        .map(|key| {
+            let markers: Vec<&str> = ["graph_name", "workdir"]
+                .into_iter()
+                .chain(key.markers().iter().copied())
+                .collect();
+            json!({
+                "event": key.as_str(),
+                "taxonomy_event": key.taxonomy_event(),
+                "description": key.description(),
+                "markers": markers,
+                "spec_ids": key.takes_spec_ids(),
+            })
+        })
+        .collect();
+    Ok(ApiJson(json!({
+        "events": events,
+        "envelope_markers": crate::events::ENVELOPE_MARKERS,
+        "graph_hooks": graph_hooks,
+        "markers": HOOK_MARKERS,
+        "unset_marker_value": crate::markers::NONE,
+    })))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CatalogQuery {
+    /// Only this graph's hooks (and the daemon hooks that may fire for it).
     #[serde(default)]
     graph: Option<String>,
+    /// A project path or a graph name.
+    #[serde(default)]
+    workspace: Option<String>,
+    /// Accepted; every hook applies to every agent today (agent definitions are a later hook
+    /// source).
+    #[serde(default)]
+    #[allow(dead_code)]
+    agent: Option<String>,
     #[serde(default)]
     event: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
+    /// `sync` or `async`; any other value is an executor mode (`command`, `docs-maintenance`).
     #[serde(default)]
     mode: Option<String>,
 }
 
-/// Every configured hook across graphs (or one graph), in firing order per event, with the
-/// executor that would run it now.
+/// The `mode` filter of the catalog.
+enum ModeFilter {
+    /// `sync` or `async`, the hook API's mode.
+    Dispatch(String),
+    /// An executor mode.
+    Executor(String),
+}
+
+impl ModeFilter {
+    fn parse(text: &str) -> Result<Self, ApiError> {
+        match text.trim() {
+            "" => Err(ApiError::bad_request(
+                "query parameter `mode`: it is empty; give sync, async, or an executor mode (command, agent, ...)",
+            )),
+            "sync" | "async" => Ok(Self::Dispatch(text.trim().to_string())),
+            other => Ok(Self::Executor(other.to_string())),
+        }
+    }
+
+    fn allows(&self, executor: Option<&str>) -> bool {
+        match self {
+            Self::Dispatch(mode) => mode == ASYNC_MODE,
+            Self::Executor(mode) => executor == Some(mode.as_str()),
+        }
+    }
+}
+
+/// Whether a `match` field of a daemon hook accepts this value.
+fn field_accepts(matcher: &FieldMatch, value: &str) -> bool {
+    match matcher {
+        FieldMatch::Exact(text) => text == value,
+        FieldMatch::Glob(glob) => glob.is_match(value),
+        FieldMatch::Regex(regex) => regex.is_match(value),
+    }
+}
+
+/// Whether a daemon hook may fire for events with these field values: none of its `match`
+/// fields on one of them refuses the value.
+fn daemon_hook_allows(hook: &DaemonHook, facts: &[(&str, &str)]) -> bool {
+    hook.matchers.iter().all(|(field, matcher)| {
+        facts
+            .iter()
+            .filter(|(name, _)| name == field)
+            .all(|(_, value)| field_accepts(matcher, value))
+    })
+}
+
+/// Milliseconds of a timeout, for the catalog.
+fn millis(timeout: Option<Duration>) -> Option<u64> {
+    timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A graph's hook as the catalog lists it.
+fn graph_entry(
+    state: &AppState,
+    graph: &Graph,
+    key: HookEvent,
+    index: usize,
+    hook: Map<String, Value>,
+) -> Value {
+    let work = crate::plugins::split_work_config(&hook).ok();
+    let executor_kind = work.as_ref().map(|w| w.mode.clone());
+    let executor = executor_kind
+        .as_deref()
+        .and_then(|m| state.plugins.plugin_ref(m).ok());
+    let metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("graph", graph.name.clone()),
+        ("graph_id", graph.id.clone()),
+        ("key", key.as_str().to_string()),
+        ("index", index.to_string()),
+        ("workdir", graph.workdir.clone()),
+    ]);
+    json!({
+        "name": crate::store::hook_runs::graph_hook_name(&graph.name, key.as_str(), index),
+        "source": HookSource::Graph,
+        "event": key.taxonomy_event(),
+        "key": key.as_str(),
+        "executor_kind": executor_kind,
+        "matcher": { "graph": graph.name, "spec_ids": hook.get("spec_ids") },
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(work.as_ref().and_then(|w| w.host().timeout())),
+        "graph": graph.name,
+        "graph_id": graph.id,
+        "index": index,
+        "executor": executor,
+        "spec_ids": hook.get("spec_ids"),
+        "config": hook,
+    })
+}
+
+/// A daemon hook as the catalog lists it.
+fn daemon_entry(state: &AppState, hook: &DaemonHook, node: &str, roles: &[String]) -> Value {
+    let config = &hook.config;
+    let mut matcher: Map<String, Value> = config
+        .matcher
+        .iter()
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
+    if !config.nodes.is_empty() {
+        matcher.insert("nodes".to_string(), json!(config.nodes));
+    }
+    if !config.roles_permitted.is_empty() {
+        matcher.insert("roles_permitted".to_string(), json!(config.roles_permitted));
+    }
+    let mut metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("index", hook.index.to_string()),
+        ("serves_this_node", hook.serves(node, roles).to_string()),
+    ]);
+    if !config.nodes.is_empty() {
+        metadata.insert("nodes", config.nodes.join(","));
+    }
+    if !config.roles_permitted.is_empty() {
+        metadata.insert("roles_permitted", config.roles_permitted.join(","));
+    }
+    if let Some(cwd) = &config.cwd {
+        metadata.insert("cwd", cwd.clone());
+    }
+    let events: Vec<&str> = hook.pattern.events().map(|def| def.name).collect();
+    json!({
+        "name": hook.name(),
+        "source": HookSource::Config,
+        "event": hook.pattern.as_str(),
+        "events": events,
+        "key": null,
+        "executor_kind": hook.work.mode,
+        "matcher": matcher,
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": hook.index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
+        "graph": null,
+        "graph_id": null,
+        "index": hook.index,
+        "executor": state.plugins.plugin_ref(&hook.work.mode).ok(),
+        "spec_ids": null,
+        "config": config,
+    })
+}
+
+/// Every configured hook, resolved across its sources: each graph's hooks (or one graph's),
+/// in firing order per key, then the daemon hooks of `canopy.toml` in force, in their order;
+/// each with the executor that would run it now.
 async fn catalog(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<CatalogQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let event = query.event.as_deref().map(parse_event).transpose()?;
+    let event = query.event.as_deref().map(EventFilter::parse).transpose()?;
+    let source = query.source.as_deref().map(parse_source).transpose()?;
+    let mode = query.mode.as_deref().map(ModeFilter::parse).transpose()?;
+    let workspace = match query.workspace.as_deref() {
+        Some(text) => Some(resolve_workspace(&state, text).await?.ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "query parameter `workspace`: `{text}` is neither an absolute path nor a graph; {WORKSPACE_IS}"
+            ))
+        })?),
+        None => None,
+    };
     let graphs = match &query.graph {
-        Some(name) => vec![state.engine.get_graph(name).await?],
-        None => state.engine.list_graphs().await?,
+        Some(name) => vec![state.engine.get_graph(name).await?.graph],
+        None => state
+            .engine
+            .list_graphs()
+            .await?
+            .into_iter()
+            .map(|view| view.graph)
+            .collect(),
     };
     let mut hooks = Vec::new();
-    for view in graphs {
-        for candidate in EVENTS {
-            if event.is_some_and(|e| e != candidate) {
+    if source.is_none_or(|s| s == HookSource::Graph) {
+        for graph in &graphs {
+            if workspace.as_ref().is_some_and(|w| *w != graph.workdir) {
                 continue;
             }
-            for (index, hook) in crate::hooks::config::hooks_of(&view.graph.hooks, candidate)
-                .into_iter()
-                .enumerate()
-            {
-                let mode = crate::plugins::split_work_config(&hook)
-                    .ok()
-                    .map(|w| w.mode);
-                if query.mode.is_some() && query.mode != mode {
+            for key in EVENTS {
+                if event.as_ref().is_some_and(|e| !e.names_key(key)) {
                     continue;
                 }
-                let executor = mode
-                    .as_deref()
-                    .and_then(|m| state.plugins.plugin_ref(m).ok());
-                hooks.push(json!({
-                    "graph": view.graph.name,
-                    "graph_id": view.graph.id,
-                    "event": candidate.as_str(),
-                    "index": index,
-                    "mode": mode,
-                    "executor": executor,
-                    "spec_ids": hook.get("spec_ids"),
-                    "config": hook,
-                }));
+                for (index, hook) in crate::hooks::config::hooks_of(&graph.hooks, key)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let executor = crate::plugins::split_work_config(&hook)
+                        .ok()
+                        .map(|w| w.mode);
+                    if mode
+                        .as_ref()
+                        .is_some_and(|m| !m.allows(executor.as_deref()))
+                    {
+                        continue;
+                    }
+                    hooks.push(graph_entry(&state, graph, key, index, hook));
+                }
             }
+        }
+    }
+    if source.is_none_or(|s| s == HookSource::Config) {
+        let daemon = state.bus.daemon_hooks();
+        for hook in &daemon.hooks {
+            if event.as_ref().is_some_and(|e| !e.names_daemon_hook(hook))
+                || mode
+                    .as_ref()
+                    .is_some_and(|m| !m.allows(Some(&hook.work.mode)))
+            {
+                continue;
+            }
+            if let Some(workspace) = &workspace
+                && !daemon_hook_allows(hook, &[("project", workspace), ("workdir", workspace)])
+            {
+                continue;
+            }
+            // With `graph`: the daemon hooks that may fire for one of its events.
+            if query.graph.is_some()
+                && !graphs.iter().any(|g| {
+                    daemon_hook_allows(
+                        hook,
+                        &[
+                            ("graph_name", &g.name),
+                            ("graph_id", &g.id),
+                            ("project", &g.workdir),
+                            ("workdir", &g.workdir),
+                        ],
+                    )
+                })
+            {
+                continue;
+            }
+            hooks.push(daemon_entry(&state, hook, &daemon.node, &daemon.roles));
         }
     }
     Ok(ApiJson(json!({ "hooks": hooks })))

@@ -1,4 +1,4 @@
-//! `canopy hooks ...`: hook-run history, the event taxonomy, and dry runs.
+//! `canopy hooks ...`: hook-run history, the hook catalog, the event taxonomy, and dry runs.
 
 use std::process::ExitCode;
 
@@ -12,20 +12,30 @@ use super::{Client, encode, items, print_json, short, str_at};
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {
-    /// Hook runs, newest first.
+    /// Hook runs of every source (graph hooks and daemon hooks), newest first.
     #[command(
-        after_help = "Examples:\n  canopy hooks runs --graph web --since 2h\n  canopy hooks runs --event on_completed --status failed --last 5"
+        after_help = "Examples:\n  canopy hooks runs --graph web --since 2h\n  canopy hooks runs --event on_completed --status failed --last 5\n  canopy hooks runs --source config --hook announce-blocked --outcome failed"
     )]
     Runs {
         /// Only the runs of this graph (name, id or unique id prefix).
         #[arg(long, value_name = "GRAPH")]
         graph: Option<String>,
-        /// on_completed, on_failed, on_blocked or on_spec_completed.
+        /// A graph hook key (on_completed, on_failed, on_blocked, on_spec_completed,
+        /// on_spec_failed), or a taxonomy event or glob (graph.run.blocked, spec.*).
         #[arg(long)]
         event: Option<String>,
-        /// queued, running, completed, failed, timed_out or interrupted.
+        /// queued, running, completed, failed, timed_out, interrupted or dropped.
         #[arg(long)]
         status: Option<String>,
+        /// applied, failed or dropped (denied, skipped, rejected: sync hooks, which come later).
+        #[arg(long)]
+        outcome: Option<String>,
+        /// graph (a graph's hooks) or config (daemon hooks in canopy.toml).
+        #[arg(long)]
+        source: Option<String>,
+        /// Only the runs of this hook (its name: `web.on_completed[0]`, `announce-blocked`).
+        #[arg(long, value_name = "NAME")]
+        hook: Option<String>,
         /// Only runs fired since this time (RFC 3339) or this long ago (10m, 2h).
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
@@ -35,26 +45,43 @@ pub enum HooksCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Every configured hook (the catalog), with the executor that would run it.
+    /// Every configured hook (the catalog): graphs' hooks and the daemon hooks in force, with
+    /// the executor that would run each.
     #[command(
-        after_help = "Examples:\n  canopy hooks list\n  canopy hooks list --graph web --mode command"
+        after_help = "Examples:\n  canopy hooks list\n  canopy hooks list --graph web --mode command\n  canopy hooks list --source config --event graph.run.blocked\n  canopy hooks list --workspace ~/src/web"
     )]
     List {
-        /// Only this graph's hooks (name, id or unique id prefix).
+        /// Only this graph's hooks (name, id or unique id prefix), and the daemon hooks that may
+        /// fire for it.
         #[arg(long, value_name = "GRAPH")]
         graph: Option<String>,
-        /// Only the hooks of this event.
+        /// Only the hooks of this project (an absolute path) or graph's workdir (a name).
+        #[arg(long, value_name = "PATH|GRAPH")]
+        workspace: Option<String>,
+        /// A graph hook key, or a taxonomy event or glob.
         #[arg(long)]
         event: Option<String>,
-        /// Only the hooks of this mode (command, agent, interactive, docs-maintenance, ...).
+        /// graph or config.
+        #[arg(long)]
+        source: Option<String>,
+        /// sync or async; or an executor mode (command, agent, docs-maintenance, ...).
         #[arg(long)]
         mode: Option<String>,
         #[arg(long)]
         json: bool,
     },
-    /// The events hooks can be keyed by and the markers each provides.
-    #[command(after_help = "Example:\n  canopy hooks events")]
+    /// The event taxonomy: every event, its family, whether it is sync-eligible, and the
+    /// markers it offers; then the graph-hook keys and the events they fire on.
+    #[command(
+        after_help = "Examples:\n  canopy hooks events\n  canopy hooks events --family graph\n  canopy hooks events --sync-only --json"
+    )]
     Events {
+        /// Only this family's events (graph, spec, node, hook, session, plugin).
+        #[arg(long)]
+        family: Option<String>,
+        /// Only the events a sync hook may take.
+        #[arg(long)]
+        sync_only: bool,
         #[arg(long)]
         json: bool,
     },
@@ -87,27 +114,31 @@ pub enum HooksCommand {
     },
 }
 
-/// The query parameters `hooks runs` / `hooks list` send and their arguments.
-const FILTER_ARGUMENTS: [(&str, &str); 6] = [
+/// The query parameters `hooks runs` / `hooks list` / `hooks events` send and their arguments.
+const FILTER_ARGUMENTS: [(&str, &str); 11] = [
     ("graph", "--graph"),
+    ("workspace", "--workspace"),
     ("event", "--event"),
     ("status", "--status"),
+    ("outcome", "--outcome"),
+    ("source", "--source"),
+    ("hook", "--hook"),
     ("since", "--since"),
     ("last", "--last"),
     ("mode", "--mode"),
+    ("family", "--family"),
 ];
 
 /// Hook-run rows for a table.
 pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
-    runs.as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    items(runs)
         .iter()
         .map(|r| {
             vec![
                 utc_cell(str_at(r, "/fired_at")),
-                str_at(r, "/graph_name").to_string(),
-                format!("{}[{}]", str_at(r, "/event"), r["hook_index"]),
+                r["source"].as_str().unwrap_or("graph").to_string(),
+                str_at(r, "/hook_name").to_string(),
+                str_at(r, "/event").to_string(),
                 r["mode"].as_str().unwrap_or("-").to_string(),
                 format!(
                     "{}{}",
@@ -134,9 +165,10 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
         .collect()
 }
 
-pub const HOOK_RUN_HEADERS: [&str; 7] = [
+pub const HOOK_RUN_HEADERS: [&str; 8] = [
     "FIRED (UTC)",
-    "GRAPH",
+    "SOURCE",
+    "HOOK",
     "EVENT",
     "MODE",
     "STATUS",
@@ -144,36 +176,81 @@ pub const HOOK_RUN_HEADERS: [&str; 7] = [
     "SUMMARY / ERROR",
 ];
 
+/// A catalog entry's matcher in a line: `graph=web spec_ids=3f2a91c2b7e0`.
+fn matcher_summary(matcher: &Value) -> String {
+    let parts: Vec<String> = matcher
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(field, value)| {
+            let text = match value {
+                Value::Null => return None,
+                Value::String(s) => s.clone(),
+                Value::Array(list) => list
+                    .iter()
+                    .map(|v| match v.as_str() {
+                        Some(id) if field == "spec_ids" => short(id).to_string(),
+                        Some(text) => text.to_string(),
+                        None => v.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            Some(format!("{field}={text}"))
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// Sends the filters that were given, naming them in the user's terms when refused.
+async fn get_filtered(client: &Client, path: &str, query: &[(&str, String)]) -> Result<Value> {
+    let request = client.request(reqwest::Method::GET, path).query(query);
+    client
+        .send(request)
+        .await
+        .map_err(|err| in_cli_terms(err, &FILTER_ARGUMENTS))
+}
+
+/// The filters that were given, as query parameters.
+fn given<'a>(
+    filters: impl IntoIterator<Item = (&'a str, Option<String>)>,
+) -> Vec<(&'a str, String)> {
+    filters
+        .into_iter()
+        .filter_map(|(key, value)| value.map(|v| (key, v)))
+        .collect()
+}
+
 pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
     match command {
         HooksCommand::Runs {
             graph,
             event,
             status,
+            outcome,
+            source,
+            hook,
             since,
             last,
             json,
         } => {
-            let filtered =
-                graph.is_some() || event.is_some() || status.is_some() || since.is_some();
-            let mut query: Vec<(&str, String)> = vec![("last", last.to_string())];
-            for (key, value) in [
+            let mut query = given([
                 ("graph", graph),
                 ("event", event),
                 ("status", status),
+                ("outcome", outcome),
+                ("source", source),
+                ("hook", hook),
                 ("since", since),
-            ] {
-                if let Some(value) = value {
-                    query.push((key, value));
-                }
-            }
-            let request = client
-                .request(reqwest::Method::GET, "/api/hook-runs")
-                .query(&query);
-            let answer: Value = client
-                .send(request)
-                .await
-                .map_err(|err| in_cli_terms(err, &FILTER_ARGUMENTS))?;
+            ]);
+            let filtered = !query.is_empty();
+            query.push(("last", last.to_string()));
+            let answer = get_filtered(client, "/api/hook-runs", &query).await?;
             if json {
                 print_json(&answer)?;
             } else {
@@ -190,24 +267,21 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
         }
         HooksCommand::List {
             graph,
+            workspace,
             event,
+            source,
             mode,
             json,
         } => {
-            let mut query: Vec<(&str, String)> = Vec::new();
-            for (key, value) in [("graph", graph), ("event", event), ("mode", mode)] {
-                if let Some(value) = value {
-                    query.push((key, value));
-                }
-            }
+            let query = given([
+                ("graph", graph),
+                ("workspace", workspace),
+                ("event", event),
+                ("source", source),
+                ("mode", mode),
+            ]);
             let filtered = !query.is_empty();
-            let request = client
-                .request(reqwest::Method::GET, "/api/hooks/catalog")
-                .query(&query);
-            let answer: Value = client
-                .send(request)
-                .await
-                .map_err(|err| in_cli_terms(err, &FILTER_ARGUMENTS))?;
+            let answer = get_filtered(client, "/api/hooks/catalog", &query).await?;
             if json {
                 print_json(&answer)?;
             } else {
@@ -220,53 +294,105 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                                 e["name"].as_str().unwrap_or_default(),
                                 e["version"].as_str().unwrap_or_default()
                             ),
-                            _ => "(no executor installed)".to_string(),
+                            _ => format!(
+                                "{} (no executor installed)",
+                                h["executor_kind"].as_str().unwrap_or("?")
+                            ),
                         };
                         vec![
-                            str_at(h, "/graph").to_string(),
-                            format!("{}[{}]", str_at(h, "/event"), h["index"]),
-                            h["mode"].as_str().unwrap_or("?").to_string(),
+                            str_at(h, "/name").to_string(),
+                            str_at(h, "/source").to_string(),
+                            str_at(h, "/event").to_string(),
                             executor,
-                            h["config"].to_string(),
+                            h["order"].to_string(),
+                            matcher_summary(&h["matcher"]),
                         ]
                     })
                     .collect();
                 table_or(
-                    &["GRAPH", "EVENT", "MODE", "EXECUTOR", "CONFIG"],
+                    &["NAME", "SOURCE", "EVENT", "EXECUTOR", "ORDER", "MATCHER"],
                     &rows,
                     if filtered {
                         "no hooks match"
                     } else {
-                        "no hooks configured; a graph's `hooks` field adds them"
+                        "no hooks configured; a graph's `hooks` field or `[[hooks]]` in canopy.toml adds them"
                     },
                 );
             }
         }
-        HooksCommand::Events { json } => {
-            let answer: Value = client.get("/api/hooks/events").await?;
+        HooksCommand::Events {
+            family,
+            sync_only,
+            json,
+        } => {
+            let mut query = given([("family", family)]);
+            if sync_only {
+                query.push(("sync_only", "true".to_string()));
+            }
+            let answer = get_filtered(client, "/api/hooks/events", &query).await?;
             if json {
                 print_json(&answer)?;
             } else {
-                for event in items(&answer["events"]) {
-                    let markers: Vec<String> = items(&event["markers"])
+                let marker_list = |event: &Value| {
+                    let markers: Vec<&str> = items(&event["markers"])
                         .iter()
                         .filter_map(Value::as_str)
-                        .map(|m| format!("{{{{{m}}}}}"))
                         .collect();
-                    println!(
-                        "{}: {}",
-                        str_at(event, "/event"),
-                        str_at(event, "/description")
-                    );
-                    println!(
-                        "    markers: {}{}",
-                        markers.join(" "),
-                        if event["spec_ids"] == true {
-                            "; takes spec_ids"
-                        } else {
-                            ""
-                        }
-                    );
+                    if markers.is_empty() {
+                        "-".to_string()
+                    } else {
+                        markers.join(" ")
+                    }
+                };
+                let rows: Vec<Vec<String>> = items(&answer["events"])
+                    .iter()
+                    .map(|e| {
+                        vec![
+                            str_at(e, "/event").to_string(),
+                            str_at(e, "/family").to_string(),
+                            if e["sync_eligible"] == true {
+                                "yes"
+                            } else {
+                                "no"
+                            }
+                            .to_string(),
+                            marker_list(e),
+                        ]
+                    })
+                    .collect();
+                table_or(
+                    &["EVENT", "FAMILY", "SYNC", "MARKERS"],
+                    &rows,
+                    "no events match",
+                );
+                let envelope: Vec<&str> = items(&answer["envelope_markers"])
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect();
+                if !rows.is_empty() && !envelope.is_empty() {
+                    println!("every event also offers: {}", envelope.join(" "));
+                }
+                let keys: Vec<Vec<String>> = items(&answer["graph_hooks"])
+                    .iter()
+                    .map(|k| {
+                        vec![
+                            str_at(k, "/event").to_string(),
+                            str_at(k, "/taxonomy_event").to_string(),
+                            format!(
+                                "{}{}",
+                                marker_list(k),
+                                if k["spec_ids"] == true {
+                                    "; takes spec_ids"
+                                } else {
+                                    ""
+                                }
+                            ),
+                        ]
+                    })
+                    .collect();
+                if !keys.is_empty() {
+                    println!("\ngraph hooks (a graph's `hooks` keys):");
+                    table_or(&["KEY", "FIRES ON", "MARKERS"], &keys, "");
                 }
             }
         }

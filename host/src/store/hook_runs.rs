@@ -41,7 +41,38 @@ state_enum! {
     }
 }
 
+state_enum! {
+    /// How a hook run turned out, in the terms of the hook API (seed 004): what its status
+    /// means for the operation that fired it. Async hooks (every hook today) are `applied`,
+    /// `failed` or `dropped`; `denied`, `skipped` and `rejected` belong to sync hooks, which
+    /// come later.
+    pub enum HookOutcome {
+        /// It ran to completion.
+        Applied = "applied",
+        /// A sync hook denied its operation.
+        Denied = "denied",
+        /// It failed, timed out or was interrupted.
+        Failed = "failed",
+        /// A sync hook was skipped.
+        Skipped = "skipped",
+        /// It never ran (past the dispatch depth).
+        Dropped = "dropped",
+        /// A sync hook's patch was rejected.
+        Rejected = "rejected",
+    }
+}
+
 impl HookRunStatus {
+    /// The outcome of a hook run with this status; `None` while it is queued or running.
+    pub fn outcome(self) -> Option<HookOutcome> {
+        match self {
+            Self::Queued | Self::Running => None,
+            Self::Completed => Some(HookOutcome::Applied),
+            Self::Failed | Self::TimedOut | Self::Interrupted => Some(HookOutcome::Failed),
+            Self::Dropped => Some(HookOutcome::Dropped),
+        }
+    }
+
     /// Whether the hook run has ended (it will not change again).
     pub fn is_finished(self) -> bool {
         match self {
@@ -53,7 +84,18 @@ impl HookRunStatus {
     }
 }
 
-/// A hook run as the API returns it.
+/// The name a graph's hook goes by in hook runs and the catalog: `<graph>.<key>[<index>]`.
+/// (The same as `bus::select::graph_hook_name`, which records it; that module is private.)
+pub fn graph_hook_name(graph_name: &str, key: &str, index: usize) -> String {
+    format!("{graph_name}.{key}[{index}]")
+}
+
+/// A hook's mode in the hook API: every hook today is `async` (it runs after its event, and
+/// cannot allow, deny or patch it); `sync` hooks come later.
+pub const ASYNC_MODE: &str = "async";
+
+/// A hook run as the API returns it: its record, and the fields of the hook API (seed 004)
+/// derived from it (`outcome`, `recorded_at`, `required`, `patch_applied`, `executor_kind`).
 #[derive(Debug, Clone, Serialize)]
 pub struct HookRun {
     pub id: String,
@@ -72,7 +114,10 @@ pub struct HookRun {
     /// A copy of the exact hook config that fired.
     pub hook_config: Value,
     pub spec_id: Option<String>,
+    /// The executor mode that runs it (`command`, `agent`, ...); the same as `executor_kind`.
     pub mode: Option<String>,
+    /// The executor mode that runs it.
+    pub executor_kind: Option<String>,
     pub plugin: Option<String>,
     pub plugin_version: Option<String>,
     pub plugin_sha256: Option<String>,
@@ -94,6 +139,63 @@ pub struct HookRun {
     pub feed_id: Option<i64>,
     /// The project (workdir) of its event, when known.
     pub project: Option<String>,
+    /// `applied`, `failed` or `dropped` once it ended; null while queued or running.
+    pub outcome: Option<HookOutcome>,
+    /// The patch a sync hook applied; always null (every hook is async today).
+    pub patch_applied: Option<Value>,
+    /// When it was recorded: its event's firing time (`fired_at`).
+    pub recorded_at: String,
+    /// Whether its failure fails its operation; false (every hook is async today).
+    pub required: bool,
+}
+
+impl HookRun {
+    /// The taxonomy event that fired it: a graph hook's key mapped to its event
+    /// (`on_completed` is `graph.run.completed`), a daemon hook's event as it is.
+    pub fn taxonomy_event(&self) -> &str {
+        match self.source {
+            HookSource::Graph => match crate::hooks::HookEvent::parse(&self.event) {
+                Some(key) => key.taxonomy_event(),
+                None => &self.event,
+            },
+            HookSource::Config => &self.event,
+        }
+    }
+
+    /// The hook run in exactly the hook API's terms (seed 004).
+    pub fn seed(&self) -> SeedHookRun {
+        SeedHookRun {
+            dispatch_depth: self.dispatch_depth,
+            duration_ms: self.duration_ms,
+            error: self.error.clone(),
+            event: self.taxonomy_event().to_string(),
+            hook_name: self.hook_name.clone(),
+            mode: ASYNC_MODE,
+            outcome: self.outcome,
+            patch_applied: self.patch_applied.clone(),
+            recorded_at: self.recorded_at.clone(),
+            required: self.required,
+            source: self.source,
+        }
+    }
+}
+
+/// A hook run as the hook API (seed 004) shows it, and nothing more.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeedHookRun {
+    pub dispatch_depth: u32,
+    pub duration_ms: Option<i64>,
+    pub error: Option<String>,
+    /// The taxonomy event that fired it.
+    pub event: String,
+    pub hook_name: String,
+    /// `async` (sync hooks come later).
+    pub mode: &'static str,
+    pub outcome: Option<HookOutcome>,
+    pub patch_applied: Option<Value>,
+    pub recorded_at: String,
+    pub required: bool,
+    pub source: HookSource,
 }
 
 const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project";
@@ -108,6 +210,9 @@ fn json_column(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
 }
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
+    let mode: Option<String> = row.get(8)?;
+    let status: HookRunStatus = row.get(13)?;
+    let fired_at: String = row.get(18)?;
     Ok(HookRun {
         id: row.get(0)?,
         graph_id: row.get(1)?,
@@ -117,17 +222,19 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
         hook_index: row.get(5)?,
         hook_config: json_column(row, 6)?.unwrap_or(Value::Null),
         spec_id: row.get(7)?,
-        mode: row.get(8)?,
+        executor_kind: mode.clone(),
+        mode,
         plugin: row.get(9)?,
         plugin_version: row.get(10)?,
         plugin_sha256: row.get(11)?,
         rendered: json_column(row, 12)?,
-        status: row.get(13)?,
+        status,
         summary: row.get(14)?,
         error: row.get(15)?,
         output: row.get(16)?,
         test: row.get(17)?,
-        fired_at: row.get(18)?,
+        recorded_at: fired_at.clone(),
+        fired_at,
         started_at: row.get(19)?,
         finished_at: row.get(20)?,
         duration_ms: row.get(21)?,
@@ -136,6 +243,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
         dispatch_depth: row.get(24)?,
         feed_id: row.get(25)?,
         project: row.get(26)?,
+        outcome: status.outcome(),
+        patch_applied: None,
+        required: false,
     })
 }
 
@@ -180,22 +290,84 @@ pub struct Finished {
     pub duration_ms: i64,
 }
 
-/// Filters of `GET /api/hook-runs`.
+/// Filters of `GET /api/hook-runs` (and of a workspace's hook runs); every one given must hold.
 #[derive(Debug, Clone, Default)]
 pub struct HookRunFilter {
     pub graph_id: Option<String>,
     pub run_id: Option<String>,
+    /// The event as recorded: a graph hook's key (`on_completed`), a daemon hook's taxonomy
+    /// event (`graph.run.blocked`).
     pub event: Option<String>,
+    /// Any of these events as recorded (see `event`).
+    pub events: Option<Vec<String>>,
     pub status: Option<HookRunStatus>,
+    /// Runs whose status has this outcome.
+    pub outcome: Option<HookOutcome>,
     pub source: Option<HookSource>,
     /// The hook's name.
     pub hook: Option<String>,
     /// The project (workdir).
     pub project: Option<String>,
+    /// A session: runs of the graph run with this id, or fired by an event whose payload names
+    /// this `session_id`.
+    pub session: Option<String>,
     /// Only runs fired at or after this instant (RFC 3339, UTC, microseconds).
     pub since: Option<String>,
     /// At most this many, the newest.
     pub last: usize,
+}
+
+/// A status's outcome in SQL: `CASE status WHEN 'completed' THEN 'applied' ... END`, from
+/// [`HookRunStatus::outcome`].
+fn outcome_sql() -> String {
+    let mut sql = String::from("CASE status");
+    for status in HookRunStatus::ALL {
+        if let Some(outcome) = status.outcome() {
+            sql.push_str(&format!(" WHEN '{status}' THEN '{outcome}'"));
+        }
+    }
+    sql.push_str(" END");
+    sql
+}
+
+/// The `WHERE` clause of [`HookRunFilter`], over its named parameters.
+fn filter_sql() -> String {
+    format!(
+        "(:graph_id IS NULL OR graph_id = :graph_id) AND (:run_id IS NULL OR run_id = :run_id)
+         AND (:event IS NULL OR event = :event)
+         AND (:events IS NULL OR event IN (SELECT value FROM json_each(:events)))
+         AND (:status IS NULL OR status = :status) AND (:outcome IS NULL OR ({}) = :outcome)
+         AND (:since IS NULL OR fired_at >= :since)
+         AND (:source IS NULL OR source = :source) AND (:hook IS NULL OR hook_name = :hook)
+         AND (:project IS NULL OR project = :project)
+         AND (:session IS NULL OR run_id = :session OR EXISTS (
+               SELECT 1 FROM feed f WHERE f.id = hook_runs.feed_id
+                 AND json_extract(f.payload, '$.session_id') = :session))",
+        outcome_sql()
+    )
+}
+
+impl HookRunFilter {
+    /// The filter's named parameters, as [`filter_sql`] uses them.
+    fn params(&self) -> Vec<(&'static str, Box<dyn rusqlite::ToSql + '_>)> {
+        let events = self
+            .events
+            .as_ref()
+            .map(|events| Value::from(events.clone()).to_string());
+        vec![
+            (":graph_id", Box::new(&self.graph_id)),
+            (":run_id", Box::new(&self.run_id)),
+            (":event", Box::new(&self.event)),
+            (":events", Box::new(events)),
+            (":status", Box::new(self.status)),
+            (":outcome", Box::new(self.outcome)),
+            (":since", Box::new(&self.since)),
+            (":source", Box::new(self.source)),
+            (":hook", Box::new(&self.hook)),
+            (":project", Box::new(&self.project)),
+            (":session", Box::new(&self.session)),
+        ]
+    }
 }
 
 /// A fresh hook-run id: 32 lowercase hex digits, the microseconds since 1970 (16 digits) then
@@ -218,54 +390,38 @@ impl Rd<'_> {
     pub fn hook_runs(&self, filter: &HookRunFilter) -> Result<Vec<HookRun>, StoreError> {
         // SQLite: `rowid` is the insertion order.
         let mut statement = self.conn().prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM hook_runs
-             WHERE (?1 IS NULL OR graph_id = ?1) AND (?2 IS NULL OR run_id = ?2) AND (?3 IS NULL OR event = ?3)
-               AND (?4 IS NULL OR status = ?4) AND (?5 IS NULL OR fired_at >= ?5)
-               AND (?7 IS NULL OR source = ?7) AND (?8 IS NULL OR hook_name = ?8) AND (?9 IS NULL OR project = ?9)
-             ORDER BY fired_at DESC, rowid DESC LIMIT ?6"
+            "SELECT {COLUMNS} FROM hook_runs WHERE {} ORDER BY fired_at DESC, rowid DESC LIMIT :last",
+            filter_sql()
         ))?;
+        let mut params = filter.params();
+        params.push((
+            ":last",
+            Box::new(i64::try_from(filter.last).unwrap_or(i64::MAX)),
+        ));
+        let named: Vec<(&str, &dyn rusqlite::ToSql)> = params
+            .iter()
+            .map(|(name, value)| (*name, &**value))
+            .collect();
         let runs = statement
-            .query_map(
-                params![
-                    filter.graph_id,
-                    filter.run_id,
-                    filter.event,
-                    filter.status,
-                    filter.since,
-                    i64::try_from(filter.last).unwrap_or(i64::MAX),
-                    filter.source,
-                    filter.hook,
-                    filter.project
-                ],
-                from_row,
-            )?
+            .query_map(named.as_slice(), from_row)?
             .collect::<rusqlite::Result<_>>()?;
         Ok(runs)
     }
 
     /// How many hook runs match the filter (`last` aside).
     pub fn count_hook_runs(&self, filter: &HookRunFilter) -> Result<usize, StoreError> {
+        let params = filter.params();
+        let named: Vec<(&str, &dyn rusqlite::ToSql)> = params
+            .iter()
+            .map(|(name, value)| (*name, &**value))
+            .collect();
         let count: i64 = self
             .conn()
-            .prepare_cached(
-                "SELECT count(*) FROM hook_runs
-                 WHERE (?1 IS NULL OR graph_id = ?1) AND (?2 IS NULL OR run_id = ?2) AND (?3 IS NULL OR event = ?3)
-                   AND (?4 IS NULL OR status = ?4) AND (?5 IS NULL OR fired_at >= ?5)
-                   AND (?6 IS NULL OR source = ?6) AND (?7 IS NULL OR hook_name = ?7) AND (?8 IS NULL OR project = ?8)",
-            )?
-            .query_row(
-                params![
-                    filter.graph_id,
-                    filter.run_id,
-                    filter.event,
-                    filter.status,
-                    filter.since,
-                    filter.source,
-                    filter.hook,
-                    filter.project
-                ],
-                |row| row.get(0),
-            )?;
+            .prepare_cached(&format!(
+                "SELECT count(*) FROM hook_runs WHERE {}",
+                filter_sql()
+            ))?
+            .query_row(named.as_slice(), |row| row.get(0))?;
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
