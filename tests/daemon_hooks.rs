@@ -81,7 +81,11 @@ action = {{ command = "env | grep -E '^CANOPY_' >> {log}" }}
     // graph.run.started and graph.run.completed both match the glob.
     let runs = config_runs(&daemon, 2);
     let events: Vec<&str> = runs.iter().map(|r| r["event"].as_str().unwrap()).collect();
-    assert_eq!(events, ["graph.run.started", "graph.run.completed"], "{runs:#?}");
+    assert_eq!(
+        events,
+        ["graph.run.started", "graph.run.completed"],
+        "{runs:#?}"
+    );
     for run in &runs {
         assert_eq!(run["hook_name"], "on-web-runs");
         assert_eq!(run["status"], "completed", "{run}");
@@ -130,14 +134,20 @@ fn a_hook_runs_only_on_its_nodes_and_roles() {
         "node = \"n1\"\nroles = [\"worker\"]\n".to_string(),
         hook("other-node", "nodes = [\"n2\"]"),
         hook("controller-only", "roles_permitted = [\"controller\"]"),
-        hook("here", "nodes = [\"n1\"]\nroles_permitted = [\"worker\", \"controller\"]"),
+        hook(
+            "here",
+            "nodes = [\"n1\"]\nroles_permitted = [\"worker\", \"controller\"]",
+        ),
         hook("everywhere", ""),
     ]
     .concat();
     let daemon = Daemon::start_with_config(&config);
     daemon.add_spec("one");
     let runs = config_runs(&daemon, 2);
-    let mut names: Vec<&str> = runs.iter().map(|r| r["hook_name"].as_str().unwrap()).collect();
+    let mut names: Vec<&str> = runs
+        .iter()
+        .map(|r| r["hook_name"].as_str().unwrap())
+        .collect();
     names.sort_unstable();
     assert_eq!(names, ["everywhere", "here"]);
     let mut fired: Vec<String> = std::fs::read_to_string(&log)
@@ -181,15 +191,28 @@ action = {{ command = "{canopy} --data-dir {data} graph run loop" }}
     let runs = config_runs(&daemon, 4);
     let statuses: Vec<(&str, i64)> = runs
         .iter()
-        .map(|r| (r["status"].as_str().unwrap(), r["dispatch_depth"].as_i64().unwrap()))
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap(),
+                r["dispatch_depth"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         statuses,
-        [("completed", 0), ("completed", 1), ("completed", 2), ("dropped", 3)],
+        [
+            ("completed", 0),
+            ("completed", 1),
+            ("completed", 2),
+            ("dropped", 3)
+        ],
         "{runs:#?}"
     );
     assert!(
-        runs[3]["error"].as_str().unwrap().contains("past the limit of 2"),
+        runs[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("past the limit of 2"),
         "{}",
         runs[3]
     );
@@ -200,11 +223,21 @@ action = {{ command = "{canopy} --data-dir {data} graph run loop" }}
     if let Some(events) = feed["events"].as_array() {
         let actors: Vec<(&str, i64)> = events
             .iter()
-            .map(|e| (e["actor"].as_str().unwrap(), e["dispatch_depth"].as_i64().unwrap()))
+            .map(|e| {
+                (
+                    e["actor"].as_str().unwrap(),
+                    e["dispatch_depth"].as_i64().unwrap(),
+                )
+            })
             .collect();
         assert_eq!(
             actors,
-            [("user", 0), ("hook:again", 1), ("hook:again", 2), ("hook:again", 3)]
+            [
+                ("user", 0),
+                ("hook:again", 1),
+                ("hook:again", 2),
+                ("hook:again", 3)
+            ]
         );
     }
 }
@@ -287,11 +320,15 @@ fn on_spec_failed_fires_for_a_failing_spec_with_its_node_and_reason() {
     }));
     daemon.control_ok("g", json!({ "action": "run" }));
     assert_eq!(daemon.settled("g")["status"], "failed");
-    let runs = wait_for("the on_spec_failed hook run", Duration::from_secs(60), || {
-        let (_, answer) = daemon.get("/api/hook-runs?graph=g&event=on_spec_failed");
-        let runs = answer["runs"].as_array().cloned().unwrap_or_default();
-        (runs.len() == 1 && runs[0]["status"] == "completed").then_some(runs)
-    });
+    let runs = wait_for(
+        "the on_spec_failed hook run",
+        Duration::from_secs(60),
+        || {
+            let (_, answer) = daemon.get("/api/hook-runs?graph=g&event=on_spec_failed");
+            let runs = answer["runs"].as_array().cloned().unwrap_or_default();
+            (runs.len() == 1 && runs[0]["status"] == "completed").then_some(runs)
+        },
+    );
     assert_eq!(runs[0]["spec_id"], spec.as_str());
     assert_eq!(runs[0]["hook_name"], "g.on_spec_failed[0]");
     assert_eq!(

@@ -108,11 +108,8 @@ fn main() {
     println!(
         "graph get ({SPECS}-spec graph, after a run, default page of 50 specs), one client: {rate:.0} requests/s ({count} in 3 s)"
     );
-    let (count, rate) = get_throughput(
-        &daemon,
-        "/api/graphs/bench?limit=3",
-        Duration::from_secs(3),
-    );
+    let (count, rate) =
+        get_throughput(&daemon, "/api/graphs/bench?limit=3", Duration::from_secs(3));
     println!(
         "graph get ({SPECS}-spec graph, after a run, a page of 3 specs as the small graph shows), one client: {rate:.0} requests/s ({count} in 3 s)"
     );

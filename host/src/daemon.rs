@@ -69,11 +69,7 @@ impl HostServices for DaemonServices {
         platforms.get(name).cloned().ok_or_else(|| {
             format!(
                 "unknown agent platform `{name}`; configured platforms: {}. {}",
-                platforms
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                platforms.keys().cloned().collect::<Vec<_>>().join(", "),
                 self.config.missing_platform(name)
             )
         })
@@ -204,8 +200,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     crate::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
-    let platforms: crate::reload::Platforms =
-        Arc::new(std::sync::RwLock::new(config.platforms()));
+    let platforms: crate::reload::Platforms = Arc::new(std::sync::RwLock::new(config.platforms()));
     let outbox = sessions::Outbox::default();
     let services = Arc::new(DaemonServices {
         outbox: outbox.clone(),
@@ -354,14 +349,13 @@ fn write_token(data: &DataDir) -> Result<String> {
 
 /// Re-reads `canopy.toml` at every SIGHUP (as `canopy config reload` does).
 async fn reload_on_hangup(reloader: Arc<crate::reload::Reloader>) {
-    let mut hangups =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            Ok(signal) => signal,
-            Err(err) => {
-                tracing::error!(%err, "cannot listen for SIGHUP; `canopy config reload` still works");
-                return;
-            }
-        };
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => signal,
+        Err(err) => {
+            tracing::error!(%err, "cannot listen for SIGHUP; `canopy config reload` still works");
+            return;
+        }
+    };
     while hangups.recv().await.is_some() {
         tracing::info!("SIGHUP received, reloading the configuration");
         if let Err(problems) = reloader.reload().await {

@@ -143,17 +143,56 @@ pub fn user_umask() -> Option<libc::mode_t> {
     USER_UMASK.get().copied()
 }
 
-/// Runs `command` with the user's umask rather than the daemon's 077, so that what it creates in
-/// the user's workdir is as the user would have it. A no-op outside the daemon.
-pub fn with_user_umask(command: &mut tokio::process::Command) {
-    if let Some(mask) = user_umask() {
-        // SAFETY: the closure runs in the child between fork and exec and only calls umask(2),
-        // which is async-signal-safe and cannot fail.
-        unsafe {
-            command.pre_exec(move || {
-                libc::umask(mask);
-                Ok(())
-            });
+/// A command for `program` (a path, or a name looked up on `path_var`, the `PATH` the child will
+/// have) that runs with the user's umask rather than the daemon's 077, so that what it creates
+/// in the user's workdir is as the user would have it. Add the arguments after it.
+///
+/// The daemon's address space is large (wasmtime reserves memory for its instances), and a
+/// `fork` copies its page tables: milliseconds per process. So the umask is not set between
+/// fork and exec (a `pre_exec` closure forces a fork); the program is resolved to a path here
+/// and run through `/bin/sh -c 'umask M && exec "$0" "$@"'`, which the standard library starts
+/// with `posix_spawn` (no copy of the daemon). Only a program that must keep another `argv[0]`
+/// (`arg0`) still goes through a fork. Outside the daemon the command is plain.
+pub fn user_command(
+    program: &str,
+    arg0: Option<&str>,
+    path_var: Option<&std::ffi::OsString>,
+) -> tokio::process::Command {
+    let resolved = if crate::procs::env::is_path(program) {
+        PathBuf::from(program)
+    } else {
+        crate::procs::env::which(program, path_var).unwrap_or_else(|| PathBuf::from(program))
+    };
+    // A program that is not there fails to spawn, as it would without the wrapper.
+    let found = resolved.is_file();
+    let Some(mask) = user_umask().filter(|_| found) else {
+        let mut command = tokio::process::Command::new(&resolved);
+        if let Some(arg0) = arg0 {
+            command.arg0(arg0);
+        }
+        return command;
+    };
+    match arg0 {
+        None => {
+            let mut command = tokio::process::Command::new("/bin/sh");
+            command
+                .arg("-c")
+                .arg(format!("umask {mask:04o} && exec \"$0\" \"$@\""))
+                .arg(&resolved);
+            command
+        }
+        Some(arg0) => {
+            let mut command = tokio::process::Command::new(&resolved);
+            command.arg0(arg0);
+            // SAFETY: the closure runs in the child between fork and exec and only calls
+            // umask(2), which is async-signal-safe and cannot fail.
+            unsafe {
+                command.pre_exec(move || {
+                    libc::umask(mask);
+                    Ok(())
+                });
+            }
+            command
         }
     }
 }

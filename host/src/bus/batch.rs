@@ -82,6 +82,8 @@ pub(crate) struct Queued {
     /// The spec this run is about (`{{spec_id}}`).
     pub spec_id: Option<String>,
     pub kind: HookKind,
+    /// Recorded as running already (the first of a batch that had a slot when recorded).
+    pub started: bool,
 }
 
 /// A hook run's end, waiting to be recorded.
@@ -100,14 +102,22 @@ pub struct Unstarted {
     trigger: Arc<Trigger>,
     /// The hook runs recorded, in firing order; `None` once handed on.
     queued: Option<Vec<Queued>>,
+    /// The slot taken when the batch was recorded, if one was free then.
+    slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Unstarted {
-    pub(crate) fn new(bus: Bus, trigger: Arc<Trigger>, queued: Vec<Queued>) -> Self {
+    pub(crate) fn new(
+        bus: Bus,
+        trigger: Arc<Trigger>,
+        queued: Vec<Queued>,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Self {
         Self {
             bus,
             trigger,
             queued: Some(queued),
+            slot,
         }
     }
 
@@ -125,7 +135,12 @@ impl Unstarted {
         let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
             return;
         };
-        match slots.clone().acquire_owned().await {
+        let held = self.slot.take();
+        let slot = match held {
+            Some(slot) => Ok(slot),
+            None => slots.clone().acquire_owned().await,
+        };
+        match slot {
             Ok(slot) => {
                 let (bus, trigger) = (self.bus.clone(), self.trigger.clone());
                 tokio::spawn(async move { run_batch(&bus, &trigger, queued, slot).await });
@@ -145,7 +160,11 @@ impl Unstarted {
             return;
         };
         let (bus, trigger, slots) = (self.bus.clone(), self.trigger.clone(), slots.clone());
-        match slots.clone().try_acquire_owned() {
+        let held = self
+            .slot
+            .take()
+            .map_or_else(|| slots.clone().try_acquire_owned(), Ok);
+        match held {
             Ok(slot) => {
                 tokio::spawn(async move { run_batch(&bus, &trigger, queued, slot).await });
             }
@@ -194,9 +213,15 @@ async fn rescue(bus: Bus, trigger: Arc<Trigger>, queued: Vec<Queued>) {
     };
     let status: HashMap<String, HookRunStatus> =
         recorded.into_iter().map(|r| (r.id, r.status)).collect();
+    // Queued ones run; one recorded as running when the batch was recorded was never started
+    // by anyone else, so it runs too.
     let queued: Vec<Queued> = queued
         .into_iter()
-        .filter(|q| status.get(&q.record_id) == Some(&HookRunStatus::Queued))
+        .filter(|q| match status.get(&q.record_id) {
+            Some(HookRunStatus::Queued) => true,
+            Some(HookRunStatus::Running) => q.started,
+            _ => false,
+        })
         .collect();
     if queued.is_empty() {
         return;
@@ -216,16 +241,12 @@ async fn run_batch(
 ) {
     let mut ended: Option<Ended> = None;
     for hook in queued {
-        let plugin = plugin_of(bus, &hook.work);
-        if !advance(
-            bus,
-            trigger,
-            ended.take(),
-            Some((hook.record_id.clone(), plugin)),
-        )
-        .await
-        {
-            continue;
+        if !hook.started {
+            let plugin = plugin_of(bus, &hook.work);
+            let start = Some((hook.record_id.clone(), plugin));
+            if !advance(bus, trigger, ended.take(), start).await {
+                continue;
+            }
         }
         let finished = run_one(bus, trigger, &hook).await;
         ended = Some(Ended {

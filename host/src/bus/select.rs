@@ -18,7 +18,7 @@ use crate::hooks::config::{HookMap, hooks_of};
 use crate::hooks::daemon::DaemonHooks;
 use crate::hooks::runs::Fired;
 use crate::plugins::split_work_config;
-use crate::store::hook_runs::HookSource;
+use crate::store::hook_runs::{HookSource, graph_hook_name};
 use crate::store::{Rd, StoreError, Tx};
 
 /// The graph's hooks as stored now: a missing graph or an unreadable map has none.
@@ -36,11 +36,6 @@ fn stored_hooks(rd: &Rd<'_>, graph_id: &str) -> Result<HookMap, StoreError> {
 struct Selected {
     fired: Fired,
     queued: Queued,
-}
-
-/// The name a graph's hook goes by in hook runs and the catalog: `<graph>.<key>[<index>]`.
-pub fn graph_hook_name(graph_name: &str, key: &str, index: usize) -> String {
-    format!("{graph_name}.{key}[{index}]")
 }
 
 /// The hook runs a graph-hook firing makes, in firing order: each matching hook (only `only`,
@@ -93,6 +88,7 @@ fn select_graph(
                     work: work.clone(),
                     spec_id,
                     kind: HookKind::Graph,
+                    started: false,
                 },
             });
         }
@@ -146,6 +142,7 @@ fn select_config(daemon: &DaemonHooks, envelope: &Envelope, fired_at: &str) -> V
                     work: Ok(hook.work.clone()),
                     spec_id: payload_text("spec_id"),
                     kind: HookKind::Config(hook.clone()),
+                    started: false,
                 },
             }
         })
@@ -174,6 +171,25 @@ fn record(
         }
         tracing::warn!(event = %trigger.event_name(), depth, max_depth, "hook dispatch dropped past the depth limit");
     }
+    // With a slot free now, the batch starts the moment it is recorded: its first hook is
+    // recorded as running (one write fewer than marking it running later).
+    let slot = if dropped {
+        None
+    } else {
+        bus.inner.slots.clone().try_acquire_owned().ok()
+    };
+    if slot.is_some()
+        && let Some(first) = selected.first_mut()
+    {
+        first.fired.running = true;
+        first.fired.plugin = first
+            .queued
+            .work
+            .as_ref()
+            .ok()
+            .and_then(|w| bus.inner.plugins.plugin_ref(&w.mode).ok());
+        first.queued.started = true;
+    }
     let fired: Vec<Fired> = selected.iter().map(|s| s.fired.clone()).collect();
     let ids = tx.insert_hook_runs(&fired)?;
     if dropped {
@@ -187,7 +203,7 @@ fn record(
             ..one.queued
         })
         .collect();
-    Ok(Some(Unstarted::new(bus.clone(), trigger, queued)))
+    Ok(Some(Unstarted::new(bus.clone(), trigger, queued, slot)))
 }
 
 /// Records the hook runs an event fires, from every source (inside the event's write).
@@ -198,12 +214,13 @@ pub(super) fn record_hooks(
     envelope: &Arc<Envelope>,
     firing: Option<Firing>,
 ) -> Result<Vec<Unstarted>, StoreError> {
-    let fired_at = crate::store::now();
     let mut batches = Vec::new();
+    // The event's own time: the hook runs it fires were fired when it was recorded.
+    let fired_at = &envelope.timestamp;
     if let Some(firing) = firing {
         let map = stored_hooks(tx, &firing.run.graph_id)?;
         if !hooks_of(&map, firing.event).is_empty() {
-            let selected = select_graph(&map, &firing, None, Some(envelope), &fired_at, false);
+            let selected = select_graph(&map, &firing, None, Some(envelope), fired_at, false);
             let trigger = Arc::new(Trigger::Graph {
                 firing: Box::new(firing),
                 envelope: Some(envelope.clone()),
@@ -212,7 +229,7 @@ pub(super) fn record_hooks(
         }
     }
     if !daemon.hooks.is_empty() {
-        let selected = select_config(daemon, envelope, &fired_at);
+        let selected = select_config(daemon, envelope, fired_at);
         let trigger = Arc::new(Trigger::Config {
             envelope: envelope.clone(),
         });

@@ -41,8 +41,8 @@ pub async fn run(data: &DataDir, command: ConfigCommand) -> Result<ExitCode> {
 
 async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     let path = file.unwrap_or_else(|| data.config_file());
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     // With a daemon, the executors check the hooks' actions too; without one, only the file.
     let (mut answer, full) = match Client::connect(data) {
         Ok(client) => match client
@@ -110,7 +110,9 @@ async fn reload(client: &Client, json: bool) -> Result<ExitCode> {
     }
     let restart = super::list_at(report, "/needs_restart");
     if restart != "-" {
-        println!("changed, in force after a restart (`canopy daemon stop`, then start it): {restart}");
+        println!(
+            "changed, in force after a restart (`canopy daemon stop`, then start it): {restart}"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

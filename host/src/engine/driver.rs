@@ -339,7 +339,8 @@ async fn run_node(
             .map(|(k, v)| (k.to_string(), v))
             .collect();
             let cause = run.cause.clone();
-            cause.scope(engine.plugins().execute(CallRequest {
+            cause
+                .scope(engine.plugins().execute(CallRequest {
                     work,
                     markers,
                     supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),

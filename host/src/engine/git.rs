@@ -18,13 +18,12 @@ pub enum TreeState {
 
 /// Runs `git status --porcelain` in `workdir`, with a timeout.
 pub async fn tree_state(workdir: &Path) -> TreeState {
-    let mut command = tokio::process::Command::new("git");
+    // `git status` may rewrite the repository's index: with the user's umask, not the daemon's.
+    let mut command = crate::datadir::user_command("git", None, std::env::var_os("PATH").as_ref());
     command
         .args(["status", "--porcelain", "--untracked-files=all"])
         .current_dir(workdir)
         .kill_on_drop(true);
-    // `git status` may rewrite the repository's index: with the user's umask, not the daemon's.
-    crate::datadir::with_user_umask(&mut command);
     let status = command.output();
     match tokio::time::timeout(Duration::from_secs(30), status).await {
         Ok(Ok(output)) if output.status.success() => {

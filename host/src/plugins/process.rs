@@ -57,10 +57,21 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     let started = Instant::now();
     // Recorded before the spawn: a daemon that dies from here on leaves a trace of this call.
     let mut call = CallProcesses::new(spec.detach)?;
-    let mut command = tokio::process::Command::new(&spec.program);
-    if let Some(arg0) = &spec.arg0 {
-        command.arg0(arg0);
-    }
+    // The child's PATH: the plugin's, if it sets one, else the one every process inherits.
+    let path_var = spec
+        .env
+        .iter()
+        .rev()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| std::ffi::OsString::from(value))
+        .or_else(|| {
+            procs::inherited_env()
+                .into_iter()
+                .find(|(name, _)| name == "PATH")
+                .map(|(_, value)| value)
+        });
+    let mut command =
+        crate::datadir::user_command(&spec.program, spec.arg0.as_deref(), path_var.as_ref());
     command
         .args(&spec.args)
         .current_dir(&spec.cwd)
@@ -80,8 +91,7 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
         command.env("CANOPY_RESULT_FILE", path);
     }
     // The daemon's own files are private (umask 077); what a command creates in the user's
-    // workdir gets the user's umask.
-    crate::datadir::with_user_umask(&mut command);
+    // workdir gets the user's umask (see `user_command`).
     // Last, so the plugin's env cannot choose it.
     let (marker, id) = call.marker();
     command.env(marker, id);

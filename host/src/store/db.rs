@@ -348,6 +348,12 @@ fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Job>) {
     tracing::debug!("the store's writer stopped: every handle was dropped");
 }
 
+/// Runs one statement from the statement cache (a savepoint per write is parsed once, not at
+/// every write).
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         let why = err.to_string();
@@ -365,16 +371,16 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
             drop(job);
             continue;
         }
-        if let Err(err) = conn.execute_batch("SAVEPOINT write") {
+        if let Err(err) = run_cached(conn, "SAVEPOINT write") {
             broken = Some(err.to_string());
             drop(job);
             continue;
         }
         let ran = job(&tx);
         let end = if ran.keep {
-            conn.execute_batch("RELEASE write")
+            run_cached(conn, "RELEASE write")
         } else {
-            conn.execute_batch("ROLLBACK TO write; RELEASE write")
+            run_cached(conn, "ROLLBACK TO write").and_then(|()| run_cached(conn, "RELEASE write"))
         };
         if let Err(err) = end {
             broken = Some(err.to_string());
