@@ -4,10 +4,10 @@
 //! 1. **feed**: 100,000 events appended to the feed with no hook listening, by 1, 8 and 64
 //!    concurrent emitters, each awaiting its `emit` (the event is committed when it returns)
 //!    before the next. Several emitters share commits (the store's group commit).
-//! 2. **daemon command hook**: a daemon hook on `spec.created` whose action is a `command` that
-//!    writes the time it started; events emitted at a steady 500/s; latency is event emitted →
-//!    the hook's process running (the time the process wrote, less the time the event was
-//!    emitted).
+//! 2. **daemon command hook**: a daemon hook on `spec.created` whose action is the `command`
+//!    `exec date +%s%N > <dir>/{{spec_id}}`: the hook's process is `date`, which writes the time
+//!    it runs; events emitted at a steady 500/s; latency is event emitted → the hook's process
+//!    running (the time it wrote, less the time the event was emitted).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -111,16 +111,17 @@ async fn main() {
         feed_line(&quiet, emitters).await;
     }
 
-    // A daemon hook that writes the time its process started (ns since 1970) and the event's
-    // spec name, one line per event.
-    let marks = tmp.path().join("marks.txt");
+    // A daemon hook whose process writes the time it runs (ns since 1970) into a file named
+    // by the event's spec id.
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
     let config = Config::parse(&format!(
         r#"
 [[hooks]]
 name = "stamp"
 event = "spec.created"
 match = {{ spec_name = "hooked *" }}
-action = {{ command = "echo $(date +%s%N) {{{{spec_name}}}} >> {}" }}
+action = {{ command = "exec date +%s%N > {}/{{{{spec_id}}}}" }}
 "#,
         marks.display()
     ))
@@ -145,23 +146,30 @@ action = {{ command = "echo $(date +%s%N) {{{{spec_name}}}} >> {}" }}
         hooked.emit(vec![event], Cause::user()).await.unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(120);
-    let lines = loop {
-        let text = std::fs::read_to_string(&marks).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        if lines.len() >= HOOK_EVENTS || Instant::now() > deadline {
-            break lines;
+    let read_all = || -> Option<Vec<(usize, u128)>> {
+        let mut marks_read = Vec::with_capacity(HOOK_EVENTS);
+        for entry in std::fs::read_dir(&marks).ok()? {
+            let entry = entry.ok()?;
+            let index = usize::from_str_radix(entry.file_name().to_str()?, 16).ok()?;
+            let at: u128 = std::fs::read_to_string(entry.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            marks_read.push((index, at));
         }
+        (marks_read.len() == HOOK_EVENTS).then_some(marks_read)
+    };
+    let marks_read = loop {
+        if let Some(all) = read_all() {
+            break all;
+        }
+        assert!(Instant::now() < deadline, "every event runs its hook");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(lines.len(), HOOK_EVENTS, "every event ran its hook");
-    let mut latencies: Vec<f64> = lines
+    let mut latencies: Vec<f64> = marks_read
         .iter()
-        .map(|line| {
-            let mut parts = line.split_whitespace();
-            let at: u128 = parts.next().unwrap().parse().unwrap();
-            let index: usize = parts.nth(1).unwrap().parse().unwrap();
-            (at.saturating_sub(emitted[index])) as f64 / 1e6
-        })
+        .map(|(index, at)| (at.saturating_sub(emitted[*index])) as f64 / 1e6)
         .collect();
     latencies.sort_by(f64::total_cmp);
     println!(

@@ -143,19 +143,21 @@ pub fn user_umask() -> Option<libc::mode_t> {
     USER_UMASK.get().copied()
 }
 
-/// A command for `program` (a path, or a name looked up on `path_var`, the `PATH` the child will
-/// have) that runs with the user's umask rather than the daemon's 077, so that what it creates
-/// in the user's workdir is as the user would have it. Add the arguments after it.
+/// A command running `program` with `args` (`program`: a path, or a name looked up on `path_var`,
+/// the `PATH` the child will have) with the user's umask rather than the daemon's 077, so that
+/// what it creates in the user's workdir is as the user would have it.
 ///
 /// The daemon's address space is large (wasmtime reserves memory for its instances), and a
 /// `fork` copies its page tables: milliseconds per process. So the umask is not set between
-/// fork and exec (a `pre_exec` closure forces a fork); the program is resolved to a path here
-/// and run through `/bin/sh -c 'umask M && exec "$0" "$@"'`, which the standard library starts
-/// with `posix_spawn` (no copy of the daemon). Only a program that must keep another `argv[0]`
+/// fork and exec (a `pre_exec` closure forces a fork), and the standard library starts the
+/// child with `posix_spawn`: a shell run with `-c SCRIPT` gets `umask M;` at the head of its
+/// script (the same line, so its line numbers do not move); any other program is run through
+/// `/bin/sh -c 'umask M && exec "$0" "$@"'`. Only a program that must keep another `argv[0]`
 /// (`arg0`) still goes through a fork. Outside the daemon the command is plain.
 pub fn user_command(
     program: &str,
     arg0: Option<&str>,
+    args: &[String],
     path_var: Option<&std::ffi::OsString>,
 ) -> tokio::process::Command {
     let resolved = if crate::procs::env::is_path(program) {
@@ -163,27 +165,44 @@ pub fn user_command(
     } else {
         crate::procs::env::which(program, path_var).unwrap_or_else(|| PathBuf::from(program))
     };
-    // A program that is not there fails to spawn, as it would without the wrapper.
+    // A program that is not there fails to spawn, as it would without a wrapper.
     let found = resolved.is_file();
-    let Some(mask) = user_umask().filter(|_| found) else {
-        let mut command = tokio::process::Command::new(&resolved);
+    let plain = |resolved: &Path| {
+        let mut command = tokio::process::Command::new(resolved);
         if let Some(arg0) = arg0 {
             command.arg0(arg0);
         }
-        return command;
+        command.args(args);
+        command
     };
-    match arg0 {
-        None => {
+    let Some(mask) = user_umask().filter(|_| found) else {
+        return plain(&resolved);
+    };
+    let set_umask = format!("umask {mask:04o}");
+    let shell = matches!(
+        resolved.file_name().and_then(|n| n.to_str()),
+        Some("sh" | "bash" | "dash")
+    );
+    match (arg0, args) {
+        (None, [dash_c, script, rest @ ..]) if shell && dash_c == "-c" => {
+            let mut command = tokio::process::Command::new(&resolved);
+            command
+                .arg("-c")
+                .arg(format!("{set_umask}; {script}"))
+                .args(rest);
+            command
+        }
+        (None, _) => {
             let mut command = tokio::process::Command::new("/bin/sh");
             command
                 .arg("-c")
-                .arg(format!("umask {mask:04o} && exec \"$0\" \"$@\""))
-                .arg(&resolved);
+                .arg(format!("{set_umask} && exec \"$0\" \"$@\""))
+                .arg(&resolved)
+                .args(args);
             command
         }
-        Some(arg0) => {
-            let mut command = tokio::process::Command::new(&resolved);
-            command.arg0(arg0);
+        (Some(_), _) => {
+            let mut command = plain(&resolved);
             // SAFETY: the closure runs in the child between fork and exec and only calls
             // umask(2), which is async-signal-safe and cannot fail.
             unsafe {

@@ -19,11 +19,12 @@ pub enum TreeState {
 /// Runs `git status --porcelain` in `workdir`, with a timeout.
 pub async fn tree_state(workdir: &Path) -> TreeState {
     // `git status` may rewrite the repository's index: with the user's umask, not the daemon's.
-    let mut command = crate::datadir::user_command("git", None, std::env::var_os("PATH").as_ref());
-    command
-        .args(["status", "--porcelain", "--untracked-files=all"])
-        .current_dir(workdir)
-        .kill_on_drop(true);
+    let args: Vec<String> = ["status", "--porcelain", "--untracked-files=all"]
+        .map(String::from)
+        .to_vec();
+    let mut command =
+        crate::datadir::user_command("git", None, &args, std::env::var_os("PATH").as_ref());
+    command.current_dir(workdir).kill_on_drop(true);
     let status = command.output();
     match tokio::time::timeout(Duration::from_secs(30), status).await {
         Ok(Ok(output)) if output.status.success() => {

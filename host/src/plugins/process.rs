@@ -70,10 +70,13 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
                 .find(|(name, _)| name == "PATH")
                 .map(|(_, value)| value)
         });
-    let mut command =
-        crate::datadir::user_command(&spec.program, spec.arg0.as_deref(), path_var.as_ref());
+    let mut command = crate::datadir::user_command(
+        &spec.program,
+        spec.arg0.as_deref(),
+        &spec.args,
+        path_var.as_ref(),
+    );
     command
-        .args(&spec.args)
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(procs::inherited_env())
