@@ -243,33 +243,26 @@ impl CallProcesses {
         if self.detach {
             return 0;
         }
-        let mut sweep = Sweep::of(&self);
-        let deadline = tokio::time::Instant::now() + SWEEP_LIMIT;
-        let mut clean_scans = 0;
-        loop {
-            let found = sweep.pass();
-            if found.live == 0 && found.unsure == 0 {
-                // A second clean scan right away: a process re-parented or forked while the
-                // first one read the table is in it.
-                clean_scans += 1;
-                if clean_scans >= 2 {
-                    break;
-                }
-                continue;
-            }
-            clean_scans = 0;
-            if tokio::time::Instant::now() >= deadline {
-                tracing::warn!(call = %self.id, live = found.live, "processes of a finished call still alive after {SWEEP_LIMIT:?} of killing");
-                // Left in the ledger: the next start tries again.
-                return sweep.killed;
-            }
-            // Give what was killed a moment to die, or an exec a moment to finish.
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let pending = Pending {
+            call: self.id.clone(),
+            sweep: Sweep::of(&self),
+            clean_scans: 0,
+            deadline: tokio::time::Instant::now() + SWEEP_LIMIT,
+            done,
+        };
+        if submit(pending).is_err() {
+            // No runtime to sweep on: the record stays, and the next start covers the rest.
+            return 0;
         }
-        if let Some(record) = self.record.take() {
+        let Ok((killed, clean)) = outcome.await else {
+            return 0;
+        };
+        if clean && let Some(record) = self.record.take() {
             record.remove();
         }
-        sweep.killed
+        // Otherwise it stays in the ledger: the next start tries again.
+        killed
     }
 }
 
@@ -306,6 +299,96 @@ impl Drop for CallProcesses {
             }
             // Dropping it runs the one pass above.
             Err(_) => drop(finishing),
+        }
+    }
+}
+
+/// A finished call's sweep, waiting for its clean scans.
+struct Pending {
+    call: String,
+    sweep: Sweep,
+    /// Clean passes in a row: two are needed (a process re-parented or forked while the first
+    /// one read the table is in the second).
+    clean_scans: u32,
+    deadline: tokio::time::Instant,
+    /// (killed, ended clean) once the sweep is over.
+    done: tokio::sync::oneshot::Sender<(usize, bool)>,
+}
+
+/// Hands a finished call to the one task that sweeps finished calls (started on the caller's
+/// runtime when there is none, or when the runtime it ran on has gone). A scan of the process
+/// table is the expensive part of a sweep (every process's `stat`, on a busy host hundreds of
+/// files); calls that finish together share each scan, so many short calls (hooks, nodes) cost
+/// a few scans, not two each.
+fn submit(pending: Pending) -> Result<(), Pending> {
+    static SWEEPER: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<Pending>>> =
+        std::sync::Mutex::new(None);
+    let mut sweeper = SWEEPER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let pending = match sweeper.as_ref() {
+        Some(sender) => match sender.send(pending) {
+            Ok(()) => return Ok(()),
+            Err(returned) => returned.0,
+        },
+        None => pending,
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Err(pending);
+    };
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    runtime.spawn(sweep_loop(receiver));
+    let sent = sender.send(pending).map_err(|returned| returned.0);
+    *sweeper = Some(sender);
+    sent
+}
+
+/// Sweeps every pending call over one scan of the process table at a time, until each has had
+/// two clean passes in a row (or its time is up). The queue holds at most the calls that
+/// finished meanwhile (calls are admitted by the executor host's limit).
+async fn sweep_loop(mut queue: tokio::sync::mpsc::UnboundedReceiver<Pending>) {
+    let mut active: Vec<Pending> = Vec::new();
+    loop {
+        if active.is_empty() {
+            match queue.recv().await {
+                Some(pending) => active.push(pending),
+                None => return,
+            }
+        }
+        while let Ok(pending) = queue.try_recv() {
+            active.push(pending);
+        }
+        let found: Vec<Found> = reaper::with_scan(|processes| {
+            active
+                .iter_mut()
+                .map(|p| p.sweep.pass_over(processes))
+                .collect()
+        });
+        let now = tokio::time::Instant::now();
+        let mut waiting = false;
+        let mut still = Vec::with_capacity(active.len());
+        for (mut pending, found) in active.drain(..).zip(found) {
+            if found.live == 0 && found.unsure == 0 {
+                pending.clean_scans += 1;
+                if pending.clean_scans >= 2 {
+                    let _ = pending.done.send((pending.sweep.killed, true));
+                    continue;
+                }
+            } else {
+                pending.clean_scans = 0;
+                if now >= pending.deadline {
+                    tracing::warn!(call = %pending.call, live = found.live, "processes of a finished call still alive after {SWEEP_LIMIT:?} of killing");
+                    let _ = pending.done.send((pending.sweep.killed, false));
+                    continue;
+                }
+                waiting = true;
+            }
+            still.push(pending);
+        }
+        active = still;
+        if waiting {
+            // Give what was killed a moment to die, or an exec a moment to finish.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 }
@@ -348,13 +431,18 @@ impl Sweep {
     /// Kills the group and every live process of the call; reaps adopted orphans that have
     /// exited.
     fn pass(&mut self) -> Found {
+        reaper::with_scan(|processes| self.pass_over(processes))
+    }
+
+    /// [`Sweep::pass`] over a scan of the process table already made.
+    fn pass_over(&mut self, processes: &[ProcStat]) -> Found {
         if let Some(group) = self.group {
             table::kill_group(group);
         }
         let me = i32::try_from(std::process::id()).unwrap_or_default();
         let mut found = Found { live: 0, unsure: 0 };
         let mut empty = BTreeMap::new();
-        reaper::with_scan(|processes| {
+        {
             for process in processes {
                 if process.pid == me
                     || process.zombie()
@@ -386,7 +474,7 @@ impl Sweep {
                     }
                 }
             }
-        });
+        }
         self.empty = empty;
         found
     }
