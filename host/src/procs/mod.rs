@@ -251,7 +251,7 @@ impl CallProcesses {
             deadline: tokio::time::Instant::now() + SWEEP_LIMIT,
             done,
         };
-        if submit(pending).is_err() {
+        if !submit(pending) {
             // No runtime to sweep on: the record stays, and the next start covers the rest.
             return 0;
         }
@@ -320,7 +320,8 @@ struct Pending {
 /// table is the expensive part of a sweep (every process's `stat`, on a busy host hundreds of
 /// files); calls that finish together share each scan, so many short calls (hooks, nodes) cost
 /// a few scans, not two each.
-fn submit(pending: Pending) -> Result<(), Pending> {
+/// False when there is no runtime to sweep on.
+fn submit(pending: Pending) -> bool {
     static SWEEPER: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<Pending>>> =
         std::sync::Mutex::new(None);
     let mut sweeper = SWEEPER
@@ -328,17 +329,17 @@ fn submit(pending: Pending) -> Result<(), Pending> {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let pending = match sweeper.as_ref() {
         Some(sender) => match sender.send(pending) {
-            Ok(()) => return Ok(()),
+            Ok(()) => return true,
             Err(returned) => returned.0,
         },
         None => pending,
     };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return Err(pending);
+        return false;
     };
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
     runtime.spawn(sweep_loop(receiver));
-    let sent = sender.send(pending).map_err(|returned| returned.0);
+    let sent = sender.send(pending).is_ok();
     *sweeper = Some(sender);
     sent
 }
