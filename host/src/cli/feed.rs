@@ -321,10 +321,16 @@ fn line(envelope: &Value) -> String {
         Some(depth) if depth > 0 => format!("{} (depth {depth})", str_at(envelope, "/actor")),
         _ => str_at(envelope, "/actor").to_string(),
     };
-    let target = envelope["target"].as_str().unwrap_or("-");
+    // A 32-hex id (a spec's, a node run's) shows as its short form, as everywhere in the CLI.
+    let target = match envelope["target"].as_str() {
+        Some(id) if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) => &id[..12],
+        Some(target) => target,
+        None => "-",
+    };
     let summary = summary(envelope);
+    // Columns line up for the usual actors and events; a longer one pushes the rest along.
     let text = format!(
-        "{time}  {:>6}  {actor}  {}  {target}{}{summary}",
+        "{time}  {:>6}  {actor:<14}  {:<26}  {target}{}{summary}",
         envelope["id"].as_i64().unwrap_or_default(),
         str_at(envelope, "/event"),
         if summary.is_empty() { "" } else { "  " }
@@ -394,7 +400,7 @@ mod tests {
         });
         assert_eq!(
             line(&envelope),
-            "2026-05-01T09:30:00Z      42  hook:announce (depth 1)  graph.run.completed  web  note=two lines specs=a,b status=completed"
+            "2026-05-01T09:30:00Z      42  hook:announce (depth 1)  graph.run.completed         web  note=two lines specs=a,b status=completed"
         );
     }
 }
