@@ -336,3 +336,64 @@ fn on_spec_failed_fires_for_a_failing_spec_with_its_node_and_reason() {
         "doomed build"
     );
 }
+
+#[test]
+fn a_request_naming_a_bad_actor_or_depth_is_refused_and_nothing_is_recorded() {
+    let daemon = Daemon::start();
+    let auth = format!("Bearer {}", daemon.token());
+    let host = daemon.host().to_string();
+    let body = json!({ "name": "s", "body": support::spec_body("s") }).to_string();
+    for (header, value, expected) in [
+        (
+            "X-Canopy-Dispatch-Depth",
+            "9223372036854775808",
+            "not a dispatch depth",
+        ),
+        ("X-Canopy-Dispatch-Depth", "-1", "not a dispatch depth"),
+        ("X-Canopy-Dispatch-Depth", "1001", "not a dispatch depth"),
+        ("X-Canopy-Actor", "root", "is not one of user, agent"),
+        ("X-Canopy-Actor", "hook:a b", "is not one of user, agent"),
+        ("X-Canopy-Actor", "hook:", "is not one of user, agent"),
+    ] {
+        let answer = daemon.raw(
+            "POST",
+            "/api/specs",
+            &[
+                ("Host", &host),
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+                (header, value),
+            ],
+            body.as_bytes(),
+        );
+        assert_eq!(answer.status, 400, "{header}: {value}: {}", answer.body);
+        let message = answer.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("header `{}`", header.to_ascii_lowercase()))
+                && message.contains(expected),
+            "{header}: {value}: {message}"
+        );
+    }
+    // Nothing was written, and the daemon still answers.
+    let (_, specs) = daemon.get("/api/specs");
+    assert_eq!(specs["specs"].as_array().unwrap().len(), 0, "{specs}");
+    let (_, feed) = daemon.get("/api/feed");
+    assert_eq!(feed["events"], json!([]));
+    // A good one is recorded as that actor.
+    let answer = daemon.raw(
+        "POST",
+        "/api/specs",
+        &[
+            ("Host", &host),
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+            ("X-Canopy-Actor", "hook:web.on_completed[0]"),
+            ("X-Canopy-Dispatch-Depth", "3"),
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let (_, feed) = daemon.get("/api/feed");
+    assert_eq!(feed["events"][0]["actor"], "hook:web.on_completed[0]");
+    assert_eq!(feed["events"][0]["dispatch_depth"], 3);
+}
