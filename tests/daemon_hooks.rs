@@ -220,26 +220,25 @@ action = {{ command = "{canopy} --data-dir {data} graph run loop" }}
     assert_eq!(all["runs"].as_array().unwrap().len(), 4, "{all:#}");
     // The runs the hook started are on record as the hook's, one level deeper each time.
     let (_, feed) = daemon.get("/api/feed?event=graph.run.started&last=100");
-    if let Some(events) = feed["events"].as_array() {
-        let actors: Vec<(&str, i64)> = events
-            .iter()
-            .map(|e| {
-                (
-                    e["actor"].as_str().unwrap(),
-                    e["dispatch_depth"].as_i64().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            actors,
-            [
-                ("user", 0),
-                ("hook:again", 1),
-                ("hook:again", 2),
-                ("hook:again", 3)
-            ]
-        );
-    }
+    let events = feed["events"].as_array().unwrap();
+    let actors: Vec<(&str, i64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap(),
+                e["dispatch_depth"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actors,
+        [
+            ("user", 0),
+            ("hook:again", 1),
+            ("hook:again", 2),
+            ("hook:again", 3)
+        ]
+    );
 }
 
 #[test]

@@ -11,37 +11,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod in_process;
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use canopy::bus::Bus;
-use canopy::config::{Config, Platform};
-use canopy::datadir::DataDir;
+use canopy::config::Config;
 use canopy::events::spec::SpecCreated;
 use canopy::events::{Cause, Event};
-use canopy::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
-use canopy::store::Store;
 
 const FEED_EVENTS: usize = 100_000;
 const HOOK_EVENTS: usize = 2_000;
 const HOOK_RATE: u32 = 500;
-
-struct NoServices;
-
-impl HostServices for NoServices {
-    fn enqueue_message<'a>(
-        &'a self,
-        _: &'a str,
-        _: MessageTarget,
-        _: &'a str,
-        _: &'a Provenance,
-    ) -> canopy::plugins::ServiceFuture<'a, Result<String, String>> {
-        Box::pin(std::future::ready(Err("not in this benchmark".into())))
-    }
-    fn agent_platform(&self, name: &str) -> Result<Platform, String> {
-        Err(format!("no platform {name} in this benchmark"))
-    }
-}
 
 fn event(i: usize) -> Event {
     Event::new(&SpecCreated {
@@ -86,19 +67,7 @@ fn now_ns() -> u128 {
 #[tokio::main]
 async fn main() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = DataDir::resolve(Some(tmp.path().join("data")))
-        .unwrap()
-        .create()
-        .unwrap();
-    let store = Store::open(&data.database()).unwrap();
-    let plugins = PluginHost::start(
-        &data,
-        store.clone(),
-        &Config::default(),
-        Arc::new(NoServices),
-    )
-    .await
-    .unwrap();
+    let (store, plugins) = in_process::start(tmp.path()).await;
     println!("canopy event benchmark, SQLite in a temp data dir\n");
 
     let quiet = Bus::new(

@@ -15,38 +15,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod in_process;
+
 use std::time::{Duration, Instant, SystemTime};
 
 use canopy::bus::Bus;
-use canopy::config::{Config, Platform};
-use canopy::datadir::DataDir;
 use canopy::engine::events::{CompletedSpec, EngineEvent, RunContext};
 use canopy::engine::{Engine, GraphInput, NewSpec};
 use canopy::hooks::daemon::DaemonHooks;
 use canopy::hooks::runs::{HookRunFilter, HookRunStatus};
-use canopy::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
 use canopy::store::{Store, StoreError};
 use serde_json::json;
 
 const FIRINGS: usize = 10_000;
-
-struct NoServices;
-
-impl HostServices for NoServices {
-    fn enqueue_message<'a>(
-        &'a self,
-        _: &'a str,
-        _: MessageTarget,
-        _: &'a str,
-        _: &'a Provenance,
-    ) -> canopy::plugins::ServiceFuture<'a, Result<String, String>> {
-        Box::pin(std::future::ready(Err("not in this benchmark".into())))
-    }
-    fn agent_platform(&self, name: &str) -> Result<Platform, String> {
-        Err(format!("no platform {name} in this benchmark"))
-    }
-}
 
 fn body() -> String {
     let mut body = "<spec>\n<objective>\nbench\n</objective>\n".to_string();
@@ -221,19 +202,7 @@ async fn bench(
 #[tokio::main]
 async fn main() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = DataDir::resolve(Some(tmp.path().join("data")))
-        .unwrap()
-        .create()
-        .unwrap();
-    let store = Store::open(&data.database()).unwrap();
-    let plugins = PluginHost::start(
-        &data,
-        store.clone(),
-        &Config::default(),
-        Arc::new(NoServices),
-    )
-    .await
-    .unwrap();
+    let (store, plugins) = in_process::start(tmp.path()).await;
     plugins
         .install(
             std::fs::read(env!("CANOPY_TEST_NOOP_WASM")).unwrap(),

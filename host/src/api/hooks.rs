@@ -137,31 +137,38 @@ fn one_of(values: impl IntoIterator<Item = &'static str>) -> String {
     values.into_iter().collect::<Vec<_>>().join(", ")
 }
 
-fn parse_status(text: &str) -> Result<HookRunStatus, ApiError> {
+/// Parses a query parameter that takes one of a state's values: `param` names it, `what` is
+/// (singular, plural), and the error lists the `allowed` values.
+fn parse_one_of<T: std::str::FromStr>(
+    param: &str,
+    what: (&str, &str),
+    text: &str,
+    allowed: String,
+) -> Result<T, ApiError> {
     text.parse().map_err(|_| {
         ApiError::bad_request(format!(
-            "query parameter `status`: unknown status `{text}`; the statuses are {}",
-            one_of(HookRunStatus::ALL.iter().map(|s| s.as_str()))
+            "query parameter `{param}`: unknown {} `{text}`; the {} are {allowed}",
+            what.0, what.1
         ))
     })
+}
+
+fn parse_status(text: &str) -> Result<HookRunStatus, ApiError> {
+    let allowed = one_of(HookRunStatus::ALL.iter().map(|s| s.as_str()));
+    parse_one_of("status", ("status", "statuses"), text, allowed)
 }
 
 fn parse_outcome(text: &str) -> Result<HookOutcome, ApiError> {
-    text.parse().map_err(|_| {
-        ApiError::bad_request(format!(
-            "query parameter `outcome`: unknown outcome `{text}`; the outcomes are {}",
-            one_of(HookOutcome::ALL.iter().map(|o| o.as_str()))
-        ))
-    })
+    let allowed = one_of(HookOutcome::ALL.iter().map(|o| o.as_str()));
+    parse_one_of("outcome", ("outcome", "outcomes"), text, allowed)
 }
 
 fn parse_source(text: &str) -> Result<HookSource, ApiError> {
-    text.parse().map_err(|_| {
-        ApiError::bad_request(format!(
-            "query parameter `source`: unknown source `{text}`; the sources are {} (graph: a graph's `hooks`; config: `[[hooks]]` in canopy.toml)",
-            one_of(HookSource::ALL.iter().map(|s| s.as_str()))
-        ))
-    })
+    let allowed = format!(
+        "{} (graph: a graph's `hooks`; config: `[[hooks]]` in canopy.toml)",
+        one_of(HookSource::ALL.iter().map(|s| s.as_str()))
+    );
+    parse_one_of("source", ("source", "sources"), text, allowed)
 }
 
 /// Parses `since`: an instant (RFC 3339) or a span back from now, which may reach back no

@@ -1,0 +1,44 @@
+//! What the in-process benchmarks share: a store and an executor host on a temp data dir,
+//! with host services that refuse everything (no sessions, no agent platforms).
+
+use std::sync::Arc;
+
+use canopy::config::{Config, Platform};
+use canopy::datadir::DataDir;
+use canopy::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
+use canopy::store::Store;
+
+struct NoServices;
+
+impl HostServices for NoServices {
+    fn enqueue_message<'a>(
+        &'a self,
+        _: &'a str,
+        _: MessageTarget,
+        _: &'a str,
+        _: &'a Provenance,
+    ) -> canopy::plugins::ServiceFuture<'a, Result<String, String>> {
+        Box::pin(std::future::ready(Err("not in this benchmark".into())))
+    }
+    fn agent_platform(&self, name: &str) -> Result<Platform, String> {
+        Err(format!("no platform {name} in this benchmark"))
+    }
+}
+
+/// A store and an executor host (built-in plugins installed) on a data dir under `tmp`.
+pub async fn start(tmp: &std::path::Path) -> (Store, PluginHost) {
+    let data = DataDir::resolve(Some(tmp.join("data")))
+        .unwrap()
+        .create()
+        .unwrap();
+    let store = Store::open(&data.database()).unwrap();
+    let plugins = PluginHost::start(
+        &data,
+        store.clone(),
+        &Config::default(),
+        Arc::new(NoServices),
+    )
+    .await
+    .unwrap();
+    (store, plugins)
+}
