@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::engine::{
-    ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, NodeRun, Queue, RunView, Spec,
-    SpecPatch, ViewPage,
+    ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, NodeRun, Queue, Spec, SpecPatch,
+    ViewPage,
 };
 
 pub fn router() -> Router<AppState> {
@@ -292,8 +292,7 @@ async fn get_run(
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<RunQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let mut view: RunView = state.engine.get_run(&id).await?;
-    let in_flight = state.engine.run_in_flight(&view.run).await?;
+    let (mut view, in_flight) = state.engine.get_run_in_flight(&id).await?;
     let filter = crate::hooks::runs::HookRunFilter {
         run_id: Some(view.run.id.clone()),
         last: 10_000,

@@ -602,10 +602,26 @@ impl Engine {
         self.read(move |rd| Ok(rd.node_run(&prefix)?)).await
     }
 
-    /// True while a driver works on this run: it is running, or it has just stopped and the
-    /// driver is still recording its end and firing its hooks. Once false, every hook the run
-    /// has fired so far is recorded.
-    pub async fn run_in_flight(&self, run: &Run) -> Result<bool, EngineError> {
+    /// One run with `in_flight`: true while a driver works on it (it is running, or it has just
+    /// stopped and the driver is still recording its end and firing its hooks). When false, the
+    /// view holds everything the driver recorded, every hook it fired included.
+    ///
+    /// The driver is checked after the read; a driver that ended between the two may have
+    /// recorded more than the first read saw, so the run is read again once no driver works on
+    /// it. A run that reads `running` then has a driver just starting: it is in flight.
+    pub async fn get_run_in_flight(&self, id: &str) -> Result<(RunView, bool), EngineError> {
+        let view = self.get_run(id).await?;
+        if self.run_in_flight(&view.run).await? {
+            return Ok((view, true));
+        }
+        let view = self.get_run(&view.run.id).await?;
+        let in_flight =
+            view.run.status == RunStatus::Running || self.run_in_flight(&view.run).await?;
+        Ok((view, in_flight))
+    }
+
+    /// True while a driver works on this run (see [`Engine::get_run_in_flight`]).
+    async fn run_in_flight(&self, run: &Run) -> Result<bool, EngineError> {
         let graph_id = run.graph_id.clone();
         let current = self
             .read(move |rd| Ok(rd.graph_shallow(&graph_id)?))
