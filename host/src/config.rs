@@ -65,6 +65,18 @@ pub struct Config {
     /// Daemon hooks.
     #[serde(default)]
     pub hooks: Vec<crate::hooks::daemon::DaemonHookConfig>,
+    /// Crons.
+    #[serde(default)]
+    pub crons: Vec<crate::crons::CronConfig>,
+    /// Projects: named checkouts with their lifecycle hooks and webhooks.
+    #[serde(default)]
+    pub projects: BTreeMap<String, crate::projects::ProjectConfig>,
+    /// Webhook ingress (off unless configured).
+    #[serde(default)]
+    pub webhooks: crate::webhooks::config::WebhooksConfig,
+    /// Named actions (executor configs) a webhook's `action` handler runs.
+    #[serde(default)]
+    pub actions: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
     /// Resource limits.
     #[serde(default)]
     pub limits: Limits,
@@ -248,6 +260,11 @@ impl Config {
         if let Err(more) = config.daemon_hooks() {
             problems.extend(more);
         }
+        if let Err(more) = config.crons() {
+            problems.extend(more);
+        }
+        problems.extend(crate::projects::check(&config.projects));
+        problems.extend(crate::webhooks::config::check(&config));
         if problems.is_empty() {
             Ok(config)
         } else {
@@ -263,6 +280,11 @@ impl Config {
             self.limits.max_dispatch_depth,
             &self.hooks,
         )
+    }
+
+    /// The crons this configuration sets, checked.
+    pub fn crons(&self) -> Result<Vec<crate::crons::Cron>, Vec<String>> {
+        crate::crons::compile(&self.crons)
     }
 
     /// The checks of every section but the hooks.

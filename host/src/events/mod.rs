@@ -9,12 +9,15 @@
 //! it is about, and the payload as JSON. The [`Envelope`] the feed stores wraps it with where,
 //! when and by whom.
 
+pub mod cron;
 pub mod graph;
 pub mod hook;
 pub mod node;
 pub mod plugin;
+pub mod project;
 pub mod session;
 pub mod spec;
+pub mod webhook;
 
 use std::fmt;
 
@@ -49,16 +52,25 @@ pub enum Family {
     Session,
     /// Executor plugins installed, removed, enabled or disabled.
     Plugin,
+    /// Crons firing, ending, missed while the daemon was down.
+    Cron,
+    /// Inbound webhook deliveries received and handled.
+    Webhook,
+    /// A project's checkout moving to a new commit, a new tag appearing.
+    Project,
 }
 
 /// Every family, in the order they are listed.
-pub const FAMILIES: [Family; 6] = [
+pub const FAMILIES: [Family; 9] = [
     Family::Graph,
     Family::Spec,
     Family::Node,
     Family::Hook,
     Family::Session,
     Family::Plugin,
+    Family::Cron,
+    Family::Webhook,
+    Family::Project,
 ];
 
 impl Family {
@@ -70,6 +82,9 @@ impl Family {
             Self::Hook => "hook",
             Self::Session => "session",
             Self::Plugin => "plugin",
+            Self::Cron => "cron",
+            Self::Webhook => "webhook",
+            Self::Project => "project",
         }
     }
 
@@ -91,6 +106,9 @@ impl Family {
             Self::Hook => hook::EVENTS,
             Self::Session => session::EVENTS,
             Self::Plugin => plugin::EVENTS,
+            Self::Cron => cron::EVENTS,
+            Self::Webhook => webhook::EVENTS,
+            Self::Project => project::EVENTS,
         }
     }
 }

@@ -188,7 +188,7 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-fn is_name(text: &str) -> bool {
+pub fn is_name(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 100
         && text

@@ -297,6 +297,44 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX hook_runs_by_project ON hook_runs (project, fired_at);
     CREATE INDEX hook_runs_unfinished ON hook_runs (status) WHERE status IN ('queued', 'running');
     "#,
+    // 9: crons -- one receipt per firing (written before anything is spawned), and each
+    // cron's state kept across restarts (paused, and the scheduled time accounted through, from
+    // which firings missed while the daemon was down are counted).
+    r#"
+    CREATE TABLE cron_receipts (
+        run_id                   TEXT PRIMARY KEY,
+        cron                     TEXT NOT NULL,
+        node                     TEXT NOT NULL,
+        trigger                  TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual', 'catch_up')),
+        scheduled_at             TEXT,
+        status                   TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'timed_out', 'skipped', 'refused', 'missed', 'interrupted_by_restart', 'interrupted_unknown')),
+        exit_code                INTEGER,
+        output                   TEXT,
+        error                    TEXT,
+        missed_count             INTEGER,
+        original_effects_unknown INTEGER NOT NULL DEFAULT 0,
+        actor                    TEXT NOT NULL,
+        created_at               TEXT NOT NULL,
+        started_at               TEXT,
+        finished_at              TEXT,
+        duration_ms              INTEGER
+    );
+    CREATE INDEX cron_receipts_by_cron ON cron_receipts (cron, created_at);
+    CREATE INDEX cron_receipts_unfinished ON cron_receipts (status) WHERE status = 'running';
+    CREATE TABLE cron_state (
+        name               TEXT PRIMARY KEY,
+        paused             INTEGER NOT NULL DEFAULT 0,
+        accounted_through  TEXT
+    );
+    "#,
+    // 10: webhook deliveries (reserved for the webhook ingress; written this session).
+    r#"
+    SELECT 1;
+    "#,
+    // 11: project hooks (reserved for the project watcher; written this session).
+    r#"
+    SELECT 1;
+    "#,
 ];
 
 /// Applies every migration the database has not seen yet.

@@ -1,0 +1,70 @@
+//! Webhook events: an inbound delivery accepted, and its handler ending.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Family, declare_events};
+
+/// What every webhook event says about the delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub struct Delivery {
+    pub delivery_id: String,
+    /// `global` or the project's name.
+    pub scope: String,
+    /// The hook's id within its scope.
+    pub hook: String,
+    /// The handler kind (`spec`, `command`, `action`, `agent`, or an executor mode).
+    pub handler: String,
+    /// The project's workdir, for a project's hook.
+    pub project: Option<String>,
+}
+
+/// `webhook.received`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WebhookReceived {
+    #[serde(flatten)]
+    pub delivery: Delivery,
+    /// Body size in bytes.
+    pub size: u64,
+    /// `accepted` or `ignored` (it failed the hook's trigger rules).
+    pub status: String,
+    /// Why it was ignored.
+    pub reason: Option<String>,
+}
+
+/// How a handler ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub struct HandlerEnded {
+    #[serde(flatten)]
+    pub delivery: Delivery,
+    pub status: String,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+/// `webhook.handled`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct WebhookHandled(pub HandlerEnded);
+
+/// `webhook.failed`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct WebhookFailed(pub HandlerEnded);
+
+declare_events! { Family::Webhook;
+    WebhookReceived => "webhook.received", false,
+        "an authenticated webhook request was recorded (accepted, or ignored by the hook's rules)",
+        ["delivery_id", "scope", "hook", "handler", "size", "status", "reason"],
+        target: |e| Some(format!("{}/{}", e.delivery.scope, e.delivery.hook)), project: |e| e.delivery.project.clone();
+    WebhookHandled => "webhook.handled", false,
+        "a webhook delivery's handler completed",
+        ["delivery_id", "scope", "hook", "handler", "status", "duration_ms"],
+        target: |e| Some(format!("{}/{}", e.0.delivery.scope, e.0.delivery.hook)), project: |e| e.0.delivery.project.clone();
+    WebhookFailed => "webhook.failed", false,
+        "a webhook delivery's handler failed, timed out or was interrupted",
+        ["delivery_id", "scope", "hook", "handler", "status", "error", "duration_ms"],
+        target: |e| Some(format!("{}/{}", e.0.delivery.scope, e.0.delivery.hook)), project: |e| e.0.delivery.project.clone();
+}
