@@ -259,6 +259,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
     let engine_store = store.clone();
+    let drain = crate::drain::Drain::default();
     let delivery = Delivery::new(bus.clone());
     outbox.bind(bus.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
@@ -271,6 +272,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             store,
             plugins,
             engine: engine.clone(),
+            drain: drain.clone(),
             data_dir: data.root().to_path_buf(),
             daemon: info.clone(),
         },

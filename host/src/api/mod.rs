@@ -49,6 +49,8 @@ pub struct AppState {
     /// Re-reads and checks `canopy.toml`.
     pub reloader: Arc<crate::reload::Reloader>,
     pub delivery: Delivery,
+    /// A planned stop's drain: admit work through it (see [`crate::drain`]).
+    pub drain: crate::drain::Drain,
     pub data_dir: std::path::PathBuf,
     /// Pid, address, start time, log file, and the shutdown switch.
     pub daemon: Arc<DaemonInfo>,
