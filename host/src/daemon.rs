@@ -260,6 +260,9 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
 
     let engine_store = store.clone();
     let drain = crate::drain::Drain::default();
+    // Project hooks, and a watcher per project checkout.
+    let project_watchers =
+        crate::projects::start(&config, &plugins, &bus, &drain, &reloader).await?;
     let delivery = Delivery::new(bus.clone());
     outbox.bind(bus.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
@@ -282,6 +285,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         .with_graceful_shutdown(shutdown_signal(info))
         .await;
     scheduler.abort();
+    project_watchers.stop().await;
     let stopped = engine.shutdown().await?;
     engine_store
         .write(|tx| {

@@ -3,8 +3,8 @@
 //!
 //! A file is checked whole first -- every section, every daemon hook, and each hook's action
 //! by its executor -- and refused whole when anything is wrong: the configuration in force does
-//! not change. A valid file puts its daemon hooks, node name, roles, dispatch depth and agent
-//! platforms in force at once; the sections read only at start (`listen`, `limits`, `process`,
+//! not change. A valid file puts its daemon hooks, node name, roles, dispatch depth, agent
+//! platforms and projects (their hooks and checkout watchers) in force at once; the sections read only at start (`listen`, `limits`, `process`,
 //! `log`, `feed`) are named in the answer as needing a restart when they changed.
 
 use std::collections::BTreeMap;
@@ -45,6 +45,8 @@ pub struct Reloader {
     current: Mutex<Config>,
     /// One reload at a time.
     gate: tokio::sync::Mutex<()>,
+    /// The project watchers, once the daemon has started them.
+    watchers: std::sync::OnceLock<Arc<crate::projects::watch::Watchers>>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -70,7 +72,14 @@ impl Reloader {
             platforms,
             current: Mutex::new(current),
             gate: tokio::sync::Mutex::new(()),
+            watchers: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands the project watchers to the reloader: a reload that changes `[projects]` starts,
+    /// stops or restarts them.
+    pub fn watch_projects(&self, watchers: Arc<crate::projects::watch::Watchers>) {
+        let _ = self.watchers.set(watchers);
     }
 
     pub fn path(&self) -> &std::path::Path {
@@ -81,7 +90,9 @@ impl Reloader {
     pub async fn check(&self, text: &str) -> Result<(Config, DaemonHooks), Vec<String>> {
         let config = Config::parse(text)?;
         let hooks = config.daemon_hooks()?;
-        let problems = check_actions(&self.plugins, &hooks).await;
+        let mut problems = check_actions(&self.plugins, &hooks).await;
+        let projects = crate::projects::compile(&config.projects)?;
+        problems.extend(crate::projects::check_actions(&self.plugins, &projects).await);
         if problems.is_empty() {
             Ok((config, hooks))
         } else {
@@ -118,6 +129,14 @@ impl Reloader {
         note(old.node != config.node, "node", true);
         note(old.roles != config.roles, "roles", true);
         note(old.platforms != config.platforms, "platforms", true);
+        let projects_changed = old.projects.len() != config.projects.len()
+            || old.projects.iter().any(|(name, project)| {
+                config
+                    .projects
+                    .get(name)
+                    .is_none_or(|new| !new.same_lifecycle(project))
+            });
+        note(projects_changed, "projects", true);
         note(old.listen != config.listen, "listen", false);
         let mut old_limits = old.limits.clone();
         old_limits.max_dispatch_depth = config.limits.max_dispatch_depth;
@@ -142,6 +161,14 @@ impl Reloader {
             needs_restart,
         };
         self.bus.set_daemon_hooks(hooks);
+        if projects_changed
+            && let Ok(projects) = crate::projects::compile(&config.projects)
+        {
+            if let Some(watchers) = self.watchers.get() {
+                watchers.apply(&projects.projects);
+            }
+            self.bus.set_project_hooks(projects);
+        }
         *current = config;
         tracing::info!(
             path = %self.path.display(),

@@ -123,6 +123,14 @@ impl EventFilter {
         }
     }
 
+    /// Whether a project hook fires on an event this filter names.
+    fn names_project_hook(&self, hook: &crate::projects::ProjectHook) -> bool {
+        match self {
+            Self::Key(_) => false,
+            Self::Pattern(pattern) => pattern.matches(hook.event.taxonomy_event()),
+        }
+    }
+
     /// Whether a daemon hook fires on an event this filter names.
     fn names_daemon_hook(&self, hook: &DaemonHook) -> bool {
         match self {
@@ -165,7 +173,7 @@ fn parse_outcome(text: &str) -> Result<HookOutcome, ApiError> {
 
 fn parse_source(text: &str) -> Result<HookSource, ApiError> {
     let allowed = format!(
-        "{} (graph: a graph's `hooks`; config: `[[hooks]]` in canopy.toml)",
+        "{} (graph: a graph's `hooks`; config: `[[hooks]]` in canopy.toml; project: `[projects.NAME.hooks]` in canopy.toml)",
         one_of(HookSource::ALL.iter().map(|s| s.as_str()))
     );
     parse_one_of("source", ("source", "sources"), text, allowed)
@@ -557,9 +565,42 @@ fn daemon_entry(state: &AppState, hook: &DaemonHook, node: &str, roles: &[String
     })
 }
 
+/// A project's hook as the catalog lists it.
+fn project_entry(state: &AppState, hook: &crate::projects::ProjectHook) -> Value {
+    let checkout = hook.checkout.to_string_lossy().into_owned();
+    let metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("project", hook.project.clone()),
+        ("checkout", checkout.clone()),
+        ("key", hook.event.as_str().to_string()),
+        ("index", hook.index.to_string()),
+    ]);
+    json!({
+        "name": hook.name,
+        "source": HookSource::Project,
+        "event": hook.event.taxonomy_event(),
+        "key": hook.event.as_str(),
+        "executor_kind": hook.work.mode,
+        "matcher": { "project": hook.project },
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": hook.index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
+        "graph": null,
+        "graph_id": null,
+        "index": hook.index,
+        "project": hook.project,
+        "checkout": checkout,
+        "executor": state.plugins.plugin_ref(&hook.work.mode).ok(),
+        "spec_ids": null,
+        "config": hook.config,
+    })
+}
+
 /// Every configured hook, resolved across its sources: each graph's hooks (or one graph's),
-/// in firing order per key, then the daemon hooks of `canopy.toml` in force, in their order;
-/// each with the executor that would run it now.
+/// in firing order per key, then the daemon hooks of `canopy.toml` in force, in their order,
+/// then the projects' hooks; each with the executor that would run it now.
 async fn catalog(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<CatalogQuery>,
@@ -645,6 +686,30 @@ async fn catalog(
                 continue;
             }
             hooks.push(daemon_entry(&state, hook, &daemon.node, &daemon.roles));
+        }
+    }
+    // Project hooks fire on project events, never on a graph's.
+    if source.is_none_or(|s| s == HookSource::Project) && query.graph.is_none() {
+        let projects = state.bus.project_hooks();
+        for hook in &projects.hooks {
+            if event.as_ref().is_some_and(|e| !e.names_project_hook(hook))
+                || mode
+                    .as_ref()
+                    .is_some_and(|m| !m.allows(Some(&hook.work.mode)))
+            {
+                continue;
+            }
+            if let Some(workspace) = &workspace {
+                let real = tokio::fs::canonicalize(&hook.checkout)
+                    .await
+                    .unwrap_or_else(|_| hook.checkout.clone());
+                if std::path::Path::new(workspace) != real
+                    && std::path::Path::new(workspace) != hook.checkout
+                {
+                    continue;
+                }
+            }
+            hooks.push(project_entry(&state, hook));
         }
     }
     Ok(ApiJson(json!({ "hooks": hooks })))

@@ -34,7 +34,7 @@ pub(crate) enum Trigger {
         firing: Box<Firing>,
         envelope: Option<Arc<Envelope>>,
     },
-    /// Daemon hooks, fired by a feed event.
+    /// Daemon hooks or a project's hooks, fired by a feed event.
     Config { envelope: Arc<Envelope> },
 }
 
@@ -70,6 +70,7 @@ impl Trigger {
 pub(crate) enum HookKind {
     Graph,
     Config(Arc<DaemonHook>),
+    Project(Arc<crate::projects::ProjectHook>),
 }
 
 /// A recorded hook run waiting its turn.
@@ -253,6 +254,7 @@ async fn run_batch(
             source: match hook.kind {
                 HookKind::Graph => HookSource::Graph,
                 HookKind::Config(_) => HookSource::Config,
+                HookKind::Project(_) => HookSource::Project,
             },
             record_id: hook.record_id,
             hook_name: hook.hook_name,
@@ -416,11 +418,17 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
             );
             let hook = match kind {
                 HookKind::Config(hook) => Some(hook),
-                HookKind::Graph => None,
+                HookKind::Graph | HookKind::Project(_) => None,
+            };
+            // A project's hook runs in its checkout, with its own timeout and markers.
+            let project = match kind {
+                HookKind::Project(hook) => Some(hook),
+                HookKind::Graph | HookKind::Config(_) => None,
             };
             let workdir = hook
                 .and_then(|h| h.config.cwd.as_deref())
                 .map(|cwd| PathBuf::from(crate::markers::render(cwd, &markers, Escape::Plain)))
+                .or_else(|| project.map(|p| p.checkout.clone()))
                 .or_else(|| {
                     envelope
                         .project
@@ -432,7 +440,11 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
             let text = |field: &str| markers.get(field).cloned().unwrap_or_default();
             CallRequest {
                 work,
-                supported_markers: Cow::Owned(hook.map(|h| h.markers.clone()).unwrap_or_default()),
+                supported_markers: Cow::Owned(
+                    hook.map(|h| h.markers.clone())
+                        .or_else(|| project.map(|p| p.markers.clone()))
+                        .unwrap_or_default(),
+                ),
                 workdir,
                 provenance: Provenance {
                     graph_id: text("graph_id"),
@@ -442,7 +454,9 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
                     hook_index: u32::try_from(queued.index).ok(),
                     spec_id: queued.spec_id.clone(),
                 },
-                timeout: hook.and_then(|h| h.timeout),
+                timeout: hook
+                    .and_then(|h| h.timeout)
+                    .or_else(|| project.and_then(|p| p.timeout)),
                 resume_session: None,
                 env,
                 markers,

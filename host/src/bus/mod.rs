@@ -86,6 +86,8 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     slots: Arc<Semaphore>,
     daemon: RwLock<Arc<DaemonHooks>>,
+    /// The project hooks in force (none until the daemon sets them).
+    projects: RwLock<Arc<crate::projects::Projects>>,
     live: broadcast::Sender<Arc<Envelope>>,
     /// Where a daemon hook with no project and no `cwd` runs.
     fallback_dir: std::path::PathBuf,
@@ -113,6 +115,7 @@ impl Bus {
                 runtime: tokio::runtime::Handle::current(),
                 slots: Arc::new(Semaphore::new(CONCURRENT_BATCHES)),
                 daemon: RwLock::new(Arc::new(daemon)),
+                projects: RwLock::default(),
                 live,
                 fallback_dir,
             }),
@@ -135,6 +138,25 @@ impl Bus {
             .daemon
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(hooks);
+    }
+
+    /// The project hooks in force.
+    pub fn project_hooks(&self) -> Arc<crate::projects::Projects> {
+        self.inner
+            .projects
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts new project hooks in force (at start, and at a config reload); project events
+    /// recorded from now on fire them.
+    pub fn set_project_hooks(&self, projects: crate::projects::Projects) {
+        *self
+            .inner
+            .projects
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(projects);
     }
 
     /// This daemon's node name.

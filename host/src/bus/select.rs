@@ -5,6 +5,7 @@
 //!   retroactive), filtered by `spec_ids`.
 //! - **config**: the daemon hooks whose event pattern and `match` fields match, on nodes (and
 //!   roles) that serve them.
+//! - **project**: a project event's project's hooks for that event (`[projects.NAME.hooks]`).
 
 use std::sync::Arc;
 
@@ -149,6 +150,55 @@ fn select_config(daemon: &DaemonHooks, envelope: &Envelope, fired_at: &str) -> V
         .collect()
 }
 
+/// The hook runs of project hooks a project event makes: its project's hooks for that event,
+/// in order.
+fn select_project(
+    projects: &crate::projects::Projects,
+    envelope: &Envelope,
+    fired_at: &str,
+) -> Vec<Selected> {
+    projects
+        .fired_by(envelope)
+        .map(|hook| {
+            let config = match serde_json::to_value(&hook.config) {
+                Ok(value @ Value::Object(_)) => value,
+                _ => Value::Object(Map::new()),
+            };
+            Selected {
+                fired: Fired {
+                    source: HookSource::Project,
+                    hook_name: hook.name.clone(),
+                    graph_id: None,
+                    graph_name: None,
+                    run_id: None,
+                    event: envelope.event.clone(),
+                    hook_index: hook.index,
+                    hook_config: config,
+                    spec_id: None,
+                    mode: Some(hook.work.mode.clone()),
+                    test: false,
+                    fired_at: fired_at.to_string(),
+                    running: false,
+                    plugin: None,
+                    dispatch_depth: envelope.dispatch_depth,
+                    feed_id: Some(envelope.id),
+                    project: envelope.project.clone(),
+                    dropped: None,
+                },
+                queued: Queued {
+                    record_id: String::new(),
+                    index: hook.index,
+                    hook_name: hook.name.clone(),
+                    work: Ok(hook.work.clone()),
+                    spec_id: None,
+                    kind: HookKind::Project(hook.clone()),
+                    started: false,
+                },
+            }
+        })
+        .collect()
+}
+
 /// Records the selected hook runs; returns the batch that runs those not dropped.
 fn record(
     bus: &Bus,
@@ -230,6 +280,13 @@ pub(super) fn record_hooks(
     }
     if !daemon.hooks.is_empty() {
         let selected = select_config(daemon, envelope, fired_at);
+        let trigger = Arc::new(Trigger::Config {
+            envelope: envelope.clone(),
+        });
+        batches.extend(record(bus, tx, trigger, selected, daemon.max_depth)?);
+    }
+    if envelope.family == crate::events::Family::Project {
+        let selected = select_project(&bus.project_hooks(), envelope, fired_at);
         let trigger = Arc::new(Trigger::Config {
             envelope: envelope.clone(),
         });

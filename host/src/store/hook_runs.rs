@@ -38,6 +38,8 @@ state_enum! {
         Graph = "graph",
         /// A daemon hook in `canopy.toml`.
         Config = "config",
+        /// A project's lifecycle hook (`[projects.NAME.hooks]` in `canopy.toml`).
+        Project = "project",
     }
 }
 
@@ -158,7 +160,7 @@ impl HookRun {
                 Some(key) => key.taxonomy_event(),
                 None => &self.event,
             },
-            HookSource::Config => &self.event,
+            HookSource::Config | HookSource::Project => &self.event,
         }
     }
 

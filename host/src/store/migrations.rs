@@ -331,9 +331,63 @@ const MIGRATIONS: &[&str] = &[
     r#"
     SELECT 1;
     "#,
-    // 11: project hooks (reserved for the project watcher; written this session).
+    // 11: project hooks. What each project's checkout was last seen at (its HEAD and its
+    // tags), so a restart fires for what changed while the daemon was down and for nothing it
+    // had seen; and hook runs may come from a project (`source = 'project'`). SQLite cannot
+    // alter a CHECK: the hook-run table is rebuilt, with its indexes as migration 8 made them.
     r#"
-    SELECT 1;
+    CREATE TABLE project_state (
+        name         TEXT PRIMARY KEY,       -- the project's name in canopy.toml
+        checkout     TEXT NOT NULL,          -- the checkout it was seen at (a new one is a new baseline)
+        head_sha     TEXT,                   -- NULL: no commit yet
+        branch       TEXT,
+        observed_at  TEXT NOT NULL
+    );
+    CREATE TABLE project_tags (
+        project     TEXT NOT NULL REFERENCES project_state (name) ON DELETE CASCADE,
+        tag         TEXT NOT NULL,
+        commit_sha  TEXT NOT NULL,
+        PRIMARY KEY (project, tag)
+    );
+    CREATE TABLE hook_runs_new (
+        id               TEXT PRIMARY KEY,
+        source           TEXT NOT NULL DEFAULT 'graph' CHECK (source IN ('graph', 'config', 'project')),
+        hook_name        TEXT NOT NULL DEFAULT '',
+        graph_id         TEXT,
+        graph_name       TEXT,
+        run_id           TEXT,
+        event            TEXT NOT NULL,
+        hook_index       INTEGER NOT NULL,
+        hook_config      TEXT NOT NULL,
+        spec_id          TEXT,
+        mode             TEXT,
+        plugin           TEXT,
+        plugin_version   TEXT,
+        plugin_sha256    TEXT,
+        rendered         TEXT,
+        status           TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'timed_out', 'interrupted', 'dropped')),
+        summary          TEXT,
+        error            TEXT,
+        output           TEXT,
+        test             INTEGER NOT NULL DEFAULT 0,
+        fired_at         TEXT NOT NULL,
+        started_at       TEXT,
+        finished_at      TEXT,
+        duration_ms      INTEGER,
+        dispatch_depth   INTEGER NOT NULL DEFAULT 0,
+        feed_id          INTEGER,
+        project          TEXT
+    );
+    INSERT INTO hook_runs_new (id, source, hook_name, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, dispatch_depth, feed_id, project)
+        SELECT id, source, hook_name, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, dispatch_depth, feed_id, project
+        FROM hook_runs ORDER BY rowid;
+    DROP TABLE hook_runs;
+    ALTER TABLE hook_runs_new RENAME TO hook_runs;
+    CREATE INDEX hook_runs_by_graph ON hook_runs (graph_id, fired_at);
+    CREATE INDEX hook_runs_by_run ON hook_runs (run_id, fired_at);
+    CREATE INDEX hook_runs_by_time ON hook_runs (fired_at);
+    CREATE INDEX hook_runs_by_project ON hook_runs (project, fired_at);
+    CREATE INDEX hook_runs_unfinished ON hook_runs (status) WHERE status IN ('queued', 'running');
     "#,
 ];
 

@@ -15,6 +15,7 @@ pub mod ids;
 pub mod messages;
 mod migrations;
 pub mod plugins;
+pub mod projects;
 pub mod queues;
 pub mod runs;
 pub mod sessions;

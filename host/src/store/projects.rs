@@ -1,0 +1,194 @@
+//! What each project's checkout was last seen at (`project_state`, `project_tags`): its HEAD
+//! and its tags. The project watcher compares what it reads from git with this, and records
+//! what it saw in the same write as the events the difference makes: a restart fires for what
+//! changed while the daemon was down, and for nothing it had seen.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Rd, StoreError, Tx};
+
+/// A checkout as last seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckoutState {
+    /// The checkout's path it was seen at.
+    pub checkout: String,
+    /// The commit HEAD pointed at; `None` in a repository with no commit yet.
+    pub head_sha: Option<String>,
+    /// The branch checked out, when HEAD was on one.
+    pub branch: Option<String>,
+    /// Every tag, with the commit it points at.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Rd<'_> {
+    /// What a project's checkout was last seen at; `None` before its first observation.
+    pub fn project_state(&self, name: &str) -> Result<Option<CheckoutState>, StoreError> {
+        let conn = self.conn();
+        let Some((checkout, head_sha, branch)) = conn
+            .prepare_cached("SELECT checkout, head_sha, branch FROM project_state WHERE name = ?1")?
+            .query_row([name], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                ))
+            })
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        let tags = conn
+            .prepare_cached("SELECT tag, commit_sha FROM project_tags WHERE project = ?1")?
+            .query_map([name], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<rusqlite::Result<BTreeMap<String, String>>>()?;
+        Ok(Some(CheckoutState {
+            checkout,
+            head_sha,
+            branch,
+            tags,
+        }))
+    }
+}
+
+impl Tx<'_> {
+    /// Records what a project's checkout was seen at, replacing what was recorded before: the
+    /// tags gone are forgotten (one that comes back is new again), the new ones added.
+    pub fn save_project_state(
+        &self,
+        name: &str,
+        before: Option<&CheckoutState>,
+        now: &CheckoutState,
+    ) -> Result<(), StoreError> {
+        let conn = self.conn();
+        conn.prepare_cached(
+            "INSERT INTO project_state (name, checkout, head_sha, branch, observed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (name) DO UPDATE SET checkout = excluded.checkout,
+                 head_sha = excluded.head_sha, branch = excluded.branch,
+                 observed_at = excluded.observed_at",
+        )?
+        .execute(params![
+            name,
+            now.checkout,
+            now.head_sha,
+            now.branch,
+            super::now()
+        ])?;
+        let empty = BTreeMap::new();
+        let old = before
+            .filter(|b| b.checkout == now.checkout)
+            .map_or(&empty, |b| &b.tags);
+        if before.is_some_and(|b| b.checkout != now.checkout) {
+            conn.prepare_cached("DELETE FROM project_tags WHERE project = ?1")?
+                .execute([name])?;
+        }
+        let mut delete =
+            conn.prepare_cached("DELETE FROM project_tags WHERE project = ?1 AND tag = ?2")?;
+        for tag in old.keys().filter(|t| !now.tags.contains_key(*t)) {
+            delete.execute(params![name, tag])?;
+        }
+        let mut upsert = conn.prepare_cached(
+            "INSERT INTO project_tags (project, tag, commit_sha) VALUES (?1, ?2, ?3)
+             ON CONFLICT (project, tag) DO UPDATE SET commit_sha = excluded.commit_sha",
+        )?;
+        for (tag, sha) in &now.tags {
+            if old.get(tag) != Some(sha) {
+                upsert.execute(params![name, tag, sha])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn state(checkout: &str, head: &str, tags: &[(&str, &str)]) -> CheckoutState {
+        CheckoutState {
+            checkout: checkout.into(),
+            head_sha: Some(head.into()),
+            branch: Some("main".into()),
+            tags: tags
+                .iter()
+                .map(|(t, s)| ((*t).to_string(), (*s).to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_saved_state_reads_back_with_tags_gone_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::super::Store::open(&dir.path().join("db.sqlite")).unwrap();
+        assert_eq!(
+            store.read_blocking(|rd| rd.project_state("web")).unwrap(),
+            None
+        );
+        let first = state("/w", "a1", &[("v1", "a1"), ("v2", "a1")]);
+        let saved = first.clone();
+        store
+            .write_blocking(move |tx| tx.save_project_state("web", None, &saved))
+            .unwrap();
+        assert_eq!(
+            store.read_blocking(|rd| rd.project_state("web")).unwrap(),
+            Some(first.clone())
+        );
+        let second = state("/w", "b2", &[("v2", "b2"), ("v3", "b2")]);
+        let (before, saved) = (first.clone(), second.clone());
+        store
+            .write_blocking(move |tx| tx.save_project_state("web", Some(&before), &saved))
+            .unwrap();
+        assert_eq!(
+            store.read_blocking(|rd| rd.project_state("web")).unwrap(),
+            Some(second.clone())
+        );
+        // Another checkout: its tags replace the old one's whole.
+        let third = state("/x", "c3", &[("w1", "c3")]);
+        let (before, saved) = (second, third.clone());
+        store
+            .write_blocking(move |tx| tx.save_project_state("web", Some(&before), &saved))
+            .unwrap();
+        assert_eq!(
+            store.read_blocking(|rd| rd.project_state("web")).unwrap(),
+            Some(third)
+        );
+    }
+
+    #[test]
+    fn the_hook_run_table_takes_project_hook_runs_and_keeps_old_rows() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        super::super::migrations::apply(&mut conn).unwrap();
+        conn.execute(
+            "INSERT INTO hook_runs (id, source, hook_name, event, hook_index, hook_config, status, fired_at)
+             VALUES ('a', 'project', 'web/tag_pushed[0]', 'project.tag_pushed', 0, '{}', 'queued', 'now')",
+            [],
+        )
+        .unwrap();
+        let bad = conn.execute(
+            "INSERT INTO hook_runs (id, source, hook_name, event, hook_index, hook_config, status, fired_at)
+             VALUES ('b', 'elsewhere', 'x', 'e', 0, '{}', 'queued', 'now')",
+            [],
+        );
+        assert!(bad.is_err(), "an unknown source is refused");
+        let indexes: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'hook_runs' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            indexes,
+            [
+                "hook_runs_by_graph",
+                "hook_runs_by_project",
+                "hook_runs_by_run",
+                "hook_runs_by_time",
+                "hook_runs_unfinished"
+            ]
+        );
+    }
+}
