@@ -341,3 +341,69 @@ command = "echo {{no_such_marker}}"
         "no tag was made"
     );
 }
+
+#[test]
+fn a_hook_that_commits_to_its_own_checkout_stops_at_the_dispatch_depth_limit() {
+    let repo = git_repo();
+    let config = format!(
+        r#"
+[limits]
+max_dispatch_depth = 2
+
+[projects.web]
+checkout = "{repo}"
+
+[[projects.web.hooks.checkout_updated]]
+command = "git -c user.name=Hook -c user.email=hook@canopy.invalid commit -q --allow-empty -m again"
+timeout_secs = 30
+"#,
+        repo = repo.path().display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    wait_baseline(&daemon, "web");
+    commit(repo.path(), "by hand");
+
+    // Each commit the hook makes is seen while it runs: it is the hook's, one level deeper.
+    // Depths 0, 1 and 2 run the hook; the commit at depth 3 records its run dropped.
+    let runs = project_runs(&daemon, "project.checkout_updated", 4);
+    let statuses: Vec<(&str, i64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap(),
+                r["dispatch_depth"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("completed", 0),
+            ("completed", 1),
+            ("completed", 2),
+            ("dropped", 3)
+        ],
+        "{runs:#?}"
+    );
+    let actors: Vec<(String, i64)> = feed_events(&daemon, "project.checkout_updated")
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().to_string(),
+                e["dispatch_depth"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let hook = "hook:web/checkout_updated[0]".to_string();
+    assert_eq!(
+        actors,
+        [
+            ("user".to_string(), 0),
+            (hook.clone(), 1),
+            (hook.clone(), 2),
+            (hook, 3)
+        ]
+    );
+    // The initial commit, the one by hand and the hook's three.
+    assert_eq!(git(repo.path(), &["rev-list", "--count", "HEAD"]), "5");
+}

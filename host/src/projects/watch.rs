@@ -14,8 +14,10 @@
 //! - after a restart, what changed while the daemon was down fires once; what it had seen,
 //!   never again.
 //!
-//! The events are recorded as the user's (`actor = user`): the watcher cannot know who moved
-//! the checkout. At most [`MAX_NEW_TAGS`] tags fire per observation (a first fetch of a large
+//! The watcher cannot know who moved the checkout. A change seen while one of the project's own
+//! hooks ran (since the watcher's previous look) is recorded as that hook's, one dispatch level
+//! deeper, so a hook that commits to its own checkout ends at `max_dispatch_depth` like any
+//! hook loop; any other change is the user's. At most [`MAX_NEW_TAGS`] tags fire per observation (a first fetch of a large
 //! repository's tags is recorded as seen without firing hundreds of hooks).
 
 use std::collections::BTreeMap;
@@ -29,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Project;
 use crate::bus::Bus;
 use crate::events::project::{CheckoutUpdated, TagPushed};
-use crate::events::{Cause, Event};
+use crate::events::{Actor, Cause, Event};
 use crate::store::projects::CheckoutState;
 
 /// How long one `git` call may take.
@@ -155,14 +157,19 @@ async fn watch(
     let mut notifier: Option<notify::RecommendedWatcher> = None;
     // The last problem logged, so a checkout that stays missing is not logged every interval.
     let mut last_problem: Option<String> = None;
+    // When the previous look began: a hook of the project that ran since may have made what
+    // this one sees.
+    let mut previous_look = crate::store::now();
     loop {
         if !drain.is_closed() {
+            let look = crate::store::now();
+            let since = std::mem::replace(&mut previous_look, look);
             let outcome = async {
                 let dirs = git_dirs(&project.checkout).await?;
                 if notifier.is_none() {
                     notifier = Some(notify_on(&dirs, wake.clone())?);
                 }
-                observe(&bus, &project, &dirs).await
+                observe(&bus, &project, &dirs, since).await
             }
             .await;
             match outcome {
@@ -403,7 +410,7 @@ fn changes(name: &str, before: Option<&CheckoutState>, now: &CheckoutState) -> V
 
 /// Reads the checkout and, when it differs from what was last seen, records what it is now and
 /// the events that makes, in one write; then publishes them (their hooks start).
-async fn observe(bus: &Bus, project: &Project, dirs: &GitDirs) -> Result<()> {
+async fn observe(bus: &Bus, project: &Project, dirs: &GitDirs, since: String) -> Result<()> {
     let now = read_checkout(dirs).await?;
     let name = project.name.clone();
     let seen = bus
@@ -425,7 +432,17 @@ async fn observe(bus: &Bus, project: &Project, dirs: &GitDirs) -> Result<()> {
                 tracing::info!(project = %name, head = now.head_sha.as_deref().unwrap_or("(no commit)"), tags = now.tags.len(), "project checkout baseline recorded; nothing fires for it");
             }
             tx.save_project_state(&name, before.as_ref(), &now)?;
-            writer.record(tx, events, &Cause::user())
+            if events.is_empty() {
+                return Ok(crate::bus::Recorded::default());
+            }
+            let cause = match tx.project_hook_activity(&name, &since)? {
+                Some(hook) => Cause {
+                    actor: Actor::Hook(hook.hook_name),
+                    depth: hook.dispatch_depth.saturating_add(1),
+                },
+                None => Cause::user(),
+            };
+            writer.record(tx, events, &cause)
         })
         .await
         .context("cannot record the checkout's state")?;

@@ -52,6 +52,42 @@ impl Rd<'_> {
     }
 }
 
+/// A project's hook that was running at some point since a given time: the likely cause of a
+/// change seen now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookActivity {
+    pub hook_name: String,
+    /// The dispatch depth of the event that fired it.
+    pub dispatch_depth: u32,
+}
+
+impl Rd<'_> {
+    /// The deepest of project `name`'s hook runs (not test runs) that ran at some point since
+    /// `since` (RFC 3339): running now, or ended since.
+    pub fn project_hook_activity(
+        &self,
+        name: &str,
+        since: &str,
+    ) -> Result<Option<HookActivity>, StoreError> {
+        let prefix = format!("{name}/");
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT hook_name, dispatch_depth FROM hook_runs
+                  WHERE source = 'project' AND substr(hook_name, 1, length(?1)) = ?1
+                    AND (status = 'running' OR (started_at IS NOT NULL AND finished_at >= ?2))
+                  ORDER BY dispatch_depth DESC, fired_at DESC LIMIT 1",
+            )?
+            .query_row(params![prefix, since], |row| {
+                Ok(HookActivity {
+                    hook_name: row.get(0)?,
+                    dispatch_depth: row.get(1)?,
+                })
+            })
+            .optional()?)
+    }
+}
+
 impl Tx<'_> {
     /// Records what a project's checkout was seen at, replacing what was recorded before: the
     /// tags gone are forgotten (one that comes back is new again), the new ones added.
