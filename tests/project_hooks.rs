@@ -323,6 +323,33 @@ command = "echo {{no_such_marker}}"
     // Nothing is watched.
     let (_, catalog) = daemon.get("/api/hooks/catalog?source=project");
     assert_eq!(catalog["hooks"], json!([]));
+    // The taxonomy names the project-hook keys and their markers.
+    let (_, events) = daemon.get("/api/hooks/events?family=project");
+    let keys: Vec<(&str, &str)> = events["project_hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["event"].as_str().unwrap(),
+                k["taxonomy_event"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("checkout_updated", "project.checkout_updated"),
+            ("tag_pushed", "project.tag_pushed")
+        ]
+    );
+    assert!(
+        events["project_hooks"][1]["markers"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("tag")),
+        "{events}"
+    );
 
     // A good file: the project is watched from now on, its first look a baseline.
     std::fs::write(&file, config(repo.path(), out.path())).unwrap();

@@ -388,10 +388,24 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>
             })
         })
         .collect();
+    // The keys of `[projects.NAME.hooks]`, with the taxonomy events they fire on.
+    let project_hooks: Vec<Value> = crate::projects::EVENTS
+        .iter()
+        .filter(|key| !query.sync_only && family.is_none_or(|f| f == key.def().family))
+        .map(|key| {
+            json!({
+                "event": key.as_str(),
+                "taxonomy_event": key.taxonomy_event(),
+                "description": key.def().description,
+                "markers": key.def().markers,
+            })
+        })
+        .collect();
     Ok(ApiJson(json!({
         "events": events,
         "envelope_markers": crate::events::ENVELOPE_MARKERS,
         "graph_hooks": graph_hooks,
+        "project_hooks": project_hooks,
         "markers": HOOK_MARKERS,
         "unset_marker_value": crate::markers::NONE,
     })))

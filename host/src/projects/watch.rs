@@ -132,14 +132,18 @@ impl Watchers {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             std::mem::take(&mut *running).into_values().collect()
         };
+        let mut tasks = Vec::with_capacity(all.len());
         for one in all {
             let _ = one.stop.send(());
-            // A watcher in the middle of a git call or a write finishes it first.
-            if tokio::time::timeout(GIT_TIMEOUT * 2, one.task)
-                .await
-                .is_err()
-            {
-                tracing::warn!(project = %one.project.name, "a project watcher did not stop in time");
+            tasks.push((one.project.name, one.task));
+        }
+        // A watcher in the middle of a git call or a write finishes it first: at most a git
+        // call's timeout and a write.
+        let deadline = tokio::time::Instant::now() + GIT_TIMEOUT * 2;
+        for (name, mut task) in tasks {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                task.abort();
+                tracing::warn!(project = %name, "a project watcher did not stop in time; it was cut short");
             }
         }
     }
