@@ -259,7 +259,17 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
     let engine_store = store.clone();
-    let drain = crate::drain::Drain::default();
+    // One drain for all the work a planned stop waits for (see `crate::drain`).
+    let drain = bus.drain().clone();
+    let crons = crate::crons::Crons::new(
+        bus.clone(),
+        data.root().to_path_buf(),
+        config.feed.keep_days,
+        config
+            .crons()
+            .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?,
+    );
+    crons.start().await?;
     // Project hooks, and a watcher per project checkout.
     let project_watchers =
         crate::projects::start(&config, &plugins, &bus, &drain, &reloader).await?;
@@ -273,16 +283,22 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             bus,
             reloader,
             store,
-            plugins,
+            plugins: plugins.clone(),
             engine: engine.clone(),
             drain: drain.clone(),
+            crons: crons.clone(),
             data_dir: data.root().to_path_buf(),
             daemon: info.clone(),
         },
         api::Access::new(bound.port(), token, data.token_file()),
     );
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal(info))
+        .with_graceful_shutdown(planned_stop(
+            info,
+            drain.clone(),
+            plugins.clone(),
+            crons.clone(),
+        ))
         .await;
     scheduler.abort();
     project_watchers.stop().await;
@@ -294,6 +310,13 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         .await?;
     if stopped > 0 {
         tracing::info!(runs = stopped, "in-flight runs recorded as interrupted");
+    }
+    let unfinished = crons.record_unfinished().await?;
+    if unfinished > 0 {
+        tracing::warn!(
+            receipts = unfinished,
+            "cron firings that did not end within the force grace are recorded interrupted_by_restart"
+        );
     }
     let _ = std::fs::remove_file(data.address_file());
     served.context("the HTTP server failed")?;
@@ -374,7 +397,7 @@ async fn reload_on_hangup(reloader: Arc<crate::reload::Reloader>) {
     }
 }
 
-async fn shutdown_signal(info: Arc<api::DaemonInfo>) {
+async fn shutdown_signal(info: &api::DaemonInfo) {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
@@ -392,4 +415,42 @@ async fn shutdown_signal(info: Arc<api::DaemonInfo>) {
         () = info.shutdown.notified() => tracing::info!("shutting down as asked over the API"),
     }
     info.stopping.send_replace(true);
+}
+
+/// A planned stop (SIGTERM, SIGINT, `POST /api/shutdown`): resolves once the daemon may stop
+/// serving. Admission closes at once (a cron firing from now on is recorded `refused`);
+/// admitted work -- cron firings, node runs, hook runs, webhook handlers -- gets the drain
+/// budget to end (30 s, or the `timeout_secs` the stop asked for); what is left is then forced
+/// (its processes killed) and has [`drain::FORCE_GRACE`] to record its end.
+async fn planned_stop(
+    info: Arc<api::DaemonInfo>,
+    drain: crate::drain::Drain,
+    plugins: PluginHost,
+    crons: crate::crons::Crons,
+) {
+    shutdown_signal(&info).await;
+    drain.close();
+    let budget = info.drain_budget();
+    let running = drain.running();
+    if running > 0 {
+        tracing::info!(
+            running,
+            budget_secs = budget.as_secs(),
+            "draining: admission is closed; waiting for admitted work to end"
+        );
+    }
+    if !drain.wait_idle(budget).await {
+        tracing::warn!(
+            running = drain.running(),
+            "the drain budget passed; forcing what is left (its processes are killed)"
+        );
+        plugins.force_stop();
+        if !drain.wait_idle(crate::drain::FORCE_GRACE).await {
+            tracing::warn!(
+                running = drain.running(),
+                "work still runs after the force grace; it is recorded interrupted"
+            );
+        }
+    }
+    crons.stop_schedulers();
 }

@@ -343,14 +343,43 @@ impl Daemon {
         )
     }
 
-    /// Stops the daemon with SIGTERM and waits for it.
+    /// Stops the daemon as planned, with no drain budget (`POST /api/shutdown` with
+    /// `timeout_secs = 0`: what still runs is forced at once and recorded interrupted), and
+    /// waits for it. Falls back to SIGTERM when the API does not answer.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if self.child.is_none() {
+            return;
+        }
+        let asked = reqwest::blocking::Client::new()
+            .post(format!("{}/api/shutdown", self.url))
+            .bearer_auth(&self.token)
+            .json(&serde_json::json!({ "timeout_secs": 0 }))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .is_ok_and(|r| r.status().is_success());
+        if asked {
+            self.wait_exit(Duration::from_secs(30));
+        } else {
+            self.sigterm();
+        }
+    }
+
+    /// Stops the daemon with SIGTERM (a planned stop with the default 30 s drain budget) and
+    /// waits for it.
+    pub fn sigterm(&mut self) {
+        if let Some(child) = &self.child {
             // SAFETY: signalling our own child process by pid.
             unsafe {
                 libc::kill(child.id() as i32, libc::SIGTERM);
             }
-            let deadline = Instant::now() + Duration::from_secs(20);
+        }
+        self.wait_exit(Duration::from_secs(60));
+    }
+
+    /// Waits for the daemon's process to exit; kills it and fails the test after `limit`.
+    fn wait_exit(&mut self, limit: Duration) {
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + limit;
             loop {
                 if child.try_wait().unwrap().is_some() {
                     break;
@@ -358,7 +387,7 @@ impl Daemon {
                 if Instant::now() > deadline {
                     let _ = child.kill();
                     let _ = child.wait();
-                    panic!("the daemon did not stop on SIGTERM:\n{}", self.log());
+                    panic!("the daemon did not stop within {limit:?}:\n{}", self.log());
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }

@@ -30,6 +30,8 @@ pub struct DaemonInfo {
     /// Turns true once the daemon is stopping, so long-lived streams (`inbox --follow`) end
     /// and the graceful stop does not wait on them forever.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// The drain budget `POST /api/shutdown` asked for (`timeout_secs`).
+    budget: std::sync::Mutex<Option<std::time::Duration>>,
 }
 
 impl DaemonInfo {
@@ -43,7 +45,17 @@ impl DaemonInfo {
             log_file,
             shutdown: tokio::sync::Notify::new(),
             stopping: tokio::sync::watch::channel(false).0,
+            budget: std::sync::Mutex::new(None),
         }
+    }
+
+    /// How long a planned stop lets admitted work run on: what the stop asked for, else
+    /// [`crate::drain::DEFAULT_BUDGET`].
+    pub fn drain_budget(&self) -> std::time::Duration {
+        self.budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or(crate::drain::DEFAULT_BUDGET)
     }
 
     /// Resolves once the daemon is stopping.
@@ -82,13 +94,54 @@ async fn status(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiErro
     })))
 }
 
-/// Starts a graceful shutdown, the same as SIGTERM: the answer goes out first, then the daemon
-/// stops serving, records in-flight runs as interrupted and exits.
-async fn shutdown(State(state): State<AppState>) -> (StatusCode, ApiJson<Value>) {
-    tracing::info!("shutdown requested over the API");
+/// `POST /api/shutdown` body: all optional.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShutdownRequest {
+    /// Seconds admitted work may run on before it is forced (default 30).
+    timeout_secs: Option<u64>,
+}
+
+/// Starts a planned stop, the same as SIGTERM: the answer goes out first; then admission
+/// closes, admitted work drains within the budget (`timeout_secs`, default 30), the rest is
+/// forced and recorded, and the daemon exits.
+async fn shutdown(
+    State(state): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+    let request: ShutdownRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ShutdownRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|err| ApiError::bad_request(format!("invalid shutdown request: {err}")))?
+    };
+    let max = crate::drain::MAX_BUDGET.as_secs();
+    if let Some(secs) = request.timeout_secs {
+        if secs > max {
+            return Err(ApiError::bad_request(format!(
+                "field `timeout_secs` must be from 0 to {max}, got {secs}"
+            )));
+        }
+        *state
+            .daemon
+            .budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(std::time::Duration::from_secs(secs));
+    }
+    let budget = state.daemon.drain_budget();
+    tracing::info!(
+        budget_secs = budget.as_secs(),
+        "shutdown requested over the API"
+    );
     state.daemon.shutdown.notify_one();
-    (
+    Ok((
         StatusCode::ACCEPTED,
-        ApiJson(json!({ "stopping": true, "pid": state.daemon.pid })),
-    )
+        ApiJson(json!({
+            "stopping": true,
+            "pid": state.daemon.pid,
+            "drain_budget_secs": budget.as_secs(),
+            "running": state.drain.running(),
+        })),
+    ))
 }

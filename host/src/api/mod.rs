@@ -9,6 +9,7 @@
 //! as `Authorization: Bearer`, and a JSON body (401, 403 or 415 otherwise).
 
 mod config;
+mod crons;
 mod daemon;
 mod engine;
 mod error;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub delivery: Delivery,
     /// A planned stop's drain: admit work through it (see [`crate::drain`]).
     pub drain: crate::drain::Drain,
+    /// The daemon's crons.
+    pub crons: crate::crons::Crons,
     pub data_dir: std::path::PathBuf,
     /// Pid, address, start time, log file, and the shutdown switch.
     pub daemon: Arc<DaemonInfo>,
@@ -67,6 +70,7 @@ pub fn router(state: AppState, access: Access) -> Router {
         .nest("/api", feed::router())
         .nest("/api", daemon::router())
         .nest("/api", config::router())
+        .nest("/api", crons::router())
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)

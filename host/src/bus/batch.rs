@@ -241,14 +241,24 @@ async fn run_batch(
     _slot: OwnedSemaphorePermit,
 ) {
     let mut ended: Option<Ended> = None;
+    // The drain admission of the hook running now, held until its end is recorded.
+    let mut holding = None;
     for hook in queued {
+        // A planned stop has closed admission: the rest of the batch does not start (the stop
+        // records them interrupted).
+        let Some(admitted) = bus.drain().admit() else {
+            break;
+        };
         if !hook.started {
             let plugin = plugin_of(bus, &hook.work);
             let start = Some((hook.record_id.clone(), plugin));
-            if !advance(bus, trigger, ended.take(), start).await {
+            let started = advance(bus, trigger, ended.take(), start).await;
+            holding = None;
+            if !started {
                 continue;
             }
         }
+        holding = Some(admitted);
         let finished = run_one(bus, trigger, &hook).await;
         ended = Some(Ended {
             source: match hook.kind {
@@ -264,6 +274,7 @@ async fn run_batch(
     if ended.is_some() {
         advance(bus, trigger, ended, None).await;
     }
+    drop(holding);
 }
 
 /// The executor a hook run would be recorded with, if its mode is served now.
@@ -531,6 +542,13 @@ fn finished_of(
             }));
             let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
             let (status, error) = match report.outcome.status {
+                _ if report.interrupted => (
+                    HookRunStatus::Interrupted,
+                    Some(
+                        "a planned stop forced it after its drain budget; the output is what it printed until then"
+                            .to_string(),
+                    ),
+                ),
                 Status::Completed => (HookRunStatus::Completed, None),
                 Status::Failed { reason } if report.timed_out => {
                     (HookRunStatus::TimedOut, Some(reason))

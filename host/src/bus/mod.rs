@@ -58,6 +58,11 @@ impl std::fmt::Debug for Recorded {
 }
 
 impl Recorded {
+    /// How many events were recorded.
+    pub fn events(&self) -> usize {
+        self.envelopes.len()
+    }
+
     /// The feed rows recorded, in order.
     pub fn envelopes(&self) -> &[Arc<Envelope>] {
         &self.envelopes
@@ -91,6 +96,7 @@ struct Inner {
     live: broadcast::Sender<Arc<Envelope>>,
     /// Where a daemon hook with no project and no `cwd` runs.
     fallback_dir: std::path::PathBuf,
+    drain: crate::drain::Drain,
 }
 
 impl std::fmt::Debug for Bus {
@@ -118,6 +124,7 @@ impl Bus {
                 projects: RwLock::default(),
                 live,
                 fallback_dir,
+                drain: crate::drain::Drain::default(),
             }),
         }
     }
@@ -172,6 +179,16 @@ impl Bus {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The executor host hooks run on.
+    pub fn plugins(&self) -> &PluginHost {
+        &self.inner.plugins
+    }
+
+    /// The daemon's drain: work that a planned stop must wait for is admitted through it.
+    pub fn drain(&self) -> &crate::drain::Drain {
+        &self.inner.drain
     }
 
     /// Records events inside the caller's write: their feed rows, and the hook runs (of daemon

@@ -15,12 +15,14 @@ use crate::logfile;
 
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
-    /// Stop the running daemon gracefully (as SIGTERM does: in-flight runs are recorded as
-    /// interrupted) and wait until it has exited.
+    /// Stop the running daemon as planned and wait until it has exited: admission closes at
+    /// once, work in flight (cron firings, node runs, hooks, webhook handlers) gets --timeout
+    /// seconds to end, what is left is forced (its processes killed) and recorded
+    /// interrupted_by_restart with its partial output.
     #[command(after_help = "Example:\n  canopy daemon stop --timeout 60")]
     Stop {
-        /// How long to wait for it to exit, in seconds.
-        #[arg(long, default_value_t = 30, value_name = "SECS")]
+        /// Seconds work in flight may run on before it is forced (at most 3600).
+        #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=3600))]
         timeout: u64,
     },
 }
@@ -33,11 +35,14 @@ const RECENT_PROBLEMS: usize = 5;
 
 pub async fn run(data: &DataDir, command: DaemonCommand) -> Result<ExitCode> {
     match command {
-        DaemonCommand::Stop { timeout } => stop(data, Duration::from_secs(timeout)).await,
+        DaemonCommand::Stop { timeout } => stop(data, timeout).await,
     }
 }
 
-async fn stop(data: &DataDir, timeout: Duration) -> Result<ExitCode> {
+/// How long past the drain budget `daemon stop` waits: the force grace and exit bookkeeping.
+const STOP_MARGIN: Duration = Duration::from_secs(20);
+
+async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
     if crate::daemon::holder(data).is_none() {
         println!(
             "no canopy daemon is running for data dir {}",
@@ -46,9 +51,17 @@ async fn stop(data: &DataDir, timeout: Duration) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let answer: Value = Client::connect(data)?
-        .post("/api/shutdown", &json!({}))
+        .post("/api/shutdown", &json!({ "timeout_secs": budget_secs }))
         .await?;
     let pid = answer["pid"].as_u64().unwrap_or_default();
+    let running = answer["running"].as_u64().unwrap_or_default();
+    if running > 0 {
+        eprintln!(
+            "draining: {running} piece{} of work in flight get up to {budget_secs}s to end",
+            if running == 1 { "" } else { "s" }
+        );
+    }
+    let timeout = Duration::from_secs(budget_secs) + STOP_MARGIN;
     let deadline = Instant::now() + timeout;
     // The daemon holds its data dir's lock until its process has exited.
     while crate::daemon::holder(data).is_some() {

@@ -3,6 +3,7 @@
 
 mod client;
 mod config;
+mod cron;
 mod daemon;
 mod feed;
 mod graph;
@@ -132,6 +133,12 @@ enum Command {
         after_help = "Examples:\n  canopy config validate\n  canopy config reload"
     )]
     Config(config::ConfigCommand),
+    /// Crons from canopy.toml: their state and receipts, firing one by hand, pausing.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy cron list\n  canopy cron logs --name prune-preview --last 5\n  canopy cron run prune-preview --wait"
+    )]
+    Cron(cron::CronCommand),
     /// Run history: the runs of graphs, every node run of one, a node run's stored output.
     #[command(
         subcommand,
@@ -205,6 +212,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Session(command) => session::run(&Client::connect(&data)?, command).await,
         Command::Feed(args) => feed::run(&data, args).await,
         Command::Config(command) => config::run(&data, command).await,
+        Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

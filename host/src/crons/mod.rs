@@ -14,6 +14,7 @@
 //! action = { command = "canopy graph list --json" }   # any executor config
 //! ```
 
+pub mod runner;
 pub mod schedule;
 
 use std::collections::HashSet;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::plugins::{WorkConfig, split_work_config};
+pub use runner::{CronError, CronView, Crons};
 pub use schedule::Schedule;
 
 /// Receipts kept per cron unless `keep_receipts` says otherwise.

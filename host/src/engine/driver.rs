@@ -320,6 +320,12 @@ async fn run_node(
         node_count,
         resume_session,
     } = step;
+    // A planned stop has closed admission: the node run is not started. It stays recorded
+    // running, and the stop records it (and its run) interrupted; a continue runs it again.
+    let Some(_admitted) = engine.bus().drain().admit() else {
+        tracing::info!(graph = %run.graph_name, node = %node_name, "the daemon is stopping; the node run is not started");
+        return Ok((Recorded::default(), Next::Stop, hint));
+    };
     let started = std::time::Instant::now();
     let mode = split_work_config(&node_config)
         .map(|w| w.mode)
@@ -364,6 +370,12 @@ async fn run_node(
         ))),
     };
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    if result.as_ref().is_ok_and(|report| report.interrupted) {
+        // A planned stop forced the node: what it reports is not its outcome. The node run
+        // stays running; the stop records it and its run interrupted.
+        tracing::info!(graph = %run.graph_name, node = %node_name, "the node run was forced by a planned stop");
+        return Ok((Recorded::default(), Next::Stop, hint));
+    }
 
     let (status, summary, reason, detail, session, plugin) = match &result {
         Ok(report) => {

@@ -186,8 +186,8 @@ pub(crate) struct CallState {
     /// Leave what the call's commands start running after they exit.
     detach: bool,
     log_budget: LogBudget,
-    /// See [`CallSetup::command_timed_out`].
-    command_timed_out: Arc<std::sync::atomic::AtomicBool>,
+    /// See [`CallSetup::commands`].
+    commands: Arc<CommandRecord>,
     /// See [`CallSetup::host_env`].
     host_env: Arc<[(String, String)]>,
 }
@@ -223,6 +223,49 @@ pub(crate) struct CallEnv {
     pub admission: Admission,
 }
 
+/// What the host saw of the commands one call ran.
+#[derive(Debug, Default)]
+pub(crate) struct CommandRecord {
+    /// A command was stopped at its timeout.
+    pub timed_out: std::sync::atomic::AtomicBool,
+    /// A command was killed by a stop signal (or not started because one had fired).
+    pub interrupted: std::sync::atomic::AtomicBool,
+    /// The exit code of the last command that exited with one.
+    pub last_exit_code: std::sync::Mutex<Option<i32>>,
+    /// The signals that stop the call's commands.
+    pub stops: Vec<super::process::StopSignal>,
+}
+
+impl CommandRecord {
+    pub fn new(stops: Vec<super::process::StopSignal>) -> Self {
+        Self {
+            stops,
+            ..Self::default()
+        }
+    }
+
+    fn exited(&self, exit: &super::process::ProcessExit) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if exit.timed_out {
+            self.timed_out.store(true, Relaxed);
+        }
+        if exit.interrupted {
+            self.interrupted.store(true, Relaxed);
+        }
+        if exit.code.is_some() {
+            *self
+                .last_exit_code
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = exit.code;
+        }
+    }
+
+    pub fn was_interrupted(&self) -> bool {
+        self.interrupted.load(std::sync::atomic::Ordering::Relaxed)
+            || self.stops.iter().any(super::process::StopSignal::fired)
+    }
+}
+
 /// Everything needed to set up one call.
 pub(crate) struct CallSetup {
     pub plugin: Arc<LoadedPlugin>,
@@ -233,9 +276,8 @@ pub(crate) struct CallSetup {
     /// Leave what the call's commands start running after they exit (`detach = true`).
     pub detach: bool,
     pub env: CallEnv,
-    /// Set when a command the call ran was stopped at its timeout: the host's own record of
-    /// it, whatever the plugin then reports.
-    pub command_timed_out: Arc<std::sync::atomic::AtomicBool>,
+    /// The host's own record of the commands the call ran, whatever the plugin then reports.
+    pub commands: Arc<CommandRecord>,
     /// Variables set on every process the call runs, after the plugin's own.
     pub host_env: Arc<[(String, String)]>,
 }
@@ -329,7 +371,7 @@ impl CallSetup {
             provenance,
             detach: self.detach,
             log_budget: LogBudget::default(),
-            command_timed_out: self.command_timed_out.clone(),
+            commands: self.commands.clone(),
             host_env: self.host_env.clone(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
@@ -542,15 +584,13 @@ impl host::Host for CallState {
             timeout,
             result_file,
             detach: self.detach,
+            stops: self.commands.stops.clone(),
         };
         tracing::debug!(plugin = &*self.plugin, program = %cmd.program, "run-command");
         let exit = process::run(spec)
             .await
             .map_err(|err| format!("cannot run `{}`: {err}", cmd.program))?;
-        if exit.timed_out {
-            self.command_timed_out
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.commands.exited(&exit);
         Ok(types::Exit {
             code: exit.code,
             timed_out: exit.timed_out,

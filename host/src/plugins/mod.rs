@@ -22,6 +22,7 @@ mod engine;
 mod fs_guard;
 mod install;
 mod process;
+pub use process::{StopSignal, StopSwitch};
 mod registry;
 mod work;
 
@@ -190,6 +191,11 @@ pub struct CallReport {
     /// The call failed after a command it ran was stopped at its timeout (the host saw the
     /// timeout itself): the work hit its deadline.
     pub timed_out: bool,
+    /// A stop signal killed (or kept from starting) a command of the call: a planned stop
+    /// forced it, or its work was replaced. What the outcome says is what it did until then.
+    pub interrupted: bool,
+    /// The exit code of the last command the call ran that exited with one.
+    pub exit_code: Option<i32>,
 }
 
 /// The executor host.
@@ -209,6 +215,8 @@ struct Inner {
     default_timeout: Duration,
     plugins: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
     install_lock: tokio::sync::Mutex<()>,
+    /// Fired by [`PluginHost::force_stop`].
+    force: process::StopSwitch,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -265,6 +273,7 @@ impl PluginHost {
                 default_timeout: Duration::from_secs(config.limits.default_timeout_seconds),
                 plugins: RwLock::new(BTreeMap::new()),
                 install_lock: tokio::sync::Mutex::new(()),
+                force: process::StopSwitch::default(),
             }),
         };
         host.load_installed().await?;
@@ -534,7 +543,7 @@ impl PluginHost {
             timeout: QUICK_CALL,
             detach: false,
             env: self.inner.call_env.clone(),
-            command_timed_out: Arc::default(),
+            commands: Arc::default(),
             host_env: Arc::from(Vec::new()),
         };
         self.on_plugin_threads(setup.run(call)).await
@@ -604,6 +613,22 @@ impl PluginHost {
     /// Makes one `execute` call: reads the host's keys (deadline, `detach`), renders the
     /// executor's config, runs the plugin of the mode sandboxed.
     pub async fn execute(&self, request: CallRequest) -> Result<CallReport, PluginError> {
+        self.execute_stoppable(request, None).await
+    }
+
+    /// Kills the processes of every call in flight, and keeps new calls from starting any: a
+    /// planned stop forcing what its drain budget did not see end. Each call then returns
+    /// what its commands printed so far, with [`CallReport::interrupted`] set.
+    pub fn force_stop(&self) {
+        self.inner.force.fire();
+    }
+
+    /// [`PluginHost::execute`], whose commands are also killed when `stop` fires.
+    pub async fn execute_stoppable(
+        &self,
+        request: CallRequest,
+        stop: Option<process::StopSignal>,
+    ) -> Result<CallReport, PluginError> {
         let plugin = self.for_mode(&request.work.mode)?;
         let workdir = request.workdir.canonicalize().map_err(|err| {
             PluginError::Refused(format!("workdir {}: {err}", request.workdir.display()))
@@ -656,7 +681,10 @@ impl PluginHost {
             resume_session: request.resume_session,
         };
         let started = Instant::now();
-        let command_timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stops = std::iter::once(self.inner.force.signal())
+            .chain(stop)
+            .collect();
+        let commands = Arc::new(call::CommandRecord::new(stops));
         let setup = CallSetup {
             plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
@@ -664,7 +692,7 @@ impl PluginHost {
             timeout,
             detach,
             env: self.inner.call_env.clone(),
-            command_timed_out: command_timed_out.clone(),
+            commands: commands.clone(),
             host_env: Arc::from(request.env),
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));
@@ -682,7 +710,14 @@ impl PluginHost {
             rendered_config: rendered,
             deadline_ms,
             timed_out: matches!(outcome.status, Status::Failed { .. })
-                && command_timed_out.load(std::sync::atomic::Ordering::Relaxed),
+                && commands
+                    .timed_out
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            interrupted: commands.was_interrupted(),
+            exit_code: *commands
+                .last_exit_code
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
             outcome,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })

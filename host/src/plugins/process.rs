@@ -39,6 +39,57 @@ pub struct ProcessSpec {
     /// Leave what the process starts running after it exits (`detach = true`); otherwise the
     /// whole call -- its group and every process carrying its marker -- is killed.
     pub detach: bool,
+    /// When one of these fires (a planned stop forcing what is left, a cron replaced by its
+    /// next firing), the process group is killed and the exit says `interrupted`.
+    pub stops: Vec<StopSignal>,
+}
+
+/// Tells running commands to stop: firing it kills their process groups.
+#[derive(Debug)]
+pub struct StopSwitch(tokio::sync::watch::Sender<bool>);
+
+impl Default for StopSwitch {
+    fn default() -> Self {
+        Self(tokio::sync::watch::channel(false).0)
+    }
+}
+
+impl StopSwitch {
+    /// Stops every command watching this switch, now and from now on.
+    pub fn fire(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// A signal commands watch.
+    pub fn signal(&self) -> StopSignal {
+        StopSignal(self.0.subscribe())
+    }
+}
+
+/// The watching end of a [`StopSwitch`].
+#[derive(Debug, Clone)]
+pub struct StopSignal(tokio::sync::watch::Receiver<bool>);
+
+impl StopSignal {
+    /// Whether the switch has fired.
+    pub fn fired(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once the switch fires (never, if it is dropped unfired).
+    async fn wait(mut self) {
+        if self.0.wait_for(|fired| *fired).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Resolves once any of `stops` fires.
+async fn any_stop(stops: Vec<StopSignal>) {
+    if stops.is_empty() {
+        return std::future::pending().await;
+    }
+    futures_util::future::select_all(stops.into_iter().map(|s| Box::pin(s.wait()))).await;
 }
 
 /// How it ended.
@@ -46,6 +97,8 @@ pub struct ProcessSpec {
 pub struct ProcessExit {
     pub code: Option<i32>,
     pub timed_out: bool,
+    /// Killed because a stop signal fired (see [`ProcessSpec::stops`]).
+    pub interrupted: bool,
     pub stdout: String,
     pub stderr: String,
     pub duration: Duration,
@@ -55,6 +108,11 @@ pub struct ProcessExit {
 /// Runs the process to completion or to its deadline, then kills what is left of the call.
 pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     let started = Instant::now();
+    if spec.stops.iter().any(StopSignal::fired) {
+        return Err(std::io::Error::other(
+            "not started: the work was stopped (the daemon is stopping, or it was replaced)",
+        ));
+    }
     // Recorded before the spawn: a daemon that dies from here on leaves a trace of this call.
     let mut call = CallProcesses::new(spec.detach)?;
     // The child's PATH: the plugin's, if it sets one, else the one every process inherits.
@@ -123,14 +181,20 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     // Read and wait together, in this task; no task hop per process.
     let deadline = tokio::time::Instant::now() + spec.timeout;
     let mut drained = false;
-    let (status, timed_out) = loop {
+    let stopped = any_stop(spec.stops);
+    tokio::pin!(stopped);
+    let (status, timed_out, interrupted) = loop {
         tokio::select! {
             () = &mut reading, if !drained => drained = true,
+            () = &mut stopped => {
+                call.kill_group();
+                break (child.wait().await.ok(), false, true);
+            }
             waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
-                Ok(status) => break (Some(status?), false),
+                Ok(status) => break (Some(status?), false, false),
                 Err(_) => {
                     call.kill_group();
-                    break (child.wait().await.ok(), true);
+                    break (child.wait().await.ok(), true, false);
                 }
             },
         }
@@ -160,6 +224,7 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     Ok(ProcessExit {
         code: status.and_then(|s| s.code()),
         timed_out,
+        interrupted,
         stdout: out.text(),
         stderr: err.text(),
         duration: started.elapsed(),
@@ -231,6 +296,7 @@ mod tests {
             timeout,
             result_file: None,
             detach: false,
+            stops: Vec::new(),
         }
     }
 
@@ -341,6 +407,37 @@ mod tests {
         assert!(exit.timed_out);
         let escapee = std::fs::read_to_string(&pid_file)?.trim().to_string();
         assert!(wait_dead(&escapee).await, "{escapee} outlived its call");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_stop_kills_the_group_and_keeps_the_output_so_far() -> std::io::Result<()> {
+        let switch = StopSwitch::default();
+        let dir = tempfile::tempdir()?;
+        let ready = dir.path().join("ready");
+        let script = format!("echo started; touch {}; exec sleep 60", ready.display());
+        let running = tokio::spawn(run(ProcessSpec {
+            stops: vec![switch.signal()],
+            ..spec(&script, Duration::from_secs(30))
+        }));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ready.exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        switch.fire();
+        let exit = tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(std::io::Error::other)??;
+        assert!(exit.interrupted && !exit.timed_out);
+        assert_eq!(exit.code, None);
+        assert_eq!(exit.stdout, "started\n");
+        let refused = run(ProcessSpec {
+            stops: vec![switch.signal()],
+            ..spec("true", Duration::from_secs(5))
+        })
+        .await;
+        assert!(refused.is_err(), "a fired switch starts nothing");
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 //! go to one writer thread that group-commits; reads use a small pool (see [`db`]).
 
 pub mod artifacts;
+pub mod crons;
 mod db;
 pub mod feed;
 pub mod graphs;

@@ -1,0 +1,278 @@
+//! `canopy cron ...`: the daemon's crons, their receipts, firing one by hand, pausing.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::output::{non_empty, table_or, utc_cell};
+use super::{Client, encode, items, print_json, short, str_at};
+
+/// How often `cron run --wait` looks at the receipt.
+const POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Subcommand)]
+pub enum CronCommand {
+    /// Every cron in canopy.toml: its schedule, state, next firing, and its last execution
+    /// (rebuilt from its receipts, so it survives restarts).
+    #[command(after_help = "Examples:\n  canopy cron list\n  canopy cron list --json")]
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// A cron's receipts, newest first: one per firing, with its run id, status, exit code,
+    /// duration and (with --json, or --output) the tail of its output.
+    #[command(
+        after_help = "Examples:\n  canopy cron logs --name prune-preview\n  canopy cron logs --name prune-preview --last 5 --output\n  canopy cron logs --name prune-preview --json"
+    )]
+    Logs {
+        /// The cron's name.
+        #[arg(long, value_parser = non_empty)]
+        name: String,
+        /// How many receipts.
+        #[arg(long, default_value_t = 20)]
+        last: usize,
+        /// Print each receipt's output tail under its row.
+        #[arg(long)]
+        output: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fire a cron now, on this node (a manual firing gets its own receipt, as a scheduled one
+    /// does). With --wait, wait for it to end and exit 1 unless it completed.
+    #[command(
+        after_help = "Examples:\n  canopy cron run prune-preview\n  canopy cron run prune-preview --wait"
+    )]
+    Run {
+        /// The cron's name.
+        #[arg(value_parser = non_empty)]
+        name: String,
+        /// Wait for the firing to end and print its output.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a cron from firing on schedule, without editing canopy.toml (kept across
+    /// restarts; `cron run` still fires it by hand).
+    #[command(after_help = "Example:\n  canopy cron pause prune-preview")]
+    Pause {
+        /// The cron's name.
+        #[arg(value_parser = non_empty)]
+        name: String,
+    },
+    /// Let a paused cron fire on schedule again (firings that passed while it was paused are
+    /// not counted as missed).
+    #[command(after_help = "Example:\n  canopy cron resume prune-preview")]
+    Resume {
+        /// The cron's name.
+        #[arg(value_parser = non_empty)]
+        name: String,
+    },
+}
+
+pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
+    match command {
+        CronCommand::List { json } => {
+            let answer: Value = client.get("/api/crons").await?;
+            if json {
+                print_json(&answer)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let rows: Vec<Vec<String>> = items(&answer["crons"]).iter().map(cron_row).collect();
+            table_or(
+                &[
+                    "NAME",
+                    "SCHEDULE",
+                    "STATE",
+                    "NEXT (UTC)",
+                    "LAST RUN",
+                    "LAST (UTC)",
+                ],
+                &rows,
+                "no crons: add [[crons]] to canopy.toml (see the README's Crons section)",
+            );
+        }
+        CronCommand::Logs {
+            name,
+            last,
+            output,
+            json,
+        } => {
+            let answer: Value = client
+                .get(&format!("/api/crons/{}/runs?last={last}", encode(&name)))
+                .await?;
+            if json {
+                print_json(&answer)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let receipts = items(&answer["runs"]);
+            if receipts.is_empty() {
+                println!("cron {name} has not fired yet");
+            }
+            for receipt in receipts {
+                print_receipt_line(receipt);
+                if output {
+                    print_output(receipt);
+                }
+            }
+        }
+        CronCommand::Run { name, wait, json } => {
+            let receipt: Value = client
+                .post(&format!("/api/crons/{}/run", encode(&name)), &json!({}))
+                .await?;
+            let run_id = str_at(&receipt, "/run_id").to_string();
+            let status = str_at(&receipt, "/status");
+            if status != "running" {
+                if json {
+                    print_json(&receipt)?;
+                } else {
+                    eprintln!(
+                        "cron {name} did not run ({status}): {}",
+                        str_at(&receipt, "/error")
+                    );
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+            if !wait {
+                if json {
+                    print_json(&receipt)?;
+                } else {
+                    println!(
+                        "fired cron {name}: run {run_id} (`canopy cron logs --name {name}` shows how it ends)"
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            if !json {
+                eprintln!(
+                    "fired cron {name}: run {}, waiting for it to end",
+                    short(&run_id)
+                );
+            }
+            let ended = wait_for_end(client, &name, &run_id).await?;
+            if json {
+                print_json(&ended)?;
+            } else {
+                print_receipt_line(&ended);
+                print_output(&ended);
+            }
+            return Ok(if str_at(&ended, "/status") == "completed" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
+        CronCommand::Pause { name } => {
+            let view: Value = client
+                .post(&format!("/api/crons/{}/pause", encode(&name)), &json!({}))
+                .await?;
+            println!(
+                "paused cron {} (resume with `canopy cron resume {}`)",
+                str_at(&view, "/name"),
+                name
+            );
+        }
+        CronCommand::Resume { name } => {
+            let view: Value = client
+                .post(&format!("/api/crons/{}/resume", encode(&name)), &json!({}))
+                .await?;
+            println!(
+                "resumed cron {}; next firing {}",
+                str_at(&view, "/name"),
+                view["next_at"]
+                    .as_str()
+                    .map_or_else(|| "-".to_string(), |at| format!("{} UTC", utc_cell(at)))
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Polls the cron's receipts until this run's has ended. A firing has a deadline of its own,
+/// so this ends; a daemon that goes away ends it with an error.
+async fn wait_for_end(client: &Client, name: &str, run_id: &str) -> Result<Value> {
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        let answer: Value = client
+            .get(&format!("/api/crons/{}/runs?last=1000", encode(name)))
+            .await?;
+        let Some(receipt) = items(&answer["runs"])
+            .iter()
+            .find(|r| str_at(r, "/run_id") == run_id)
+        else {
+            bail!("the receipt of run {run_id} is gone (pruned by keep_receipts?)");
+        };
+        if str_at(receipt, "/status") != "running" {
+            return Ok(receipt.clone());
+        }
+        if !told && started.elapsed() > Duration::from_secs(5) {
+            eprintln!("still running; Ctrl-C stops waiting (the firing goes on)");
+            told = true;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn cron_row(cron: &Value) -> Vec<String> {
+    let last = &cron["last"];
+    let last_run = if last.is_null() {
+        "-".to_string()
+    } else {
+        let code = last["exit_code"]
+            .as_i64()
+            .map(|c| format!(", exit {c}"))
+            .unwrap_or_default();
+        format!("{}{code}", str_at(last, "/status"))
+    };
+    let mut schedule = str_at(cron, "/schedule").to_string();
+    if str_at(cron, "/timezone") != "UTC" {
+        schedule = format!("{schedule} ({})", str_at(cron, "/timezone"));
+    }
+    vec![
+        str_at(cron, "/name").to_string(),
+        schedule,
+        str_at(cron, "/state").to_string(),
+        utc_cell(str_at(cron, "/next_at")),
+        last_run,
+        utc_cell(str_at(last, "/created_at")),
+    ]
+}
+
+/// `2026-12-01 04:10:00  3f2a91c0  completed  exit 0  1.2s  schedule`
+fn print_receipt_line(receipt: &Value) {
+    let mut line = format!(
+        "{}  {}  {:<22}",
+        utc_cell(str_at(receipt, "/created_at")),
+        short(str_at(receipt, "/run_id")),
+        str_at(receipt, "/status"),
+    );
+    if let Some(code) = receipt["exit_code"].as_i64() {
+        line.push_str(&format!("  exit {code}"));
+    }
+    if let Some(ms) = receipt["duration_ms"].as_u64() {
+        line.push_str(&format!(
+            "  {}",
+            humantime::format_duration(Duration::from_millis(ms - ms % 100))
+        ));
+    }
+    line.push_str(&format!("  {}", str_at(receipt, "/trigger")));
+    if let Some(count) = receipt["missed_count"].as_i64() {
+        line.push_str(&format!("  ({count} missed)"));
+    }
+    println!("{line}");
+    if let Some(error) = receipt["error"].as_str() {
+        println!("    {error}");
+    }
+}
+
+fn print_output(receipt: &Value) {
+    if let Some(output) = receipt["output"].as_str().filter(|o| !o.trim().is_empty()) {
+        for line in output.trim_end().lines() {
+            println!("    | {line}");
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Cron receipts (`cron_receipts`): one row per firing, written before anything is spawned and
+//! given its terminal state before a planned stop lets the daemon go; and each cron's state
+//! across restarts (`cron_state`: paused, and the scheduled time accounted through).
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::states::state_enum;
+use super::{Rd, StoreError, Tx};
+
+state_enum! {
+    /// Where a firing is, or how it ended.
+    pub enum ReceiptStatus {
+        /// Admitted; its action runs.
+        Running = "running",
+        /// The action completed.
+        Completed = "completed",
+        /// The action failed (or could not start, or was replaced by the next firing).
+        Failed = "failed",
+        /// The action was stopped at its timeout.
+        TimedOut = "timed_out",
+        /// Not run: the previous firing still ran (`overlap = "forbid"`).
+        Skipped = "skipped",
+        /// Not run: a planned stop had closed admission.
+        Refused = "refused",
+        /// Scheduled firings that passed while the daemon was down (`missed_count` of them).
+        Missed = "missed",
+        /// A planned stop forced it after its drain budget; the output is what it printed
+        /// until then.
+        InterruptedByRestart = "interrupted_by_restart",
+        /// Found unfinished after the daemon died (crash, kill -9): what it did is unknown,
+        /// and it is never replayed.
+        InterruptedUnknown = "interrupted_unknown",
+    }
+}
+
+impl ReceiptStatus {
+    /// The `cron.*` event a receipt ending in this status is told by.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Self::Failed | Self::TimedOut | Self::Skipped | Self::Refused
+        )
+    }
+
+    pub fn is_interrupted(self) -> bool {
+        matches!(self, Self::InterruptedByRestart | Self::InterruptedUnknown)
+    }
+}
+
+state_enum! {
+    /// What made a cron fire.
+    pub enum Trigger {
+        /// Its schedule.
+        Schedule = "schedule",
+        /// `canopy cron run` / `POST /api/crons/{name}/run`.
+        Manual = "manual",
+        /// The one late run `catch_up = "once"` asks for after misses.
+        CatchUp = "catch_up",
+    }
+}
+
+/// One receipt.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Receipt {
+    pub run_id: String,
+    pub cron: String,
+    pub node: String,
+    pub trigger: Trigger,
+    pub scheduled_at: Option<String>,
+    pub status: ReceiptStatus,
+    pub exit_code: Option<i32>,
+    /// The last bytes of what the action printed (bounded).
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub missed_count: Option<i64>,
+    /// Set on `interrupted_unknown`: whatever the action had done is not known.
+    pub original_effects_unknown: bool,
+    pub actor: String,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+/// A receipt as first written.
+#[derive(Debug, Clone)]
+pub struct NewReceipt {
+    pub run_id: String,
+    pub cron: String,
+    pub node: String,
+    pub trigger: Trigger,
+    pub scheduled_at: Option<String>,
+    pub status: ReceiptStatus,
+    pub error: Option<String>,
+    pub missed_count: Option<i64>,
+    pub actor: String,
+}
+
+/// A receipt's end.
+#[derive(Debug, Clone)]
+pub struct ReceiptEnd {
+    pub status: ReceiptStatus,
+    pub exit_code: Option<i32>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+/// A cron's state kept across restarts.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct CronState {
+    pub paused: bool,
+    /// Scheduled firings up to this time (RFC 3339) are accounted for: fired, skipped,
+    /// refused, or recorded missed.
+    pub accounted_through: Option<String>,
+}
+
+const COLUMNS: &str = "run_id, cron, node, trigger, scheduled_at, status, exit_code, output, error, missed_count, original_effects_unknown, actor, created_at, started_at, finished_at, duration_ms";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Receipt> {
+    Ok(Receipt {
+        run_id: row.get(0)?,
+        cron: row.get(1)?,
+        node: row.get(2)?,
+        trigger: row.get(3)?,
+        scheduled_at: row.get(4)?,
+        status: row.get(5)?,
+        exit_code: row.get(6)?,
+        output: row.get(7)?,
+        error: row.get(8)?,
+        missed_count: row.get(9)?,
+        original_effects_unknown: row.get(10)?,
+        actor: row.get(11)?,
+        created_at: row.get(12)?,
+        started_at: row.get(13)?,
+        finished_at: row.get(14)?,
+        duration_ms: row.get(15)?,
+    })
+}
+
+impl Rd<'_> {
+    /// A cron's receipts, newest first, at most `last`.
+    pub fn cron_receipts(&self, cron: &str, last: usize) -> Result<Vec<Receipt>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+        ))?;
+        let receipts = statement
+            .query_map(
+                params![cron, i64::try_from(last).unwrap_or(i64::MAX)],
+                from_row,
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(receipts)
+    }
+
+    /// One receipt by its run id.
+    pub fn cron_receipt(&self, run_id: &str) -> Result<Receipt, StoreError> {
+        self.conn()
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM cron_receipts WHERE run_id = ?1"
+            ))?
+            .query_row([run_id], from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "cron run",
+                id: run_id.to_string(),
+            })
+    }
+
+    /// The last receipt of a cron that ran (or tried to), missed and refused ones aside.
+    pub fn last_cron_execution(&self, cron: &str) -> Result<Option<Receipt>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 AND status NOT IN ('missed', 'skipped', 'refused') ORDER BY created_at DESC, rowid DESC LIMIT 1"
+            ))?
+            .query_row([cron], from_row)
+            .optional()?)
+    }
+
+    /// A cron's state; the default for a cron never seen.
+    pub fn cron_state(&self, cron: &str) -> Result<Option<CronState>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT paused, accounted_through FROM cron_state WHERE name = ?1")?
+            .query_row([cron], |row| {
+                Ok(CronState {
+                    paused: row.get(0)?,
+                    accounted_through: row.get(1)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// Receipts left running (by a daemon that died, or that the last stop could not end).
+    pub fn running_cron_receipts(&self) -> Result<Vec<Receipt>, StoreError> {
+        let mut statement = self.conn().prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM cron_receipts WHERE status = 'running' ORDER BY created_at"
+        ))?;
+        let receipts = statement
+            .query_map([], from_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(receipts)
+    }
+}
+
+impl Tx<'_> {
+    /// Writes a firing's receipt.
+    pub fn insert_cron_receipt(&self, new: &NewReceipt) -> Result<Receipt, StoreError> {
+        let now = super::now();
+        let (started, finished) = if new.status == ReceiptStatus::Running {
+            (Some(now.as_str()), None)
+        } else {
+            (None, Some(now.as_str()))
+        };
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO cron_receipts (run_id, cron, node, trigger, scheduled_at, status, error, missed_count, actor, created_at, started_at, finished_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?
+            .execute(params![
+                new.run_id,
+                new.cron,
+                new.node,
+                new.trigger,
+                new.scheduled_at,
+                new.status,
+                new.error,
+                new.missed_count,
+                new.actor,
+                now,
+                started,
+                finished,
+            ])?;
+        self.cron_receipt(&new.run_id)
+    }
+
+    /// Gives a running receipt its terminal state; `None` when it was not running (already
+    /// ended, by a stop that could not wait for it).
+    pub fn finish_cron_receipt(
+        &self,
+        run_id: &str,
+        end: &ReceiptEnd,
+    ) -> Result<Option<Receipt>, StoreError> {
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE cron_receipts SET status = ?2, exit_code = ?3, output = ?4, error = ?5, duration_ms = ?6, finished_at = ?7
+                 WHERE run_id = ?1 AND status = 'running'",
+            )?
+            .execute(params![
+                run_id,
+                end.status,
+                end.exit_code,
+                end.output,
+                end.error,
+                end.duration_ms,
+                super::now(),
+            ])?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.cron_receipt(run_id).map(Some)
+    }
+
+    /// At start: every receipt a dead daemon left running becomes `interrupted_unknown`, its
+    /// effects unknown. Returns them.
+    pub fn interrupt_unknown_cron_receipts(&self) -> Result<Vec<Receipt>, StoreError> {
+        let running = self.running_cron_receipts()?;
+        let mut statement = self.conn().prepare_cached(
+            "UPDATE cron_receipts SET status = 'interrupted_unknown', original_effects_unknown = 1, finished_at = ?2,
+                error = 'the daemon died while this firing ran (crash or kill); what it did is unknown, and it is not replayed'
+             WHERE run_id = ?1 AND status = 'running'",
+        )?;
+        let now = super::now();
+        let mut ended = Vec::with_capacity(running.len());
+        for receipt in running {
+            statement.execute(params![receipt.run_id, now])?;
+            ended.push(self.cron_receipt(&receipt.run_id)?);
+        }
+        Ok(ended)
+    }
+
+    /// Keeps a cron's newest `keep` receipts, and none older than `before` (RFC 3339).
+    pub fn prune_cron_receipts(
+        &self,
+        cron: &str,
+        keep: u32,
+        before: &str,
+    ) -> Result<usize, StoreError> {
+        let removed = self
+            .conn()
+            .prepare_cached(
+                "DELETE FROM cron_receipts WHERE cron = ?1 AND status != 'running' AND (created_at < ?3 OR run_id NOT IN (
+                    SELECT run_id FROM cron_receipts WHERE cron = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2))",
+            )?
+            .execute(params![cron, keep, before])?;
+        Ok(removed)
+    }
+
+    /// Sets what a cron has accounted for through `at` (creating its state).
+    pub fn set_cron_accounted(&self, cron: &str, at: &str) -> Result<(), StoreError> {
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO cron_state (name, accounted_through) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET accounted_through = excluded.accounted_through",
+            )?
+            .execute(params![cron, at])?;
+        Ok(())
+    }
+
+    /// Pauses or resumes a cron. Resuming accounts for everything until now: firings that
+    /// passed while it was paused are not misses.
+    pub fn set_cron_paused(&self, cron: &str, paused: bool, now: &str) -> Result<(), StoreError> {
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO cron_state (name, paused, accounted_through) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
+                    accounted_through = CASE WHEN excluded.paused THEN cron_state.accounted_through ELSE excluded.accounted_through END",
+            )?
+            .execute(params![cron, paused, now])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,485 @@
+//! Crons end to end: a real daemon with `[[crons]]` in its canopy.toml, real processes, the
+//! receipts read back over the API and the CLI; a planned stop that drains, a crash, misses.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{CANOPY, Daemon, wait_for};
+
+/// A data dir with this canopy.toml, for daemons started on it (and restarted).
+fn data_dir(config: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("canopy.toml"), config).unwrap();
+    (tmp, data)
+}
+
+fn receipts(daemon: &Daemon, cron: &str) -> Vec<Value> {
+    let (status, answer) = daemon.get(&format!("/api/crons/{cron}/runs?last=1000"));
+    assert_eq!(status, 200, "{answer}");
+    answer["runs"].as_array().unwrap().clone()
+}
+
+/// Waits for a receipt of `cron` that `pick` accepts.
+fn receipt_where(daemon: &Daemon, cron: &str, what: &str, pick: impl Fn(&Value) -> bool) -> Value {
+    wait_for(what, Duration::from_secs(30), || {
+        receipts(daemon, cron).into_iter().find(|r| pick(r))
+    })
+}
+
+fn status_of(receipt: &Value) -> &str {
+    receipt["status"].as_str().unwrap()
+}
+
+#[test]
+fn a_cron_fires_on_schedule_with_a_receipt_its_identity_and_its_actor_on_nested_calls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let out = tmp.path().join("env.txt");
+    let body = tmp.path().join("spec.md");
+    std::fs::write(&body, support::spec_body("made by a cron")).unwrap();
+    let config = format!(
+        r#"
+[[crons]]
+name = "tick"
+schedule = "@every 1s"
+timeout_secs = 30
+action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTOR $CANOPY_AUTOMATION_KIND $CANOPY_AUTOMATION_ID\" >> {out}; {canopy} --data-dir {data} spec add --name from-cron --file {body} > /dev/null && echo fired" }}
+"#,
+        out = out.display(),
+        body = body.display(),
+        canopy = CANOPY,
+        data = data.display(),
+    );
+    std::fs::write(data.join("canopy.toml"), config).unwrap();
+    let daemon = Daemon::start_on(&data);
+    let done = receipt_where(&daemon, "tick", "a completed firing", |r| {
+        status_of(r) == "completed"
+    });
+    assert_eq!(done["trigger"], "schedule");
+    assert_eq!(done["exit_code"], 0);
+    assert_eq!(done["actor"], "cron:tick");
+    assert!(done["output"].as_str().unwrap().contains("fired"), "{done}");
+    let scheduled: String = done["scheduled_at"].as_str().unwrap().to_string();
+    assert!(
+        scheduled.ends_with('Z'),
+        "a whole scheduled second: {scheduled}"
+    );
+    // The process saw who it runs as, and its own receipt's run id.
+    let run_id = done["run_id"].as_str().unwrap();
+    let lines = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        lines
+            .lines()
+            .any(|l| l == format!("tick {run_id} cron:tick cron cron:tick")),
+        "{lines}"
+    );
+    // The spec its nested `canopy` call added is on the feed as the cron's doing.
+    let (_, feed) = daemon.get("/api/feed?event=spec.created&last=10");
+    let event = &feed["events"][0];
+    assert_eq!(event["actor"], "cron:tick", "{feed:#}");
+    // Each firing is on the feed too.
+    let (_, feed) = daemon.get("/api/feed?event=cron.*&last=100");
+    let names: Vec<&str> = feed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"cron.fired") && names.contains(&"cron.completed"),
+        "{names:?}"
+    );
+
+    // What an operator reads: the list, with its next firing and last execution, and the logs.
+    let list = daemon.ok(&["cron", "list"]);
+    assert!(
+        list.contains("tick") && list.contains("@every 1s") && list.contains("completed, exit 0"),
+        "{list}"
+    );
+    let logs = daemon.ok(&["cron", "logs", "--name", "tick", "--last", "50", "--output"]);
+    assert!(
+        logs.contains(&run_id[..8]) && logs.contains("completed") && logs.contains("| fired"),
+        "{logs}"
+    );
+    let json = daemon.json(&["cron", "list"]);
+    assert_eq!(json["crons"][0]["served"], true);
+    assert!(json["crons"][0]["next_at"].as_str().is_some(), "{json}");
+}
+
+#[test]
+fn overlap_forbid_records_a_skipped_firing_and_a_manual_run_waits_for_its_end() {
+    let daemon = Daemon::start_with_config(
+        r#"
+[[crons]]
+name = "slow"
+schedule = "@every 1s"
+timeout_secs = 30
+action = { command = "sleep 3" }
+
+[[crons]]
+name = "hand"
+schedule = "@yearly"
+action = { command = "echo by hand; exit 3" }
+"#,
+    );
+    let skipped = receipt_where(&daemon, "slow", "a skipped firing", |r| {
+        status_of(r) == "skipped"
+    });
+    assert!(
+        skipped["error"]
+            .as_str()
+            .unwrap()
+            .contains("still runs (overlap = \"forbid\")"),
+        "{skipped}"
+    );
+    // A manual firing of another cron: `--wait` prints how it ended and fails with it.
+    let output = daemon.cli(&["cron", "run", "hand", "--wait"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success());
+    assert!(
+        stdout.contains("failed") && stdout.contains("exit 3") && stdout.contains("| by hand"),
+        "{stdout}"
+    );
+    let manual = &receipts(&daemon, "hand")[0];
+    assert_eq!(
+        (manual["trigger"].as_str(), manual["exit_code"].as_i64()),
+        (Some("manual"), Some(3))
+    );
+
+    // Unknown names are refused, listing the crons there are.
+    let err = daemon.fails(&["cron", "run", "nope"]);
+    assert!(
+        err.contains("no cron named `nope`; configured crons: slow, hand"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_cron_for_other_nodes_does_not_run_here() {
+    let daemon = Daemon::start_with_config(
+        r#"
+node = "build-1"
+
+[[crons]]
+name = "elsewhere"
+schedule = "@every 1s"
+nodes = ["build-2"]
+action = { command = "true" }
+
+[[crons]]
+name = "here"
+schedule = "@every 1s"
+nodes = ["build-1"]
+action = { command = "true" }
+"#,
+    );
+    // `here` firing twice shows the schedulers ran for a while.
+    wait_for("two firings of `here`", Duration::from_secs(30), || {
+        (receipts(&daemon, "here").len() >= 2).then_some(())
+    });
+    assert!(receipts(&daemon, "elsewhere").is_empty());
+    let list = daemon.json(&["cron", "list"]);
+    let elsewhere = &list["crons"][0];
+    assert_eq!(
+        (elsewhere["served"].as_bool(), elsewhere["state"].as_str()),
+        (Some(false), Some("not served here"))
+    );
+    let err = daemon.fails(&["cron", "run", "elsewhere"]);
+    assert!(
+        err.contains("does not run on this node") && err.contains("build-1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sigterm_drains_a_short_firing_and_forces_a_long_one_keeping_its_partial_output() {
+    let mut daemon = Daemon::start_with_config(
+        r#"
+[[crons]]
+name = "long"
+schedule = "@yearly"
+action = { command = "echo partial; sleep 60; echo never" }
+
+[[crons]]
+name = "short"
+schedule = "@yearly"
+action = { command = "sleep 2; echo finished" }
+"#,
+    );
+    daemon.ok(&["cron", "run", "long"]);
+    daemon.ok(&["cron", "run", "short"]);
+    receipt_where(&daemon, "long", "the long firing to run", |r| {
+        status_of(r) == "running"
+    });
+    let started = Instant::now();
+    daemon.sigterm();
+    let took = started.elapsed();
+    // The 30 s budget, then forced within 5 s.
+    assert!(
+        took >= Duration::from_secs(25) && took < Duration::from_secs(45),
+        "stopped after {took:?}"
+    );
+    let daemon = Daemon::start_on(&daemon.data_dir);
+    let long = &receipts(&daemon, "long")[0];
+    assert_eq!(status_of(long), "interrupted_by_restart", "{long}");
+    let output = long["output"].as_str().unwrap();
+    assert!(
+        output.contains("partial") && !output.contains("never"),
+        "{long}"
+    );
+    assert_eq!(long["original_effects_unknown"], false);
+    let short = &receipts(&daemon, "short")[0];
+    assert_eq!(
+        status_of(short),
+        "completed",
+        "drained within the budget: {short}"
+    );
+    // Its end is on the feed with the original run id.
+    let (_, feed) = daemon.get("/api/feed?event=cron.interrupted&last=10");
+    assert_eq!(
+        feed["events"][0]["payload"]["run_id"], long["run_id"],
+        "{feed:#}"
+    );
+}
+
+#[test]
+fn daemon_stop_with_a_timeout_refuses_new_firings_and_says_what_it_drains() {
+    let mut daemon = Daemon::start_with_config(
+        r#"
+[[crons]]
+name = "long"
+schedule = "@yearly"
+action = { command = "echo partial; sleep 60" }
+"#,
+    );
+    daemon.ok(&["cron", "run", "long"]);
+    receipt_where(&daemon, "long", "the firing to run", |r| {
+        status_of(r) == "running"
+    });
+    let started = Instant::now();
+    let output = daemon.cli(&["daemon", "stop", "--timeout", "1"]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("draining: 1 piece of work in flight get up to 1s"),
+        "{output:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    daemon.stop();
+    let daemon = Daemon::start_on(&daemon.data_dir);
+    let long = &receipts(&daemon, "long")[0];
+    assert_eq!(status_of(long), "interrupted_by_restart", "{long}");
+    assert!(
+        long["output"].as_str().unwrap().contains("partial"),
+        "{long}"
+    );
+    // A bad budget is refused naming the field.
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/shutdown",
+        &serde_json::json!({ "timeout_secs": 99999 }),
+    );
+    assert_eq!(status, 400);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timeout_secs"),
+        "{answer}"
+    );
+}
+
+#[test]
+fn a_firing_cut_by_a_crash_is_interrupted_unknown_and_never_replayed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let starts = tmp.path().join("starts");
+    let (_dir, data) = data_dir(&format!(
+        r#"
+[[crons]]
+name = "risky"
+schedule = "@yearly"
+action = {{ command = "echo start >> {}; sleep 60" }}
+"#,
+        starts.display()
+    ));
+    let mut daemon = Daemon::start_on(&data);
+    daemon.ok(&["cron", "run", "risky"]);
+    wait_for("the firing to start", Duration::from_secs(30), || {
+        starts.exists().then_some(())
+    });
+    daemon.kill();
+    let daemon = Daemon::start_on(&data);
+    let receipt = &receipts(&daemon, "risky")[0];
+    assert_eq!(status_of(receipt), "interrupted_unknown", "{receipt}");
+    assert_eq!(receipt["original_effects_unknown"], true);
+    // Listing shows it as the last execution, and nothing ran again.
+    let list = daemon.ok(&["cron", "list"]);
+    assert!(list.contains("interrupted_unknown"), "{list}");
+    assert_eq!(receipts(&daemon, "risky").len(), 1);
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 1);
+}
+
+#[test]
+fn firings_missed_while_down_are_recorded_once_and_catch_up_once_runs_one() {
+    let (_dir, data) = data_dir(
+        r#"
+[[crons]]
+name = "counted"
+schedule = "@every 1s"
+action = { command = "true" }
+
+[[crons]]
+name = "caught"
+schedule = "@every 1s"
+catch_up = "once"
+action = { command = "echo late" }
+"#,
+    );
+    let mut daemon = Daemon::start_on(&data);
+    receipt_where(&daemon, "counted", "a first firing", |r| {
+        status_of(r) == "completed"
+    });
+    daemon.stop();
+    // The daemon stays down over several scheduled seconds.
+    std::thread::sleep(Duration::from_secs(3));
+    let daemon = Daemon::start_on(&data);
+    let missed = receipt_where(&daemon, "counted", "the missed receipt", |r| {
+        status_of(r) == "missed"
+    });
+    assert!(missed["missed_count"].as_i64().unwrap() >= 2, "{missed}");
+    let all = receipts(&daemon, "counted");
+    assert_eq!(all.iter().filter(|r| status_of(r) == "missed").count(), 1);
+    assert!(all.iter().all(|r| r["trigger"] != "catch_up"));
+    let late = receipt_where(&daemon, "caught", "the catch-up run", |r| {
+        r["trigger"] == "catch_up"
+    });
+    assert_eq!(
+        receipts(&daemon, "caught")
+            .iter()
+            .filter(|r| r["trigger"] == "catch_up")
+            .count(),
+        1,
+        "{late}"
+    );
+    let (_, feed) = daemon.get("/api/feed?event=cron.missed&last=10");
+    assert_eq!(feed["events"].as_array().unwrap().len(), 2, "{feed:#}");
+}
+
+#[test]
+fn a_paused_cron_stays_paused_across_a_restart_and_resuming_counts_no_misses() {
+    let (_dir, data) = data_dir(
+        r#"
+[[crons]]
+name = "quiet"
+schedule = "@every 1s"
+action = { command = "true" }
+
+[[crons]]
+name = "clock"
+schedule = "@every 1s"
+action = { command = "true" }
+"#,
+    );
+    let mut daemon = Daemon::start_on(&data);
+    let paused = daemon.ok(&["cron", "pause", "quiet"]);
+    assert!(paused.contains("paused cron quiet"), "{paused}");
+    daemon.stop();
+    let daemon = Daemon::start_on(&data);
+    let before = receipts(&daemon, "quiet").len();
+    // The other cron firing three times shows the schedulers ran.
+    let clock_start = receipts(&daemon, "clock").len();
+    wait_for("the clock cron to fire", Duration::from_secs(30), || {
+        (receipts(&daemon, "clock").len() >= clock_start + 3).then_some(())
+    });
+    assert_eq!(
+        receipts(&daemon, "quiet").len(),
+        before,
+        "a paused cron fired"
+    );
+    let list = daemon.json(&["cron", "list"]);
+    assert_eq!(list["crons"][0]["state"], "paused");
+    let resumed = daemon.ok(&["cron", "resume", "quiet"]);
+    assert!(
+        resumed.contains("resumed cron quiet; next firing"),
+        "{resumed}"
+    );
+    receipt_where(&daemon, "quiet", "a firing after resume", |r| {
+        status_of(r) == "completed"
+    });
+    assert!(
+        receipts(&daemon, "quiet")
+            .iter()
+            .all(|r| status_of(r) != "missed")
+    );
+}
+
+#[test]
+fn bad_crons_are_refused_naming_their_path_and_what_is_allowed() {
+    let daemon = Daemon::start();
+    let file = daemon.data_dir.join("candidate.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[crons]]
+name = "a"
+schedule = "0 */6 * *"
+action = { command = "true" }
+
+[[crons]]
+name = "a"
+schedule = "@daily"
+timezone = "Mars/Olympus"
+overlap = "sometimes"
+action = { command = "true" }
+"#,
+    )
+    .unwrap();
+    let err = daemon.fails(&["config", "validate", file.to_str().unwrap()]);
+    assert!(
+        err.contains("crons[1].overlap") || err.contains("crons[1]"),
+        "{err}"
+    );
+    std::fs::write(
+        &file,
+        r#"
+[[crons]]
+name = "a"
+schedule = "0 */6 * *"
+action = { command = "true" }
+
+[[crons]]
+name = "a"
+schedule = "@every 0s"
+jitter_secs = 99999
+action = { command = "true" }
+
+[[crons]]
+name = "b"
+schedule = "@daily"
+timezone = "Mars/Olympus"
+action = { command = "true" }
+"#,
+    )
+    .unwrap();
+    let err = daemon.fails(&["config", "validate", file.to_str().unwrap()]);
+    for expected in [
+        "crons[0].schedule: `0 */6 * *` is not a schedule",
+        "crons[1].name: `a` names another cron too",
+        "crons[1].schedule: `@every 0s`",
+        "crons[1].jitter_secs: must be at most 3600",
+        "crons[2].timezone: `Mars/Olympus` is not an IANA time zone",
+    ] {
+        assert!(err.contains(expected), "no {expected:?} in:\n{err}");
+    }
+}
