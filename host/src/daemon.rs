@@ -186,6 +186,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         .or(config.listen.clone())
         .unwrap_or_else(|| config::DEFAULT_LISTEN.to_string());
     let listener = bind(&data, &listen).await?;
+    let webhook_listener = crate::webhooks::server::bind(&config).await?;
     crate::datadir::private_umask();
     let data = data.create()?;
     let _lock = lock(&data)?;
@@ -273,6 +274,23 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     // Project hooks, and a watcher per project checkout.
     let project_watchers =
         crate::projects::start(&config, &plugins, &bus, &drain, &reloader).await?;
+    // Webhook ingress: deliveries accepted before the last stop run now; its own listener.
+    let webhooks = crate::webhooks::Ingress::new(
+        crate::webhooks::Parts {
+            store: store.clone(),
+            bus: bus.clone(),
+            plugins: plugins.clone(),
+            engine: engine.clone(),
+            drain: drain.clone(),
+            data_dir: data.root().to_path_buf(),
+            stopping: info.stopping.subscribe(),
+        },
+        &config,
+    )?;
+    webhooks.start().await?;
+    if let Some(listener) = webhook_listener {
+        crate::webhooks::server::spawn(webhooks.clone(), listener, info.stopped())?;
+    }
     let delivery = Delivery::new(bus.clone());
     outbox.bind(bus.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
@@ -286,6 +304,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             plugins: plugins.clone(),
             engine: engine.clone(),
             drain: drain.clone(),
+            webhooks,
             crons: crons.clone(),
             data_dir: data.root().to_path_buf(),
             daemon: info.clone(),

@@ -18,6 +18,7 @@ mod guard;
 mod hooks;
 mod plugins;
 mod sessions;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -52,6 +53,8 @@ pub struct AppState {
     pub delivery: Delivery,
     /// A planned stop's drain: admit work through it (see [`crate::drain`]).
     pub drain: crate::drain::Drain,
+    /// Webhook ingress: its hooks, queues and deliveries.
+    pub webhooks: crate::webhooks::Ingress,
     /// The daemon's crons.
     pub crons: crate::crons::Crons,
     pub data_dir: std::path::PathBuf,
@@ -70,6 +73,7 @@ pub fn router(state: AppState, access: Access) -> Router {
         .nest("/api", feed::router())
         .nest("/api", daemon::router())
         .nest("/api", config::router())
+        .nest("/api/webhooks", webhooks::router())
         .nest("/api", crons::router())
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(method_not_allowed)

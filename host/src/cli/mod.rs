@@ -16,6 +16,7 @@ mod run;
 mod session;
 mod spec;
 mod table;
+mod webhooks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -139,6 +140,13 @@ enum Command {
         after_help = "Examples:\n  canopy cron list\n  canopy cron logs --name prune-preview --last 5\n  canopy cron run prune-preview --wait"
     )]
     Cron(cron::CronCommand),
+    /// Webhook ingress: the configured webhooks (tokens redacted), their deliveries, a
+    /// redelivery, and a local test without HTTP.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy webhooks list\n  canopy webhooks deliveries --hook global/deploy --status failed\n  canopy webhooks test global/deploy --body push.json"
+    )]
+    Webhooks(webhooks::WebhooksCommand),
     /// Run history: the runs of graphs, every node run of one, a node run's stored output.
     #[command(
         subcommand,
@@ -210,6 +218,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Queue(command) => queue::run(&Client::connect(&data)?, command).await,
         Command::Hooks(command) => hooks::run(&Client::connect(&data)?, command).await,
         Command::Session(command) => session::run(&Client::connect(&data)?, command).await,
+        Command::Webhooks(command) => webhooks::run(&Client::connect(&data)?, command).await,
         Command::Feed(args) => feed::run(&data, args).await,
         Command::Config(command) => config::run(&data, command).await,
         Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,

@@ -327,9 +327,38 @@ const MIGRATIONS: &[&str] = &[
         accounted_through  TEXT
     );
     "#,
-    // 10: webhook deliveries (reserved for the webhook ingress; written this session).
+    // 10: webhook deliveries -- one row per authenticated request, written before it is
+    // answered (its body kept up to the hook's max_body_bytes), then moved through its
+    // handler's run. `accepted` rows are the hooks' queues, and survive a crash.
     r#"
-    SELECT 1;
+    CREATE TABLE webhook_deliveries (
+        id             TEXT PRIMARY KEY,
+        scope          TEXT NOT NULL,        -- 'global' or the project's name
+        hook           TEXT NOT NULL,
+        handler        TEXT NOT NULL,
+        node           TEXT NOT NULL,
+        status         TEXT NOT NULL CHECK (status IN ('accepted', 'ignored', 'running', 'completed', 'failed', 'timed_out', 'interrupted', 'interrupted_unknown')),
+        reason         TEXT,                 -- why the hook's rules ignored it
+        method         TEXT NOT NULL,
+        path           TEXT NOT NULL,
+        query          TEXT,
+        content_type   TEXT,
+        headers        TEXT NOT NULL,        -- JSON [[name, value]]: selected headers, never auth ones
+        size           INTEGER NOT NULL,
+        body           BLOB NOT NULL,
+        redelivery_of  TEXT,
+        test           INTEGER NOT NULL DEFAULT 0,
+        received_at    TEXT NOT NULL,
+        started_at     TEXT,
+        finished_at    TEXT,
+        duration_ms    INTEGER,
+        error          TEXT,
+        output         TEXT,
+        result         TEXT                  -- JSON: the spec made, or the executor that ran and its summary
+    );
+    CREATE INDEX webhook_deliveries_by_hook ON webhook_deliveries (scope, hook, received_at);
+    CREATE INDEX webhook_deliveries_by_time ON webhook_deliveries (received_at);
+    CREATE INDEX webhook_deliveries_waiting ON webhook_deliveries (scope, hook, received_at) WHERE status IN ('accepted', 'running');
     "#,
     // 11: project hooks. What each project's checkout was last seen at (its HEAD and its
     // tags), so a restart fires for what changed while the daemon was down and for nothing it

@@ -22,6 +22,7 @@ pub mod runs;
 pub mod sessions;
 pub mod specs;
 pub mod states;
+pub mod webhooks;
 
 use std::path::Path;
 use std::sync::Arc;

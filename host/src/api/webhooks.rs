@@ -1,0 +1,301 @@
+//! `/api/webhooks`: the configured webhooks (secrets redacted), their deliveries, a
+//! redelivery, and a local test of a hook without HTTP to its listener.
+//!
+//! - `GET  /api/webhooks` -- `{listen, node, hooks: [...]}`; `?project=P` narrows to a project.
+//! - `GET  /api/webhooks/hooks/{scope}/{id}` -- one hook, with its delivery counts.
+//! - `POST /api/webhooks/hooks/{scope}/{id}/test` -- `{body, headers, query}`: recorded as a
+//!   test delivery, checked against the hook's rules and run now; its outcome.
+//! - `GET  /api/webhooks/deliveries?scope=&hook=&status=&last=` -- newest first.
+//! - `GET  /api/webhooks/deliveries/{id}` -- one delivery (id or unique prefix), with its body.
+//! - `POST /api/webhooks/deliveries/{id}/redeliver` -- `{wait}`: a new delivery of the same
+//!   request.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiJson, ApiQuery, AppState};
+use crate::store::StoreError;
+use crate::store::webhooks::{DeliveryFilter, DeliveryStatus};
+use crate::webhooks::rules::Request;
+use crate::webhooks::{IngressError, Received, RedeliverError, hook_view};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(list))
+        .route("/hooks/{scope}/{id}", get(show))
+        .route("/hooks/{scope}/{id}/test", post(test))
+        .route("/deliveries", get(deliveries))
+        .route("/deliveries/{id}", get(delivery))
+        .route("/deliveries/{id}/redeliver", post(redeliver))
+}
+
+impl From<IngressError> for ApiError {
+    fn from(err: IngressError) -> Self {
+        match err {
+            IngressError::UnknownHook(_) => Self::not_found(err.to_string()),
+            IngressError::NotServed(_) => Self::conflict(err.to_string()),
+            IngressError::Store(err) => err.into(),
+        }
+    }
+}
+
+impl From<RedeliverError> for ApiError {
+    fn from(err: RedeliverError) -> Self {
+        match err {
+            RedeliverError::Gone(_) => Self::conflict(err.to_string()),
+            RedeliverError::Ingress(err) => err.into(),
+            RedeliverError::Store(err) => err.into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    project: Option<String>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiJson<Value> {
+    let ingress = &state.webhooks;
+    let hooks: Vec<Value> = ingress
+        .webhooks()
+        .hooks
+        .values()
+        .filter(|h| query.project.as_ref().is_none_or(|p| &h.scope == p))
+        .map(|h| hook_view(h, ingress.listen()))
+        .collect();
+    ApiJson(json!({
+        "listen": ingress.listen(),
+        "node": ingress.node(),
+        "hooks": hooks,
+    }))
+}
+
+fn find(
+    state: &AppState,
+    scope: &str,
+    id: &str,
+) -> Result<std::sync::Arc<crate::webhooks::Hook>, ApiError> {
+    state.webhooks.hook(scope, id).ok_or_else(|| {
+        let known: Vec<String> = state
+            .webhooks
+            .webhooks()
+            .hooks
+            .values()
+            .map(|h| h.key())
+            .collect();
+        ApiError::not_found(format!(
+            "no webhook `{scope}/{id}` is configured; configured: {}",
+            if known.is_empty() {
+                "(none)".to_string()
+            } else {
+                known.join(", ")
+            }
+        ))
+    })
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path((scope, id)): Path<(String, String)>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let hook = find(&state, &scope, &id)?;
+    let mut view = hook_view(&hook, state.webhooks.listen());
+    let counts = state
+        .store
+        .read(move |rd| rd.count_deliveries(Some(&scope), Some(&id)))
+        .await?;
+    let counts: serde_json::Map<String, Value> = counts
+        .into_iter()
+        .map(|(status, n)| (status.to_string(), json!(n)))
+        .collect();
+    view["deliveries"] = Value::Object(counts);
+    Ok(ApiJson(view))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestBody {
+    /// The request body (text).
+    #[serde(default)]
+    body: String,
+    /// Request headers, `[name, value]` (auth headers are not taken).
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    /// The query string, without `?`.
+    query: Option<String>,
+}
+
+/// Runs a hook locally: the same rules, recording and handler as a request to the listener,
+/// without its auth (the caller holds the daemon's token) and without its queue.
+async fn test(
+    State(state): State<AppState>,
+    Path((scope, id)): Path<(String, String)>,
+    ApiJson(input): ApiJson<TestBody>,
+) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+    let hook = find(&state, &scope, &id)?;
+    let mut headers = HeaderMap::new();
+    for (i, (name, value)) in input.headers.iter().enumerate() {
+        let lower = name.to_ascii_lowercase();
+        if crate::webhooks::config::AUTH_HEADERS.contains(&lower.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "field `headers[{i}]`: `{name}` carries credentials; a test takes none"
+            )));
+        }
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(lower.as_bytes()),
+            HeaderValue::from_str(value),
+        ) else {
+            return Err(ApiError::bad_request(format!(
+                "field `headers[{i}]`: not a header name and value"
+            )));
+        };
+        headers.append(name, value);
+    }
+    if input.body.len() > hook.max_body {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "field `body`: {} bytes, more than the hook's max_body_bytes ({})",
+                input.body.len(),
+                hook.max_body
+            ),
+        ));
+    }
+    let query: Vec<(String, String)> = input
+        .query
+        .as_deref()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let reason = hook.rule.as_ref().and_then(|rule| {
+        let json: Option<Value> = serde_json::from_str(&input.body).ok();
+        rule.check(&Request {
+            json: json.as_ref(),
+            headers: &headers,
+            query: &query,
+        })
+        .err()
+    });
+    let recorded = crate::webhooks::server::recorded_headers(&hook.headers, &headers);
+    let received = Received {
+        method: "POST".to_string(),
+        path: hook.url_path(),
+        query: input.query.clone(),
+        content_type: headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        headers: recorded,
+        body: input.body.into_bytes(),
+    };
+    let ignored = reason.clone();
+    let delivery_id = state
+        .webhooks
+        .record(&hook, received, reason, None, true)
+        .await?;
+    if let Some(reason) = ignored {
+        return Ok((
+            StatusCode::OK,
+            ApiJson(json!({ "delivery_id": delivery_id, "status": "ignored", "reason": reason })),
+        ));
+    }
+    let outcome = state.webhooks.run_now(&hook, &delivery_id).await?;
+    Ok((StatusCode::OK, ApiJson(json!(outcome))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeliveriesQuery {
+    /// `scope/id`, or `id` alone for a global hook.
+    hook: Option<String>,
+    scope: Option<String>,
+    status: Option<String>,
+    last: Option<usize>,
+}
+
+async fn deliveries(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<DeliveriesQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let status = query
+        .status
+        .as_deref()
+        .map(|s| {
+            s.parse::<DeliveryStatus>()
+                .map_err(|err| ApiError::bad_request(format!("query parameter `status`: {err}")))
+        })
+        .transpose()?;
+    let (scope, hook) = match query.hook.as_deref() {
+        Some(key) => match key.split_once('/') {
+            Some((scope, id)) => (Some(scope.to_string()), Some(id.to_string())),
+            None => (query.scope.clone(), Some(key.to_string())),
+        },
+        None => (query.scope.clone(), None),
+    };
+    let filter = DeliveryFilter {
+        scope,
+        hook,
+        status,
+        last: query.last.unwrap_or(20),
+    };
+    let list = state
+        .store
+        .read(move |rd| rd.list_deliveries(&filter))
+        .await?;
+    Ok(ApiJson(json!({ "deliveries": list })))
+}
+
+async fn delivery(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let (delivery, body) = state
+        .store
+        .read(move |rd| {
+            let id = rd.resolve_delivery(&id)?;
+            rd.delivery_with_body(&id)
+        })
+        .await?;
+    let mut view = json!(delivery);
+    view["body"] = json!(String::from_utf8_lossy(&body));
+    Ok(ApiJson(view))
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RedeliverBody {
+    #[serde(default)]
+    wait: bool,
+}
+
+async fn redeliver(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RedeliverBody>,
+) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+    let wait = body.wait;
+    let ingress = &state.webhooks;
+    let (hook, new, watch) = ingress.redeliver(&id, wait).await?;
+    if let Some(watch) = watch {
+        let outcome = ingress
+            .wait(&new, watch, hook.timeout + Duration::from_secs(30))
+            .await?;
+        return Ok((StatusCode::OK, ApiJson(json!(outcome))));
+    }
+    let delivery = state
+        .store
+        .read(move |rd| rd.delivery(&new))
+        .await
+        .map_err(|err: StoreError| ApiError::from(err))?;
+    Ok((StatusCode::ACCEPTED, ApiJson(json!(delivery))))
+}

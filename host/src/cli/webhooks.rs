@@ -1,0 +1,377 @@
+//! `canopy webhooks ...`: the configured webhooks (secrets redacted: a token's source is named,
+//! never its value), their deliveries, a redelivery, and a local test without HTTP.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::output::{non_empty, table_or, utc_cell};
+use super::{Client, encode, items, print_json, short, str_at};
+
+#[derive(Debug, Subcommand)]
+pub enum WebhooksCommand {
+    /// Every configured webhook: its URL path, handler, whether this node serves it, and where
+    /// its token comes from (never the token).
+    #[command(
+        after_help = "Examples:\n  canopy webhooks list\n  canopy webhooks list --project web --json"
+    )]
+    List {
+        /// Only this project's webhooks (`global` for the top-level ones).
+        #[arg(long, value_name = "PROJECT")]
+        project: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One webhook's whole configuration, secrets redacted, with its delivery counts.
+    #[command(after_help = "Example:\n  canopy webhooks show global/deploy")]
+    Show {
+        /// `<scope>/<id>`: `global/<id>` or `<project>/<id>`.
+        #[arg(value_parser = non_empty)]
+        hook: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deliveries, newest first.
+    #[command(
+        after_help = "Examples:\n  canopy webhooks deliveries\n  canopy webhooks deliveries --hook global/deploy --status failed --last 5"
+    )]
+    Deliveries {
+        /// Only this webhook's (`<scope>/<id>`).
+        #[arg(long, value_name = "SCOPE/ID")]
+        hook: Option<String>,
+        /// accepted, ignored, running, completed, failed, timed_out, interrupted or
+        /// interrupted_unknown.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        last: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One delivery: its request (selected headers, body) and how its handler ended.
+    #[command(after_help = "Example:\n  canopy webhooks delivery 3f2a")]
+    Delivery {
+        /// The delivery's id or a unique prefix.
+        #[arg(value_parser = non_empty)]
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a delivery's request again, as a new delivery (the hook's rules are not applied
+    /// again).
+    #[command(
+        after_help = "Examples:\n  canopy webhooks redeliver 3f2a\n  canopy webhooks redeliver 3f2a --wait"
+    )]
+    Redeliver {
+        /// The delivery's id or a unique prefix.
+        #[arg(value_parser = non_empty)]
+        id: String,
+        /// Wait for the handler and print its outcome.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Invoke a webhook locally, without HTTP to its listener: its rules, then its handler,
+    /// recorded as a test delivery; prints the outcome.
+    #[command(
+        after_help = "Examples:\n  canopy webhooks test global/deploy --body push.json --header 'X-GitHub-Event: push'\n  echo '{\"ref\": \"refs/heads/main\"}' | canopy webhooks test global/deploy --body -"
+    )]
+    Test {
+        /// `<scope>/<id>`.
+        #[arg(value_parser = non_empty)]
+        hook: String,
+        /// The body: a file, or `-` for stdin (default: empty).
+        #[arg(long, value_name = "FILE|-")]
+        body: Option<PathBuf>,
+        /// A request header, `Name: value` (repeatable).
+        #[arg(long = "header", value_name = "NAME: VALUE")]
+        headers: Vec<String>,
+        /// A query string, without `?` (`env=prod`).
+        #[arg(long)]
+        query: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(client: &Client, command: WebhooksCommand) -> Result<ExitCode> {
+    match command {
+        WebhooksCommand::List { project, json } => list(client, project, json).await,
+        WebhooksCommand::Show { hook, json } => show(client, &hook, json).await,
+        WebhooksCommand::Deliveries {
+            hook,
+            status,
+            last,
+            json,
+        } => deliveries(client, hook, status, last, json).await,
+        WebhooksCommand::Delivery { id, json } => delivery(client, &id, json).await,
+        WebhooksCommand::Redeliver { id, wait, json } => redeliver(client, &id, wait, json).await,
+        WebhooksCommand::Test {
+            hook,
+            body,
+            headers,
+            query,
+            json,
+        } => test(client, &hook, body, headers, query, json).await,
+    }
+}
+
+/// `scope/id` as a URL path under `/api/webhooks/hooks/`.
+fn hook_path(hook: &str) -> Result<String> {
+    let Some((scope, id)) = hook.split_once('/') else {
+        bail!(
+            "`{hook}` is not <scope>/<id> (`global/<id>` for a top-level webhook, `<project>/<id>` for a project's)"
+        );
+    };
+    Ok(format!(
+        "/api/webhooks/hooks/{}/{}",
+        encode(scope),
+        encode(id)
+    ))
+}
+
+async fn list(client: &Client, project: Option<String>, json: bool) -> Result<ExitCode> {
+    let path = match &project {
+        Some(p) => format!("/api/webhooks?project={}", encode(p)),
+        None => "/api/webhooks".to_string(),
+    };
+    let answer: Value = client.get(&path).await?;
+    if json {
+        print_json(&answer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match answer["listen"].as_str() {
+        Some(listen) => println!("listening on {listen} (node {})", str_at(&answer, "/node")),
+        None => println!(
+            "the webhook listener is off (set [webhooks] bind_port); node {}",
+            str_at(&answer, "/node")
+        ),
+    }
+    let rows: Vec<Vec<String>> = items(&answer["hooks"])
+        .iter()
+        .map(|h| {
+            vec![
+                str_at(h, "/key").to_string(),
+                str_at(h, "/type").to_string(),
+                str_at(h, "/path").to_string(),
+                if h["served"] == Value::Bool(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_string(),
+                h["token"].as_str().unwrap_or("-").to_string(),
+                h["hmac"].as_str().unwrap_or("-").to_string(),
+                str_at(h, "/respond/mode").to_string(),
+            ]
+        })
+        .collect();
+    table_or(
+        &[
+            "WEBHOOK", "TYPE", "PATH", "SERVED", "TOKEN", "HMAC", "RESPOND",
+        ],
+        &rows,
+        "no webhooks are configured",
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn show(client: &Client, hook: &str, json: bool) -> Result<ExitCode> {
+    let answer: Value = client.get(&hook_path(hook)?).await?;
+    if json {
+        print_json(&answer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The view is already redacted; print it as TOML-ish lines, one key each.
+    if let Value::Object(map) = &answer {
+        for (key, value) in map {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Null => "-".to_string(),
+                other => other.to_string(),
+            };
+            println!("{key:<16} {text}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn deliveries(
+    client: &Client,
+    hook: Option<String>,
+    status: Option<String>,
+    last: usize,
+    json: bool,
+) -> Result<ExitCode> {
+    let mut query = vec![format!("last={last}")];
+    if let Some(hook) = &hook {
+        query.push(format!("hook={}", encode(hook)));
+    }
+    if let Some(status) = &status {
+        query.push(format!("status={}", encode(status)));
+    }
+    let answer: Value = client
+        .get(&format!("/api/webhooks/deliveries?{}", query.join("&")))
+        .await?;
+    if json {
+        print_json(&answer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = items(&answer["deliveries"])
+        .iter()
+        .map(|d| {
+            vec![
+                short(str_at(d, "/id")).to_string(),
+                format!("{}/{}", str_at(d, "/scope"), str_at(d, "/hook")),
+                str_at(d, "/status").to_string(),
+                utc_cell(str_at(d, "/received_at")),
+                d["size"].as_i64().unwrap_or_default().to_string(),
+                d["duration_ms"]
+                    .as_i64()
+                    .map_or_else(|| "-".to_string(), |ms| format!("{ms}")),
+                d["reason"]
+                    .as_str()
+                    .or(d["error"].as_str())
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(80)
+                    .collect(),
+            ]
+        })
+        .collect();
+    table_or(
+        &[
+            "ID",
+            "WEBHOOK",
+            "STATUS",
+            "RECEIVED (UTC)",
+            "BYTES",
+            "MS",
+            "REASON / ERROR",
+        ],
+        &rows,
+        "no deliveries",
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn delivery(client: &Client, id: &str, json: bool) -> Result<ExitCode> {
+    let answer: Value = client
+        .get(&format!("/api/webhooks/deliveries/{}", encode(id)))
+        .await?;
+    if json {
+        print_json(&answer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_outcome(&answer);
+    println!(
+        "received  {} UTC",
+        utc_cell(str_at(&answer, "/received_at"))
+    );
+    for header in items(&answer["headers"]) {
+        println!(
+            "header    {}: {}",
+            header[0].as_str().unwrap_or_default(),
+            header[1].as_str().unwrap_or_default()
+        );
+    }
+    println!(
+        "body      ({} bytes)",
+        answer["size"].as_i64().unwrap_or_default()
+    );
+    println!("{}", str_at(&answer, "/body"));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The delivery id, status, reason or error, and output of an outcome or delivery.
+fn print_outcome(answer: &Value) {
+    println!(
+        "delivery  {}",
+        str_at(answer, "/delivery_id").to_string() + str_at(answer, "/id")
+    );
+    println!("status    {}", str_at(answer, "/status"));
+    if let Some(reason) = answer["reason"].as_str() {
+        println!("reason    {reason}");
+    }
+    if let Some(error) = answer["error"].as_str() {
+        println!("error     {error}");
+    }
+    if let Some(result) = answer.get("result").filter(|r| !r.is_null()) {
+        println!("result    {result}");
+    }
+    if let Some(output) = answer["output"].as_str().filter(|o| !o.is_empty()) {
+        println!("output:\n{output}");
+    }
+}
+
+/// Exit status 1 unless the outcome is one that ended well (or has not ended yet).
+fn exit_for(answer: &Value) -> ExitCode {
+    match answer["status"].as_str() {
+        Some("failed" | "timed_out" | "interrupted" | "interrupted_unknown") => ExitCode::FAILURE,
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+async fn redeliver(client: &Client, id: &str, wait: bool, json: bool) -> Result<ExitCode> {
+    let answer: Value = client
+        .post(
+            &format!("/api/webhooks/deliveries/{}/redeliver", encode(id)),
+            &json!({ "wait": wait }),
+        )
+        .await?;
+    if json {
+        print_json(&answer)?;
+    } else {
+        print_outcome(&answer);
+    }
+    Ok(exit_for(&answer))
+}
+
+async fn test(
+    client: &Client,
+    hook: &str,
+    body: Option<PathBuf>,
+    headers: Vec<String>,
+    query: Option<String>,
+    json: bool,
+) -> Result<ExitCode> {
+    let body = match body {
+        None => String::new(),
+        Some(path) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read the body from stdin")?;
+            text
+        }
+        Some(path) => std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read --body {}", path.display()))?,
+    };
+    let mut pairs = Vec::new();
+    for header in &headers {
+        let Some((name, value)) = header.split_once(':') else {
+            bail!("--header `{header}` is not `Name: value`");
+        };
+        pairs.push(json!([name.trim(), value.trim()]));
+    }
+    let answer: Value = client
+        .post(
+            &format!("{}/test", hook_path(hook)?),
+            &json!({ "body": body, "headers": pairs, "query": query }),
+        )
+        .await?;
+    if json {
+        print_json(&answer)?;
+    } else {
+        print_outcome(&answer);
+    }
+    Ok(exit_for(&answer))
+}

@@ -1,0 +1,348 @@
+//! Webhook deliveries (`webhook_deliveries`): one row per authenticated request, written before
+//! the request is answered, then moved through its handler's run.
+//!
+//! `accepted` -> `running` -> `completed` | `failed` | `timed_out` | `interrupted`; or `ignored`
+//! (the hook's rules refused it) from the start. A delivery found `running` when the daemon
+//! starts had begun before a crash: it becomes `interrupted_unknown` (its effects are unknown)
+//! and is never replayed; one found `accepted` runs.
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::states::state_enum;
+use super::{Rd, StoreError, Tx};
+
+state_enum! {
+    /// Where a delivery is.
+    pub enum DeliveryStatus {
+        /// Recorded; its handler has not started (it waits in the hook's queue).
+        Accepted = "accepted",
+        /// Recorded, but the hook's rules refused it; nothing runs.
+        Ignored = "ignored",
+        /// Its handler runs.
+        Running = "running",
+        /// The handler completed.
+        Completed = "completed",
+        /// The handler failed or could not run.
+        Failed = "failed",
+        /// The handler was stopped at its deadline.
+        TimedOut = "timed_out",
+        /// A planned stop killed the handler's processes before it ended.
+        Interrupted = "interrupted",
+        /// The daemon died while the handler ran: what it did is unknown; never replayed.
+        InterruptedUnknown = "interrupted_unknown",
+    }
+}
+
+impl DeliveryStatus {
+    /// Whether the delivery will not change again (only a redelivery runs it anew).
+    pub fn is_finished(self) -> bool {
+        match self {
+            Self::Accepted | Self::Running => false,
+            Self::Ignored
+            | Self::Completed
+            | Self::Failed
+            | Self::TimedOut
+            | Self::Interrupted
+            | Self::InterruptedUnknown => true,
+        }
+    }
+}
+
+/// A delivery to record.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    pub id: String,
+    pub scope: String,
+    pub hook: String,
+    pub handler: String,
+    pub node: String,
+    pub status: DeliveryStatus,
+    pub reason: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    pub content_type: Option<String>,
+    /// The recorded headers (never the auth headers), as `[name, value]` pairs.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub redelivery_of: Option<String>,
+    /// Recorded by `canopy webhooks test`.
+    pub test: bool,
+    pub received_at: String,
+}
+
+/// How a handler run ended.
+#[derive(Debug, Clone)]
+pub struct DeliveryEnd {
+    pub status: DeliveryStatus,
+    pub error: Option<String>,
+    /// The tail of what it printed.
+    pub output: Option<String>,
+    /// What it made: `{"spec_id", ...}` for a spec, `{"mode", "plugin", "summary"}` for executor work.
+    pub result: Option<Value>,
+    pub duration_ms: i64,
+}
+
+/// A delivery as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Delivery {
+    pub id: String,
+    pub scope: String,
+    pub hook: String,
+    pub handler: String,
+    pub node: String,
+    pub status: DeliveryStatus,
+    pub reason: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    pub content_type: Option<String>,
+    pub headers: Vec<(String, String)>,
+    /// Body size in bytes.
+    pub size: i64,
+    pub redelivery_of: Option<String>,
+    pub test: bool,
+    pub received_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+    pub result: Option<Value>,
+}
+
+/// Which deliveries to list.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    pub scope: Option<String>,
+    pub hook: Option<String>,
+    pub status: Option<DeliveryStatus>,
+    /// The newest this many.
+    pub last: usize,
+}
+
+const COLUMNS: &str = "id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, redelivery_of, test, received_at, started_at, finished_at, duration_ms, error, output, result";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
+    let json = |index: usize| -> rusqlite::Result<Option<Value>> {
+        let text: Option<String> = row.get(index)?;
+        text.map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    index,
+                    rusqlite::types::Type::Text,
+                    e.into(),
+                )
+            })
+    };
+    let headers: Vec<(String, String)> = json(11)?
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    Ok(Delivery {
+        id: row.get(0)?,
+        scope: row.get(1)?,
+        hook: row.get(2)?,
+        handler: row.get(3)?,
+        node: row.get(4)?,
+        status: row.get(5)?,
+        reason: row.get(6)?,
+        method: row.get(7)?,
+        path: row.get(8)?,
+        query: row.get(9)?,
+        content_type: row.get(10)?,
+        headers,
+        size: row.get(12)?,
+        redelivery_of: row.get(13)?,
+        test: row.get(14)?,
+        received_at: row.get(15)?,
+        started_at: row.get(16)?,
+        finished_at: row.get(17)?,
+        duration_ms: row.get(18)?,
+        error: row.get(19)?,
+        output: row.get(20)?,
+        result: json(21)?,
+    })
+}
+
+impl Tx<'_> {
+    /// Records a delivery.
+    pub fn insert_delivery(&self, new: &NewDelivery) -> Result<(), StoreError> {
+        let headers = serde_json::to_string(&new.headers)?;
+        let size = i64::try_from(new.body.len()).unwrap_or(i64::MAX);
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+            )?
+            .execute(params![
+                new.id,
+                new.scope,
+                new.hook,
+                new.handler,
+                new.node,
+                new.status,
+                new.reason,
+                new.method,
+                new.path,
+                new.query,
+                new.content_type,
+                headers,
+                size,
+                new.body,
+                new.redelivery_of,
+                new.test,
+                new.received_at,
+            ])?;
+        Ok(())
+    }
+
+    /// Marks an accepted delivery running; false when it is not accepted (another worker, or
+    /// a redelivery, took it).
+    pub fn start_delivery(&self, id: &str) -> Result<bool, StoreError> {
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE webhook_deliveries SET status = 'running', started_at = ?2 WHERE id = ?1 AND status = 'accepted'",
+            )?
+            .execute(params![id, super::now()])?;
+        Ok(changed == 1)
+    }
+
+    /// Records a running delivery's end; false when it was not running.
+    pub fn finish_delivery(&self, id: &str, end: &DeliveryEnd) -> Result<bool, StoreError> {
+        let result = end.result.as_ref().map(Value::to_string);
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE webhook_deliveries SET status = ?2, error = ?3, output = ?4, result = ?5, duration_ms = ?6, finished_at = ?7
+                 WHERE id = ?1 AND status = 'running'",
+            )?
+            .execute(params![
+                id,
+                end.status,
+                end.error,
+                end.output,
+                result,
+                end.duration_ms,
+                super::now()
+            ])?;
+        Ok(changed == 1)
+    }
+
+    /// At start: deliveries whose handler had started when the daemon last stopped become
+    /// `interrupted_unknown` (never replayed). Returns them.
+    pub fn interrupt_started_deliveries(&self, reason: &str) -> Result<Vec<Delivery>, StoreError> {
+        let ids: Vec<String> = self
+            .conn()
+            .prepare("SELECT id FROM webhook_deliveries WHERE status = 'running'")?
+            .query_map([], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        self.conn().execute(
+            "UPDATE webhook_deliveries SET status = 'interrupted_unknown', error = ?1, finished_at = ?2 WHERE status = 'running'",
+            params![reason, super::now()],
+        )?;
+        ids.iter().map(|id| self.delivery(id)).collect()
+    }
+
+    /// Removes finished deliveries received before `before` (RFC 3339); returns how many.
+    pub fn prune_deliveries(&self, before: &str) -> Result<usize, StoreError> {
+        Ok(self.conn().execute(
+            "DELETE FROM webhook_deliveries WHERE received_at < ?1 AND status NOT IN ('accepted', 'running')",
+            params![before],
+        )?)
+    }
+}
+
+impl Rd<'_> {
+    /// Resolves a delivery id or unambiguous id prefix.
+    pub fn resolve_delivery(&self, prefix: &str) -> Result<String, StoreError> {
+        self.resolve_id("webhook_deliveries", "delivery", prefix)
+    }
+
+    /// One delivery (without its body).
+    pub fn delivery(&self, id: &str) -> Result<Delivery, StoreError> {
+        self.conn()
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM webhook_deliveries WHERE id = ?1"
+            ))?
+            .query_row([id], from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "delivery",
+                id: id.to_string(),
+            })
+    }
+
+    /// A delivery with its body.
+    pub fn delivery_with_body(&self, id: &str) -> Result<(Delivery, Vec<u8>), StoreError> {
+        let delivery = self.delivery(id)?;
+        let body: Vec<u8> = self
+            .conn()
+            .prepare_cached("SELECT body FROM webhook_deliveries WHERE id = ?1")?
+            .query_row([id], |row| row.get(0))?;
+        Ok((delivery, body))
+    }
+
+    /// The oldest accepted deliveries of a hook (its queue as recorded), at most `limit`.
+    pub fn accepted_deliveries(
+        &self,
+        scope: &str,
+        hook: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT id FROM webhook_deliveries WHERE status = 'accepted' AND scope = ?1 AND hook = ?2 ORDER BY received_at, rowid LIMIT ?3",
+            )?
+            .query_map(params![scope, hook, limit], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// `(scope, hook, count)` of every hook with accepted deliveries.
+    pub fn accepted_by_hook(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare(
+                "SELECT scope, hook, COUNT(*) FROM webhook_deliveries WHERE status = 'accepted' GROUP BY scope, hook",
+            )?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Deliveries, newest first.
+    pub fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        let limit = i64::try_from(filter.last.clamp(1, 10_000)).unwrap_or(10_000);
+        Ok(self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM webhook_deliveries
+                 WHERE (?1 IS NULL OR scope = ?1) AND (?2 IS NULL OR hook = ?2) AND (?3 IS NULL OR status = ?3)
+                 ORDER BY received_at DESC, rowid DESC LIMIT ?4"
+            ))?
+            .query_map(
+                params![filter.scope, filter.hook, filter.status, limit],
+                from_row,
+            )?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// How many deliveries have each status (of one hook, when given).
+    pub fn count_deliveries(
+        &self,
+        scope: Option<&str>,
+        hook: Option<&str>,
+    ) -> Result<Vec<(DeliveryStatus, i64)>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT status, COUNT(*) FROM webhook_deliveries WHERE (?1 IS NULL OR scope = ?1) AND (?2 IS NULL OR hook = ?2) GROUP BY status",
+            )?
+            .query_map(params![scope, hook], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+}

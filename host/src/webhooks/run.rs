@@ -1,0 +1,546 @@
+//! Running one delivery's handler: marked `running` (committed) before anything runs, then the
+//! handler, then its end recorded with `webhook.handled` / `webhook.failed` in one write.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+use super::config::{Handler, Hook};
+use super::rules::{FieldPath, Request};
+use super::{Ingress, MAX_ARG_VALUE, MAX_BODY_MARKER, Outcome};
+use crate::engine::NewSpec;
+use crate::engine::spec_format;
+use crate::events::webhook::{
+    Delivery as DeliveryRef, HandlerEnded, WebhookFailed, WebhookHandled,
+};
+use crate::events::{Actor, Cause, Event};
+use crate::hooks::runs::OUTPUT_LIMIT;
+use crate::markers::MarkerValues;
+use crate::plugins::{CallError, CallRequest, PluginError, Provenance, Status, WorkConfig};
+use crate::store::StoreError;
+use crate::store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus};
+
+/// The markers a webhook handler's config may use (`{{body}}` in an agent's prompt, say); a
+/// command also gets each as `$CANOPY_HOOK_<MARKER>`.
+pub const WEBHOOK_MARKERS: &[&str] = &[
+    "delivery_id",
+    "webhook",
+    "method",
+    "path",
+    "content_type",
+    "query",
+    "body",
+];
+
+/// How [`run_delivery`] went.
+pub(super) enum Ran {
+    /// The handler ran and its end is recorded.
+    Ended,
+    /// A planned stop refused it: it stays accepted and runs after the restart.
+    Refused,
+    /// It was not accepted any more (another worker or a restart took it); nothing ran.
+    Taken,
+}
+
+/// The `webhook.handled` / `webhook.failed` event of a delivery that ended.
+pub(super) fn ended_event(
+    delivery: DeliveryRef,
+    status: DeliveryStatus,
+    error: Option<String>,
+    duration_ms: Option<i64>,
+) -> Event {
+    let ended = HandlerEnded {
+        delivery,
+        status: status.to_string(),
+        error,
+        duration_ms,
+    };
+    if status == DeliveryStatus::Completed {
+        Event::new(&WebhookHandled(ended))
+    } else {
+        Event::new(&WebhookFailed(ended))
+    }
+}
+
+/// Who a handler acts as, one dispatch level below the request.
+fn cause(hook: &Hook) -> Cause {
+    Cause {
+        actor: Actor::Webhook(hook.key()),
+        depth: 1,
+    }
+}
+
+/// Runs an accepted delivery's handler, holding the drain's admission throughout.
+pub(super) async fn run_delivery(ingress: &Ingress, hook: &Arc<Hook>, id: &str) -> Ran {
+    let Some(_admitted) = ingress.inner.drain.admit() else {
+        return Ran::Refused;
+    };
+    let started = {
+        let id = id.to_string();
+        ingress
+            .inner
+            .store
+            .write(move |tx| {
+                if !tx.start_delivery(&id)? {
+                    return Ok::<_, StoreError>(None);
+                }
+                tx.delivery_with_body(&id).map(Some)
+            })
+            .await
+    };
+    let (delivery, body) = match started {
+        Ok(Some(started)) => started,
+        Ok(None) => return Ran::Taken,
+        Err(err) => {
+            tracing::error!(delivery = %id, error = %err, "cannot mark a webhook delivery running; it stays accepted");
+            return Ran::Taken;
+        }
+    };
+    let clock = Instant::now();
+    let ended = match &hook.handler {
+        Handler::Spec {
+            title_from,
+            body_from,
+            queue,
+            workdir,
+        } => {
+            let spec = SpecHandler {
+                title_from: title_from.as_ref(),
+                body_from: body_from.as_ref(),
+                queue: queue.as_deref(),
+                workdir: workdir.as_ref(),
+            };
+            cause(hook)
+                .scope(spec.run(ingress, hook, &delivery, &body))
+                .await
+        }
+        Handler::Work { work, stdin } => {
+            run_work(ingress, hook, &delivery, body, work, *stdin).await
+        }
+    };
+    let duration_ms = i64::try_from(clock.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let end = DeliveryEnd {
+        status: ended.status,
+        error: ended.error,
+        output: ended.output,
+        result: ended.result,
+        duration_ms,
+    };
+    match end.status {
+        DeliveryStatus::Completed => {}
+        _ => tracing::warn!(
+            webhook = %hook.key(),
+            delivery = %id,
+            status = %end.status,
+            error = end.error.as_deref().unwrap_or(""),
+            "webhook handler did not complete"
+        ),
+    }
+    let outcome = Outcome {
+        delivery_id: id.to_string(),
+        status: end.status,
+        reason: None,
+        error: end.error.clone(),
+        output: end.output.clone(),
+        result: end.result.clone(),
+        duration_ms: Some(duration_ms),
+    };
+    let event = ended_event(
+        super::delivery_ref(id, hook),
+        end.status,
+        end.error.clone(),
+        Some(duration_ms),
+    );
+    let (bus, record_id, cause) = (ingress.inner.bus.clone(), id.to_string(), cause(hook));
+    let written = ingress
+        .inner
+        .store
+        .write(move |tx| {
+            if tx.finish_delivery(&record_id, &end)? {
+                bus.record(tx, [event], &cause).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+        .await;
+    match written {
+        Ok(Some(recorded)) => ingress.inner.bus.publish(recorded).await,
+        Ok(None) => {
+            tracing::warn!(delivery = %id, "a webhook delivery's end was not recorded: it was no longer running");
+        }
+        Err(err) => {
+            tracing::error!(delivery = %id, error = %err, "cannot record a webhook delivery's end");
+        }
+    }
+    ingress.notify(&outcome);
+    Ran::Ended
+}
+
+/// How a handler ended.
+struct Ended {
+    status: DeliveryStatus,
+    error: Option<String>,
+    output: Option<String>,
+    result: Option<Value>,
+}
+
+impl Ended {
+    fn failed(error: String) -> Self {
+        Self {
+            status: DeliveryStatus::Failed,
+            error: Some(error),
+            output: None,
+            result: None,
+        }
+    }
+}
+
+/// The recorded request as the field paths read it.
+struct Parsed {
+    json: Option<Value>,
+    headers: HeaderMap,
+    query: Vec<(String, String)>,
+}
+
+impl Parsed {
+    fn of(delivery: &Delivery, body: &[u8]) -> Self {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &delivery.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        Self {
+            json: serde_json::from_slice(body).ok(),
+            headers,
+            query: delivery
+                .query
+                .as_deref()
+                .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn get(&self, path: &FieldPath) -> Option<String> {
+        path.get(&Request {
+            json: self.json.as_ref(),
+            headers: &self.headers,
+            query: &self.query,
+        })
+    }
+}
+
+/// The `spec` handler: the body (or a field of it) becomes a backlog spec.
+struct SpecHandler<'a> {
+    title_from: Option<&'a FieldPath>,
+    body_from: Option<&'a FieldPath>,
+    queue: Option<&'a str>,
+    workdir: Option<&'a PathBuf>,
+}
+
+impl SpecHandler<'_> {
+    async fn run(&self, ingress: &Ingress, hook: &Hook, delivery: &Delivery, body: &[u8]) -> Ended {
+        let parsed = Parsed::of(delivery, body);
+        let default_name = || {
+            format!(
+                "webhook {} delivery {}",
+                hook.key(),
+                crate::store::ids::short(&delivery.id)
+            )
+        };
+        let name = match self.title_from {
+            Some(path) => match parsed.get(path) {
+                Some(title) => one_line(&title),
+                None => {
+                    return Ended::failed(format!(
+                        "title_from: the body has no `{path}` (it needs a JSON body with that field)"
+                    ));
+                }
+            },
+            None => default_name(),
+        };
+        let name = if name.is_empty() {
+            default_name()
+        } else {
+            name
+        };
+        let text = match self.body_from {
+            Some(path) => match parsed.get(path) {
+                Some(text) => text,
+                None => {
+                    return Ended::failed(format!(
+                        "body_from: the body has no `{path}` (it needs a JSON body with that field)"
+                    ));
+                }
+            },
+            None => String::from_utf8_lossy(body).into_owned(),
+        };
+        let spec_body = spec_body(&text, hook, &delivery.id);
+        let created = ingress
+            .inner
+            .engine
+            .create_spec(NewSpec {
+                name,
+                body: spec_body,
+                workdir: self.workdir.map(|w| w.to_string_lossy().into_owned()),
+            })
+            .await;
+        let spec = match created {
+            Ok(spec) => spec,
+            Err(err) => return Ended::failed(format!("cannot add the spec: {err}")),
+        };
+        let mut result = json!({ "spec_id": spec.id, "spec_name": spec.name });
+        if let Some(queue) = self.queue {
+            match ingress.inner.engine.queue_add(queue, &spec.id, None).await {
+                Ok(added) => result["queue_id"] = json!(added.id),
+                Err(err) => {
+                    return Ended {
+                        result: Some(result),
+                        ..Ended::failed(format!(
+                            "the spec {} was added, but not to queue `{queue}`: {err}",
+                            spec.id
+                        ))
+                    };
+                }
+            }
+        }
+        Ended {
+            status: DeliveryStatus::Completed,
+            error: None,
+            output: Some(format!("spec {} added", spec.id)),
+            result: Some(result),
+        }
+    }
+}
+
+/// A spec's name from a field: its first line, at most 200 characters.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect()
+}
+
+/// The body of a spec made from `text`: as it is when it is already a tagged spec, else the
+/// text as the objective, the other sections saying where it came from.
+fn spec_body(text: &str, hook: &Hook, delivery_id: &str) -> String {
+    if spec_format::parse(text).is_ok() {
+        return text.to_string();
+    }
+    let wrap = |objective: &str| {
+        let mut body = format!("<spec>\n<objective>\n{}\n</objective>\n", objective.trim());
+        for tag in &spec_format::SECTIONS[1..] {
+            body.push_str(&format!(
+                "<{tag}>\n- (not given: filed by webhook {} from delivery {delivery_id})\n</{tag}>\n",
+                hook.key()
+            ));
+        }
+        body + "</spec>\n"
+    };
+    let body = wrap(text);
+    if spec_format::parse(&body).is_ok() {
+        return body;
+    }
+    // Text with tags of its own would not parse: its angle brackets are escaped.
+    wrap(&text.replace('<', "&lt;").replace('>', "&gt;"))
+}
+
+/// Cuts `text` to at most `limit` bytes on a character boundary.
+fn bounded(text: &str, limit: usize) -> (&str, bool) {
+    if text.len() <= limit {
+        return (text, false);
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
+/// `X-GitHub-Event` -> `X_GITHUB_EVENT`.
+fn env_suffix(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// An executor handler: `command` (body on stdin), an action, `agent`, or another mode.
+async fn run_work(
+    ingress: &Ingress,
+    hook: &Hook,
+    delivery: &Delivery,
+    body: Vec<u8>,
+    work: &WorkConfig,
+    stdin: bool,
+) -> Ended {
+    let parsed = Parsed::of(delivery, &body);
+    let text = String::from_utf8_lossy(&body);
+    let (shown, truncated) = bounded(&text, MAX_BODY_MARKER);
+    let mut markers = MarkerValues::new();
+    markers.insert("delivery_id".into(), delivery.id.clone());
+    markers.insert("webhook".into(), hook.key());
+    markers.insert("method".into(), delivery.method.clone());
+    markers.insert("path".into(), delivery.path.clone());
+    markers.insert(
+        "content_type".into(),
+        delivery.content_type.clone().unwrap_or_default(),
+    );
+    markers.insert("query".into(), delivery.query.clone().unwrap_or_default());
+    markers.insert("body".into(), shown.to_string());
+    let actor = Actor::Webhook(hook.key()).to_string();
+    let mut env = vec![
+        ("CANOPY_ACTOR".to_string(), actor.clone()),
+        ("CANOPY_AUTOMATION_KIND".to_string(), "webhook".to_string()),
+        ("CANOPY_AUTOMATION_ID".to_string(), actor),
+        ("CANOPY_DISPATCH_DEPTH".to_string(), "1".to_string()),
+        ("CANOPY_HOOK_SCOPE".to_string(), hook.scope.clone()),
+        ("CANOPY_HOOK_ID".to_string(), hook.id.clone()),
+        ("CANOPY_HOOK_BODY_SIZE".to_string(), body.len().to_string()),
+    ];
+    if truncated {
+        env.push(("CANOPY_HOOK_BODY_TRUNCATED".to_string(), "1".to_string()));
+    }
+    for (name, value) in &delivery.headers {
+        env.push((
+            format!("CANOPY_HOOK_HEADER_{}", env_suffix(name)),
+            value.clone(),
+        ));
+    }
+    for (name, path) in &hook.pass_env {
+        if let Some(value) = parsed.get(path) {
+            let (value, _) = bounded(&value, MAX_ARG_VALUE);
+            env.push((format!("CANOPY_HOOK_ARG_{name}"), value.to_string()));
+        }
+    }
+    let body_file = if stdin {
+        let path = ingress
+            .data_dir()
+            .join("tmp")
+            .join("webhooks")
+            .join(format!("{}.body", delivery.id));
+        if let Err(err) = write_body(&path, &body).await {
+            return Ended::failed(format!(
+                "cannot write the body for the command's stdin: {err}"
+            ));
+        }
+        env.push((
+            "CANOPY_HOOK_BODY_FILE".to_string(),
+            path.to_string_lossy().into_owned(),
+        ));
+        Some(path)
+    } else {
+        None
+    };
+    let workdir = hook
+        .workdir
+        .clone()
+        .filter(|w| w.is_dir())
+        .unwrap_or_else(|| ingress.data_dir().to_path_buf());
+    let request = CallRequest {
+        work: work.clone(),
+        markers,
+        supported_markers: Cow::Borrowed(WEBHOOK_MARKERS),
+        workdir,
+        provenance: Provenance {
+            graph_id: String::new(),
+            graph_name: String::new(),
+            run_id: delivery.id.clone(),
+            event: "webhook.received".to_string(),
+            hook_index: None,
+            spec_id: None,
+        },
+        timeout: None,
+        resume_session: None,
+        env,
+    };
+    let result = cause(hook)
+        .scope(ingress.inner.plugins.execute(request))
+        .await;
+    if let Some(path) = body_file {
+        let _ = tokio::fs::remove_file(path).await;
+    }
+    match result {
+        Ok(report) => {
+            let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
+            let result = Some(json!({
+                "mode": report.mode,
+                "plugin": format!("{}@{}", report.plugin.name, report.plugin.version),
+                "summary": report.outcome.summary,
+            }));
+            let (status, error) = match report.outcome.status {
+                Status::Completed if report.interrupted => (
+                    DeliveryStatus::Interrupted,
+                    Some("a planned stop ended the handler".to_string()),
+                ),
+                Status::Completed => (DeliveryStatus::Completed, None),
+                Status::Failed { reason } if report.interrupted => (
+                    DeliveryStatus::Interrupted,
+                    Some(format!(
+                        "a planned stop killed the handler's processes: {reason}"
+                    )),
+                ),
+                Status::Failed { reason } if report.timed_out => {
+                    (DeliveryStatus::TimedOut, Some(reason))
+                }
+                Status::Failed { reason } => (DeliveryStatus::Failed, Some(reason)),
+                Status::Blocked { blocker } => (
+                    DeliveryStatus::Failed,
+                    Some(format!("the handler reported blocked: {blocker}")),
+                ),
+            };
+            Ended {
+                status,
+                error,
+                output,
+                result,
+            }
+        }
+        Err(err) => {
+            let status = match &err {
+                PluginError::Call(CallError::Timeout { .. }) => DeliveryStatus::TimedOut,
+                _ => DeliveryStatus::Failed,
+            };
+            Ended {
+                status,
+                error: Some(err.to_string()),
+                output: None,
+                result: None,
+            }
+        }
+    }
+}
+
+/// Writes a body file readable by this user only.
+async fn write_body(path: &std::path::Path, body: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut options = tokio::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true).mode(0o600);
+    let mut file = match options.open(path).await {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent() {
+                tokio::fs::create_dir_all(dir).await?;
+            }
+            options.open(path).await?
+        }
+        Err(err) => return Err(err),
+    };
+    file.write_all(body).await?;
+    file.flush().await
+}

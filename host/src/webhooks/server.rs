@@ -1,0 +1,302 @@
+//! The webhook listener: `POST /hooks/<scope>/<id>` on `[webhooks] bind_host:bind_port`, apart
+//! from the loopback API.
+//!
+//! Answers: 202 `{"delivery_id", "status": "accepted"}` once the delivery is committed (or the
+//! hook's `respond.status`); 202 `{"delivery_id", "status": "ignored", "reason"}` when the
+//! hook's rules refuse it; with `?wait=true` or `respond = "sync"`, the handler's outcome (200,
+//! or 500 when it failed); 401 with an empty body on any auth failure; 404 for a hook this
+//! node does not serve; 413 past `max_body_bytes`; 503 when the delivery cannot be recorded.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+use super::config::RespondMode;
+use super::rules::Request;
+use super::{Ingress, MAX_HEADER_VALUE, Received, auth};
+use crate::store::webhooks::DeliveryStatus;
+
+/// How long a request's body may take to arrive (the headers have hyper's own limit).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The file in the data dir holding the listener's URL.
+pub const ADDRESS_FILE: &str = "webhooks.addr";
+
+/// Binds the listener when `[webhooks]` sets a port (before the daemon touches its data dir,
+/// so a taken port refuses the start cleanly).
+pub async fn bind(config: &crate::config::Config) -> Result<Option<tokio::net::TcpListener>> {
+    let webhooks = super::config::compile(config)
+        .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    let Some((host, port)) = &webhooks.bind else {
+        return Ok(None);
+    };
+    let address = format!(
+        "{}:{port}",
+        if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        }
+    );
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| {
+            format!("cannot listen for webhooks on {address} ([webhooks] bind_host / bind_port): the port is taken or the address is not this machine's")
+        })?;
+    Ok(Some(listener))
+}
+
+/// Serves the listener until `stopped` resolves; writes its URL to [`ADDRESS_FILE`].
+pub fn spawn(
+    ingress: Ingress,
+    listener: tokio::net::TcpListener,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let bound = listener.local_addr()?;
+    let url = format!("http://{bound}");
+    let file = ingress.data_dir().join(ADDRESS_FILE);
+    std::fs::write(&file, format!("{url}\n"))
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    ingress.set_listen(url.clone());
+    tracing::info!(%url, hooks = ingress.webhooks().hooks.values().filter(|h| h.served).count(), "webhook listener listening");
+    let app = router(ingress);
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stopped)
+        .await;
+        if let Err(err) = served {
+            tracing::error!(error = %err, "the webhook listener failed");
+        }
+        let _ = std::fs::remove_file(&file);
+    }))
+}
+
+/// The listener's routes.
+pub fn router(ingress: Ingress) -> Router {
+    Router::new()
+        .route("/hooks/{scope}/{id}", post(receive))
+        .method_not_allowed_fallback(|method: Method| async move {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("a webhook takes POST, not {method}"),
+            )
+        })
+        .fallback(|uri: Uri| async move {
+            error(
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "no webhook at {}; webhooks are served at /hooks/<scope>/<id>",
+                    uri.path()
+                ),
+            )
+        })
+        .with_state(ingress)
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({ "error": message }))).into_response()
+}
+
+/// 401 and nothing else.
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+    )
+        .into_response()
+}
+
+/// Whether `?wait=true` (or `wait=1`) is in the query.
+fn wants_wait(query: &[(String, String)]) -> bool {
+    query
+        .iter()
+        .any(|(k, v)| k == "wait" && matches!(v.as_str(), "true" | "1" | "yes" | ""))
+}
+
+async fn receive(
+    State(ingress): State<Ingress>,
+    Path((scope, id)): Path<(String, String)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(hook) = ingress.hook(&scope, &id).filter(|h| h.served) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("no webhook {scope}/{id} is served here"),
+        );
+    };
+    let base = ingress.data_dir().to_path_buf();
+    if let Err(refusal) = auth::check_token(&hook, &headers, &base) {
+        tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
+        return unauthorized();
+    }
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "the body is larger than this webhook's max_body_bytes ({})",
+                hook.max_body
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > hook.max_body as u64) {
+        return too_large();
+    }
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, hook.max_body));
+    let body = match read.await {
+        Ok(Ok(body)) => body,
+        Err(_) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "the body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            );
+        }
+        Ok(Err(err)) => {
+            let limit = std::error::Error::source(&err)
+                .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+            if limit {
+                return too_large();
+            }
+            return error(StatusCode::BAD_REQUEST, "the body could not be read");
+        }
+    };
+    if let Err(refusal) = auth::check_signature(&hook, &headers, &body, &base) {
+        tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
+        return unauthorized();
+    }
+    let query: Vec<(String, String)> = uri
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let reason = hook.rule.as_ref().and_then(|rule| {
+        let json: Option<Value> = serde_json::from_slice(&body).ok();
+        rule.check(&Request {
+            json: json.as_ref(),
+            headers: &headers,
+            query: &query,
+        })
+        .err()
+    });
+    let received = Received {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+        query: uri.query().map(str::to_string),
+        content_type: headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        headers: recorded_headers(&hook.headers, &headers),
+        body: body.to_vec(),
+    };
+    let ignored = reason.clone();
+    let delivery_id = match ingress.record(&hook, received, reason, None, false).await {
+        Ok(id) => id,
+        Err(err) => {
+            tracing::error!(webhook = %hook.key(), error = %err, "cannot record a webhook delivery");
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the delivery could not be recorded; send it again",
+            );
+        }
+    };
+    if let Some(reason) = ignored {
+        tracing::debug!(webhook = %hook.key(), delivery = %delivery_id, %reason, "webhook delivery ignored by its rules");
+        return (
+            StatusCode::ACCEPTED,
+            axum::Json(
+                json!({ "delivery_id": delivery_id, "status": "ignored", "reason": reason }),
+            ),
+        )
+            .into_response();
+    }
+    let sync = hook.respond.mode == RespondMode::Sync || wants_wait(&query);
+    let watch = sync.then(|| ingress.watch(&delivery_id));
+    if let Err(err) = ingress.enqueue(&hook, delivery_id.clone()) {
+        // Not reachable for a served hook; the delivery stays accepted all the same.
+        tracing::error!(webhook = %hook.key(), error = %err, "cannot queue a webhook delivery");
+    }
+    let success = hook
+        .respond
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok());
+    let Some(watch) = watch else {
+        return (
+            success.unwrap_or(StatusCode::ACCEPTED),
+            axum::Json(json!({ "delivery_id": delivery_id, "status": "accepted" })),
+        )
+            .into_response();
+    };
+    let outcome = match ingress
+        .wait(&delivery_id, watch, hook.timeout + Duration::from_secs(30))
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            tracing::error!(webhook = %hook.key(), error = %err, "cannot read a webhook delivery back");
+            return (
+                StatusCode::ACCEPTED,
+                axum::Json(json!({ "delivery_id": delivery_id, "status": "accepted" })),
+            )
+                .into_response();
+        }
+    };
+    let status = match outcome.status {
+        DeliveryStatus::Completed => success.unwrap_or(StatusCode::OK),
+        DeliveryStatus::Accepted | DeliveryStatus::Running | DeliveryStatus::Ignored => {
+            StatusCode::ACCEPTED
+        }
+        DeliveryStatus::Failed
+        | DeliveryStatus::TimedOut
+        | DeliveryStatus::Interrupted
+        | DeliveryStatus::InterruptedUnknown => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let mut answer = json!({
+        "delivery_id": outcome.delivery_id,
+        "status": outcome.status,
+        "error": outcome.error,
+        "result": outcome.result,
+        "duration_ms": outcome.duration_ms,
+    });
+    if hook.respond.output {
+        answer["output"] = json!(outcome.output);
+    }
+    (status, axum::Json(answer)).into_response()
+}
+
+/// The headers of `wanted` (lowercase names) the request has, each value at most
+/// [`MAX_HEADER_VALUE`] bytes. Auth headers are never among `wanted`.
+pub(crate) fn recorded_headers(wanted: &[String], headers: &HeaderMap) -> Vec<(String, String)> {
+    let mut recorded = Vec::new();
+    for name in wanted {
+        if let Some(value) = headers.get(name.as_str()) {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let mut end = text.len().min(MAX_HEADER_VALUE);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            recorded.push((name.clone(), text[..end].to_string()));
+        }
+    }
+    recorded
+}

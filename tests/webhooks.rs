@@ -1,0 +1,963 @@
+//! Webhook ingress end to end: a real daemon with `[webhooks]` in its canopy.toml, real HTTP
+//! requests to its webhook listener, real handler processes, and the `canopy webhooks` CLI.
+//! Tokens from each source (a rotated file without a restart), both header forms, GitHub's
+//! HMAC signature, 401 and 413, every handler, trigger rules, `?wait=true`, redelivery, a crash
+//! between accept and run, `nodes` routing, `webhooks test`, and no secret in any log or output.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Daemon, NOOP_WASM, script, wait_for};
+
+/// The webhook listener's base URL (written to `webhooks.addr` in the data dir).
+fn webhooks_url(daemon: &Daemon) -> String {
+    let file = daemon.data_dir.join("webhooks.addr");
+    wait_for(
+        "the webhook listener's address",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(&file)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        },
+    )
+}
+
+/// A response: status, headers' text, body text.
+struct Answer {
+    status: u16,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+fn post(url: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut request = client.post(url).body(body.to_vec());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().unwrap();
+    let status = response.status().as_u16();
+    Answer {
+        status,
+        body: response.text().unwrap_or_default(),
+    }
+}
+
+/// GitHub's `X-Hub-Signature-256` of a body.
+fn sign(secret: &str, body: &[u8]) -> String {
+    canopy::webhooks::auth::sign(secret.as_bytes(), body)
+}
+
+/// One delivery, by id, once it has ended.
+fn ended(daemon: &Daemon, id: &str) -> Value {
+    wait_for(
+        &format!("delivery {id} to end"),
+        Duration::from_secs(60),
+        || {
+            let (_, delivery) = daemon.get(&format!("/api/webhooks/deliveries/{id}"));
+            (!matches!(
+                delivery["status"].as_str(),
+                Some("accepted" | "running") | None
+            ))
+            .then_some(delivery)
+        },
+    )
+}
+
+/// `KEY=value` lines (of `env`), as a map.
+fn env_file(path: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Everything the daemon logged: its stderr and its daemon.log.
+fn all_logs(daemon: &Daemon) -> String {
+    let mut text = daemon.log();
+    for name in ["daemon.log", "daemon.log.1", "daemon.log.2"] {
+        text.push_str(&std::fs::read_to_string(daemon.data_dir.join(name)).unwrap_or_default());
+    }
+    text
+}
+
+const INLINE_TOKEN: &str = "inline-token-7f3c9a0e51d4";
+const ENV_TOKEN: &str = "env-token-b2e84d6c1a97";
+const FILE_TOKEN_1: &str = "file-token-one-4c1d8e2f";
+const FILE_TOKEN_2: &str = "file-token-two-9a7b3c5d";
+const HMAC_SECRET: &str = "hmac-secret-e5f1a2b3c4";
+
+#[test]
+fn tokens_from_every_source_both_headers_hmac_401_413_and_no_secret_leaks() {
+    let out = tempfile::tempdir().unwrap();
+    let seen = out.path().join("seen.txt");
+    let config = format!(
+        r#"
+node = "n1"
+[webhooks]
+bind_port = 0
+token_file = "tokens/section.token"
+
+[webhooks.entries.inline]
+type = "command"
+token = "{INLINE_TOKEN}"
+command = "env > {seen}"
+
+[webhooks.entries.env]
+type = "command"
+token_env = "HOOK_TOKEN_B"
+command = "true"
+
+[webhooks.entries.file]
+type = "command"
+command = "true"
+
+[webhooks.entries.signed]
+type = "command"
+token = "{INLINE_TOKEN}"
+hmac_secret_file = "{hmac_file}"
+command = "true"
+
+[webhooks.entries.small]
+type = "command"
+token = "{INLINE_TOKEN}"
+max_body_bytes = 100
+command = "true"
+"#,
+        seen = seen.display(),
+        hmac_file = out.path().join("hmac.secret").display(),
+    );
+    std::fs::write(out.path().join("hmac.secret"), format!("{HMAC_SECRET}\n")).unwrap();
+    let daemon = Daemon::start_with_env(&config, &[("HOOK_TOKEN_B", ENV_TOKEN)]);
+    // The section's token file is read per request: it need not exist at start.
+    let tokens = daemon.data_dir.join("tokens");
+    std::fs::create_dir_all(&tokens).unwrap();
+    std::fs::write(tokens.join("section.token"), format!("{FILE_TOKEN_1}\n")).unwrap();
+    let base = webhooks_url(&daemon);
+    let url = |id: &str| format!("{base}/hooks/global/{id}");
+    let bearer = |token: &str| format!("Bearer {token}");
+
+    // Inline token, as a bearer token and in X-Canopy-Hook-Token.
+    let answer = post(
+        &format!("{}?wait=true", url("inline")),
+        &[("Authorization", &bearer(INLINE_TOKEN)), ("X-Test", "1")],
+        b"{\"hello\": 1}",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    let answer = post(
+        &url("inline"),
+        &[("X-Canopy-Hook-Token", INLINE_TOKEN)],
+        b"x",
+    );
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    let accepted = answer.json();
+    assert_eq!(accepted["status"], "accepted");
+    assert_eq!(accepted["delivery_id"].as_str().unwrap().len(), 32);
+    // The handler's environment holds no token and no auth header.
+    ended(&daemon, accepted["delivery_id"].as_str().unwrap());
+    let env = std::fs::read_to_string(&seen).unwrap();
+    assert!(env.contains("CANOPY_HOOK_DELIVERY_ID="), "{env}");
+    assert!(
+        !env.contains(INLINE_TOKEN),
+        "a token reached the handler: {env}"
+    );
+    assert!(!env.to_ascii_lowercase().contains("authorization"), "{env}");
+    assert!(!env.contains("HOOK_TOKEN"), "{env}");
+
+    // A token from the daemon's environment.
+    assert_eq!(
+        post(&url("env"), &[("Authorization", &bearer(ENV_TOKEN))], b"").status,
+        202
+    );
+    assert_eq!(
+        post(
+            &url("env"),
+            &[("Authorization", &bearer(INLINE_TOKEN))],
+            b""
+        )
+        .status,
+        401
+    );
+
+    // The section's token file, rotated without a restart.
+    assert_eq!(
+        post(
+            &url("file"),
+            &[("Authorization", &bearer(FILE_TOKEN_1))],
+            b""
+        )
+        .status,
+        202
+    );
+    std::fs::write(tokens.join("section.token"), format!("{FILE_TOKEN_2}\n")).unwrap();
+    assert_eq!(
+        post(
+            &url("file"),
+            &[("Authorization", &bearer(FILE_TOKEN_1))],
+            b""
+        )
+        .status,
+        401
+    );
+    assert_eq!(
+        post(&url("file"), &[("X-Canopy-Hook-Token", FILE_TOKEN_2)], b"").status,
+        202
+    );
+    // A missing token file refuses every request (and says why in the log only).
+    std::fs::remove_file(tokens.join("section.token")).unwrap();
+    let refused = post(
+        &url("file"),
+        &[("Authorization", &bearer(FILE_TOKEN_2))],
+        b"",
+    );
+    assert_eq!((refused.status, refused.body.as_str()), (401, ""));
+
+    // 401 carries no detail, whatever failed.
+    for headers in [
+        vec![],
+        vec![("Authorization", "Bearer wrong")],
+        vec![("Authorization", "Basic abc")],
+        vec![("X-Canopy-Hook-Token", "")],
+    ] {
+        let answer = post(&url("inline"), &headers, b"{}");
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (401, ""),
+            "{headers:?}"
+        );
+    }
+
+    // HMAC: a good signature passes, a bad or missing one is 401; the token is still needed.
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let auth = ("X-Canopy-Hook-Token", INLINE_TOKEN);
+    let good = sign(HMAC_SECRET, body);
+    assert_eq!(
+        post(
+            &url("signed"),
+            &[auth, ("X-Hub-Signature-256", &good)],
+            body
+        )
+        .status,
+        202
+    );
+    let tampered = br#"{"ref":"refs/heads/evil"}"#;
+    let bad = post(
+        &url("signed"),
+        &[auth, ("X-Hub-Signature-256", &good)],
+        tampered,
+    );
+    assert_eq!((bad.status, bad.body.as_str()), (401, ""));
+    assert_eq!(post(&url("signed"), &[auth], body).status, 401);
+    assert_eq!(
+        post(
+            &url("signed"),
+            &[auth, ("X-Hub-Signature-256", "sha256=zz")],
+            body
+        )
+        .status,
+        401
+    );
+    assert_eq!(
+        post(&url("signed"), &[("X-Hub-Signature-256", &good)], body).status,
+        401
+    );
+
+    // 413 past max_body_bytes (declared or streamed); unauthenticated, 401 before the body.
+    assert_eq!(post(&url("small"), &[auth], &[b'a'; 100]).status, 202);
+    let large = post(&url("small"), &[auth], &[b'a'; 101]);
+    assert_eq!(large.status, 413, "{}", large.body);
+    assert_eq!(post(&url("small"), &[], &[b'a'; 101]).status, 401);
+    // A body over the default 1 MiB.
+    assert_eq!(
+        post(&url("inline"), &[auth], &vec![b'a'; 1024 * 1024 + 1]).status,
+        413
+    );
+
+    // Unknown hooks and methods.
+    assert_eq!(
+        post(&format!("{base}/hooks/global/nope"), &[auth], b"").status,
+        404
+    );
+    let get = reqwest::blocking::get(url("inline")).unwrap();
+    assert_eq!(get.status().as_u16(), 405);
+
+    // No secret appears in the log, the CLI's output, the API's answers or the feed.
+    let mut outputs = vec![all_logs(&daemon)];
+    for args in [
+        vec!["webhooks", "list"],
+        vec!["webhooks", "list", "--json"],
+        vec!["webhooks", "show", "global/inline"],
+        vec!["webhooks", "show", "global/signed", "--json"],
+        vec!["webhooks", "show", "global/file", "--json"],
+        vec!["webhooks", "deliveries", "--last", "100"],
+        vec!["webhooks", "deliveries", "--last", "100", "--json"],
+        vec!["feed", "--last", "200", "--json"],
+        vec!["config", "validate"],
+    ] {
+        outputs.push(daemon.ok(&args));
+    }
+    let deliveries = daemon.json(&["webhooks", "deliveries", "--last", "100"]);
+    for d in deliveries["deliveries"].as_array().unwrap() {
+        let id = d["id"].as_str().unwrap();
+        outputs.push(daemon.ok(&["webhooks", "delivery", id, "--json"]));
+        outputs.push(daemon.ok(&["webhooks", "delivery", id]));
+    }
+    let text = outputs.join("\n");
+    for secret in [
+        INLINE_TOKEN,
+        ENV_TOKEN,
+        FILE_TOKEN_1,
+        FILE_TOKEN_2,
+        HMAC_SECRET,
+    ] {
+        assert!(!text.contains(secret), "`{secret}` leaked");
+    }
+    // The listing names each token's source instead.
+    let list = daemon.json(&["webhooks", "list"]);
+    let token_of = |id: &str| {
+        list["hooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["id"] == id)
+            .map(|h| h["token"].clone())
+            .unwrap()
+    };
+    assert_eq!(token_of("inline"), "inline (redacted)");
+    assert_eq!(token_of("env"), "env HOOK_TOKEN_B");
+    assert_eq!(token_of("file"), "file tokens/section.token");
+    // Refusals are in the log, with what failed but not the secret.
+    let log = all_logs(&daemon);
+    assert!(log.contains("webhook request refused (401)"), "{log}");
+    assert!(log.contains("wrong token"), "{log}");
+    // Recorded headers never include the credentials.
+    assert!(
+        !text.to_ascii_lowercase().contains("x-canopy-hook-token\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn each_handler_runs_spec_command_action_agent_and_any_mode() {
+    let out = tempfile::tempdir().unwrap();
+    let agent_log = out.path().join("agent.txt");
+    let agent = script(
+        out.path(),
+        "standin-agent.sh",
+        &format!(
+            "printf '%s\\n' \"$1\" >> '{}'\nprintf '{{\"type\":\"result\",\"session_id\":\"s1\",\"result\":\"triaged\"}}\\n'",
+            agent_log.display()
+        ),
+    );
+    let stdin_copy = out.path().join("stdin.txt");
+    let env_copy = out.path().join("env.txt");
+    let action_log = out.path().join("action.txt");
+    let mode_log = out.path().join("mode.txt");
+    let config = format!(
+        r#"
+node = "n1"
+[platforms.standin]
+command = ["{agent}", "{{prompt}}"]
+
+[actions.note]
+command = "cat >> {action_log}; echo >> {action_log}"
+
+[webhooks]
+bind_port = 0
+token = "handler-token-0123456789"
+
+[webhooks.entries.file-spec]
+type = "spec"
+title_from = "issue.title"
+body_from = "issue.body"
+queue = "inbox"
+
+[webhooks.entries.raw-spec]
+type = "spec"
+
+[webhooks.entries.run]
+type = "command"
+command = "cat > {stdin_copy}; env | grep -E '^CANOPY_' > {env_copy}"
+pass_env = {{ SHA = "after", NUMBER = "number" }}
+pass_headers = ["X-Custom"]
+
+[webhooks.entries.act]
+type = "action"
+action = "note"
+
+[webhooks.entries.triage]
+type = "agent"
+config = {{ platform = "standin", prompt = "Triage {{{{body}}}}" }}
+
+[webhooks.entries.noop]
+type = "noop"
+config = {{}}
+
+[webhooks.entries.mode]
+type = "command"
+command = "echo mode $CANOPY_HOOK_ID >> {mode_log}; exit 3"
+"#,
+        agent = agent.display(),
+        action_log = action_log.display(),
+        stdin_copy = stdin_copy.display(),
+        env_copy = env_copy.display(),
+        mode_log = mode_log.display(),
+    );
+    let daemon = Daemon::start_with_config(&config);
+    daemon.ok(&["queue", "create", "inbox"]);
+    let base = webhooks_url(&daemon);
+    let call = |id: &str, body: &str, extra: &[(&str, &str)]| {
+        let mut headers = vec![("Authorization", "Bearer handler-token-0123456789")];
+        headers.extend_from_slice(extra);
+        post(
+            &format!("{base}/hooks/global/{id}?wait=true"),
+            &headers,
+            body.as_bytes(),
+        )
+    };
+
+    // spec: title and body from JSON fields, added to a queue.
+    let answer = call(
+        "file-spec",
+        r#"{"issue": {"title": "Login is broken\nsecond line", "body": "The login form 500s."}}"#,
+        &[("Content-Type", "application/json")],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let outcome = answer.json();
+    assert_eq!(outcome["status"], "completed", "{outcome}");
+    let spec_id = outcome["result"]["spec_id"].as_str().unwrap().to_string();
+    let spec = daemon.json(&["spec", "show", &spec_id]);
+    assert_eq!(spec["name"], "Login is broken");
+    assert!(
+        spec["body"]
+            .as_str()
+            .unwrap()
+            .contains("The login form 500s."),
+        "{spec}"
+    );
+    let queue = daemon.json(&["queue", "show", "inbox"]);
+    assert!(queue.to_string().contains(&spec_id), "{queue}");
+    // A body without the field fails the delivery, saying which field.
+    let answer = call("file-spec", r#"{"issue": {}}"#, &[]);
+    assert_eq!(answer.status, 500, "{}", answer.body);
+    assert!(
+        answer.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("issue.title"),
+        "{}",
+        answer.body
+    );
+    // The whole body, tags and all, as the objective of a spec.
+    let answer = call("raw-spec", "Please add <b>dark mode</b>.", &[]);
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    let id = answer.json()["result"]["spec_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let spec = daemon.json(&["spec", "show", &id]);
+    assert!(
+        spec["body"].as_str().unwrap().contains("dark mode"),
+        "{spec}"
+    );
+
+    // command: the body on stdin and in $CANOPY_HOOK_BODY, bounded metadata, pass_env, and
+    // selected headers; never the auth header.
+    let body = r#"{"after": "abc123", "number": 7}"#;
+    let answer = call(
+        "run",
+        body,
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Custom", "yes"),
+            ("X-Other", "no"),
+        ],
+    );
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    assert_eq!(std::fs::read_to_string(&stdin_copy).unwrap(), body);
+    let env = env_file(&env_copy);
+    assert_eq!(env["CANOPY_HOOK_BODY"], body);
+    assert_eq!(env["CANOPY_HOOK_METHOD"], "POST");
+    assert_eq!(env["CANOPY_HOOK_PATH"], "/hooks/global/run");
+    assert_eq!(env["CANOPY_HOOK_CONTENT_TYPE"], "application/json");
+    assert_eq!(env["CANOPY_HOOK_ARG_SHA"], "abc123");
+    assert_eq!(env["CANOPY_HOOK_ARG_NUMBER"], "7");
+    assert_eq!(env["CANOPY_HOOK_HEADER_X_CUSTOM"], "yes");
+    assert_eq!(env["CANOPY_ACTOR"], "webhook:global/run");
+    assert_eq!(
+        env["CANOPY_HOOK_DELIVERY_ID"],
+        answer.json()["delivery_id"].as_str().unwrap()
+    );
+    assert!(!env.contains_key("CANOPY_HOOK_HEADER_X_OTHER"), "{env:?}");
+    assert!(
+        !env.contains_key("CANOPY_HOOK_HEADER_AUTHORIZATION"),
+        "{env:?}"
+    );
+    assert!(
+        !env.values().any(|v| v.contains("handler-token")),
+        "{env:?}"
+    );
+
+    // action: a named [actions.NAME], with the body on its stdin.
+    let answer = call("act", "from the action", &[]);
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    assert_eq!(
+        std::fs::read_to_string(&action_log).unwrap(),
+        "from the action\n"
+    );
+
+    // agent: the configured platform runs with the body in its prompt.
+    let answer = call("triage", "disk full on build-2", &[]);
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    assert_eq!(
+        std::fs::read_to_string(&agent_log).unwrap().trim(),
+        "Triage disk full on build-2"
+    );
+
+    // Any installed executor mode, by its name.
+    daemon.ok(&["plugin", "install", NOOP_WASM]);
+    let answer = call("noop", "anything", &[]);
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    assert_eq!(answer.json()["result"]["mode"], "noop", "{}", answer.body);
+
+    // A failing handler: 500 with its status and output; recorded failed, with webhook.failed.
+    let answer = call("mode", "", &[]);
+    assert_eq!(answer.status, 500, "{}", answer.body);
+    assert_eq!(answer.json()["status"], "failed");
+    let failed = daemon.ok(&["feed", "--event", "webhook.failed", "--json"]);
+    assert!(failed.contains("global/mode"), "{failed}");
+    let handled = daemon.ok(&["feed", "--event", "webhook.handled", "--json"]);
+    assert!(handled.contains("global/triage"), "{handled}");
+}
+
+#[test]
+fn rules_ignore_with_a_reason_and_respond_shapes_the_answer() {
+    let out = tempfile::tempdir().unwrap();
+    let pushed = out.path().join("pushed.txt");
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "rules-token-abcdef123"
+hmac_secret = "rules-hmac-fedcba321"
+
+[webhooks.entries.push]
+type = "command"
+command = "echo $CANOPY_HOOK_ARG_SHA >> {pushed}"
+match = {{ ref = "refs/heads/main", "header.x-github-event" = "push", not = {{ "sender.login" = "bot-*" }} }}
+pass_env = {{ SHA = "after" }}
+
+[webhooks.entries.deploy]
+type = "command"
+command = "echo deployed $CANOPY_HOOK_QUERY"
+match = {{ any = [{{ "query.env" = "prod" }}, {{ "query.env" = "re:^stage-[0-9]+$" }}] }}
+respond = {{ mode = "sync", status = 201, output = false }}
+
+[webhooks.entries.quiet]
+type = "command"
+command = "echo secret-output"
+respond = {{ status = 200 }}
+"#,
+        pushed = pushed.display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let base = webhooks_url(&daemon);
+    let send = |id: &str, query: &str, event: &str, body: &str| {
+        post(
+            &format!("{base}/hooks/global/{id}{query}"),
+            &[
+                ("Authorization", "Bearer rules-token-abcdef123"),
+                ("X-GitHub-Event", event),
+                (
+                    "X-Hub-Signature-256",
+                    &sign("rules-hmac-fedcba321", body.as_bytes()),
+                ),
+                ("Content-Type", "application/json"),
+            ],
+            body.as_bytes(),
+        )
+    };
+    // A push to another branch: recorded ignored, 202 with the reason; nothing runs.
+    let dev = send(
+        "push",
+        "",
+        "push",
+        r#"{"ref": "refs/heads/dev", "after": "d1"}"#,
+    );
+    assert_eq!(dev.status, 202);
+    assert_eq!(dev.json()["status"], "ignored");
+    assert_eq!(
+        dev.json()["reason"],
+        "`ref` is `refs/heads/dev`, which does not match `refs/heads/main`"
+    );
+    let ping = send("push", "", "ping", r#"{"ref": "refs/heads/main"}"#);
+    assert_eq!(ping.json()["status"], "ignored");
+    assert!(
+        ping.json()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("x-github-event")
+    );
+    let bot = send(
+        "push",
+        "",
+        "push",
+        r#"{"ref": "refs/heads/main", "sender": {"login": "bot-7"}}"#,
+    );
+    assert_eq!(bot.json()["status"], "ignored", "{}", bot.body);
+    // A push to main runs, with ?wait=true answering the outcome.
+    let main = send(
+        "push",
+        "?wait=true",
+        "push",
+        r#"{"ref": "refs/heads/main", "after": "m1", "sender": {"login": "ann"}}"#,
+    );
+    assert_eq!(main.status, 200, "{}", main.body);
+    assert_eq!(main.json()["status"], "completed");
+    assert_eq!(std::fs::read_to_string(&pushed).unwrap(), "m1\n");
+    let ignored = daemon.json(&["webhooks", "deliveries", "--status", "ignored"]);
+    assert_eq!(
+        ignored["deliveries"].as_array().unwrap().len(),
+        3,
+        "{ignored}"
+    );
+    let received = daemon.ok(&["feed", "--event", "webhook.received", "--json"]);
+    assert!(received.contains("\"ignored\""), "{received}");
+
+    // Query rules with any; respond = sync with its status and without the output.
+    let prod = send("deploy", "?env=prod", "push", "{}");
+    assert_eq!(prod.status, 201, "{}", prod.body);
+    assert_eq!(prod.json()["status"], "completed");
+    assert!(prod.json().get("output").is_none(), "{}", prod.body);
+    assert_eq!(send("deploy", "?env=stage-2", "push", "{}").status, 201);
+    let other = send("deploy", "?env=dev", "push", "{}");
+    assert_eq!(
+        (other.status, other.json()["status"].clone()),
+        (202, json!("ignored"))
+    );
+    // An async hook's own status.
+    let quiet = send("quiet", "", "push", "{}");
+    assert_eq!(
+        (quiet.status, quiet.json()["status"].clone()),
+        (200, json!("accepted"))
+    );
+}
+
+#[test]
+fn a_crash_between_accept_and_run_runs_the_queued_and_never_replays_the_started() {
+    let out = tempfile::tempdir().unwrap();
+    let ran = out.path().join("ran.txt");
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "crash-token-1234567890"
+
+[webhooks.entries.slow]
+type = "command"
+concurrency = 1
+command = "read what; echo \"start $what\" >> {ran}; if [ \"$what\" = slow ]; then sleep 60; fi; echo \"end $what\" >> {ran}"
+"#,
+        ran = ran.display()
+    );
+    let mut daemon = Daemon::start_with_config(&config);
+    let url = format!("{}/hooks/global/slow", webhooks_url(&daemon));
+    let auth = [("X-Canopy-Hook-Token", "crash-token-1234567890")];
+    let first = post(&url, &auth, b"slow\n").json()["delivery_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("the slow handler to start", Duration::from_secs(60), || {
+        std::fs::read_to_string(&ran)
+            .unwrap_or_default()
+            .contains("start slow")
+            .then_some(())
+    });
+    // Queued behind it (concurrency 1): accepted, durable, not started.
+    let queued: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|w| {
+            let answer = post(&url, &auth, format!("{w}\n").as_bytes());
+            assert_eq!(answer.status, 202);
+            answer.json()["delivery_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let (_, running) = daemon.get(&format!("/api/webhooks/deliveries/{first}"));
+    assert_eq!(running["status"], "running");
+    for id in &queued {
+        let (_, delivery) = daemon.get(&format!("/api/webhooks/deliveries/{id}"));
+        assert_eq!(delivery["status"], "accepted", "{delivery}");
+    }
+
+    daemon.kill();
+    let daemon = Daemon::start_on(&daemon.data_dir.clone());
+    // The queued ones run after the restart; the started one is interrupted_unknown.
+    for id in &queued {
+        assert_eq!(ended(&daemon, id)["status"], "completed");
+    }
+    let first = ended(&daemon, &first);
+    assert_eq!(first["status"], "interrupted_unknown", "{first}");
+    assert!(
+        first["error"].as_str().unwrap().contains("not run again"),
+        "{first}"
+    );
+    let text = std::fs::read_to_string(&ran).unwrap();
+    assert_eq!(
+        text.matches("start slow").count(),
+        1,
+        "never replayed: {text}"
+    );
+    assert!(!text.contains("end slow"), "{text}");
+    assert_eq!(text.matches("end a").count(), 1, "{text}");
+    assert_eq!(text.matches("end b").count(), 1, "{text}");
+    let failed = daemon.ok(&["feed", "--event", "webhook.failed", "--json"]);
+    assert!(failed.contains("interrupted_unknown"), "{failed}");
+}
+
+#[test]
+fn nodes_routing_projects_redelivery_webhooks_test_and_config_validate() {
+    let out = tempfile::tempdir().unwrap();
+    let count = out.path().join("count.txt");
+    let checkout = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+node = "n1"
+[webhooks]
+bind_port = 0
+token = "route-token-1234567890"
+
+[webhooks.entries.here]
+type = "command"
+command = "echo \"$(cat)\" >> {count}"
+nodes = ["n1"]
+
+[webhooks.entries.elsewhere]
+type = "command"
+command = "true"
+nodes = ["n2"]
+token_file = "/no/such/token/file"
+
+[projects.web]
+checkout = "{checkout}"
+
+[projects.web.webhooks]
+token = "project-token-0987654321"
+
+[projects.web.webhooks.entries.build]
+type = "command"
+command = "pwd"
+"#,
+        count = count.display(),
+        checkout = checkout.path().display(),
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let base = webhooks_url(&daemon);
+    // Another node's hook is not served here (404), and its token file is never read.
+    let answer = post(
+        &format!("{base}/hooks/global/elsewhere"),
+        &[("X-Canopy-Hook-Token", "route-token-1234567890")],
+        b"",
+    );
+    assert_eq!(answer.status, 404);
+    let list = daemon.json(&["webhooks", "list"]);
+    let served: BTreeMap<String, bool> = list["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["key"].as_str().unwrap().to_string(),
+                h["served"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        served,
+        BTreeMap::from([
+            ("global/elsewhere".to_string(), false),
+            ("global/here".to_string(), true),
+            ("web/build".to_string(), true),
+        ])
+    );
+
+    // A project's hook, under /hooks/<project>/, with the project's token, in its checkout.
+    let answer = post(
+        &format!("{base}/hooks/web/build?wait=1"),
+        &[("Authorization", "Bearer project-token-0987654321")],
+        b"",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        std::fs::canonicalize(answer.json()["output"].as_str().unwrap().trim()).unwrap(),
+        std::fs::canonicalize(checkout.path()).unwrap()
+    );
+    let wrong_scope = post(
+        &format!("{base}/hooks/web/build"),
+        &[("Authorization", "Bearer route-token-1234567890")],
+        b"",
+    );
+    assert_eq!(wrong_scope.status, 401);
+
+    // Redelivery: the same request, a new delivery, run again.
+    let first = post(
+        &format!("{base}/hooks/global/here?wait=true"),
+        &[("X-Canopy-Hook-Token", "route-token-1234567890")],
+        b"one",
+    );
+    assert_eq!(first.json()["status"], "completed", "{}", first.body);
+    let first_id = first.json()["delivery_id"].as_str().unwrap().to_string();
+    let again = daemon.json(&["webhooks", "redeliver", &first_id[..8], "--wait"]);
+    assert_eq!(again["status"], "completed", "{again}");
+    assert_ne!(again["delivery_id"], first_id);
+    let (_, shown) = daemon.get(&format!(
+        "/api/webhooks/deliveries/{}",
+        again["delivery_id"].as_str().unwrap()
+    ));
+    assert_eq!(shown["redelivery_of"], first_id);
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "one\none\n");
+    // An unknown delivery is named.
+    let text = daemon.fails(&["webhooks", "redeliver", "ffffffff"]);
+    assert!(text.contains("no delivery matches"), "{text}");
+
+    // `webhooks test`: locally, without HTTP; body from a file or stdin, headers given.
+    let body_file = out.path().join("body.txt");
+    std::fs::write(&body_file, "from a file").unwrap();
+    let tested = daemon.json(&[
+        "webhooks",
+        "test",
+        "global/here",
+        "--body",
+        body_file.to_str().unwrap(),
+        "--header",
+        "X-GitHub-Event: push",
+    ]);
+    assert_eq!(tested["status"], "completed", "{tested}");
+    assert!(
+        std::fs::read_to_string(&count)
+            .unwrap()
+            .ends_with("from a file\n")
+    );
+    let (_, recorded) = daemon.get(&format!(
+        "/api/webhooks/deliveries/{}",
+        tested["delivery_id"].as_str().unwrap()
+    ));
+    assert_eq!(recorded["test"], true);
+    assert_eq!(recorded["headers"], json!([["x-github-event", "push"]]));
+    // A hook of another node can be tested here too; an unknown one is named.
+    let tested = daemon.json(&["webhooks", "test", "global/elsewhere"]);
+    assert_eq!(tested["status"], "completed", "{tested}");
+    let text = daemon.fails(&["webhooks", "test", "global/nope"]);
+    assert!(
+        text.contains("no webhook `global/nope`") && text.contains("global/here"),
+        "{text}"
+    );
+    let text = daemon.fails(&["webhooks", "test", "nope"]);
+    assert!(text.contains("<scope>/<id>"), "{text}");
+
+    // config validate: a token only where the hook is served; problems name the TOML path.
+    let check = |text: &str| {
+        let file = out.path().join("check.toml");
+        std::fs::write(&file, text).unwrap();
+        daemon.cli(&["config", "validate", file.to_str().unwrap()])
+    };
+    let other_node = "node = \"n1\"\n[webhooks]\nbind_port = 0\n[webhooks.entries.x]\ntype = \"command\"\ncommand = \"true\"\nnodes = [\"n2\"]\n";
+    assert!(check(other_node).status.success());
+    let served = other_node.replace("nodes = [\"n2\"]", "nodes = [\"n1\"]");
+    let output = check(&served);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "webhooks.entries.x: no token: set exactly one of token, token_env or token_file"
+        ),
+        "{stderr}"
+    );
+    let both = other_node.replace(
+        "nodes = [\"n2\"]",
+        "token = \"a\"\ntoken_file = \"b\"\nrespond = \"later\"\nmax_body_bytes = 0",
+    );
+    let stderr = String::from_utf8_lossy(&check(&both).stderr).into_owned();
+    for expected in [
+        "webhooks.entries.x: set exactly one of token, token_env or token_file",
+        "webhooks.entries.x.respond: `later` is not async or sync",
+        "webhooks.entries.x.max_body_bytes: must be from 1",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in {stderr}"
+        );
+    }
+    let unknown = "[webhooks.entries.x]\ntype = \"command\"\ncomand = \"true\"\n";
+    let stderr = String::from_utf8_lossy(&check(unknown).stderr).into_owned();
+    assert!(
+        stderr.contains("webhooks.entries.x") && stderr.contains("comand"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_hooks_queue_bounds_its_concurrency_and_runs_every_delivery_once() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path();
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "queue-token-1234567890"
+
+[webhooks.entries.q]
+type = "command"
+concurrency = 2
+command = "n=$(ls {dir}/running | wc -l); echo $n >> {dir}/peaks; touch {dir}/running/$CANOPY_HOOK_DELIVERY_ID; sleep 0.3; rm {dir}/running/$CANOPY_HOOK_DELIVERY_ID; echo $CANOPY_HOOK_DELIVERY_ID >> {dir}/done"
+"#,
+        dir = dir.display()
+    );
+    std::fs::create_dir_all(dir.join("running")).unwrap();
+    let daemon = Daemon::start_with_config(&config);
+    let url = format!("{}/hooks/global/q", webhooks_url(&daemon));
+    let ids: Vec<String> = (0..10)
+        .map(|_| {
+            let answer = post(
+                &url,
+                &[("X-Canopy-Hook-Token", "queue-token-1234567890")],
+                b"",
+            );
+            assert_eq!(answer.status, 202);
+            answer.json()["delivery_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    for id in &ids {
+        assert_eq!(ended(&daemon, id)["status"], "completed");
+    }
+    let done = std::fs::read_to_string(dir.join("done")).unwrap();
+    let mut ran: Vec<&str> = done.lines().collect();
+    ran.sort_unstable();
+    let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(ran, expected, "every delivery ran exactly once");
+    let peaks = std::fs::read_to_string(dir.join("peaks")).unwrap();
+    let peak = peaks
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .max();
+    assert!(peak.is_some_and(|p| p <= 1), "at most 2 at once: {peaks}");
+}
