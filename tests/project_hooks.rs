@@ -224,7 +224,8 @@ fn a_commit_and_a_tag_fire_once_each_and_a_restart_fires_only_what_it_missed() {
     let runs = project_runs(&daemon, "project.checkout_updated", 2);
     // A later tag: once it has fired, the watcher has looked at the checkout since the start,
     // and anything it would fire again would be on record.
-    git(repo.path(), &["tag", "v2"]);
+    // Annotated: it fires with the commit it points at.
+    git(repo.path(), &["tag", "-a", "v2", "-m", "release 2"]);
     let tags = project_runs(&daemon, "project.tag_pushed", 2);
     let runs_after = project_runs(&daemon, "project.checkout_updated", 2);
     assert_eq!(runs_after.len(), 2, "{runs_after:#?}");

@@ -164,6 +164,8 @@ async fn watch(
     // When the previous look began: a hook of the project that ran since may have made what
     // this one sees.
     let mut previous_look = crate::store::now();
+    // Whether setting up notifications failed (logged once until they work again).
+    let mut notify_failed = false;
     loop {
         if !drain.is_closed() {
             let look = crate::store::now();
@@ -171,7 +173,20 @@ async fn watch(
             let outcome = async {
                 let dirs = git_dirs(&project.checkout).await?;
                 if notifier.is_none() {
-                    notifier = Some(notify_on(&dirs, wake.clone())?);
+                    // Without notifications (an inotify watch limit reached, say) the checkout
+                    // is still read every poll_secs.
+                    match notify_on(&dirs, wake.clone()) {
+                        Ok(watcher) => {
+                            notifier = Some(watcher);
+                            notify_failed = false;
+                        }
+                        Err(err) => {
+                            if !notify_failed {
+                                tracing::warn!(project = %project.name, error = %format!("{err:#}"), "no filesystem notifications for the project's checkout; it is read every poll_secs only");
+                            }
+                            notify_failed = true;
+                        }
+                    }
                 }
                 observe(&bus, &project, &dirs, since).await
             }
