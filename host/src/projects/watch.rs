@@ -301,6 +301,11 @@ async fn git(dir: &Path, args: &[&str]) -> Result<Option<String>> {
     let mut child = tokio::process::Command::new("git")
         .args(args)
         .current_dir(dir)
+        // The checkout is found from `dir` alone, whatever the daemon was started with.
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_COMMON_DIR")
+        .env_remove("GIT_INDEX_FILE")
         .env("GIT_OPTIONAL_LOCKS", "0")
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
@@ -552,5 +557,61 @@ mod tests {
         assert_eq!(tags["v1"], "aaa");
         assert_eq!(tags["v2-annotated"], "ccc");
         assert_eq!(tags.len(), 2);
+    }
+
+    /// Runs git in `dir` for a test, with an identity.
+    fn git_sync(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@canopy.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@canopy.invalid")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_repository_without_commits_has_no_head_and_a_worktree_its_own_git_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git_sync(&repo, &["init", "-q", "-b", "main"]);
+        let dirs = git_dirs(&repo).await.unwrap();
+        let empty = read_checkout(&dirs).await.unwrap();
+        assert_eq!(empty.head_sha, None);
+        assert_eq!(empty.branch.as_deref(), Some("main"));
+        assert!(empty.tags.is_empty());
+
+        git_sync(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        git_sync(&repo, &["tag", "-a", "v1", "-m", "one"]);
+        let head = git_sync(&repo, &["rev-parse", "HEAD"]);
+        let linked = dir.path().join("linked");
+        git_sync(
+            &repo,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "--detach",
+                linked.to_str().unwrap(),
+            ],
+        );
+        let dirs = git_dirs(&linked).await.unwrap();
+        assert_ne!(dirs.git_dir, dirs.common_dir);
+        assert!(dirs.common_dir.join("refs").is_dir(), "{dirs:?}");
+        let seen = read_checkout(&dirs).await.unwrap();
+        assert_eq!(seen.head_sha.as_deref(), Some(head.as_str()));
+        assert_eq!(seen.branch, None, "detached");
+        assert_eq!(seen.tags.get("v1"), Some(&head));
+
+        let err = git_dirs(dir.path()).await.unwrap_err();
+        assert!(
+            format!("{err:#}").contains("not a git repository"),
+            "{err:#}"
+        );
     }
 }
