@@ -961,3 +961,51 @@ command = "n=$(ls {dir}/running | wc -l); echo $n >> {dir}/peaks; touch {dir}/ru
         .max();
     assert!(peak.is_some_and(|p| p <= 1), "at most 2 at once: {peaks}");
 }
+
+#[test]
+fn a_planned_stop_interrupts_a_running_handler_and_the_queued_run_after_the_restart() {
+    let out = tempfile::tempdir().unwrap();
+    let ran = out.path().join("ran.txt");
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "stop-token-1234567890"
+
+[webhooks.entries.slow]
+type = "command"
+concurrency = 1
+command = "read what; echo \"start $what\" >> {ran}; if [ \"$what\" = slow ]; then sleep 60; fi; echo \"end $what\" >> {ran}"
+"#,
+        ran = ran.display()
+    );
+    let mut daemon = Daemon::start_with_config(&config);
+    let url = format!("{}/hooks/global/slow", webhooks_url(&daemon));
+    let auth = [("X-Canopy-Hook-Token", "stop-token-1234567890")];
+    let first = post(&url, &auth, b"slow\n").json()["delivery_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("the slow handler to start", Duration::from_secs(60), || {
+        std::fs::read_to_string(&ran)
+            .unwrap_or_default()
+            .contains("start slow")
+            .then_some(())
+    });
+    let queued = post(&url, &auth, b"after\n").json()["delivery_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A planned stop with no drain budget: the running handler is killed and recorded
+    // interrupted; the queued delivery is not admitted and stays accepted.
+    daemon.stop();
+    let data_dir = daemon.data_dir.clone();
+    let daemon = Daemon::start_on(&data_dir);
+    let first = ended(&daemon, &first);
+    assert_eq!(first["status"], "interrupted", "{first}");
+    assert_eq!(ended(&daemon, &queued)["status"], "completed");
+    let text = std::fs::read_to_string(&ran).unwrap();
+    assert_eq!(text.matches("start slow").count(), 1, "{text}");
+    assert!(!text.contains("end slow"), "{text}");
+    assert_eq!(text.matches("end after").count(), 1, "{text}");
+}

@@ -294,6 +294,15 @@ impl Ingress {
             }
             Err(err) => return Err(err.into()),
         }
+        // Body files of handlers that ran when the daemon died (each is written anew).
+        let bodies = self.inner.data_dir.join("tmp").join("webhooks");
+        match std::fs::remove_dir_all(&bodies) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(dir = %bodies.display(), error = %err, "cannot clear old webhook body files")
+            }
+        }
         let waiting = self.inner.store.read(|rd| rd.accepted_by_hook()).await?;
         for (scope, hook, count) in waiting {
             if !self
