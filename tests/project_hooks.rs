@@ -454,3 +454,47 @@ timeout_secs = 30
     // The initial commit, the one by hand and the hook's three.
     assert_eq!(git(repo.path(), &["rev-list", "--count", "HEAD"]), "5");
 }
+
+#[test]
+fn a_checkout_that_is_not_there_yet_is_watched_once_it_appears() {
+    let place = tempfile::tempdir().unwrap();
+    let checkout = place.path().join("web");
+    let out = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[projects.web]
+checkout = "{checkout}"
+poll_secs = 1
+
+[[projects.web.hooks.checkout_updated]]
+command = "echo $CANOPY_HOOK_COMMIT_SHA >> {out}/shas.txt"
+"#,
+        checkout = checkout.display(),
+        out = out.path().display()
+    );
+    // The daemon starts all the same, and says why it cannot read the checkout.
+    let daemon = Daemon::start_with_config(&config);
+    wait_for("the missing checkout in the log", SETTLED, || {
+        daemon
+            .log()
+            .contains("cannot read the project's checkout")
+            .then_some(())
+    });
+
+    // Cloned later (made aside, then moved into place whole): its first look is a baseline,
+    // then a commit fires.
+    let staging = place.path().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    git(&staging, &["init", "-q", "-b", "main"]);
+    commit(&staging, "first");
+    std::fs::rename(&staging, &checkout).unwrap();
+    wait_baseline(&daemon, "web");
+    let sha = commit(&checkout, "second");
+    let runs = project_runs(&daemon, "project.checkout_updated", 1, SETTLED);
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0]["status"], "completed", "{}", runs[0]);
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("shas.txt")).unwrap(),
+        format!("{sha}\n")
+    );
+}
