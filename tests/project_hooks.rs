@@ -226,6 +226,40 @@ fn a_commit_and_a_tag_fire_once_each_and_a_restart_fires_only_what_it_missed() {
     assert_eq!(catalog["hooks"][1]["source"], "project");
     assert_eq!(catalog["hooks"][1]["event"], "project.tag_pushed");
     assert_eq!(catalog["hooks"][1]["timeout_ms"], 30_000);
+    let checkout_path = real(repo.path());
+    let (_, in_checkout) = daemon.get(&format!(
+        "/api/hooks/catalog?source=project&workspace={checkout_path}"
+    ));
+    assert_eq!(
+        in_checkout["hooks"].as_array().unwrap().len(),
+        2,
+        "{in_checkout}"
+    );
+    // The checkout's hook runs in the hook API's terms (seed 004): source `project`.
+    let (status, seed) = daemon.get(&format!(
+        "/api/workspaces/{}/hooks/runs",
+        checkout_path.replace('/', "%2F")
+    ));
+    assert_eq!(status, 200, "{seed}");
+    let seen: Vec<(&str, &str, &str)> = seed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["source"].as_str().unwrap(),
+                r["hook_name"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("project", "web/tag_pushed[0]", "applied"),
+            ("project", "web/checkout_updated[0]", "applied")
+        ]
+    );
     let (_, tagged) = daemon.get("/api/hooks/catalog?event=project.tag_pushed");
     let names: Vec<&str> = tagged["hooks"]
         .as_array()
