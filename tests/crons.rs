@@ -483,3 +483,27 @@ action = { command = "true" }
         assert!(err.contains(expected), "no {expected:?} in:\n{err}");
     }
 }
+
+#[test]
+fn a_config_reload_schedules_a_new_cron_without_a_restart() {
+    let daemon = Daemon::start();
+    let list = daemon.ok(&["cron", "list"]);
+    assert!(list.contains("no crons"), "{list}");
+    std::fs::write(
+        daemon.data_dir.join("canopy.toml"),
+        "[[crons]]\nname = \"fresh\"\nschedule = \"@every 1s\"\naction = { command = \"echo hi\" }\n",
+    )
+    .unwrap();
+    let reload = daemon.ok(&["config", "reload"]);
+    assert!(reload.contains("crons"), "{reload}");
+    let fired = receipt_where(&daemon, "fresh", "a firing of the new cron", |r| {
+        status_of(r) == "completed"
+    });
+    assert_eq!(fired["trigger"], "schedule");
+    // A new cron starts with nothing missed.
+    assert!(
+        receipts(&daemon, "fresh")
+            .iter()
+            .all(|r| status_of(r) != "missed")
+    );
+}

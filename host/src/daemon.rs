@@ -270,7 +270,12 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             .crons()
             .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?,
     );
+    for problem in crate::crons::check_actions(&plugins, &config.crons().unwrap_or_default()).await
+    {
+        tracing::warn!(%problem, "a cron's action does not validate; its firings will fail until it does");
+    }
     crons.start().await?;
+    reloader.schedule_crons(crons.clone());
     // Project hooks, and a watcher per project checkout.
     let project_watchers =
         crate::projects::start(&config, &plugins, &bus, &drain, &reloader).await?;

@@ -47,6 +47,8 @@ pub struct Reloader {
     gate: tokio::sync::Mutex<()>,
     /// The project watchers, once the daemon has started them.
     watchers: std::sync::OnceLock<Arc<crate::projects::watch::Watchers>>,
+    /// The crons, once the daemon has started them.
+    crons: std::sync::OnceLock<crate::crons::Crons>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -73,7 +75,13 @@ impl Reloader {
             current: Mutex::new(current),
             gate: tokio::sync::Mutex::new(()),
             watchers: std::sync::OnceLock::new(),
+            crons: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands the crons to the reloader: a reload that changes `[[crons]]` reschedules them.
+    pub fn schedule_crons(&self, crons: crate::crons::Crons) {
+        let _ = self.crons.set(crons);
     }
 
     /// Hands the project watchers to the reloader: a reload that changes `[projects]` starts,
@@ -93,6 +101,7 @@ impl Reloader {
         let mut problems = check_actions(&self.plugins, &hooks).await;
         let projects = crate::projects::compile(&config.projects)?;
         problems.extend(crate::projects::check_actions(&self.plugins, &projects).await);
+        problems.extend(crate::crons::check_actions(&self.plugins, &config.crons()?).await);
         if problems.is_empty() {
             Ok((config, hooks))
         } else {
@@ -109,6 +118,33 @@ impl Reloader {
             Err(err) => return Err(vec![format!("cannot read {}: {err}", self.path.display())]),
         };
         let (config, hooks) = self.check(&text).await?;
+        let (report, new_crons) = self.apply(config, hooks);
+        if let (Some(Ok(new_crons)), Some(crons)) = (new_crons, self.crons.get())
+            && let Err(err) = crons.replace(new_crons).await
+        {
+            tracing::error!(error = %err, "cannot reschedule the crons");
+        }
+        tracing::info!(
+            path = %self.path.display(),
+            hooks = report.hooks,
+            applied = %report.applied.join(", "),
+            needs_restart = %report.needs_restart.join(", "),
+            "configuration reloaded"
+        );
+        Ok(report)
+    }
+
+    /// Puts a checked configuration in force, all but the crons (returned when they changed:
+    /// rescheduling them awaits).
+    #[allow(clippy::type_complexity)]
+    fn apply(
+        &self,
+        config: Config,
+        hooks: DaemonHooks,
+    ) -> (
+        ReloadReport,
+        Option<Result<Vec<crate::crons::Cron>, Vec<String>>>,
+    ) {
         let mut current = self
             .current
             .lock()
@@ -137,6 +173,8 @@ impl Reloader {
                     .is_none_or(|new| !new.same_lifecycle(project))
             });
         note(projects_changed, "projects", true);
+        let crons_changed = old.crons != config.crons;
+        note(crons_changed, "crons", true);
         note(old.listen != config.listen, "listen", false);
         let mut old_limits = old.limits.clone();
         old_limits.max_dispatch_depth = config.limits.max_dispatch_depth;
@@ -161,22 +199,14 @@ impl Reloader {
             needs_restart,
         };
         self.bus.set_daemon_hooks(hooks);
-        if projects_changed
-            && let Ok(projects) = crate::projects::compile(&config.projects)
-        {
+        if projects_changed && let Ok(projects) = crate::projects::compile(&config.projects) {
             if let Some(watchers) = self.watchers.get() {
                 watchers.apply(&projects.projects);
             }
             self.bus.set_project_hooks(projects);
         }
+        let new_crons = crons_changed.then(|| config.crons());
         *current = config;
-        tracing::info!(
-            path = %self.path.display(),
-            hooks = report.hooks,
-            applied = %report.applied.join(", "),
-            needs_restart = %report.needs_restart.join(", "),
-            "configuration reloaded"
-        );
-        Ok(report)
+        (report, new_crons)
     }
 }

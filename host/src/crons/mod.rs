@@ -204,3 +204,15 @@ pub fn compile(entries: &[CronConfig]) -> Result<Vec<Cron>, Vec<String>> {
         Err(problems)
     }
 }
+
+/// The executors' own checks of each cron's `action` (the mode is served, the config is valid
+/// for it, its markers are ones a cron offers); every problem with its TOML path.
+pub async fn check_actions(plugins: &crate::plugins::PluginHost, crons: &[Cron]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for cron in crons {
+        if let Err(err) = plugins.validate(&cron.work, runner::CRON_MARKERS).await {
+            problems.push(format!("crons[{}].action: {err}", cron.index));
+        }
+    }
+    problems
+}
