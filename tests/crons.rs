@@ -213,10 +213,25 @@ schedule = "@yearly"
 action = { command = "sleep 2; echo finished" }
 "#,
     );
+    // A graph whose one node takes two seconds: it ends within the budget, as it would.
+    let repo = support::git_repo();
+    let marks = tempfile::tempdir().unwrap();
+    let node_started = marks.path().join("node-started");
+    let spec = daemon.add_spec("drained");
+    daemon.create_graph(serde_json::json!({
+        "name": "drained",
+        "workdir": repo.path(),
+        "specs": [spec],
+        "nodes": [{ "name": "work", "command": format!("touch {}; sleep 2; echo node done", node_started.display()) }],
+    }));
     daemon.ok(&["cron", "run", "long"]);
     daemon.ok(&["cron", "run", "short"]);
+    daemon.control("drained", serde_json::json!({ "action": "run" }));
     receipt_where(&daemon, "long", "the long firing to run", |r| {
         status_of(r) == "running"
+    });
+    wait_for("the node to run", Duration::from_secs(30), || {
+        node_started.exists().then_some(())
     });
     let started = Instant::now();
     daemon.sigterm();
@@ -241,6 +256,12 @@ action = { command = "sleep 2; echo finished" }
         "completed",
         "drained within the budget: {short}"
     );
+    let graph = daemon.json(&["graph", "get", "drained"]);
+    assert_eq!(
+        graph["status"], "completed",
+        "drained within the budget: {graph:#}"
+    );
+
     // Its end is on the feed with the original run id.
     let (_, feed) = daemon.get("/api/feed?event=cron.interrupted&last=10");
     assert_eq!(
@@ -257,6 +278,11 @@ fn daemon_stop_with_a_timeout_refuses_new_firings_and_says_what_it_drains() {
 name = "long"
 schedule = "@yearly"
 action = { command = "echo partial; sleep 60" }
+
+[[crons]]
+name = "late"
+schedule = "@yearly"
+action = { command = "true" }
 "#,
     );
     daemon.ok(&["cron", "run", "long"]);
@@ -264,11 +290,28 @@ action = { command = "echo partial; sleep 60" }
         status_of(r) == "running"
     });
     let started = Instant::now();
-    let output = daemon.cli(&["daemon", "stop", "--timeout", "1"]);
+    let stopping = std::process::Command::new(CANOPY)
+        .args(["daemon", "stop", "--timeout", "3", "--data-dir"])
+        .arg(&daemon.data_dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While it drains, the daemon still answers, and refuses new firings on the record.
+    let refused = wait_for("a refused firing", Duration::from_secs(10), || {
+        let output = daemon.cli(&["cron", "run", "late"]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        stderr.contains("did not run (refused)").then_some(stderr)
+    });
+    assert!(
+        refused.contains("a planned stop closed cron admission"),
+        "{refused}"
+    );
+    let output = stopping.wait_with_output().unwrap();
     assert!(output.status.success(), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stderr)
-            .contains("draining: 1 piece of work in flight get up to 1s"),
+            .contains("draining: 1 piece of work in flight get up to 3s"),
         "{output:?}"
     );
     assert!(
@@ -284,6 +327,7 @@ action = { command = "echo partial; sleep 60" }
         long["output"].as_str().unwrap().contains("partial"),
         "{long}"
     );
+    assert_eq!(status_of(&receipts(&daemon, "late")[0]), "refused");
     // A bad budget is refused naming the field.
     let (status, answer) = daemon.send(
         "POST",
