@@ -114,7 +114,7 @@ action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTO
 }
 
 #[test]
-fn overlap_forbid_records_a_skipped_firing_and_a_manual_run_waits_for_its_end() {
+fn overlap_forbid_skips_replace_stops_the_last_and_a_manual_run_waits_for_its_end() {
     let daemon = Daemon::start_with_config(
         r#"
 [[crons]]
@@ -127,7 +127,24 @@ action = { command = "sleep 3" }
 name = "hand"
 schedule = "@yearly"
 action = { command = "echo by hand; exit 3" }
+
+[[crons]]
+name = "newest"
+schedule = "@every 1s"
+overlap = "replace"
+action = { command = "echo started; sleep 5" }
 "#,
+    );
+    // `replace`: the next firing stops the one still running, whose receipt says so.
+    let replaced = receipt_where(&daemon, "newest", "a replaced firing", |r| {
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("replaced by the next firing"))
+    });
+    assert_eq!(status_of(&replaced), "failed", "{replaced}");
+    assert!(
+        replaced["output"].as_str().unwrap().contains("started"),
+        "{replaced}"
     );
     let skipped = receipt_where(&daemon, "slow", "a skipped firing", |r| {
         status_of(r) == "skipped"
@@ -156,7 +173,7 @@ action = { command = "echo by hand; exit 3" }
     // Unknown names are refused, listing the crons there are.
     let err = daemon.fails(&["cron", "run", "nope"]);
     assert!(
-        err.contains("no cron named `nope`; configured crons: slow, hand"),
+        err.contains("no cron named `nope`; configured crons: slow, hand, newest"),
         "{err}"
     );
 }
