@@ -213,6 +213,17 @@ async fn control(
     Path(name): Path<String>,
     ApiJson(request): ApiJson<ControlRequest>,
 ) -> Result<ApiJson<GraphView>, ApiError> {
+    // A planned stop has closed admission: a run or continue would start nothing.
+    if state.drain.is_closed() && request.action != "reset" {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "stopping",
+            format!(
+                "the daemon is stopping (a planned stop is draining); `{}` starts nothing now: run it again once the daemon is back",
+                request.action
+            ),
+        ));
+    }
     Ok(ApiJson(state.engine.control(&name, request).await?))
 }
 
