@@ -101,16 +101,17 @@ pub const ASYNC_MODE: &str = "async";
 #[derive(Debug, Clone, Serialize)]
 pub struct HookRun {
     pub id: String,
-    /// Where the hook is declared: `graph` or `config`.
+    /// Where the hook is declared: `graph`, `config` or `project`.
     pub source: HookSource,
-    /// The hook's name: a daemon hook's `name`, `<graph>.<key>[<index>]` for a graph's.
+    /// The hook's name: a daemon hook's `name`, `<graph>.<key>[<index>]` for a graph's,
+    /// `<project>/<event>[<index>]` for a project's.
     pub hook_name: String,
     /// The graph the event belongs to (always, for a graph's hook).
     pub graph_id: Option<String>,
     pub graph_name: Option<String>,
     pub run_id: Option<String>,
     /// The graph-hook key (`on_completed`) for a graph's hook; the taxonomy event
-    /// (`graph.run.blocked`) for a daemon hook.
+    /// (`graph.run.blocked`) for a daemon or project hook.
     pub event: String,
     pub hook_index: i64,
     /// A copy of the exact hook config that fired.
