@@ -50,12 +50,11 @@ fn a_cron_fires_on_schedule_with_a_receipt_its_identity_and_its_actor_on_nested_
 name = "tick"
 schedule = "@every 1s"
 timeout_secs = 30
-action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTOR $CANOPY_AUTOMATION_KIND $CANOPY_AUTOMATION_ID\" >> {out}; {canopy} --data-dir {data} spec add --name from-cron --file {body} > /dev/null && echo fired" }}
+action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTOR $CANOPY_AUTOMATION_KIND $CANOPY_AUTOMATION_ID\" >> {out}; {canopy} spec add --name from-cron --file {body} > /dev/null && echo fired" }}
 "#,
         out = out.display(),
         body = body.display(),
         canopy = CANOPY,
-        data = data.display(),
     );
     std::fs::write(data.join("canopy.toml"), config).unwrap();
     let daemon = Daemon::start_on(&data);
@@ -80,7 +79,8 @@ action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTO
             .any(|l| l == format!("tick {run_id} cron:tick cron cron:tick")),
         "{lines}"
     );
-    // The spec its nested `canopy` call added is on the feed as the cron's doing.
+    // The spec its nested `canopy` call added (it finds this daemon through the CANOPY_HOME
+    // the daemon sets) is on the feed as the cron's doing.
     let (_, feed) = daemon.get("/api/feed?event=spec.created&last=10");
     let event = &feed["events"][0];
     assert_eq!(event["actor"], "cron:tick", "{feed:#}");

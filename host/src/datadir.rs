@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+/// The variable naming the data dir (as `--data-dir` does). The daemon sets it on every
+/// process it runs, so a `canopy` command there talks to that daemon.
+pub const HOME_VAR: &str = "CANOPY_HOME";
+
 /// Paths inside one data dir.
 #[derive(Debug, Clone)]
 pub struct DataDir {

@@ -51,6 +51,9 @@ pub const CALL_ID_VAR: &str = "CANOPY_CALL_ID";
 struct Supervisor {
     pass_env: Vec<String>,
     ledger: Option<Ledger>,
+    /// This daemon's data dir, handed to every process as `CANOPY_HOME`: a `canopy` command a
+    /// hook, cron or node runs talks to this daemon, whatever data dir it was started with.
+    data_root: Option<std::path::PathBuf>,
 }
 
 static SUPERVISOR: OnceLock<Supervisor> = OnceLock::new();
@@ -59,6 +62,7 @@ fn supervisor() -> &'static Supervisor {
     SUPERVISOR.get_or_init(|| Supervisor {
         pass_env: Vec::new(),
         ledger: None,
+        data_root: None,
     })
 }
 
@@ -95,6 +99,7 @@ pub async fn start(data_root: &Path, config: &ProcessConfig) -> Result<()> {
     let supervisor = Supervisor {
         pass_env: config.pass_env.clone(),
         ledger: Some(ledger),
+        data_root: Some(data_root.to_path_buf()),
     };
     if SUPERVISOR.set(supervisor).is_err() {
         tracing::warn!("process supervision was already set up; keeping the first setup");
@@ -103,9 +108,18 @@ pub async fn start(data_root: &Path, config: &ProcessConfig) -> Result<()> {
     Ok(())
 }
 
-/// The variables a process inherits from the daemon's environment.
+/// The variables a process inherits from the daemon's environment, and `CANOPY_HOME` naming
+/// the daemon's data dir (so a nested `canopy` call reaches this daemon).
 pub fn inherited_env() -> Vec<(String, OsString)> {
-    env::inherited(&supervisor().pass_env, |name| std::env::var_os(name))
+    let supervisor = supervisor();
+    let mut vars = env::inherited(&supervisor.pass_env, |name| std::env::var_os(name));
+    if let Some(root) = &supervisor.data_root {
+        vars.push((
+            crate::datadir::HOME_VAR.to_string(),
+            root.as_os_str().to_owned(),
+        ));
+    }
+    vars
 }
 
 /// Resolves a bare program name on the daemon's own `PATH` (not one a plugin passes).
