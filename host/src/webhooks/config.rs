@@ -35,8 +35,14 @@ use crate::plugins::{WorkConfig, split_work_config};
 pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// The largest `max_body_bytes` a hook may set.
 pub const MAX_MAX_BODY: u64 = 64 * 1024 * 1024;
-/// Handler runs of one hook at once unless it sets `concurrency`; more wait in its queue.
-pub const DEFAULT_CONCURRENCY: u32 = 8;
+/// Handler runs of one hook at once unless it sets `concurrency` (more wait in its queue): this
+/// machine's cores, from 2 to 8. A handler is a process or two; more of them than cores only
+/// slows the listener's answers (set more for handlers that mostly wait, such as agents).
+pub fn default_concurrency() -> u32 {
+    std::thread::available_parallelism()
+        .map_or(2, |n| u32::try_from(n.get()).unwrap_or(8))
+        .clamp(2, 8)
+}
 /// The most a hook's `concurrency` may be.
 pub const MAX_CONCURRENCY: u32 = 256;
 /// The deadline of a handler run unless the hook sets `timeout_secs`.
@@ -643,7 +649,7 @@ fn compile_one(
             field("max_body_bytes")
         ));
     }
-    let concurrency = entry.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+    let concurrency = entry.concurrency.unwrap_or_else(default_concurrency);
     if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
         problems.push(format!(
             "{}: must be from 1 to {MAX_CONCURRENCY}",
