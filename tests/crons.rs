@@ -327,8 +327,7 @@ action = { command = "true" }
     let output = stopping.wait_with_output().unwrap();
     assert!(output.status.success(), "{output:?}");
     assert!(
-        String::from_utf8_lossy(&output.stderr)
-            .contains("draining: 1 piece of work in flight get up to 3s"),
+        String::from_utf8_lossy(&output.stderr).contains(" of work in flight get up to 3s to end"),
         "{output:?}"
     );
     assert!(

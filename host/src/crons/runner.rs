@@ -28,6 +28,11 @@ pub const OUTPUT_LIMIT: usize = 16 * 1024;
 /// Misses counted at most, per cron and start.
 const MISSED_CAP: u64 = 1_000_000;
 
+/// How long before its scheduled second a firing is prepared: its receipt written, its
+/// executor instance set up and its config rendered, so that its process starts on the second
+/// (the host holds the spawn until then).
+const LEAD: Duration = Duration::from_millis(250);
+
 /// What went wrong with a cron request.
 #[derive(Debug, thiserror::Error)]
 pub enum CronError {
@@ -91,6 +96,8 @@ struct Inner {
     data_dir: PathBuf,
     keep_days: u32,
     crons: RwLock<Vec<Arc<Cron>>>,
+    /// The paused crons (kept in the store; read here on every firing).
+    paused: Mutex<std::collections::HashSet<String>>,
     tasks: Mutex<Vec<AbortHandle>>,
     running: Mutex<HashMap<String, Vec<Arc<Firing>>>>,
 }
@@ -112,6 +119,7 @@ impl Crons {
                 data_dir,
                 keep_days,
                 crons: RwLock::new(crons.into_iter().map(Arc::new).collect()),
+                paused: Mutex::default(),
                 tasks: Mutex::default(),
                 running: Mutex::default(),
             }),
@@ -140,11 +148,44 @@ impl Crons {
                 "cron firings running when the daemon died are recorded interrupted_unknown; they are not replayed"
             );
         }
+        self.load_paused().await?;
         for cron in self.served() {
             self.account_misses(&cron).await?;
         }
         self.spawn_schedulers();
         Ok(())
+    }
+
+    /// Reads which crons are paused.
+    async fn load_paused(&self) -> Result<(), StoreError> {
+        let names: Vec<String> = self.all().iter().map(|c| c.name().to_string()).collect();
+        let paused = self
+            .inner
+            .store
+            .read(move |rd| {
+                let mut paused = std::collections::HashSet::new();
+                for name in names {
+                    if rd.cron_state(&name)?.is_some_and(|s| s.paused) {
+                        paused.insert(name);
+                    }
+                }
+                Ok::<_, StoreError>(paused)
+            })
+            .await?;
+        *self
+            .inner
+            .paused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = paused;
+        Ok(())
+    }
+
+    fn is_paused(&self, name: &str) -> bool {
+        self.inner
+            .paused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(name)
     }
 
     /// Puts a new list of crons in force (a config reload): schedulers restart; firings in
@@ -156,6 +197,7 @@ impl Crons {
             .crons
             .write()
             .unwrap_or_else(PoisonError::into_inner) = crons.into_iter().map(Arc::new).collect();
+        self.load_paused().await?;
         for cron in self.served() {
             let name = cron.name().to_string();
             let now = Timestamp::now().to_string();
@@ -289,35 +331,34 @@ impl Crons {
         }
         self.inner.bus.publish(recorded).await;
         if catch_up {
-            self.fire(cron.clone(), Trigger::CatchUp, None).await?;
+            self.fire(cron.clone(), Trigger::CatchUp, None, None)
+                .await?;
         }
         Ok(())
     }
 
-    /// One cron's scheduler: sleeps to each scheduled second (plus jitter) and fires.
+    /// One cron's scheduler: wakes [`LEAD`] before each scheduled second (plus jitter), fires,
+    /// and the firing's process starts on the mark.
     async fn schedule(self, cron: Arc<Cron>) {
         let mut after = Timestamp::now();
         while let Some(next) = cron.schedule.next_after(after) {
+            let until_mark = |now: Timestamp| -> Duration {
+                next.duration_since(now)
+                    .try_into()
+                    .unwrap_or(Duration::ZERO)
+            };
             let jitter = jitter(cron.jitter);
-            let wait = next
-                .duration_since(Timestamp::now())
-                .try_into()
-                .unwrap_or(Duration::ZERO)
-                + jitter;
-            tokio::time::sleep(wait).await;
+            let to_mark = until_mark(Timestamp::now()) + jitter;
+            let mark = tokio::time::Instant::now() + to_mark;
+            tokio::time::sleep_until(mark.checked_sub(LEAD).unwrap_or(mark)).await;
             after = next;
-            let name = cron.name().to_string();
-            let paused = self
-                .inner
-                .store
-                .read(move |rd| rd.cron_state(&name))
-                .await
-                .map(|s| s.is_some_and(|s| s.paused))
-                .unwrap_or(false);
-            if paused {
+            if self.is_paused(cron.name()) {
                 continue;
             }
-            if let Err(err) = self.fire(cron.clone(), Trigger::Schedule, Some(next)).await {
+            if let Err(err) = self
+                .fire(cron.clone(), Trigger::Schedule, Some(next), Some(mark))
+                .await
+            {
                 tracing::error!(cron = %cron.name(), error = %err, "cannot record a cron firing");
             }
         }
@@ -340,7 +381,7 @@ impl Crons {
                 ),
             });
         }
-        Ok(self.fire(cron, Trigger::Manual, None).await?)
+        Ok(self.fire(cron, Trigger::Manual, None, None).await?)
     }
 
     /// Records a firing and, when it is admitted, starts its action. The receipt is written
@@ -350,6 +391,7 @@ impl Crons {
         cron: Arc<Cron>,
         trigger: Trigger,
         scheduled: Option<Timestamp>,
+        not_before: Option<tokio::time::Instant>,
     ) -> Result<Receipt, StoreError> {
         let name = cron.name().to_string();
         let run_id = crate::store::new_id();
@@ -441,7 +483,9 @@ impl Crons {
                 let crons = self.clone();
                 let written = receipt.clone();
                 tokio::spawn(async move {
-                    crons.execute(cron, firing, written, scheduled).await;
+                    crons
+                        .execute(cron, firing, written, scheduled, not_before)
+                        .await;
                     drop(admitted);
                 });
             }
@@ -470,6 +514,7 @@ impl Crons {
         firing: Arc<Firing>,
         receipt: Receipt,
         scheduled: Option<Timestamp>,
+        not_before: Option<tokio::time::Instant>,
     ) {
         let name = cron.name().to_string();
         let actor = Actor::Cron(name.clone()).to_string();
@@ -516,15 +561,21 @@ impl Crons {
             resume_session: None,
             env,
         };
-        let started = Instant::now();
+        // Timed from the mark when the firing was prepared ahead of it.
+        let started = not_before.map_or_else(Instant::now, |at| at.into_std().max(Instant::now()));
         let result = cron_cause(&name)
             .scope(
                 self.inner
                     .plugins
-                    .execute_stoppable(request, Some(firing.switch.signal())),
+                    .execute_at(request, Some(firing.switch.signal()), not_before),
             )
             .await;
-        let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let duration_ms = i64::try_from(
+            Instant::now()
+                .saturating_duration_since(started)
+                .as_millis(),
+        )
+        .unwrap_or(i64::MAX);
         let replaced_by = firing
             .replaced_by
             .lock()
@@ -678,6 +729,18 @@ impl Crons {
             .store
             .write(move |tx| tx.set_cron_paused(&key, paused, &now))
             .await?;
+        {
+            let mut set = self
+                .inner
+                .paused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if paused {
+                set.insert(cron.name().to_string());
+            } else {
+                set.remove(cron.name());
+            }
+        }
         tracing::info!(cron = %cron.name(), paused, "cron {}", if paused { "paused" } else { "resumed" });
         Ok(self.view(&cron).await?)
     }

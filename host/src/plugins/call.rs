@@ -234,12 +234,18 @@ pub(crate) struct CommandRecord {
     pub last_exit_code: std::sync::Mutex<Option<i32>>,
     /// The signals that stop the call's commands.
     pub stops: Vec<super::process::StopSignal>,
+    /// No command is spawned before this instant.
+    pub not_before: Option<tokio::time::Instant>,
 }
 
 impl CommandRecord {
-    pub fn new(stops: Vec<super::process::StopSignal>) -> Self {
+    pub fn new(
+        stops: Vec<super::process::StopSignal>,
+        not_before: Option<tokio::time::Instant>,
+    ) -> Self {
         Self {
             stops,
+            not_before,
             ..Self::default()
         }
     }
@@ -585,6 +591,7 @@ impl host::Host for CallState {
             result_file,
             detach: self.detach,
             stops: self.commands.stops.clone(),
+            not_before: self.commands.not_before,
         };
         tracing::debug!(plugin = &*self.plugin, program = %cmd.program, "run-command");
         let exit = process::run(spec)

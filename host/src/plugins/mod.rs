@@ -629,6 +629,18 @@ impl PluginHost {
         request: CallRequest,
         stop: Option<process::StopSignal>,
     ) -> Result<CallReport, PluginError> {
+        self.execute_at(request, stop, None).await
+    }
+
+    /// [`PluginHost::execute_stoppable`], whose commands are not spawned before `not_before`:
+    /// the call is set up (instance, rendered config) ahead, and its process starts on the
+    /// mark (a cron firing on its scheduled second).
+    pub async fn execute_at(
+        &self,
+        request: CallRequest,
+        stop: Option<process::StopSignal>,
+        not_before: Option<tokio::time::Instant>,
+    ) -> Result<CallReport, PluginError> {
         let plugin = self.for_mode(&request.work.mode)?;
         let workdir = request.workdir.canonicalize().map_err(|err| {
             PluginError::Refused(format!("workdir {}: {err}", request.workdir.display()))
@@ -684,7 +696,7 @@ impl PluginHost {
         let stops = std::iter::once(self.inner.force.signal())
             .chain(stop)
             .collect();
-        let commands = Arc::new(call::CommandRecord::new(stops));
+        let commands = Arc::new(call::CommandRecord::new(stops, not_before));
         let setup = CallSetup {
             plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),

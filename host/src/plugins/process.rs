@@ -42,6 +42,9 @@ pub struct ProcessSpec {
     /// When one of these fires (a planned stop forcing what is left, a cron replaced by its
     /// next firing), the process group is killed and the exit says `interrupted`.
     pub stops: Vec<StopSignal>,
+    /// Not spawned before this instant: work prepared ahead of its time (a cron firing) starts
+    /// on the mark.
+    pub not_before: Option<tokio::time::Instant>,
 }
 
 /// Tells running commands to stop: firing it kills their process groups.
@@ -107,6 +110,9 @@ pub struct ProcessExit {
 
 /// Runs the process to completion or to its deadline, then kills what is left of the call.
 pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
+    if let Some(at) = spec.not_before {
+        tokio::time::sleep_until(at).await;
+    }
     let started = Instant::now();
     if spec.stops.iter().any(StopSignal::fired) {
         return Err(std::io::Error::other(
@@ -297,6 +303,7 @@ mod tests {
             result_file: None,
             detach: false,
             stops: Vec::new(),
+            not_before: None,
         }
     }
 
