@@ -529,6 +529,13 @@ name = "b"
 schedule = "@daily"
 timezone = "Mars/Olympus"
 action = { command = "true" }
+
+[[crons]]
+name = "c"
+schedule = "@daily"
+timeout_secs = 9223372036854775807
+cwd = "relative/dir"
+action = { command = "true" }
 "#,
     )
     .unwrap();
@@ -539,6 +546,8 @@ action = { command = "true" }
         "crons[1].schedule: `@every 0s`",
         "crons[1].jitter_secs: must be at most 3600",
         "crons[2].timezone: `Mars/Olympus` is not an IANA time zone",
+        "crons[3].timeout_secs: must be from 1 to 604800",
+        "crons[3].cwd: `relative/dir` is not an absolute path",
     ] {
         assert!(err.contains(expected), "no {expected:?} in:\n{err}");
     }

@@ -30,7 +30,7 @@ pub struct FeedArgs {
     /// Only this event, or the events a glob matches (graph.run.completed, spec.*, *.failed).
     #[arg(long, value_name = "GLOB")]
     event: Option<String>,
-    /// Only this family's events: graph, spec, node, hook, session or plugin.
+    /// Only this family's events: graph, spec, node, hook, session, plugin, cron, webhook or project.
     #[arg(long, value_name = "FAMILY")]
     family: Option<String>,
     /// Only the events of this project (a graph's workdir).

@@ -76,7 +76,7 @@ pub enum HooksCommand {
         after_help = "Examples:\n  canopy hooks events\n  canopy hooks events --family graph\n  canopy hooks events --sync-only --json"
     )]
     Events {
-        /// Only this family's events (graph, spec, node, hook, session, plugin).
+        /// Only this family's events (graph, spec, node, hook, session, plugin, cron, webhook, project).
         #[arg(long)]
         family: Option<String>,
         /// Only the events a sync hook may take.

@@ -179,6 +179,14 @@ pub fn compile(entries: &[CronConfig]) -> Result<Vec<Cron>, Vec<String>> {
                 at("keep_receipts")
             ));
         }
+        if let Some(cwd) = &entry.cwd
+            && !std::path::Path::new(cwd).is_absolute()
+        {
+            problems.push(format!(
+                "{}: `{cwd}` is not an absolute path (the action runs there; default: the data dir)",
+                at("cwd")
+            ));
+        }
         let work = split_work_config(&entry.action)
             .map_err(|err| problems.push(format!("{}: {err}", at("action"))))
             .ok();

@@ -842,12 +842,12 @@ fn end_event(receipt: &Receipt) -> Event {
 
 /// A random delay in `[0, max]`.
 fn jitter(max: Duration) -> Duration {
-    let secs = max.as_millis();
-    if secs == 0 {
+    let max_ms = max.as_millis();
+    if max_ms == 0 {
         return Duration::ZERO;
     }
     let draw = getrandom::u64().unwrap_or(0);
-    let millis = u128::from(draw) % (secs + 1);
+    let millis = u128::from(draw) % (max_ms + 1);
     Duration::from_millis(u64::try_from(millis).unwrap_or(0))
 }
 

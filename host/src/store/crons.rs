@@ -35,14 +35,7 @@ state_enum! {
 }
 
 impl ReceiptStatus {
-    /// The `cron.*` event a receipt ending in this status is told by.
-    pub fn is_failure(self) -> bool {
-        matches!(
-            self,
-            Self::Failed | Self::TimedOut | Self::Skipped | Self::Refused
-        )
-    }
-
+    /// Cut short by a stop or a crash (told by `cron.interrupted`).
     pub fn is_interrupted(self) -> bool {
         matches!(self, Self::InterruptedByRestart | Self::InterruptedUnknown)
     }
