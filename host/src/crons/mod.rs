@@ -100,13 +100,12 @@ impl Cron {
 
     /// Whether this daemon (node, roles) runs the cron.
     pub fn serves(&self, node: &str, roles: &[String]) -> bool {
-        (self.config.nodes.is_empty() || self.config.nodes.iter().any(|n| n == node))
-            && (self.config.roles_permitted.is_empty()
-                || self
-                    .config
-                    .roles_permitted
-                    .iter()
-                    .any(|r| roles.contains(r)))
+        crate::hooks::daemon::node_serves(
+            &self.config.nodes,
+            &self.config.roles_permitted,
+            node,
+            roles,
+        )
     }
 }
 

@@ -121,13 +121,12 @@ impl DaemonHook {
 
     /// Whether this daemon (node, roles) runs the hook at all.
     pub fn serves(&self, node: &str, roles: &[String]) -> bool {
-        (self.config.nodes.is_empty() || self.config.nodes.iter().any(|n| n == node))
-            && (self.config.roles_permitted.is_empty()
-                || self
-                    .config
-                    .roles_permitted
-                    .iter()
-                    .any(|r| roles.contains(r)))
+        node_serves(
+            &self.config.nodes,
+            &self.config.roles_permitted,
+            node,
+            roles,
+        )
     }
 
     /// Whether the hook fires for this event: its event pattern and every `match` field.
@@ -137,6 +136,18 @@ impl DaemonHook {
                 field_text(envelope, field).is_some_and(|value| matcher.matches(&value))
             })
     }
+}
+
+/// Whether a daemon (its node name and roles) runs automation narrowed to `nodes` and
+/// `roles_permitted` (either empty: no narrowing) -- daemon hooks and crons alike.
+pub fn node_serves(
+    nodes: &[String],
+    roles_permitted: &[String],
+    node: &str,
+    roles: &[String],
+) -> bool {
+    (nodes.is_empty() || nodes.iter().any(|n| n == node))
+        && (roles_permitted.is_empty() || roles_permitted.iter().any(|r| roles.contains(r)))
 }
 
 /// A field of an event as text: an envelope field, or a payload field (dotted for nested).
