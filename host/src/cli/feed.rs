@@ -4,11 +4,12 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use serde_json::Value;
 
 use super::client::{ApiFailure, in_cli_terms};
+use super::sse::SseEvents;
 use super::{Client, encode, print_json, str_at};
 use crate::datadir::DataDir;
 
@@ -240,72 +241,36 @@ async fn stream_once(
     if let Some(id) = last_id {
         request = request.header("Last-Event-ID", id);
     }
-    let mut response = request
-        .send()
-        .await
-        .context("cannot reach the daemon")
-        .map_err(Dropped::Unreachable)?;
-    let status = response.status();
-    if !status.is_success() {
-        let body: Value = response.json().await.unwrap_or_default();
-        let message = str_at(&body, "/error/message");
-        return Err(Dropped::Refused(
-            ApiFailure {
-                status: status.as_u16(),
-                code: str_at(&body, "/error/code").to_string(),
-                message: if message.is_empty() {
-                    format!("the daemon refused ({status})")
-                } else {
-                    message.to_string()
-                },
-            }
-            .into(),
-        ));
-    }
+    let mut events = match SseEvents::open(request).await {
+        Ok(events) => events,
+        Err(err) if err.is::<ApiFailure>() => return Err(Dropped::Refused(err)),
+        Err(err) => return Err(Dropped::Unreachable(err)),
+    };
     let mut last = last_id.map(str::to_string);
-    let mut buffer = String::new();
     loop {
-        let chunk = match response.chunk().await {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => return Ok(Streamed { last }),
-            Err(_) => return Err(Dropped::Broken { last }),
+        let frame = match events.next().await {
+            Some(Ok(frame)) => frame,
+            None => return Ok(Streamed { last }),
+            Some(Err(_)) => return Err(Dropped::Broken { last }),
         };
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let frame: String = buffer.drain(..end + 2).collect();
-            let (mut event, mut id, mut data) = ("message", None, String::new());
-            for line in frame.lines() {
-                if let Some(name) = line.strip_prefix("event:") {
-                    event = name.trim();
-                } else if let Some(value) = line.strip_prefix("id:") {
-                    id = Some(value.trim().to_string());
-                } else if let Some(value) = line.strip_prefix("data:") {
-                    if !data.is_empty() {
-                        data.push('\n');
-                    }
-                    data.push_str(value.strip_prefix(' ').unwrap_or(value));
+        match frame.event.as_str() {
+            "feed" => {
+                let envelope = frame.json();
+                if json {
+                    println!("{envelope}");
+                } else {
+                    println!("{}", line(&envelope));
+                }
+                if frame.id.is_some() {
+                    last = frame.id;
                 }
             }
-            match event {
-                "feed" => {
-                    let envelope: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
-                    if json {
-                        println!("{envelope}");
-                    } else {
-                        println!("{}", line(&envelope));
-                    }
-                    if id.is_some() {
-                        last = id;
-                    }
-                }
-                "lagged" => {
-                    // Nothing is lost: the daemon read the missed events back from the feed.
-                    let missed: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
-                    tracing::debug!(missed = %missed["missed"], "the stream fell behind and was read back from the feed");
-                }
-                // A keep-alive comment, or an event this client does not know.
-                _ => {}
+            "lagged" => {
+                // Nothing is lost: the daemon read the missed events back from the feed.
+                tracing::debug!(missed = %frame.json()["missed"], "the stream fell behind and was read back from the feed");
             }
+            // An event this client does not know.
+            _ => {}
         }
     }
 }

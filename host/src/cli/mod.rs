@@ -15,6 +15,7 @@ mod queue;
 mod run;
 mod session;
 mod spec;
+pub mod sse;
 mod table;
 mod webhooks;
 
@@ -153,6 +154,13 @@ enum Command {
         after_help = "Examples:\n  canopy run list --graph web\n  canopy run show 3f2a\n  canopy run output 9c41"
     )]
     Run(run::RunCommand),
+    /// Serve MCP (Model Context Protocol) on stdin/stdout for an agent CLI: Canopy's graphs,
+    /// specs, queues, hooks, sessions and feed as tools and resources.
+    #[command(after_help = "Example (Claude Code):\n  claude mcp add canopy -- canopy mcp")]
+    Mcp(crate::mcp::McpArgs),
+    /// The terminal UI: projects, backlog, graphs, queues and sessions, live.
+    #[command(after_help = "Example:\n  canopy tui")]
+    Tui(crate::tui::TuiArgs),
 }
 
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
@@ -222,6 +230,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Feed(args) => feed::run(&data, args).await,
         Command::Config(command) => config::run(&data, command).await,
         Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,
+        Command::Mcp(args) => crate::mcp::serve_stdio(&data, args).await,
+        Command::Tui(args) => crate::tui::run(&data, args).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

@@ -1,0 +1,3 @@
+//! MCP round trips: `cargo bench --bench mcp`.
+
+fn main() {}

@@ -1,0 +1,3 @@
+//! TUI latency: `cargo bench --bench tui`.
+
+fn main() {}

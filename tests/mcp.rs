@@ -1,0 +1,1 @@
+//! The MCP server end to end, driven by the official Python MCP SDK.

@@ -1,0 +1,1 @@
+//! The terminal UI end to end, in a real terminal (tmux).
