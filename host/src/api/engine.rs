@@ -45,9 +45,10 @@ pub fn router() -> Router<AppState> {
 
 // ----- specs -----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SpecQuery {
+pub(crate) struct SpecQuery {
+    /// Only the specs tagged to this workdir (an absolute path).
     #[serde(default)]
     workdir: Option<String>,
 }
@@ -152,13 +153,13 @@ fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct GraphQuery {
-    /// Specs of the per-spec lists skipped from the start.
+pub(crate) struct GraphQuery {
+    /// Specs of the per-spec lists skipped from the start (default 0).
     #[serde(default)]
     offset: Option<usize>,
-    /// Specs of the per-spec lists shown at most.
+    /// Specs of the per-spec lists shown at most (default 50, at most 1000).
     #[serde(default)]
     limit: Option<usize>,
 }
@@ -366,10 +367,13 @@ async fn delete_queue(
     Ok(ApiJson(state.engine.delete_queue(&id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct AddSpec {
+pub(crate) struct AddSpec {
+    /// The spec to add: its id or a unique id prefix.
     spec: String,
+    /// A context group: the spec lands right after the group's last pending member, and
+    /// grouped specs share a warm agent session.
     #[serde(default)]
     group: Option<String>,
 }
@@ -394,9 +398,10 @@ async fn queue_remove(
     Ok(ApiJson(state.engine.queue_remove(&id, &spec).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SetGroup {
+pub(crate) struct SetGroup {
+    /// The member's new group (it moves next to its group); `null` takes it out of any group.
     group: Option<String>,
 }
 
@@ -413,9 +418,11 @@ async fn queue_group(
     ))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Reorder {
+pub(crate) struct Reorder {
+    /// Every member's spec (id or unique prefix) in the new order; an order that would split a
+    /// group's pending members is refused, naming the positions.
     order: Vec<String>,
 }
 

@@ -48,23 +48,30 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/feed", get(feed))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct FeedParams {
+pub(crate) struct FeedParams {
     /// A cursor, an RFC 3339 time, or a duration back from now.
     #[serde(default)]
     since: Option<String>,
     /// An event name or glob (`spec.*`).
     #[serde(default)]
     event: Option<String>,
+    /// Only this family's events: `graph`, `spec`, `node`, `hook`, `session`, `plugin`, `cron`,
+    /// `webhook` or `project`.
     #[serde(default)]
     family: Option<String>,
+    /// Only this project's (workdir's) events.
     #[serde(default)]
     project: Option<String>,
-    /// Parsed here, so a bad value is named with what is allowed.
+    /// How many events at most: 0 to 1000 (default 100). Parsed here, so a bad value is named
+    /// with what is allowed.
     #[serde(default)]
+    #[schemars(with = "Option<u32>")]
     last: Option<String>,
+    /// Stream (server-sent events) instead of one answer; MCP readers subscribe to resources.
     #[serde(default)]
+    #[schemars(skip)]
     follow: bool,
 }
 

@@ -32,18 +32,22 @@ pub fn router() -> Router<AppState> {
         .route("/graphs/{name}/hooks/test", post(test))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RunsQuery {
+pub(crate) struct RunsQuery {
+    /// Only this graph's hook runs (its name, id or unique id prefix).
     #[serde(default)]
     graph: Option<String>,
-    /// A graph hook's key, or a taxonomy event or glob.
+    /// A graph hook's key (`on_completed`), or a taxonomy event or glob (`graph.run.*`).
     #[serde(default)]
     event: Option<String>,
+    /// A run status: `queued`, `running`, `completed`, `failed`, `timed_out`, `interrupted`.
     #[serde(default)]
     status: Option<String>,
+    /// An outcome: `applied`, `denied`, `failed`, `skipped`, `dropped`, `rejected`.
     #[serde(default)]
     outcome: Option<String>,
+    /// `graph` (a graph's `hooks`), `config` (`[[hooks]]` in canopy.toml) or `project`.
     #[serde(default)]
     source: Option<String>,
     /// A hook's name.
@@ -52,6 +56,7 @@ struct RunsQuery {
     /// RFC 3339 instant, or a duration back from now (`10m`, `2h`).
     #[serde(default)]
     since: Option<String>,
+    /// The newest this many (default 50, at most 10000).
     #[serde(default)]
     last: Option<usize>,
 }
@@ -729,16 +734,22 @@ async fn catalog(
     Ok(ApiJson(json!({ "hooks": hooks })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct TestBody {
+pub(crate) struct TestBody {
+    /// The graph hook key to test: `on_completed`, `on_failed`, `on_blocked` or
+    /// `on_spec_completed`.
     event: String,
+    /// Only the hook at this position of the event's list (0-based).
     #[serde(default)]
     index: Option<usize>,
+    /// The spec the event is about (id or unique prefix), for per-spec events.
     #[serde(default)]
     spec: Option<String>,
+    /// The run whose history the event is built from (default: the latest).
     #[serde(default)]
     run: Option<String>,
+    /// Really run the hooks (and wait for them), instead of only rendering them.
     #[serde(default)]
     execute: bool,
 }

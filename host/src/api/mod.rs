@@ -62,8 +62,29 @@ pub struct AppState {
     pub daemon: Arc<DaemonInfo>,
 }
 
-/// The whole API, behind its guard.
+/// Request types the MCP server's tools take (their JSON Schemas are the tools' input schemas).
+pub(crate) mod requests {
+    pub(crate) use super::engine::{AddSpec, GraphQuery, Reorder, SetGroup, SpecQuery};
+    pub(crate) use super::feed::FeedParams;
+    pub(crate) use super::hooks::{RunsQuery, TestBody};
+    pub(crate) use super::sessions::{ListQuery, SendBody};
+}
+
+/// The whole API, behind its guard, with the MCP server at `/mcp` (streamable HTTP) whose tools
+/// call these same routes in-process.
 pub fn router(state: AppState, access: Access) -> Router {
+    // The routes MCP's tools call, without the guard: a request reaching a tool has passed it at
+    // `/mcp` already.
+    let inner = finish(routes(), state.clone());
+    let mcp = crate::mcp::http_service(inner, state.daemon.stopped());
+    finish(routes().route_service("/mcp", mcp), state).layer(axum::middleware::from_fn_with_state(
+        Arc::new(access),
+        guard::guard,
+    ))
+}
+
+/// Every route of the API.
+fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/health", get(health))
         .nest("/api/plugins", plugins::router())
@@ -75,14 +96,15 @@ pub fn router(state: AppState, access: Access) -> Router {
         .nest("/api", config::router())
         .nest("/api/webhooks", webhooks::router())
         .nest("/api", crons::router())
+}
+
+/// The routes with the 404 and 405 answers, and their state.
+fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    routes
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .with_state(state)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(access),
-            guard::guard,
-        ))
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

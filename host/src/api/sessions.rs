@@ -27,13 +27,15 @@ pub fn router() -> Router<AppState> {
         .route("/sessions/{id}/finish", post(finish))
         .route("/sessions/{id}/resume", post(resume))
         .route("/sessions/{id}/inbox", get(inbox))
+        .route("/sessions/{id}/messages", post(send))
         .route("/messages", get(messages))
         .route("/notifications", get(notifications))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ListQuery {
+pub(crate) struct ListQuery {
+    /// Finished sessions too.
     #[serde(default)]
     all: bool,
 }
@@ -89,6 +91,49 @@ async fn import(
 ) -> Result<ApiJson<Session>, ApiError> {
     Ok(ApiJson(
         sessions::import(&state.bus, &body.conversation_id).await?,
+    ))
+}
+
+/// A message to a live session, as `POST /api/sessions/{id}/messages` takes it.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SendBody {
+    /// The message: delivered into the session's inbox (or typed into its tmux pane) by the
+    /// daemon's scheduler on its next tick.
+    text: String,
+}
+
+/// Queues a message for a live session, as an interactive hook does: stored pending, delivered
+/// on the scheduler's next tick, recorded as `session.message.queued` by the request's actor.
+async fn send(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<SendBody>,
+) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+    if body.text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "field `text` is empty; give the message to send",
+        ));
+    }
+    let session = sessions::get(&state.store, &id).await?;
+    if session.status != sessions::SessionStatus::Live {
+        return Err(ApiError::conflict(format!(
+            "session `{}` ({}) is finished; resume it (`canopy session resume {}`) before sending to it",
+            session.name, session.id, session.name
+        )));
+    }
+    let message_id = sessions::enqueue(
+        &state.bus,
+        "api",
+        crate::plugins::MessageTarget::Id(session.id.clone()),
+        &body.text,
+        &crate::plugins::Provenance::default(),
+    )
+    .await
+    .map_err(ApiError::conflict)?;
+    Ok((
+        StatusCode::CREATED,
+        ApiJson(json!({ "message_id": message_id, "session": session })),
     ))
 }
 

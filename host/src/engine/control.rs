@@ -10,19 +10,24 @@ use super::{EngineError, invalid, queues};
 use crate::store::{Tx, ids};
 
 /// A `graph_control` request.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ControlRequest {
-    /// `run`, `reset` or `continue`.
+    /// `run` (start a run), `reset` (back to idle; history stays) or `continue` (resume a
+    /// paused run).
+    #[schemars(extend("enum" = ["run", "reset", "continue"]))]
     pub action: String,
-    /// run: drain this queue instead of the bound specs.
+    /// run: drain this queue (its name, id or unique id prefix) instead of the bound specs.
     #[serde(default)]
     pub queue_id: Option<String>,
-    /// run: use this workdir for this run.
+    /// run: use this workdir (an absolute path) for this run instead of the graph's.
     #[serde(default)]
     pub workdir: Option<String>,
-    /// continue: `run_from_node` or `skip_next_spec`; none resumes.
+    /// continue: absent resumes plainly (a blocked node runs again); `run_from_node` starts
+    /// the spec the run stopped on (else the next spec) at `node`; `skip_next_spec` skips the
+    /// blocked spec (else the next one) and goes on.
     #[serde(default)]
+    #[schemars(extend("enum" = ["run_from_node", "skip_next_spec"]))]
     pub mode: Option<String>,
     /// continue with `run_from_node`: the node to start the next spec at.
     #[serde(default)]

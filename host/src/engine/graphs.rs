@@ -13,22 +13,35 @@ pub use crate::store::graphs::{BoundSpec, Graph, GraphStatus, GraphWrite, Node};
 
 /// A graph to create, or a partial update (only the fields present change). Field names are
 /// the API's.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GraphInput {
+    /// The graph's name (unique; on an update, a new name).
     #[serde(default)]
     pub name: Option<String>,
+    /// The directory runs work in: an absolute path, best a git repository (the dirty-tree
+    /// guard reads `git status` there).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// The nodes each spec runs through, in order; each is an executor config with a `name`:
+    /// `{"name": "test", "command": "cargo test"}`, `{"name": "implement", "platform":
+    /// "claude", "prompt": "Implement {{spec_body}}"}`, or a plugin's `{"mode": ...}`.
     #[serde(default)]
     pub nodes: Option<Vec<Value>>,
+    /// The bound specs (ids or unique id prefixes) a run without a queue works through.
     #[serde(default)]
     pub specs: Option<Vec<String>>,
+    /// Let runs start and go on from spec to spec on a dirty git tree.
     #[serde(default)]
     pub allow_dirty_start: Option<bool>,
     /// Event → ordered hook configs; events named here replace that event's hooks (`[]` or
-    /// `null` removes them), events not named keep theirs.
+    /// `null` removes them), events not named keep theirs. The events are `on_completed`,
+    /// `on_failed`, `on_blocked`, `on_spec_completed`; a hook is `{"command": "..."}`,
+    /// `{"platform": "claude", "prompt": "..."}` or `{"prompt": "...", "target_session_name":
+    /// "..."}`, with markers `{{graph_name}}`, `{{workdir}}`, `{{completed_specs}}`,
+    /// `{{spec_name}}`, `{{spec_id}}`, `{{blocker}}`, `{{node}}`.
     #[serde(default)]
+    #[schemars(with = "Option<std::collections::BTreeMap<String, Value>>")]
     pub hooks: Option<Value>,
     /// The single completion hook of the shape before hooks were a map: sets the
     /// `on_completed` hooks to this one config (`null` removes them).

@@ -14,9 +14,10 @@ use crate::store::{Rd, Tx};
 pub use crate::store::queues::{Member, MemberStatus, Queue};
 
 /// A new queue.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewQueue {
+    /// The queue's name, unique among queues.
     pub name: String,
     /// Initial members, in order (ids or prefixes).
     #[serde(default)]

@@ -10,25 +10,33 @@ use crate::store::{Rd, Tx};
 pub use crate::store::specs::Spec;
 
 /// A new spec.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSpec {
+    /// The spec's name: one line, 1 to 200 characters.
     pub name: String,
+    /// The spec in the tagged `<spec>` format: `<spec>` holding the seven section tags
+    /// `<objective>`, `<functional_requirements>`, `<non_functional_requirements>`,
+    /// `<constraints>`, `<guidelines>`, `<in_scope>`, `<out_of_scope>`, markdown inside each.
     pub body: String,
+    /// Tags the spec to a workdir (an absolute path), for `spec_list`'s filter.
     #[serde(default)]
     pub workdir: Option<String>,
 }
 
 /// A partial update: only the fields present change.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpecPatch {
+    /// A new name.
     #[serde(default)]
     pub name: Option<String>,
+    /// A new body, in the tagged `<spec>` format.
     #[serde(default)]
     pub body: Option<String>,
-    /// `null` clears the tag.
-    #[serde(default, with = "double_option")]
+    /// A new workdir tag (an absolute path); `null` clears the tag.
+    #[serde(default, deserialize_with = "double_option::deserialize")]
+    #[schemars(with = "Option<String>")]
     pub workdir: Option<Option<String>>,
 }
 
