@@ -1,1 +1,200 @@
-//! The MCP server end to end, driven by the official Python MCP SDK.
+//! The MCP server, driven by a real MCP client (the official Python SDK, `tests/mcp/drive.py`)
+//! over stdio (`canopy mcp`, launched by the SDK) and over streamable HTTP (`/mcp` on the
+//! daemon): tools listed, specs, a queue and a graph with a hook made through tools, a run over
+//! the queue followed with graph_get to the end, a tool error naming its field, a resource read
+//! and its change notification. Plus `/mcp`'s front door: the token and the Origin are checked
+//! as on every route.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{CANOPY, Daemon, git_repo, wait_for};
+
+use std::io::Read as _;
+
+const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/mcp/drive.py");
+
+/// Runs the driver with `args`; its JSON report. Fails the test with its stderr when it fails.
+fn drive(args: &[&str]) -> Value {
+    let mut child = Command::new("python3")
+        .arg(DRIVER)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs (and `pip install mcp`: .ci/run installs it)");
+    // Read both pipes while it runs, so a full pipe never stalls it.
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            pipe.read_to_string(&mut text).unwrap();
+            text
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let output = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("drive.py {args:?} did not finish in 180 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    assert!(
+        output.success(),
+        "drive.py {args:?} failed ({output}):\n{stderr}\n{stdout}"
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{err}: {stdout}"))
+}
+
+/// What both transports must show: the run went through both queued specs, the hook fired,
+/// the bad queue was named, and the feed records the run as the agent's.
+fn check(seen: &Value, daemon: &Daemon, hook_file: &Path) {
+    assert_eq!(seen["server"], "canopy");
+    assert_eq!(seen["tools"].as_array().unwrap().len(), 18, "{seen}");
+    let error = seen["error"].as_str().unwrap();
+    assert!(
+        error.contains("field `queue_id`") && error.contains("no-such-queue"),
+        "the error names the field and the value: {error}"
+    );
+    assert_eq!(seen["status"], "completed", "{}", seen["view"]);
+    assert_eq!(
+        seen["view"]["progress_summary"]["completed"], 2,
+        "{}",
+        seen["view"]
+    );
+    assert_eq!(seen["updates"], json!(["canopy://graphs/web"]));
+    assert_eq!(seen["run_started_actors"], json!(["agent"]));
+    assert_eq!(seen["sessions"], json!(["lead"]));
+    let inbox = wait_for(
+        "the message session_send queued to be delivered",
+        Duration::from_secs(30),
+        || {
+            let inbox = daemon.json(&["session", "inbox", "lead"]);
+            (inbox["messages"][0]["status"] == "delivered").then_some(inbox)
+        },
+    );
+    assert_eq!(inbox["messages"][0]["id"], seen["message_id"], "{inbox}");
+    assert_eq!(inbox["messages"][0]["text"], "review the login form");
+    let fired = wait_for(
+        "the on_completed hook to write",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(hook_file)
+                .ok()
+                .filter(|t| !t.is_empty())
+        },
+    );
+    assert_eq!(fired, "completed web\n");
+    assert_eq!(seen["hook_runs"], json!(["completed"]), "{seen}");
+    // What the tools made is what the CLI sees.
+    let queue = daemon.json(&["queue", "show", "sprint-1"]);
+    assert_eq!(queue["members"].as_array().unwrap().len(), 2, "{queue}");
+}
+
+#[test]
+fn an_agent_drives_a_graph_over_a_queue_through_canopy_mcp_on_stdio() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let hook_file = repo.path().join("hook.log");
+    daemon.ok(&["session", "new", "--name", "lead"]);
+    let data_dir = daemon.data_dir.to_str().unwrap().to_string();
+    let seen = drive(&[
+        "stdio",
+        CANOPY,
+        &data_dir,
+        repo.path().to_str().unwrap(),
+        hook_file.to_str().unwrap(),
+    ]);
+    check(&seen, &daemon, &hook_file);
+}
+
+#[test]
+fn an_agent_drives_a_graph_over_a_queue_through_the_daemons_mcp_endpoint() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let hook_file = repo.path().join("hook.log");
+    daemon.ok(&["session", "new", "--name", "lead"]);
+    let url = format!("{}/mcp", daemon.url);
+    let seen = drive(&[
+        "http",
+        &url,
+        daemon.token(),
+        repo.path().to_str().unwrap(),
+        hook_file.to_str().unwrap(),
+    ]);
+    check(&seen, &daemon, &hook_file);
+}
+
+/// The headers of an MCP client's POST to `host`, and `extra`.
+fn headers<'a>(host: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut headers = vec![
+        ("Host", host),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    headers.extend_from_slice(extra);
+    headers
+}
+
+/// An MCP `initialize`, as a client POSTs it.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+#[test]
+fn the_mcp_endpoint_wants_the_token_and_no_foreign_origin() {
+    let daemon = Daemon::start();
+    let host = daemon.host().to_string();
+    let bearer = format!("Bearer {}", daemon.token());
+    let mcp_headers = |extra: &[(&'static str, &'static str)]| headers(&host, extra);
+    let refused = daemon.raw("POST", "/mcp", &mcp_headers(&[]), INITIALIZE.as_bytes());
+    assert_eq!(refused.status, 401, "{:?}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "unauthorized");
+
+    let foreign = daemon.raw(
+        "POST",
+        "/mcp",
+        &headers(
+            &host,
+            &[
+                ("Authorization", &bearer),
+                ("Origin", "http://evil.example"),
+            ],
+        ),
+        INITIALIZE.as_bytes(),
+    );
+    assert_eq!(foreign.status, 403, "{:?}", foreign.body);
+    assert_eq!(foreign.body["error"]["code"], "forbidden_origin");
+
+    let get = daemon.raw(
+        "GET",
+        "/mcp",
+        &[("Host", host.as_str()), ("Accept", "text/event-stream")],
+        b"",
+    );
+    assert_eq!(get.status, 401, "the event stream is guarded too");
+
+    let welcome = daemon.raw(
+        "POST",
+        "/mcp",
+        &headers(&host, &[("Authorization", &bearer)]),
+        INITIALIZE.as_bytes(),
+    );
+    assert_eq!(welcome.status, 200, "{}", welcome.head);
+    assert!(
+        welcome.head.to_ascii_lowercase().contains("mcp-session-id"),
+        "{}",
+        welcome.head
+    );
+}
