@@ -26,7 +26,7 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 
 use crate::datadir::DataDir;
-pub use client::Client;
+pub use client::{ApiFailure, Client};
 
 /// Canopy runs agent work as graphs over specs and queues, and reacts with hooks.
 #[derive(Debug, Parser)]

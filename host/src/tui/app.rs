@@ -1,0 +1,1441 @@
+//! The TUI's state and its reducer: a message in (a key, a feed event, an API answer), the state
+//! changed and the [`Command`]s to carry out (API reads and actions) out. Nothing here does I/O,
+//! so every behaviour is a unit test away.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// A graph's status, as the API words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GraphStatus {
+    #[default]
+    Idle,
+    Running,
+    Paused,
+    Completed,
+    Failed,
+    /// A status this TUI does not know (a newer daemon).
+    #[serde(other)]
+    Unknown,
+}
+
+impl GraphStatus {
+    /// The API's word for it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// A backlog spec (`GET /api/specs`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Spec {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub workdir: Option<String>,
+    #[serde(default)]
+    pub needs_conversion: bool,
+    #[serde(default)]
+    pub summary: Option<String>,
+}
+
+/// A graph node's declaration (only its name matters here).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NodeDecl {
+    pub name: String,
+}
+
+/// One node run of a run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NodeRun {
+    pub id: String,
+    #[serde(default)]
+    pub spec_id: Option<String>,
+    pub node: String,
+    pub status: String,
+    #[serde(default)]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+}
+
+/// A graph's current run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub status: String,
+    #[serde(default)]
+    pub queue_id: Option<String>,
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub node_runs: Vec<NodeRun>,
+}
+
+/// One spec's result in a graph's progress.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Progress {
+    pub position: i64,
+    pub spec_id: String,
+    pub spec_name: String,
+    pub result: String,
+    #[serde(default)]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub reason_node: Option<String>,
+}
+
+/// A graph as `GET /api/graphs/{name}` shows it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Graph {
+    pub name: String,
+    pub workdir: String,
+    #[serde(default)]
+    pub status: GraphStatus,
+    #[serde(default)]
+    pub blocker: Option<String>,
+    #[serde(default)]
+    pub consistency_warning: Option<String>,
+    #[serde(default)]
+    pub nodes: Vec<NodeDecl>,
+    #[serde(default)]
+    pub current_run: Option<Run>,
+    #[serde(default)]
+    pub progress: Vec<Progress>,
+    #[serde(default)]
+    pub progress_summary: BTreeMap<String, u64>,
+}
+
+impl Graph {
+    /// Paused with a blocker: the graph waits for a person.
+    pub fn is_blocked(&self) -> bool {
+        self.status == GraphStatus::Paused && self.blocker.is_some()
+    }
+
+    /// The node run in progress, if any.
+    pub fn running_node(&self) -> Option<&NodeRun> {
+        self.current_run
+            .as_ref()?
+            .node_runs
+            .iter()
+            .rev()
+            .find(|n| n.status == "running")
+    }
+
+    /// The spec's name for an id of this graph's progress.
+    pub fn spec_name(&self, id: &str) -> Option<&str> {
+        self.progress
+            .iter()
+            .find(|p| p.spec_id == id)
+            .map(|p| p.spec_name.as_str())
+    }
+}
+
+/// A queue member.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Member {
+    pub spec_id: String,
+    pub spec_name: String,
+    #[serde(default)]
+    pub group: Option<String>,
+    pub status: String,
+}
+
+/// A queue (`GET /api/queues`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Queue {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub members: Vec<Member>,
+}
+
+/// An interactive session (`GET /api/sessions`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Session {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub status: String,
+}
+
+/// A hook run of a graph (`GET /api/hook-runs?graph=`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HookRun {
+    pub id: String,
+    #[serde(default)]
+    pub hook_name: Option<String>,
+    #[serde(default)]
+    pub event: Option<String>,
+    pub status: String,
+    #[serde(default)]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub fired_at: Option<String>,
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+}
+
+/// What the TUI reads from the API, one kind per route.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resource {
+    Specs,
+    Graphs,
+    Graph(String),
+    Queues,
+    Sessions,
+    HookRuns(String),
+}
+
+impl Resource {
+    /// What it is, in words.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Specs => "the specs".into(),
+            Self::Graphs => "the graphs".into(),
+            Self::Graph(name) => format!("graph {name}"),
+            Self::Queues => "the queues".into(),
+            Self::Sessions => "the sessions".into(),
+            Self::HookRuns(graph) => format!("the hook runs of graph {graph}"),
+        }
+    }
+}
+
+/// An API answer for a [`Resource`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Loaded {
+    Specs(Vec<Spec>),
+    Graphs(Vec<Graph>),
+    /// `None`: the graph is gone (404).
+    Graph(Option<Box<Graph>>),
+    Queues(Vec<Queue>),
+    Sessions(Vec<Session>),
+    HookRuns(Vec<HookRun>),
+}
+
+/// A feed event, reduced to what decides what to re-read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedEvent {
+    pub event: String,
+    pub target: Option<String>,
+    pub payload: Value,
+}
+
+impl FeedEvent {
+    /// From an envelope of `GET /api/feed`.
+    pub fn from_envelope(envelope: &Value) -> Self {
+        Self {
+            event: envelope["event"].as_str().unwrap_or_default().to_string(),
+            target: envelope["target"].as_str().map(str::to_string),
+            payload: envelope["payload"].clone(),
+        }
+    }
+
+    fn field(&self, name: &str) -> Option<String> {
+        self.payload[name].as_str().map(str::to_string)
+    }
+}
+
+/// Everything the event loop hands the app.
+#[derive(Debug)]
+pub enum Msg {
+    Key(KeyEvent),
+    /// The terminal changed size (a redraw is all it takes).
+    Resize,
+    /// A second passed while something shows elapsed time.
+    Tick,
+    /// The live feed is connected (again): everything is read anew.
+    Connected,
+    /// The daemon went away or refused the feed, in words.
+    Disconnected(String),
+    Feed(FeedEvent),
+    /// A read's answer; `seq` orders answers to reads of the same resource.
+    Loaded {
+        resource: Resource,
+        seq: u64,
+        answer: Result<Loaded, String>,
+    },
+    /// A control call's answer: the graph's new view, or the daemon's refusal.
+    Controlled {
+        graph: String,
+        action: String,
+        seq: u64,
+        answer: Result<Box<Graph>, String>,
+    },
+    /// A node run's stored output.
+    Output {
+        node_run: String,
+        answer: Result<String, String>,
+    },
+}
+
+/// What the app asks the data layer to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Load {
+        resource: Resource,
+        seq: u64,
+    },
+    /// Read again after a short wait (a run between two nodes).
+    LoadSoon {
+        resource: Resource,
+        seq: u64,
+    },
+    /// `POST /api/graphs/{graph}/control` with `body`.
+    Control {
+        graph: String,
+        body: Value,
+        seq: u64,
+    },
+    Output {
+        node_run: String,
+    },
+    Quit,
+}
+
+/// A row of the sidebar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Row {
+    /// A project (a workdir); `None` is the specs and queues tied to no workdir.
+    Project(Option<String>),
+    Header(Section),
+    Spec(String),
+    Graph(String),
+    Queue(String),
+    Session(String),
+    /// Nothing under a section.
+    Empty(Section),
+}
+
+impl Row {
+    fn selectable(&self) -> bool {
+        !matches!(self, Row::Header(_) | Row::Empty(_))
+    }
+}
+
+/// The sections under the selected project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Backlog,
+    Graphs,
+    Queues,
+    Sessions,
+}
+
+impl Section {
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Backlog => "Backlog",
+            Self::Graphs => "Graphs",
+            Self::Queues => "Queues",
+            Self::Sessions => "Sessions",
+        }
+    }
+}
+
+/// The ways `continue` can go on.
+pub const CONTINUE_MODES: [(&str, &str); 3] = [
+    ("plain", "go on where the run stopped"),
+    ("skip_next_spec", "skip the blocked (or next) spec"),
+    ("run_from_node", "start the spec again at a node..."),
+];
+
+/// A pop-up over the panes; keys go to it first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Modal {
+    Help,
+    Blocker {
+        graph: String,
+    },
+    /// Run: the bound specs (`None`) or a queue.
+    RunPicker {
+        graph: String,
+        options: Vec<(Option<String>, String)>,
+        index: usize,
+    },
+    ContinuePicker {
+        graph: String,
+        index: usize,
+    },
+    NodePicker {
+        graph: String,
+        index: usize,
+    },
+    ConfirmReset {
+        graph: String,
+    },
+    /// The current run's node runs: (id, label).
+    OutputPicker {
+        graph: String,
+        options: Vec<(String, String)>,
+        index: usize,
+    },
+    Output {
+        title: String,
+        text: Option<String>,
+        scroll: u16,
+    },
+}
+
+/// How a status-line message reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Error,
+}
+
+/// The connection to the daemon's live feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Link {
+    Connecting,
+    Live,
+    Down(String),
+}
+
+/// The whole state of the TUI.
+#[derive(Debug)]
+pub struct App {
+    pub specs: Vec<Spec>,
+    pub graphs: BTreeMap<String, Graph>,
+    pub queues: Vec<Queue>,
+    pub sessions: Vec<Session>,
+    pub hook_runs: HashMap<String, Vec<HookRun>>,
+    /// The project whose sections show (a workdir; `None`: no workdir).
+    pub project: Option<Option<String>>,
+    /// The focused row (kept by identity across data changes).
+    pub focus: Option<Row>,
+    pub filter: String,
+    pub filtering: bool,
+    pub modal: Option<Modal>,
+    pub status: Option<(Level, String)>,
+    pub link: Link,
+    pub quit: bool,
+    /// The newest read asked for and applied, per resource.
+    asked: HashMap<Resource, u64>,
+    applied: HashMap<Resource, u64>,
+    seq: u64,
+    /// Follow-up reads of graphs seen running between two nodes.
+    soon: HashMap<String, u8>,
+}
+
+/// How many follow-up reads a graph seen running with no node running gets.
+const SOON_LIMIT: u8 = 8;
+
+impl Default for App {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl App {
+    pub fn new() -> Self {
+        Self {
+            specs: Vec::new(),
+            graphs: BTreeMap::new(),
+            queues: Vec::new(),
+            sessions: Vec::new(),
+            hook_runs: HashMap::new(),
+            project: None,
+            focus: None,
+            filter: String::new(),
+            filtering: false,
+            modal: None,
+            status: None,
+            link: Link::Connecting,
+            quit: false,
+            asked: HashMap::new(),
+            applied: HashMap::new(),
+            seq: 0,
+            soon: HashMap::new(),
+        }
+    }
+
+    /// The projects: distinct workdirs of graphs and specs, sorted; `None` last when a spec or
+    /// queue has no workdir.
+    pub fn projects(&self) -> Vec<Option<String>> {
+        let mut dirs: BTreeSet<String> = self.graphs.values().map(|g| g.workdir.clone()).collect();
+        let mut loose = false;
+        for spec in &self.specs {
+            match &spec.workdir {
+                Some(dir) => {
+                    dirs.insert(dir.clone());
+                }
+                None => loose = true,
+            }
+        }
+        let mut projects: Vec<Option<String>> = dirs.into_iter().map(Some).collect();
+        if loose || self.queues.iter().any(|q| self.queue_project(q).is_empty()) {
+            projects.push(None);
+        }
+        projects
+    }
+
+    /// The selected project, defaulting to the first.
+    pub fn current_project(&self) -> Option<Option<String>> {
+        let projects = self.projects();
+        match &self.project {
+            Some(p) if projects.contains(p) => Some(p.clone()),
+            _ => projects.into_iter().next(),
+        }
+    }
+
+    /// The workdirs a queue's members are tagged with (empty: none).
+    fn queue_project(&self, queue: &Queue) -> BTreeSet<Option<String>> {
+        queue
+            .members
+            .iter()
+            .filter_map(|m| self.specs.iter().find(|s| s.id == m.spec_id))
+            .map(|s| s.workdir.clone())
+            .collect()
+    }
+
+    fn matches(&self, text: &str) -> bool {
+        self.filter.is_empty() || text.to_lowercase().contains(&self.filter.to_lowercase())
+    }
+
+    /// The backlog of the selected project (filtered).
+    pub fn backlog(&self) -> Vec<&Spec> {
+        let Some(project) = self.current_project() else {
+            return Vec::new();
+        };
+        self.specs
+            .iter()
+            .filter(|s| s.workdir == project && self.matches(&s.name))
+            .collect()
+    }
+
+    /// The graphs of the selected project (filtered).
+    pub fn project_graphs(&self) -> Vec<&Graph> {
+        let Some(project) = self.current_project() else {
+            return Vec::new();
+        };
+        self.graphs
+            .values()
+            .filter(|g| Some(&g.workdir) == project.as_ref() && self.matches(&g.name))
+            .collect()
+    }
+
+    /// The queues holding a spec of the selected project, or (for no project) none tagged.
+    pub fn project_queues(&self) -> Vec<&Queue> {
+        let Some(project) = self.current_project() else {
+            return Vec::new();
+        };
+        self.queues
+            .iter()
+            .filter(|q| {
+                let dirs = self.queue_project(q);
+                let mine = match &project {
+                    Some(_) => dirs.contains(&project),
+                    None => dirs.is_empty() || dirs.contains(&None),
+                };
+                mine && self.matches(&q.name)
+            })
+            .collect()
+    }
+
+    /// The sessions (they carry no workdir: every project shows them all), filtered.
+    pub fn visible_sessions(&self) -> Vec<&Session> {
+        self.sessions
+            .iter()
+            .filter(|s| self.matches(s.name.as_deref().unwrap_or(&s.id)))
+            .collect()
+    }
+
+    /// The sidebar's rows, top to bottom.
+    pub fn rows(&self) -> Vec<Row> {
+        let current = self.current_project();
+        let mut rows = Vec::new();
+        for project in self.projects() {
+            let selected = Some(&project) == current.as_ref();
+            rows.push(Row::Project(project));
+            if !selected {
+                continue;
+            }
+            let sections: [(Section, Vec<Row>); 4] = [
+                (
+                    Section::Backlog,
+                    self.backlog()
+                        .iter()
+                        .map(|s| Row::Spec(s.id.clone()))
+                        .collect(),
+                ),
+                (
+                    Section::Graphs,
+                    self.project_graphs()
+                        .iter()
+                        .map(|g| Row::Graph(g.name.clone()))
+                        .collect(),
+                ),
+                (
+                    Section::Queues,
+                    self.project_queues()
+                        .iter()
+                        .map(|q| Row::Queue(q.id.clone()))
+                        .collect(),
+                ),
+                (
+                    Section::Sessions,
+                    self.visible_sessions()
+                        .iter()
+                        .map(|s| Row::Session(s.id.clone()))
+                        .collect(),
+                ),
+            ];
+            for (section, items) in sections {
+                rows.push(Row::Header(section));
+                if items.is_empty() {
+                    rows.push(Row::Empty(section));
+                }
+                rows.extend(items);
+            }
+        }
+        rows
+    }
+
+    /// The index of the focused row (the first selectable one when the focus is gone).
+    pub fn cursor(&self, rows: &[Row]) -> Option<usize> {
+        self.focus
+            .as_ref()
+            .and_then(|f| rows.iter().position(|r| r == f))
+            .or_else(|| rows.iter().position(Row::selectable))
+    }
+
+    /// The graph the main pane shows: the focused one.
+    pub fn focused_graph(&self) -> Option<&Graph> {
+        match self.focused_row()? {
+            Row::Graph(name) => self.graphs.get(&name),
+            _ => None,
+        }
+    }
+
+    pub fn focused_row(&self) -> Option<Row> {
+        let rows = self.rows();
+        self.cursor(&rows).map(|i| rows[i].clone())
+    }
+
+    /// Whether something on screen shows a time that moves (a node running now).
+    pub fn needs_tick(&self) -> bool {
+        self.focused_graph()
+            .is_some_and(|g| g.running_node().is_some())
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn load(&mut self, resource: Resource) -> Command {
+        let seq = self.next_seq();
+        self.asked.insert(resource.clone(), seq);
+        Command::Load { resource, seq }
+    }
+
+    fn say(&mut self, level: Level, text: impl Into<String>) {
+        self.status = Some((level, text.into()));
+    }
+
+    /// Applies one message; returns what to do about it.
+    pub fn update(&mut self, msg: Msg) -> Vec<Command> {
+        match msg {
+            Msg::Key(key) => self.key(key),
+            Msg::Resize | Msg::Tick => Vec::new(),
+            Msg::Connected => {
+                let was_down = matches!(self.link, Link::Down(_));
+                self.link = Link::Live;
+                if was_down {
+                    self.say(Level::Info, "reconnected to the daemon");
+                }
+                let mut commands = vec![
+                    self.load(Resource::Specs),
+                    self.load(Resource::Graphs),
+                    self.load(Resource::Queues),
+                    self.load(Resource::Sessions),
+                ];
+                if let Some(Row::Graph(name)) = self.focused_row() {
+                    commands.push(self.load(Resource::HookRuns(name)));
+                }
+                commands
+            }
+            Msg::Disconnected(why) => {
+                self.say(Level::Error, format!("{why}; reconnecting..."));
+                self.link = Link::Down(why);
+                Vec::new()
+            }
+            Msg::Feed(event) => self.feed(&event),
+            Msg::Loaded {
+                resource,
+                seq,
+                answer,
+            } => self.loaded(resource, seq, answer),
+            Msg::Controlled {
+                graph,
+                action,
+                seq,
+                answer,
+            } => match answer {
+                Ok(view) => {
+                    self.say(
+                        Level::Info,
+                        format!("{action} {graph}: now {}", view.status.word()),
+                    );
+                    self.loaded(Resource::Graph(graph), seq, Ok(Loaded::Graph(Some(view))))
+                }
+                Err(why) => {
+                    self.say(Level::Error, format!("{action} {graph} refused: {why}"));
+                    Vec::new()
+                }
+            },
+            Msg::Output { node_run, answer } => {
+                if let Some(Modal::Output { text, title, .. }) = &mut self.modal {
+                    match answer {
+                        Ok(output) => *text = Some(output),
+                        Err(why) => {
+                            *text = Some(String::new());
+                            self.status = Some((
+                                Level::Error,
+                                format!("cannot read the output of node run {node_run}: {why}"),
+                            ));
+                            *title = format!("{title} (unreadable)");
+                        }
+                    }
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// A feed event: re-read just what it changed.
+    fn feed(&mut self, event: &FeedEvent) -> Vec<Command> {
+        let name = event.event.as_str();
+        let family = name.split('.').next().unwrap_or_default();
+        let mut commands = Vec::new();
+        match family {
+            "graph" => {
+                let Some(graph) = event.target.clone().or_else(|| event.field("graph_name")) else {
+                    return commands;
+                };
+                if name == "graph.deleted" {
+                    self.graphs.remove(&graph);
+                    return commands;
+                }
+                commands.push(self.load(Resource::Graph(graph.clone())));
+                if name.starts_with("graph.run.") {
+                    commands.push(self.load(Resource::Queues));
+                    if self.hook_runs.contains_key(&graph) {
+                        commands.push(self.load(Resource::HookRuns(graph)));
+                    }
+                }
+            }
+            "node" => {
+                if let Some(graph) = event.field("graph_name") {
+                    commands.push(self.load(Resource::Graph(graph)));
+                }
+            }
+            "spec" => match name {
+                "spec.created" | "spec.updated" | "spec.deleted" => {
+                    commands.push(self.load(Resource::Specs));
+                    commands.push(self.load(Resource::Queues));
+                }
+                _ => {
+                    commands.push(self.load(Resource::Specs));
+                    commands.push(self.load(Resource::Queues));
+                    if let Some(graph) = event.field("graph_name") {
+                        commands.push(self.load(Resource::Graph(graph)));
+                    }
+                }
+            },
+            "hook" => {
+                // A graph's hook is named `<graph>.<key>[<index>]`.
+                let graph = event
+                    .field("hook_name")
+                    .filter(|_| event.field("source").as_deref() == Some("graph"))
+                    .and_then(|h| h.rsplit_once('.').map(|(g, _)| g.to_string()));
+                if let Some(graph) = graph
+                    && self.hook_runs.contains_key(&graph)
+                {
+                    commands.push(self.load(Resource::HookRuns(graph)));
+                }
+            }
+            "session" => commands.push(self.load(Resource::Sessions)),
+            _ => {}
+        }
+        commands
+    }
+
+    fn loaded(
+        &mut self,
+        resource: Resource,
+        seq: u64,
+        answer: Result<Loaded, String>,
+    ) -> Vec<Command> {
+        // An answer older than one applied already (two reads crossed) changes nothing.
+        if self.applied.get(&resource).is_some_and(|&done| done > seq) {
+            return Vec::new();
+        }
+        self.applied.insert(resource.clone(), seq);
+        let loaded = match answer {
+            Ok(loaded) => loaded,
+            Err(why) => {
+                self.say(
+                    Level::Error,
+                    format!("cannot read {}: {why}", resource.describe()),
+                );
+                return Vec::new();
+            }
+        };
+        let mut commands = Vec::new();
+        match loaded {
+            Loaded::Specs(specs) => self.specs = specs,
+            Loaded::Graphs(graphs) => {
+                self.graphs = graphs.into_iter().map(|g| (g.name.clone(), g)).collect();
+                // A graph read alone later than this list keeps its newer answer's place.
+                for graph in self.graphs.keys().cloned().collect::<Vec<_>>() {
+                    self.applied.insert(Resource::Graph(graph), seq);
+                }
+                let running: Vec<String> = self
+                    .graphs
+                    .values()
+                    .filter(|g| g.status == GraphStatus::Running && g.running_node().is_none())
+                    .map(|g| g.name.clone())
+                    .collect();
+                for name in running {
+                    commands.extend(self.soon(name));
+                }
+            }
+            Loaded::Graph(Some(graph)) => {
+                let name = graph.name.clone();
+                let between =
+                    graph.status == GraphStatus::Running && graph.running_node().is_none();
+                self.graphs.insert(name.clone(), *graph);
+                if between {
+                    commands.extend(self.soon(name));
+                } else {
+                    self.soon.remove(&name);
+                }
+            }
+            Loaded::Graph(None) => {
+                if let Resource::Graph(name) = &resource {
+                    self.graphs.remove(name);
+                }
+            }
+            Loaded::Queues(queues) => self.queues = queues,
+            Loaded::Sessions(sessions) => self.sessions = sessions,
+            Loaded::HookRuns(runs) => {
+                if let Resource::HookRuns(graph) = resource {
+                    self.hook_runs.insert(graph, runs);
+                }
+            }
+        }
+        commands.extend(self.focus_changed());
+        commands
+    }
+
+    /// A graph seen running between two nodes (no node-started event exists): read it again
+    /// shortly, a bounded number of times, to show the node that starts.
+    fn soon(&mut self, graph: String) -> Option<Command> {
+        let count = self.soon.entry(graph.clone()).or_insert(0);
+        if *count >= SOON_LIMIT {
+            return None;
+        }
+        *count += 1;
+        let seq = self.next_seq();
+        let resource = Resource::Graph(graph);
+        self.asked.insert(resource.clone(), seq);
+        Some(Command::LoadSoon { resource, seq })
+    }
+
+    /// After the focus or the data moved: read the focused graph's hook runs once.
+    fn focus_changed(&mut self) -> Vec<Command> {
+        match self.focused_row() {
+            Some(Row::Graph(name))
+                if !self.hook_runs.contains_key(&name)
+                    && !self.asked.contains_key(&Resource::HookRuns(name.clone())) =>
+            {
+                vec![self.load(Resource::HookRuns(name))]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn move_focus(&mut self, down: bool, steps: usize) {
+        let rows = self.rows();
+        let Some(mut at) = self.cursor(&rows) else {
+            return;
+        };
+        for _ in 0..steps {
+            let next = if down {
+                rows.iter()
+                    .enumerate()
+                    .skip(at + 1)
+                    .find(|(_, r)| r.selectable())
+            } else {
+                rows.iter()
+                    .enumerate()
+                    .take(at)
+                    .rev()
+                    .find(|(_, r)| r.selectable())
+            };
+            match next {
+                Some((i, _)) => at = i,
+                None => break,
+            }
+        }
+        self.focus = Some(rows[at].clone());
+    }
+
+    fn key(&mut self, key: KeyEvent) -> Vec<Command> {
+        if key.kind == KeyEventKind::Release {
+            return Vec::new();
+        }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            self.quit = true;
+            return vec![Command::Quit];
+        }
+        if let Some(modal) = self.modal.take() {
+            return self.modal_key(modal, key);
+        }
+        if self.filtering {
+            match key.code {
+                KeyCode::Esc => {
+                    self.filter.clear();
+                    self.filtering = false;
+                }
+                KeyCode::Enter => self.filtering = false,
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) => self.filter.push(c),
+                _ => {}
+            }
+            return self.focus_changed();
+        }
+        match key.code {
+            KeyCode::Char('q') => {
+                self.quit = true;
+                return vec![Command::Quit];
+            }
+            KeyCode::Char('?') => self.modal = Some(Modal::Help),
+            KeyCode::Char('/') => {
+                self.filtering = true;
+            }
+            KeyCode::Esc => {
+                self.filter.clear();
+                self.status = None;
+            }
+            KeyCode::Down | KeyCode::Char('j') => self.move_focus(true, 1),
+            KeyCode::Up | KeyCode::Char('k') => self.move_focus(false, 1),
+            KeyCode::PageDown => self.move_focus(true, 10),
+            KeyCode::PageUp => self.move_focus(false, 10),
+            KeyCode::Enter | KeyCode::Char(' ') => {
+                if let Some(Row::Project(project)) = self.focused_row() {
+                    self.project = Some(project.clone());
+                    self.focus = Some(Row::Project(project));
+                }
+            }
+            KeyCode::Char('b') => self.blocker(),
+            KeyCode::Char('r') => self.with_graph("run", |app, graph| {
+                let mut options = vec![(None, "its bound specs".to_string())];
+                for queue in app.project_queues() {
+                    let pending = queue
+                        .members
+                        .iter()
+                        .filter(|m| m.status == "pending")
+                        .count();
+                    options.push((
+                        Some(queue.id.clone()),
+                        format!("queue {} ({pending} pending)", queue.name),
+                    ));
+                }
+                Modal::RunPicker {
+                    graph,
+                    options,
+                    index: 0,
+                }
+            }),
+            KeyCode::Char('c') => self.with_graph("continue", |_, graph| Modal::ContinuePicker {
+                graph,
+                index: 0,
+            }),
+            KeyCode::Char('x') => {
+                self.with_graph("reset", |_, graph| Modal::ConfirmReset { graph })
+            }
+            KeyCode::Char('o') => self.with_graph("open a node run's output", |app, graph| {
+                let options = app
+                    .graphs
+                    .get(&graph)
+                    .and_then(|g| {
+                        let run = g.current_run.as_ref()?;
+                        Some(
+                            run.node_runs
+                                .iter()
+                                .map(|n| {
+                                    let spec = n
+                                        .spec_id
+                                        .as_deref()
+                                        .and_then(|id| g.spec_name(id))
+                                        .unwrap_or("-");
+                                    (n.id.clone(), format!("{} on {spec}: {}", n.node, n.status))
+                                })
+                                .collect::<Vec<_>>(),
+                        )
+                    })
+                    .unwrap_or_default();
+                let index = options.len().saturating_sub(1);
+                Modal::OutputPicker {
+                    graph,
+                    options,
+                    index,
+                }
+            }),
+            _ => {}
+        }
+        self.focus_changed()
+    }
+
+    /// Opens `modal` for the focused graph, or says that a graph must be focused.
+    fn with_graph(&mut self, what: &str, modal: impl FnOnce(&Self, String) -> Modal) {
+        match self.focused_row() {
+            Some(Row::Graph(name)) => self.modal = Some(modal(self, name)),
+            _ => self.say(
+                Level::Error,
+                format!("to {what}, select a graph first (under Graphs)"),
+            ),
+        }
+    }
+
+    /// `b`: the focused graph's blocker, or else the first blocked graph's (focused).
+    fn blocker(&mut self) {
+        if let Some(Row::Graph(name)) = self.focused_row()
+            && self.graphs.get(&name).is_some_and(|g| g.blocker.is_some())
+        {
+            self.modal = Some(Modal::Blocker { graph: name });
+            return;
+        }
+        let blocked = self
+            .graphs
+            .values()
+            .find(|g| g.is_blocked())
+            .map(|g| (g.name.clone(), g.workdir.clone()));
+        match blocked {
+            Some((name, workdir)) => {
+                self.project = Some(Some(workdir));
+                self.filter.clear();
+                self.focus = Some(Row::Graph(name.clone()));
+                self.modal = Some(Modal::Blocker { graph: name });
+            }
+            None => self.say(Level::Info, "no graph is blocked"),
+        }
+    }
+
+    fn control(&mut self, graph: String, body: Value) -> Vec<Command> {
+        let seq = self.next_seq();
+        self.asked.insert(Resource::Graph(graph.clone()), seq);
+        let action = body["action"].as_str().unwrap_or_default().to_string();
+        self.say(Level::Info, format!("{action} {graph}..."));
+        vec![Command::Control { graph, body, seq }]
+    }
+
+    fn modal_key(&mut self, modal: Modal, key: KeyEvent) -> Vec<Command> {
+        let code = key.code;
+        let step = |index: &mut usize, len: usize| match code {
+            KeyCode::Down | KeyCode::Char('j') if *index + 1 < len => *index += 1,
+            KeyCode::Up | KeyCode::Char('k') if *index > 0 => *index -= 1,
+            _ => {}
+        };
+        if matches!(code, KeyCode::Esc | KeyCode::Char('q')) {
+            return Vec::new();
+        }
+        match modal {
+            Modal::Help | Modal::Blocker { .. } => Vec::new(),
+            Modal::RunPicker {
+                graph,
+                options,
+                mut index,
+            } => {
+                if code == KeyCode::Enter {
+                    let body = match options.get(index).and_then(|(q, _)| q.clone()) {
+                        Some(queue) => json!({ "action": "run", "queue_id": queue }),
+                        None => json!({ "action": "run" }),
+                    };
+                    return self.control(graph, body);
+                }
+                step(&mut index, options.len());
+                self.modal = Some(Modal::RunPicker {
+                    graph,
+                    options,
+                    index,
+                });
+                Vec::new()
+            }
+            Modal::ContinuePicker { graph, mut index } => {
+                if code == KeyCode::Enter {
+                    return match CONTINUE_MODES[index].0 {
+                        "plain" => self.control(graph, json!({ "action": "continue" })),
+                        "skip_next_spec" => self.control(
+                            graph,
+                            json!({ "action": "continue", "mode": "skip_next_spec" }),
+                        ),
+                        _ => {
+                            self.modal = Some(Modal::NodePicker { graph, index: 0 });
+                            Vec::new()
+                        }
+                    };
+                }
+                step(&mut index, CONTINUE_MODES.len());
+                self.modal = Some(Modal::ContinuePicker { graph, index });
+                Vec::new()
+            }
+            Modal::NodePicker { graph, mut index } => {
+                let nodes: Vec<String> = self
+                    .graphs
+                    .get(&graph)
+                    .map(|g| g.nodes.iter().map(|n| n.name.clone()).collect())
+                    .unwrap_or_default();
+                if code == KeyCode::Enter {
+                    let Some(node) = nodes.get(index) else {
+                        return Vec::new();
+                    };
+                    return self.control(
+                        graph,
+                        json!({ "action": "continue", "mode": "run_from_node", "node": node }),
+                    );
+                }
+                step(&mut index, nodes.len());
+                self.modal = Some(Modal::NodePicker { graph, index });
+                Vec::new()
+            }
+            Modal::ConfirmReset { graph } => match code {
+                KeyCode::Char('y') | KeyCode::Char('Y') => {
+                    self.control(graph, json!({ "action": "reset" }))
+                }
+                KeyCode::Char('n') | KeyCode::Char('N') => Vec::new(),
+                _ => {
+                    self.modal = Some(Modal::ConfirmReset { graph });
+                    Vec::new()
+                }
+            },
+            Modal::OutputPicker {
+                graph,
+                options,
+                mut index,
+            } => {
+                if code == KeyCode::Enter {
+                    let Some((id, label)) = options.get(index).cloned() else {
+                        return Vec::new();
+                    };
+                    self.modal = Some(Modal::Output {
+                        title: format!("{graph}: {label}"),
+                        text: None,
+                        scroll: 0,
+                    });
+                    return vec![Command::Output { node_run: id }];
+                }
+                step(&mut index, options.len());
+                self.modal = Some(Modal::OutputPicker {
+                    graph,
+                    options,
+                    index,
+                });
+                Vec::new()
+            }
+            Modal::Output {
+                title,
+                text,
+                mut scroll,
+            } => {
+                match code {
+                    KeyCode::Down | KeyCode::Char('j') => scroll = scroll.saturating_add(1),
+                    KeyCode::Up | KeyCode::Char('k') => scroll = scroll.saturating_sub(1),
+                    KeyCode::PageDown | KeyCode::Char(' ') => scroll = scroll.saturating_add(10),
+                    KeyCode::PageUp => scroll = scroll.saturating_sub(10),
+                    _ => {}
+                }
+                self.modal = Some(Modal::Output {
+                    title,
+                    text,
+                    scroll,
+                });
+                Vec::new()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn key(code: KeyCode) -> Msg {
+        Msg::Key(KeyEvent::new(code, KeyModifiers::NONE))
+    }
+
+    fn spec(id: &str, name: &str, workdir: Option<&str>) -> Spec {
+        Spec {
+            id: id.into(),
+            name: name.into(),
+            workdir: workdir.map(str::to_string),
+            needs_conversion: false,
+            summary: None,
+        }
+    }
+
+    fn graph(name: &str, workdir: &str, status: GraphStatus, blocker: Option<&str>) -> Graph {
+        Graph {
+            name: name.into(),
+            workdir: workdir.into(),
+            status,
+            blocker: blocker.map(str::to_string),
+            consistency_warning: None,
+            nodes: vec![
+                NodeDecl {
+                    name: "build".into(),
+                },
+                NodeDecl {
+                    name: "test".into(),
+                },
+            ],
+            current_run: None,
+            progress: Vec::new(),
+            progress_summary: BTreeMap::new(),
+        }
+    }
+
+    fn loaded(app: &mut App, resource: Resource, answer: Loaded) -> Vec<Command> {
+        let seq = app.next_seq();
+        app.update(Msg::Loaded {
+            resource,
+            seq,
+            answer: Ok(answer),
+        })
+    }
+
+    fn two_projects() -> App {
+        let mut app = App::new();
+        loaded(
+            &mut app,
+            Resource::Specs,
+            Loaded::Specs(vec![
+                spec("a1", "Login form", Some("/src/web")),
+                spec("b1", "Parser", Some("/src/cli")),
+                spec("c1", "Loose", None),
+            ]),
+        );
+        loaded(
+            &mut app,
+            Resource::Graphs,
+            Loaded::Graphs(vec![
+                graph(
+                    "web",
+                    "/src/web",
+                    GraphStatus::Paused,
+                    Some("needs a human"),
+                ),
+                graph("cli", "/src/cli", GraphStatus::Idle, None),
+            ]),
+        );
+        app
+    }
+
+    #[test]
+    fn projects_are_the_workdirs_of_graphs_and_specs_and_the_backlog_is_the_selected_ones() {
+        let mut app = two_projects();
+        assert_eq!(
+            app.projects(),
+            vec![Some("/src/cli".into()), Some("/src/web".into()), None]
+        );
+        let names = |app: &App| {
+            app.backlog()
+                .iter()
+                .map(|s| s.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&app), vec!["Parser"]);
+        // Down to the second project, Enter selects it.
+        let rows = app.rows();
+        let web = rows
+            .iter()
+            .position(|r| *r == Row::Project(Some("/src/web".into())))
+            .unwrap();
+        let steps = rows[..web].iter().filter(|r| r.selectable()).count();
+        for _ in 0..steps {
+            app.update(key(KeyCode::Down));
+        }
+        assert_eq!(
+            app.focused_row(),
+            Some(Row::Project(Some("/src/web".into())))
+        );
+        app.update(key(KeyCode::Enter));
+        assert_eq!(names(&app), vec!["Login form"]);
+        assert_eq!(
+            app.project_graphs()
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["web"]
+        );
+    }
+
+    #[test]
+    fn b_focuses_the_blocked_graph_and_shows_its_blocker() {
+        let mut app = two_projects();
+        let commands = app.update(key(KeyCode::Char('b')));
+        assert_eq!(
+            app.modal,
+            Some(Modal::Blocker {
+                graph: "web".into()
+            })
+        );
+        assert_eq!(app.focused_row(), Some(Row::Graph("web".into())));
+        assert!(matches!(
+            commands.as_slice(),
+            [Command::Load { resource: Resource::HookRuns(g), .. }] if g == "web"
+        ));
+    }
+
+    #[test]
+    fn a_feed_event_rereads_only_what_it_changed() {
+        let mut app = two_projects();
+        let event = |name: &str, target: &str, payload: Value| {
+            Msg::Feed(FeedEvent {
+                event: name.into(),
+                target: Some(target.into()),
+                payload,
+            })
+        };
+        let resources = |commands: Vec<Command>| {
+            commands
+                .into_iter()
+                .map(|c| match c {
+                    Command::Load { resource, .. } => resource,
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            resources(app.update(event(
+                "node.completed",
+                "9c41",
+                json!({"graph_name": "web"})
+            ))),
+            vec![Resource::Graph("web".into())]
+        );
+        assert_eq!(
+            resources(app.update(event("graph.run.blocked", "web", json!({})))),
+            vec![Resource::Graph("web".into()), Resource::Queues]
+        );
+        assert_eq!(
+            resources(app.update(event("session.created", "s", json!({})))),
+            vec![Resource::Sessions]
+        );
+        assert_eq!(
+            resources(app.update(event("plugin.installed", "p", json!({})))),
+            vec![]
+        );
+        app.update(event("graph.deleted", "web", json!({})));
+        assert!(!app.graphs.contains_key("web"));
+    }
+
+    #[test]
+    fn an_answer_older_than_one_applied_is_dropped() {
+        let mut app = two_projects();
+        let resource = Resource::Graph("cli".into());
+        let running = graph("cli", "/src/cli", GraphStatus::Completed, None);
+        let stale = graph("cli", "/src/cli", GraphStatus::Running, None);
+        app.update(Msg::Loaded {
+            resource: resource.clone(),
+            seq: 100,
+            answer: Ok(Loaded::Graph(Some(Box::new(running)))),
+        });
+        app.update(Msg::Loaded {
+            resource,
+            seq: 99,
+            answer: Ok(Loaded::Graph(Some(Box::new(stale)))),
+        });
+        assert_eq!(app.graphs["cli"].status, GraphStatus::Completed);
+    }
+
+    #[test]
+    fn continue_from_a_node_and_reset_go_through_their_pickers() {
+        let mut app = two_projects();
+        app.update(key(KeyCode::Char('b')));
+        app.update(key(KeyCode::Esc));
+        app.update(key(KeyCode::Char('c')));
+        app.update(key(KeyCode::Down));
+        app.update(key(KeyCode::Down));
+        assert!(
+            app.update(key(KeyCode::Enter)).is_empty(),
+            "the node picker opens"
+        );
+        app.update(key(KeyCode::Down));
+        let commands = app.update(key(KeyCode::Enter));
+        assert!(matches!(
+            commands.as_slice(),
+            [Command::Control { graph, body, .. }]
+                if graph == "web" && *body == json!({"action": "continue", "mode": "run_from_node", "node": "test"})
+        ));
+        // Reset asks first; `n` keeps the graph as it is.
+        app.update(key(KeyCode::Char('x')));
+        assert!(app.update(key(KeyCode::Char('n'))).is_empty());
+        app.update(key(KeyCode::Char('x')));
+        let commands = app.update(key(KeyCode::Char('y')));
+        assert!(matches!(
+            commands.as_slice(),
+            [Command::Control { body, .. }] if *body == json!({"action": "reset"})
+        ));
+    }
+
+    #[test]
+    fn a_refused_control_is_said_in_words() {
+        let mut app = two_projects();
+        app.update(Msg::Controlled {
+            graph: "web".into(),
+            action: "continue".into(),
+            seq: 1,
+            answer: Err("graph `web` has no run to continue; start one with `run`".into()),
+        });
+        assert_eq!(
+            app.status,
+            Some((
+                Level::Error,
+                "continue web refused: graph `web` has no run to continue; start one with `run`"
+                    .into()
+            ))
+        );
+    }
+
+    #[test]
+    fn the_filter_narrows_the_sidebar() {
+        let mut app = two_projects();
+        app.project = Some(Some("/src/web".into()));
+        app.update(key(KeyCode::Char('/')));
+        for c in "zz".chars() {
+            app.update(key(KeyCode::Char(c)));
+        }
+        assert!(app.backlog().is_empty());
+        app.update(key(KeyCode::Esc));
+        assert_eq!(app.backlog().len(), 1);
+    }
+}
