@@ -71,12 +71,13 @@ impl Tmux {
         self.run(&["capture-pane", "-p", "-t", "tui"])
     }
 
-    /// Waits until the pane shows every one of `texts`; returns the screen.
+    /// Waits until the pane shows every one of `texts` and has settled (two looks in a row
+    /// see the same screen); returns the screen.
     fn shows(&self, texts: &[&str]) -> String {
         let mut last = String::new();
         let found = wait_for_screen(SHOWS, || {
-            last = self.screen();
-            texts.iter().all(|t| last.contains(t))
+            let previous = std::mem::replace(&mut last, self.screen());
+            previous == last && texts.iter().all(|t| last.contains(t))
         });
         assert!(
             found,
@@ -248,11 +249,17 @@ fn continue_and_reset_by_keys_help_resizing_and_quitting_restore_the_terminal() 
         "specs": [spec],
         "hooks": { "on_completed": [{ "command": "echo announced" }] }
     }));
+    let (status, queue) = daemon.send(
+        "POST",
+        "/api/queues",
+        &json!({ "name": "sprint", "specs": [spec] }),
+    );
+    assert_eq!(status, 201, "{queue}");
     daemon.control_ok("gated", json!({ "action": "run" }));
     daemon.settled("gated");
 
     let tmux = Tmux::start(&tui_command(&daemon, scratch.path()));
-    tmux.shows(&["feed: live", "1 blocked"]);
+    tmux.shows(&["feed: live", "1 blocked", "sprint 1/1 pending"]);
     tmux.keys(&["b", "Escape"]);
     tmux.shows(&["Graph gated", "status: paused"]);
 
@@ -279,11 +286,15 @@ fn continue_and_reset_by_keys_help_resizing_and_quitting_restore_the_terminal() 
     tmux.keys(&["y"]);
     tmux.shows(&["status: idle", "gated idle"]);
 
-    // Run from the picker: over its bound specs; the gate passes, so it completes.
+    // Run from the picker, over the queue: the gate passes, so it completes and drains it.
     tmux.keys(&["r"]);
-    tmux.shows(&["Run gated over", "its bound specs"]);
-    tmux.keys(&["Enter"]);
-    tmux.shows(&["status: completed"]);
+    tmux.shows(&[
+        "Run gated over",
+        "its bound specs",
+        "queue sprint (1 pending)",
+    ]);
+    tmux.keys(&["Down", "Enter"]);
+    tmux.shows(&["status: completed", "· queue sprint", "sprint 0/1 pending"]);
 
     // The node run's output, in full.
     tmux.keys(&["o"]);
@@ -329,7 +340,9 @@ fn the_daemon_going_away_is_said_and_the_tui_reconnects_when_it_comes_back() {
     tmux.shows(&["feed: down", "reconnecting"]);
     let daemon = Daemon::start_on(&daemon.data_dir);
     tmux.shows(&["feed: live", "reconnected to the daemon"]);
-    // Live again: a spec added now shows without a key.
+    // Live again: a spec and a session added now show without a key.
     add_spec_in(&daemon, "Password reset", repo.path());
-    tmux.shows(&["Password reset"]);
+    let (status, session) = daemon.send("POST", "/api/sessions", &json!({ "name": "lead" }));
+    assert_eq!(status, 201, "{session}");
+    tmux.shows(&["Password reset", "lead live"]);
 }

@@ -808,11 +808,21 @@ impl App {
         match loaded {
             Loaded::Specs(specs) => self.specs = specs,
             Loaded::Graphs(graphs) => {
-                self.graphs = graphs.into_iter().map(|g| (g.name.clone(), g)).collect();
-                // A graph read alone later than this list keeps its newer answer's place.
-                for graph in self.graphs.keys().cloned().collect::<Vec<_>>() {
-                    self.applied.insert(Resource::Graph(graph), seq);
+                let mut fresh = BTreeMap::new();
+                for graph in graphs {
+                    let resource = Resource::Graph(graph.name.clone());
+                    // A graph read alone and answered after this list was asked stays.
+                    match (self.applied.get(&resource), self.graphs.remove(&graph.name)) {
+                        (Some(&done), Some(newer)) if done > seq => {
+                            fresh.insert(newer.name.clone(), newer);
+                        }
+                        _ => {
+                            self.applied.insert(resource, seq);
+                            fresh.insert(graph.name.clone(), graph);
+                        }
+                    }
                 }
+                self.graphs = fresh;
                 let running: Vec<String> = self
                     .graphs
                     .values()
@@ -922,6 +932,8 @@ impl App {
                     self.filtering = false;
                 }
                 KeyCode::Enter => self.filtering = false,
+                KeyCode::Down => self.move_focus(true, 1),
+                KeyCode::Up => self.move_focus(false, 1),
                 KeyCode::Backspace => {
                     self.filter.pop();
                 }
@@ -1375,6 +1387,36 @@ mod tests {
             answer: Ok(Loaded::Graph(Some(Box::new(stale)))),
         });
         assert_eq!(app.graphs["cli"].status, GraphStatus::Completed);
+    }
+
+    #[test]
+    fn a_list_asked_before_a_graph_read_does_not_undo_it() {
+        let mut app = two_projects();
+        app.update(Msg::Loaded {
+            resource: Resource::Graph("cli".into()),
+            seq: 200,
+            answer: Ok(Loaded::Graph(Some(Box::new(graph(
+                "cli",
+                "/src/cli",
+                GraphStatus::Running,
+                None,
+            ))))),
+        });
+        app.update(Msg::Loaded {
+            resource: Resource::Graphs,
+            seq: 199,
+            answer: Ok(Loaded::Graphs(vec![graph(
+                "cli",
+                "/src/cli",
+                GraphStatus::Idle,
+                None,
+            )])),
+        });
+        assert_eq!(app.graphs["cli"].status, GraphStatus::Running);
+        assert!(
+            !app.graphs.contains_key("web"),
+            "a graph gone from the list is gone"
+        );
     }
 
     #[test]

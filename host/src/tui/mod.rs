@@ -24,8 +24,15 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use ratatui::DefaultTerminal;
+use std::io::{BufWriter, Stdout, Write as _};
+
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event};
+use ratatui::crossterm::terminal::{
+    BeginSynchronizedUpdate, EndSynchronizedUpdate, EnterAlternateScreen, enable_raw_mode,
+};
+use ratatui::crossterm::{execute, queue};
 use tokio::sync::mpsc;
 
 use crate::datadir::DataDir;
@@ -52,7 +59,7 @@ pub async fn run(data: &DataDir, _args: TuiArgs) -> Result<ExitCode> {
     let mut screen = Screen::enter()?;
     let stop = Arc::new(AtomicBool::new(false));
     let input = spawn_input(tx, stop.clone());
-    let result = event_loop(&mut screen.terminal, rx, &data).await;
+    let result = event_loop(&mut screen, rx, &data).await;
     stop.store(true, Ordering::Relaxed);
     feed.abort();
     drop(screen);
@@ -61,21 +68,52 @@ pub async fn run(data: &DataDir, _args: TuiArgs) -> Result<ExitCode> {
     result.map(|()| ExitCode::SUCCESS)
 }
 
+/// The terminal the TUI draws on. Each frame is buffered whole and written at once, between
+/// synchronized-update marks, so a terminal never shows half a frame.
+type Term = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+
+/// Room for a whole frame (a full 300×100 redraw with colours fits).
+const FRAME_BUFFER: usize = 1 << 18;
+
 /// The terminal in raw mode on the alternate screen; dropping it restores the terminal (on
-/// quit and on error; ratatui's panic hook does it on a panic).
+/// quit and on error; the panic hook does it on a panic).
 struct Screen {
-    terminal: DefaultTerminal,
+    terminal: Term,
 }
 
 impl Screen {
     fn enter() -> Result<Self> {
-        match ratatui::try_init() {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            ratatui::restore();
+            hook(info);
+        }));
+        let setup = || -> std::io::Result<Term> {
+            enable_raw_mode()?;
+            execute!(std::io::stdout(), EnterAlternateScreen)?;
+            Terminal::new(CrosstermBackend::new(BufWriter::with_capacity(
+                FRAME_BUFFER,
+                std::io::stdout(),
+            )))
+        };
+        match setup() {
             Ok(terminal) => Ok(Self { terminal }),
             Err(err) => {
                 ratatui::restore();
                 Err(err).context("cannot set up the terminal")
             }
         }
+    }
+
+    /// Draws one frame, written in one go.
+    fn draw(&mut self, app: &App) -> Result<()> {
+        queue!(self.terminal.backend_mut(), BeginSynchronizedUpdate).context("cannot draw")?;
+        self.terminal
+            .draw(|frame| ui::draw(frame, app, jiff::Timestamp::now()))
+            .context("cannot draw")?;
+        let backend = self.terminal.backend_mut();
+        queue!(backend, EndSynchronizedUpdate).context("cannot draw")?;
+        backend.flush().context("cannot draw")
     }
 }
 
@@ -122,7 +160,7 @@ fn spawn_input(
 }
 
 async fn event_loop(
-    terminal: &mut DefaultTerminal,
+    screen: &mut Screen,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     data: &Data,
 ) -> Result<()> {
@@ -133,9 +171,7 @@ async fn event_loop(
     let mut app = App::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    terminal
-        .draw(|frame| ui::draw(frame, &app, jiff::Timestamp::now()))
-        .context("cannot draw")?;
+    screen.draw(&app)?;
     loop {
         let first = tokio::select! {
             msg = rx.recv() => match msg {
@@ -158,9 +194,7 @@ async fn event_loop(
         if app.quit {
             return Ok(());
         }
-        terminal
-            .draw(|frame| ui::draw(frame, &app, jiff::Timestamp::now()))
-            .context("cannot draw")?;
+        screen.draw(&app)?;
     }
 }
 

@@ -105,9 +105,25 @@ fn word_color(word: &str) -> Color {
     }
 }
 
+/// `text` as the terminal may show it: a tab as spaces, no other control characters (an
+/// escape sequence in a process's output must not reach the terminal).
+pub fn clean(text: &str) -> String {
+    text.replace('\t', "    ")
+        .chars()
+        .filter(|c| !c.is_control() || *c == '\n')
+        .collect()
+}
+
+/// `text` on as many lines as it has, each cleaned.
+fn lines_of(text: &str, style: Style) -> Vec<Line<'static>> {
+    text.lines()
+        .map(|l| Line::styled(clean(l), style))
+        .collect()
+}
+
 /// `text` cut to `width` characters, with `…` when cut.
 fn cut(text: &str, width: usize) -> String {
-    let one_line = text.replace(['\n', '\r'], " ");
+    let one_line = clean(&text.replace(['\n', '\r'], " "));
     if one_line.chars().count() <= width {
         return one_line;
     }
@@ -384,14 +400,14 @@ fn graph_lines<'a>(
         ),
     ])];
     if let Some(blocker) = &graph.blocker {
-        lines.push(Line::styled(
-            format!("blocker: {blocker}"),
+        lines.extend(lines_of(
+            &format!("blocker: {blocker}"),
             Style::new().fg(Color::Red),
         ));
     }
     if let Some(warning) = &graph.consistency_warning {
-        lines.push(Line::styled(
-            format!("warning: {warning}"),
+        lines.extend(lines_of(
+            &format!("warning: {warning}"),
             Style::new().fg(Color::Yellow),
         ));
     }
@@ -567,18 +583,13 @@ fn draw_modal(frame: &mut Frame, app: &App, modal: &Modal, area: Rect) {
                 .get(graph)
                 .and_then(|g| g.blocker.clone())
                 .unwrap_or_else(|| "not blocked any more".to_string());
-            (
-                format!("Blocker of {graph}"),
-                vec![
-                    Line::raw(text),
-                    Line::raw(""),
-                    Line::styled(
-                        "c continue (plain, skip_next_spec, run_from_node)  x reset",
-                        Style::new().dark_gray(),
-                    ),
-                ],
-                0,
-            )
+            let mut lines = lines_of(&text, Style::new());
+            lines.push(Line::raw(""));
+            lines.push(Line::styled(
+                "c continue (plain, skip_next_spec, run_from_node)  x reset",
+                Style::new().dark_gray(),
+            ));
+            (format!("Blocker of {graph}"), lines, 0)
         }
         Modal::RunPicker {
             graph,
@@ -646,7 +657,7 @@ fn draw_modal(frame: &mut Frame, app: &App, modal: &Modal, area: Rect) {
             scroll,
         } => {
             let lines = match text {
-                Some(text) => text.lines().map(|l| Line::raw(l.to_string())).collect(),
+                Some(text) => lines_of(text, Style::new()),
                 None => vec![Line::raw("reading...")],
             };
             (title.clone(), lines, *scroll)
@@ -724,6 +735,11 @@ mod tests {
         let text = screen(&app, 80, 24);
         assert!(text.contains("needs conversion"), "{text}");
         assert!(text.contains("▾ web"), "{text}");
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        assert_eq!(clean("a\tb\u{1b}[2Jc\n"), "a    b[2Jc\n");
     }
 
     #[test]
