@@ -2,6 +2,8 @@
 //! in an 80×24 pane, `send-keys` types what a person would, and `capture-pane` reads what they
 //! would see.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::path::Path;
