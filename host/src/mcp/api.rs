@@ -40,11 +40,12 @@ impl ApiFailure {
         }
     }
 
-    /// Reads an answer's status and body: the JSON on success, else the API's error.
-    fn check(status: u16, body: &[u8]) -> Result<Value, Self> {
+    /// Reads an answer's status and body: the body's JSON text on success (passed on as it
+    /// came, not parsed and written again), else the API's error.
+    fn check(status: u16, body: &[u8]) -> Result<String, Self> {
         if (200..300).contains(&status) {
-            return serde_json::from_slice(body).map_err(|err| {
-                Self::unanswered(format!("the daemon's answer ({status}) is not JSON: {err}"))
+            return String::from_utf8(body.to_vec()).map_err(|err| {
+                Self::unanswered(format!("the daemon's answer ({status}) is not text: {err}"))
             });
         }
         let answer = serde_json::from_slice::<Value>(body).unwrap_or_default();
@@ -75,15 +76,15 @@ pub type Frames = Pin<Box<dyn Stream<Item = anyhow::Result<SseFrame>> + Send>>;
 
 /// What the tools and resources are built on.
 pub trait Api: Send + Sync + 'static {
-    /// `method path` with a JSON `body`; the JSON answer, or the API's error. Gives up after
-    /// `timeout`.
+    /// `method path` with a JSON `body`; the answer's JSON text, or the API's error. Gives up
+    /// after `timeout`.
     fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<Value>,
         timeout: Duration,
-    ) -> impl Future<Output = Result<Value, ApiFailure>> + Send;
+    ) -> impl Future<Output = Result<String, ApiFailure>> + Send;
 
     /// Opens a server-sent-event stream (`/api/feed?follow=true...`), resuming after
     /// `last_event_id` when given.
@@ -162,7 +163,7 @@ impl DaemonApi {
         path: &str,
         body: Option<&Value>,
         timeout: Duration,
-    ) -> Result<Value, ApiFailure> {
+    ) -> Result<String, ApiFailure> {
         let mut request = client.request(method, path).timeout(timeout);
         if let Some((name, value)) = agent_header() {
             request = request.header(name, value);
@@ -190,7 +191,7 @@ impl Api for DaemonApi {
         path: &str,
         body: Option<Value>,
         timeout: Duration,
-    ) -> Result<Value, ApiFailure> {
+    ) -> Result<String, ApiFailure> {
         let client = self.client(false)?;
         match self
             .call_once(&client, method.clone(), path, body.as_ref(), timeout)
@@ -257,7 +258,7 @@ impl Api for RouterApi {
         path: &str,
         body: Option<Value>,
         timeout: Duration,
-    ) -> Result<Value, ApiFailure> {
+    ) -> Result<String, ApiFailure> {
         let bytes = match &body {
             Some(body) => serde_json::to_vec(body).unwrap_or_default(),
             None => Vec::new(),

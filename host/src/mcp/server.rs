@@ -63,7 +63,8 @@ impl<A: Api> CanopyMcp<A> {
         }
     }
 
-    async fn get(&self, path: &str) -> Result<Value, McpError> {
+    /// The answer's JSON text.
+    async fn get(&self, path: &str) -> Result<String, McpError> {
         self.api
             .call(Method::GET, path, None, CALL_TIMEOUT)
             .await
@@ -72,6 +73,13 @@ impl<A: Api> CanopyMcp<A> {
                 400 => McpError::invalid_params(failure.message, None),
                 _ => McpError::internal_error(failure.message, None),
             })
+    }
+
+    async fn get_json(&self, path: &str) -> Result<Value, McpError> {
+        let text = self.get(path).await?;
+        serde_json::from_str(&text).map_err(|err| {
+            McpError::internal_error(format!("the answer of {path} is not JSON: {err}"), None)
+        })
     }
 
     /// The API path a resource URI reads.
@@ -132,10 +140,6 @@ fn tool_list() -> &'static [Tool] {
     })
 }
 
-fn text_of(value: &Value) -> String {
-    serde_json::to_string(value).unwrap_or_default()
-}
-
 impl<A: Api> ServerHandler for CanopyMcp<A> {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -182,7 +186,7 @@ impl<A: Api> ServerHandler for CanopyMcp<A> {
                 .call(call.method, &call.path, call.body, call.timeout)
                 .await
             {
-                Ok(answer) => CallToolResult::success(vec![ContentBlock::text(text_of(&answer))]),
+                Ok(answer) => CallToolResult::success(vec![ContentBlock::text(answer)]),
                 Err(failure) => {
                     tracing::debug!(tool = tool.name, status = failure.status, "tool refused");
                     CallToolResult::error(vec![ContentBlock::text(failure.message)])
@@ -197,8 +201,8 @@ impl<A: Api> ServerHandler for CanopyMcp<A> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let graphs = self.get("/api/graphs").await?;
-        let specs = self.get("/api/specs").await?;
+        let graphs = self.get_json("/api/graphs").await?;
+        let specs = self.get_json("/api/specs").await?;
         let named = |list: &Value, key: &str, prefix: &str, field: &str, what: &str| {
             list[key]
                 .as_array()
@@ -242,9 +246,9 @@ impl<A: Api> ServerHandler for CanopyMcp<A> {
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let path = Self::resource_path(&request.uri)?;
-        let value = self.get(&path).await?;
+        let text = self.get(&path).await?;
         Ok(ReadResourceResult::new(vec![
-            ResourceContents::text(text_of(&value), request.uri).with_mime_type("application/json"),
+            ResourceContents::text(text, request.uri).with_mime_type("application/json"),
         ])
         .into())
     }
