@@ -406,6 +406,7 @@ async fn watch<A: Api>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

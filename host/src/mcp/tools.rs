@@ -459,6 +459,7 @@ pub fn find(name: &str) -> Option<&'static ToolDef> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
