@@ -229,6 +229,17 @@ fn a_runs_progress_shows_without_a_keypress() {
     daemon.control_ok("slow", json!({ "action": "run" }));
     let screen = tmux.shows(&["status: running", "now: wait on First item"]);
     assert!(screen.contains("slow running"), "{screen}");
+    // The node's elapsed time counts on by itself.
+    let mut seen = String::new();
+    let counted = wait_for_screen(SHOWS, || {
+        seen = tmux.screen();
+        seen.split("now: wait on First item · ")
+            .nth(1)
+            .and_then(|rest| rest.split('s').next())
+            .and_then(|secs| secs.parse::<u32>().ok())
+            .is_some_and(|secs| secs >= 1)
+    });
+    assert!(counted, "the elapsed time never moved:\n{seen}");
     std::fs::write(&flag, "").unwrap();
     let screen = tmux.shows(&["status: completed", "Specs: 2 completed"]);
     assert!(

@@ -663,7 +663,7 @@ fn draw_modal(frame: &mut Frame, app: &App, modal: &Modal, area: Rect) {
             (title.clone(), lines, *scroll)
         }
     };
-    let full = matches!(modal, Modal::Output { .. } | Modal::Help);
+    let full = matches!(modal, Modal::Output { .. });
     let (width, height) = if full {
         (area.width.saturating_sub(2), area.height)
     } else {
