@@ -119,6 +119,18 @@ fn an_agent_drives_a_graph_over_a_queue_through_canopy_mcp_on_stdio() {
         hook_file.to_str().unwrap(),
     ]);
     check(&seen, &daemon, &hook_file);
+
+    // A client of protocol 2026-07-28 (the SDK's default `Client`): no session, changes on a
+    // `subscriptions/listen` stream.
+    let modern = drive(&["modern", CANOPY, &data_dir]);
+    assert_eq!(modern["protocol"], "2026-07-28", "{modern}");
+    let error = modern["error"].as_str().unwrap();
+    assert!(
+        error.contains("field `nodes`") && error.contains("sideways"),
+        "{error}"
+    );
+    assert_eq!(modern["honored"], json!(["canopy://graphs/web"]));
+    assert_eq!(modern["event"], "canopy://graphs/web");
 }
 
 #[test]

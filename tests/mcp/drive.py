@@ -2,6 +2,7 @@
 
 Usage: drive.py stdio CANOPY DATA_DIR WORKDIR HOOK_FILE
        drive.py http URL TOKEN WORKDIR HOOK_FILE
+       drive.py modern CANOPY DATA_DIR       (after `stdio`: see modern())
 
 Lists the tools; adds two specs and a queue; creates a graph, then gives it an on_completed
 `command` hook (graph_edit update with the hooks map) that appends to HOOK_FILE; subscribes to
@@ -141,9 +142,53 @@ async def scenario(read, write, workdir, hook_file):
     return seen
 
 
+async def modern(canopy, data_dir):
+    """The SDK's high-level Client as it connects by default (`server/discover`, protocol
+    2026-07-28 where the server speaks it): a tool error, and a `subscriptions/listen` stream
+    that reports a change to the graph `web` (which the stdio scenario made)."""
+    from mcp.client import Client
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    seen = {}
+    server = StdioServerParameters(command=canopy, args=["--data-dir", data_dir, "mcp"])
+    async with Client(server) as client:
+        seen["protocol"] = client.protocol_version
+        result = await client.call_tool("graph_edit", {"action": "update", "graph": "web", "nodes": "sideways"})
+        if not result.is_error:
+            fail(f"nodes that are not a list should be refused: {result}")
+        seen["error"] = result.content[0].text
+        uri = "canopy://graphs/web"
+        async with client.listen(resource_subscriptions=[uri]) as sub:
+            seen["honored"] = list(sub.honored.resource_subscriptions or [])
+            events = aiter(sub)
+            # No replay on listen: change the graph until a change is reported (the first
+            # edit may land before the server has the feed open).
+            deadline = time.monotonic() + 20
+            version = 0
+            while True:
+                version += 1
+                edit = await client.call_tool("graph_edit", {"action": "update", "graph": "web",
+                                                              "allow_dirty_start": version % 2 == 1})
+                if edit.is_error:
+                    fail(f"graph_edit update: {edit.content[0].text}")
+                try:
+                    with anyio.fail_after(0.5):
+                        event = await anext(events)
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        fail(f"no change reported on {uri} in 20 s")
+            if not isinstance(event, ResourceUpdated) or event.uri != uri:
+                fail(f"listen: expected ResourceUpdated({uri}), got {event!r}")
+            seen["event"] = event.uri
+    return seen
+
+
 async def main():
     mode, rest = sys.argv[1], sys.argv[2:]
-    if mode == "stdio":
+    if mode == "modern":
+        seen = await modern(*rest)
+    elif mode == "stdio":
         canopy, data_dir, workdir, hook_file = rest
         server = StdioServerParameters(command=canopy, args=["--data-dir", data_dir, "mcp"])
         async with stdio_client(server) as (read, write):

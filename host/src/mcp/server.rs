@@ -1,6 +1,8 @@
 //! The MCP server over any [`Api`]: the tools of [`super::tools`], the resources
 //! `canopy://graphs/{name}` and `canopy://specs/{id}`, and change notifications for the
-//! resources a client subscribed to, read from the feed.
+//! resources a client subscribed to, read from the feed: on the session for
+//! `resources/subscribe` (protocol versions up to 2025-11-25), on the stream of a
+//! `subscriptions/listen` (2026-07-28).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -13,9 +15,10 @@ use rmcp::model::{
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
     ResourceContents, ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, Tool, ToolAnnotations, UnsubscribeRequestParams,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::{Peer, RequestContext, RoleServer};
+use rmcp::service::{Peer, RequestContext, RoleServer, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::Value;
 
@@ -98,13 +101,24 @@ impl<A: Api> CanopyMcp<A> {
         ))
     }
 
-    /// Starts the feed watcher for this client, once.
-    fn watch(&self, peer: Peer<RoleServer>) {
+    /// Starts the feed watcher for this client, once, and waits (a little) for it to have the
+    /// feed open, so a change made once `resources/subscribe` has answered is not missed.
+    async fn watch(&self, peer: Peer<RoleServer>) {
         if self.watching.set(()).is_err() {
             return;
         }
-        let (api, subscriptions) = (self.api.clone(), self.subscriptions.clone());
-        tokio::spawn(watch(api, subscriptions, peer));
+        let session = Session {
+            peer,
+            subscriptions: self.subscriptions.clone(),
+        };
+        let (ready, opened) = tokio::sync::oneshot::channel();
+        tokio::spawn(watch(self.api.clone(), session, Some(ready)));
+        if tokio::time::timeout(Duration::from_secs(5), opened)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the feed did not open in time; notifications start once it does");
+        }
     }
 }
 
@@ -253,6 +267,33 @@ impl<A: Api> ServerHandler for CanopyMcp<A> {
         .into())
     }
 
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // The SDK keeps only what the capabilities advertise: resource updates and list changes.
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let accepted = context.accepted();
+        let listen = Listen {
+            sink: context.sink().clone(),
+            uris: accepted
+                .resource_subscriptions
+                .iter()
+                .flatten()
+                .cloned()
+                .collect(),
+            list_changed: accepted.resources_list_changed == Some(true),
+        };
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = watch(self.api.clone(), listen, None) => {}
+        }
+        Ok(())
+    }
+
     #[allow(deprecated)]
     async fn subscribe(
         &self,
@@ -265,7 +306,7 @@ impl<A: Api> ServerHandler for CanopyMcp<A> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(request.uri);
-        self.watch(context.peer);
+        self.watch(context.peer).await;
         Ok(())
     }
 
@@ -337,28 +378,99 @@ fn changes(envelope: &Value, subscribed: &HashSet<String>) -> Vec<Change> {
     out
 }
 
-/// Follows the feed and notifies `peer` of the changes to what it subscribed to, until the
-/// client goes away. A dropped stream is opened again after the last event seen
-/// (`Last-Event-ID`), so nothing in between is missed.
+/// Where a client's change notifications go.
+trait Listener: Send + Sync {
+    /// The resource URIs it wants to hear about now.
+    fn subscribed(&self) -> HashSet<String>;
+    /// Sends one; false once the client is gone.
+    fn send(&self, change: Change) -> impl std::future::Future<Output = bool> + Send;
+    /// The client has gone.
+    fn gone(&self) -> bool;
+}
+
+/// A 2025-era session: `resources/subscribe` added to the set; notifications on the session.
+struct Session {
+    peer: Peer<RoleServer>,
+    subscriptions: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Listener for Session {
+    fn subscribed(&self) -> HashSet<String> {
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    async fn send(&self, change: Change) -> bool {
+        match change {
+            Change::Updated(uri) => self
+                .peer
+                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                .await
+                .is_ok(),
+            Change::ListChanged => self.peer.notify_resource_list_changed().await.is_ok(),
+        }
+    }
+
+    fn gone(&self) -> bool {
+        self.peer.is_transport_closed()
+    }
+}
+
+/// A `subscriptions/listen` stream (protocol 2026-07-28): what its filter accepted.
+struct Listen {
+    sink: SubscriptionSink,
+    uris: HashSet<String>,
+    list_changed: bool,
+}
+
+impl Listener for Listen {
+    fn subscribed(&self) -> HashSet<String> {
+        self.uris.clone()
+    }
+
+    async fn send(&self, change: Change) -> bool {
+        match change {
+            Change::Updated(uri) => self.sink.notify_resource_updated(uri).await.is_ok(),
+            Change::ListChanged if self.list_changed => {
+                self.sink.notify_resource_list_changed().await.is_ok()
+            }
+            Change::ListChanged => true,
+        }
+    }
+
+    fn gone(&self) -> bool {
+        false
+    }
+}
+
+/// Follows the feed and tells `listener` of the changes to what it subscribed to, until it
+/// goes away. A dropped stream is opened again after the last event seen (`Last-Event-ID`), so
+/// nothing in between is missed.
+/// `ready` is told once the feed is open: a change after that is not missed.
 async fn watch<A: Api>(
     api: Arc<A>,
-    subscriptions: Arc<Mutex<HashSet<String>>>,
-    peer: Peer<RoleServer>,
+    listener: impl Listener,
+    mut ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
     let mut last_id: Option<String> = None;
     let mut pause = Duration::from_millis(200);
     let mut check = tokio::time::interval(Duration::from_secs(2));
-    while !peer.is_transport_closed() {
+    while !listener.gone() {
         // `last=0`: from now on, not the newest events before.
         match api
             .follow("/api/feed?follow=true&last=0", last_id.clone())
             .await
         {
             Ok(mut frames) => loop {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
                 let frame = tokio::select! {
                     frame = frames.next() => frame,
                     _ = check.tick() => {
-                        if peer.is_transport_closed() {
+                        if listener.gone() {
                             return;
                         }
                         continue;
@@ -379,19 +491,8 @@ async fn watch<A: Api>(
                 if frame.event != "feed" {
                     continue;
                 }
-                let found = {
-                    let subscribed = subscriptions.lock().unwrap_or_else(PoisonError::into_inner);
-                    changes(&frame.json(), &subscribed)
-                };
-                for change in found {
-                    let sent = match change {
-                        Change::Updated(uri) => {
-                            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                                .await
-                        }
-                        Change::ListChanged => peer.notify_resource_list_changed().await,
-                    };
-                    if sent.is_err() {
+                for change in changes(&frame.json(), &listener.subscribed()) {
+                    if !listener.send(change).await {
                         return;
                     }
                 }
