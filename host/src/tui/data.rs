@@ -2,7 +2,8 @@
 //! feed follower. Every answer goes back to the app as a [`Msg`] over one channel; nothing here
 //! keeps state of its own beyond the connection.
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
@@ -34,6 +35,9 @@ pub struct Data {
     data: DataDir,
     client: Arc<RwLock<Option<Client>>>,
     tx: UnboundedSender<Msg>,
+    /// Reads in flight, per resource, with the newest read asked meanwhile: a resource is
+    /// read by one request at a time, and a burst of events on it costs at most one more read.
+    inflight: Arc<Mutex<HashMap<Resource, Option<u64>>>>,
 }
 
 impl Data {
@@ -42,6 +46,7 @@ impl Data {
             data,
             client: Arc::new(RwLock::new(None)),
             tx,
+            inflight: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -69,13 +74,11 @@ impl Data {
         let this = self.clone();
         match command {
             Command::Quit => {}
-            Command::Load { resource, seq } => {
-                tokio::spawn(async move { this.load(resource, seq).await });
-            }
+            Command::Load { resource, seq } => this.read(resource, seq),
             Command::LoadSoon { resource, seq } => {
                 tokio::spawn(async move {
                     tokio::time::sleep(SOON).await;
-                    this.load(resource, seq).await;
+                    this.read(resource, seq);
                 });
             }
             Command::Control { graph, body, seq } => {
@@ -115,6 +118,37 @@ impl Data {
                 });
             }
         }
+    }
+
+    /// Reads `resource` now, or, when a read of it is in flight, once that one has answered.
+    fn read(&self, resource: Resource, seq: u64) {
+        {
+            let Ok(mut inflight) = self.inflight.lock() else {
+                return;
+            };
+            if let Some(next) = inflight.get_mut(&resource) {
+                *next = Some(seq);
+                return;
+            }
+            inflight.insert(resource.clone(), None);
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut seq = seq;
+            loop {
+                this.load(resource.clone(), seq).await;
+                let Ok(mut inflight) = this.inflight.lock() else {
+                    return;
+                };
+                match inflight.get_mut(&resource).and_then(Option::take) {
+                    Some(next) => seq = next,
+                    None => {
+                        inflight.remove(&resource);
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     async fn load(&self, resource: Resource, seq: u64) {
