@@ -427,6 +427,8 @@ pub struct App {
     pub focus: Option<Row>,
     pub filter: String,
     pub filtering: bool,
+    /// Rows the main pane is scrolled down by (back to the top when the focus moves).
+    pub scroll: u16,
     pub modal: Option<Modal>,
     pub status: Option<(Level, String)>,
     pub link: Link,
@@ -460,6 +462,7 @@ impl App {
             focus: None,
             filter: String::new(),
             filtering: false,
+            scroll: 0,
             modal: None,
             status: None,
             link: Link::Connecting,
@@ -911,7 +914,11 @@ impl App {
                 None => break,
             }
         }
-        self.focus = Some(rows[at].clone());
+        let focus = Some(rows[at].clone());
+        if focus != self.focus {
+            self.scroll = 0;
+        }
+        self.focus = focus;
     }
 
     fn key(&mut self, key: KeyEvent) -> Vec<Command> {
@@ -959,6 +966,8 @@ impl App {
             KeyCode::Up | KeyCode::Char('k') => self.move_focus(false, 1),
             KeyCode::PageDown => self.move_focus(true, 10),
             KeyCode::PageUp => self.move_focus(false, 10),
+            KeyCode::Char('J') => self.scroll = self.scroll.saturating_add(5),
+            KeyCode::Char('K') => self.scroll = self.scroll.saturating_sub(5),
             KeyCode::Enter | KeyCode::Char(' ') => {
                 if let Some(Row::Project(project)) = self.focused_row() {
                     self.project = Some(project.clone());

@@ -15,6 +15,7 @@ use super::app::{App, CONTINUE_MODES, Graph, GraphStatus, Level, Link, Modal, Ro
 pub const KEYS: &[(&str, &str)] = &[
     ("↑ ↓  j k", "move in the sidebar (PgUp/PgDn: 10 rows)"),
     ("Enter", "select the project under the cursor"),
+    ("J K", "scroll the main pane down / up"),
     ("r", "run the graph (pick its bound specs or a queue)"),
     (
         "c",
@@ -378,7 +379,12 @@ fn draw_main(frame: &mut Frame, app: &App, area: Rect, now: jiff::Timestamp) {
             )],
         },
     };
-    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), area);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .scroll((app.scroll, 0)),
+        area,
+    );
 }
 
 fn graph_lines<'a>(
@@ -735,6 +741,56 @@ mod tests {
         let text = screen(&app, 80, 24);
         assert!(text.contains("needs conversion"), "{text}");
         assert!(text.contains("▾ web"), "{text}");
+    }
+
+    #[test]
+    fn j_and_k_scroll_a_long_run_into_view_in_24_rows() {
+        use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+        use crate::tui::app::{Graph, GraphStatus, Progress};
+
+        let mut app = App::new();
+        let progress = (1..=40)
+            .map(|i| Progress {
+                position: i,
+                spec_id: format!("s{i}"),
+                spec_name: format!("Spec number {i}"),
+                result: "completed".into(),
+                summary: None,
+                reason: None,
+                reason_node: None,
+            })
+            .collect();
+        let graph = Graph {
+            name: "long".into(),
+            workdir: "/src/web".into(),
+            status: GraphStatus::Completed,
+            blocker: None,
+            consistency_warning: None,
+            nodes: Vec::new(),
+            current_run: None,
+            progress,
+            progress_summary: [("completed".to_string(), 40)].into_iter().collect(),
+        };
+        app.update(Msg::Loaded {
+            resource: Resource::Graphs,
+            seq: 1,
+            answer: Ok(Loaded::Graphs(vec![graph])),
+        });
+        let key = |code| Msg::Key(KeyEvent::new(code, KeyModifiers::NONE));
+        app.update(key(KeyCode::Down));
+        let text = screen(&app, 80, 24);
+        assert!(text.contains("Graph long"), "{text}");
+        assert!(!text.contains("Spec number 40"), "{text}");
+        for _ in 0..5 {
+            app.update(key(KeyCode::Char('J')));
+        }
+        let text = screen(&app, 80, 24);
+        assert!(text.contains("Spec number 40"), "{text}");
+        for _ in 0..5 {
+            app.update(key(KeyCode::Char('K')));
+        }
+        assert!(screen(&app, 80, 24).contains("Graph long"));
     }
 
     #[test]
