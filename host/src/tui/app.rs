@@ -344,6 +344,7 @@ pub enum Section {
 }
 
 impl Section {
+    /// Its heading in the sidebar.
     pub fn title(self) -> &'static str {
         match self {
             Self::Backlog => "Backlog",
@@ -451,6 +452,7 @@ impl Default for App {
 }
 
 impl App {
+    /// An empty app, waiting for the feed to connect.
     pub fn new() -> Self {
         Self {
             specs: Vec::new(),
@@ -632,6 +634,7 @@ impl App {
         }
     }
 
+    /// The row the cursor is on.
     pub fn focused_row(&self) -> Option<Row> {
         let rows = self.rows();
         self.cursor(&rows).map(|i| rows[i].clone())

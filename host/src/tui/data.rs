@@ -41,6 +41,7 @@ pub struct Data {
 }
 
 impl Data {
+    /// Calls and the feed for the daemon of `data`; every answer goes to `tx`.
     pub fn new(data: DataDir, tx: UnboundedSender<Msg>) -> Self {
         Self {
             data,
