@@ -17,21 +17,23 @@ use support::{CANOPY, Daemon, git_repo, real, spec_body, wait_for};
 /// How long the TUI may take to show something.
 const SHOWS: Duration = Duration::from_secs(20);
 
-/// A tmux server of its own (its own socket, so tests never share one) running one command in
+/// A tmux server of its own (its own socket in a temp dir, so tests never share one) running one command in
 /// a detached 80×24 session; the server is killed on drop.
 struct Tmux {
     socket: String,
+    _dir: tempfile::TempDir,
 }
 
 impl Tmux {
     fn start(command: &str) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let socket = format!(
-            "canopy-tui-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let tmux = Self { socket };
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir
+            .path()
+            .join(format!("tmux-{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+            .display()
+            .to_string();
+        let tmux = Self { socket, _dir: dir };
         tmux.run(&[
             "new-session",
             "-d",
@@ -48,7 +50,7 @@ impl Tmux {
 
     fn run(&self, args: &[&str]) -> String {
         let output = Command::new("tmux")
-            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(["-S", &self.socket, "-f", "/dev/null"])
             .args(args)
             .env_remove("TMUX")
             .output()
@@ -92,7 +94,7 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
+            .args(["-S", &self.socket, "kill-server"])
             .output();
     }
 }

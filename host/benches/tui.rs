@@ -29,7 +29,7 @@ struct Tmux {
 impl Tmux {
     fn run(&self, args: &[&str]) -> String {
         let output = Command::new("tmux")
-            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(["-S", &self.socket, "-f", "/dev/null"])
             .args(args)
             .env_remove("TMUX")
             .output()
@@ -61,7 +61,7 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
+            .args(["-S", &self.socket, "kill-server"])
             .output();
     }
 }
@@ -110,8 +110,9 @@ fn main() {
         "specs": [spec["id"]]
     }));
 
+    let dir = tempfile::tempdir().unwrap();
     let tmux = Tmux {
-        socket: format!("canopy-tui-bench-{}", std::process::id()),
+        socket: dir.path().join("tmux").display().to_string(),
     };
     let command = format!(
         "{CANOPY} --data-dir {} tui; sleep 600",
