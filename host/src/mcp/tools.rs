@@ -125,7 +125,7 @@ const QUEUE: &str = "the queue's name, id or unique id prefix";
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
 
-/// Which graph.
+/// `graph_get`: the graph, and which page of its per-spec lists.
 #[derive(JsonSchema)]
 struct GraphGet {
     /// The graph: its name, id or unique id prefix.
@@ -146,6 +146,7 @@ enum EditAction {
     Delete,
 }
 
+/// `graph_edit`: the action, the graph it is about, and the API's graph fields.
 #[derive(JsonSchema)]
 struct GraphEdit {
     /// `create`, `update` or `delete`.
@@ -157,6 +158,7 @@ struct GraphEdit {
     input: GraphInput,
 }
 
+/// `graph_control`: the graph, and what to do with it.
 #[derive(JsonSchema)]
 struct GraphControl {
     /// The graph: its name, id or unique id prefix.
@@ -165,12 +167,14 @@ struct GraphControl {
     request: ControlRequest,
 }
 
+/// `spec_get`: which spec.
 #[derive(JsonSchema)]
 struct SpecGet {
     /// The spec: its id or a unique id prefix.
     spec: String,
 }
 
+/// `spec_update`: the spec, and the fields to change.
 #[derive(JsonSchema)]
 struct SpecUpdate {
     /// The spec: its id or a unique id prefix.
@@ -179,12 +183,14 @@ struct SpecUpdate {
     patch: SpecPatch,
 }
 
+/// `queue_show`: which queue.
 #[derive(JsonSchema)]
 struct QueueShow {
     /// The queue: its name, id or unique id prefix.
     queue: String,
 }
 
+/// `queue_add`: the queue, the spec, and its group.
 #[derive(JsonSchema)]
 struct QueueAdd {
     /// The queue: its name, id or unique id prefix.
@@ -193,6 +199,7 @@ struct QueueAdd {
     add: AddSpec,
 }
 
+/// `queue_reorder`: the queue and its new order.
 #[derive(JsonSchema)]
 struct QueueReorder {
     /// The queue: its name, id or unique id prefix.
@@ -201,6 +208,7 @@ struct QueueReorder {
     order: Reorder,
 }
 
+/// `queue_group`: the queue, the member, and its group.
 #[derive(JsonSchema)]
 struct QueueGroup {
     /// The queue: its name, id or unique id prefix.
@@ -211,6 +219,7 @@ struct QueueGroup {
     group: SetGroup,
 }
 
+/// `hooks_test`: the graph, and the dry run to make.
 #[derive(JsonSchema)]
 struct HooksTest {
     /// The graph: its name, id or unique id prefix.
@@ -219,6 +228,7 @@ struct HooksTest {
     test: TestBody,
 }
 
+/// `session_send`: the session, and the message.
 #[derive(JsonSchema)]
 struct SessionSend {
     /// The live session: its id, a unique id prefix or its name.
