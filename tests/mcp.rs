@@ -210,3 +210,130 @@ fn the_mcp_endpoint_wants_the_token_and_no_foreign_origin() {
         welcome.head
     );
 }
+
+/// `canopy mcp` as an agent CLI runs it: JSON-RPC lines on its stdin and stdout.
+struct StdioClient {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+impl StdioClient {
+    /// Launches `canopy --data-dir D mcp` and does the MCP handshake.
+    fn start(data_dir: &Path) -> Self {
+        let mut child = Command::new(CANOPY)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout).lines() {
+                if send.send(line.unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut client = Self {
+            stdin: child.stdin.take().unwrap(),
+            child,
+            lines,
+            next_id: 0,
+        };
+        let init = client.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "test", "version": "1" }
+            }),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "canopy", "{init}");
+        client.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        client
+    }
+
+    fn send(&mut self, message: &Value) {
+        use std::io::Write as _;
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("canopy mcp answers within a minute");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    /// Calls a tool: (isError, the text it answered).
+    fn call(&mut self, tool: &str, arguments: Value) -> (bool, String) {
+        let answer = self.request(
+            "tools/call",
+            json!({ "name": tool, "arguments": arguments }),
+        );
+        let result = &answer["result"];
+        (
+            result["isError"] == true,
+            result["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    }
+}
+
+impl Drop for StdioClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn canopy_mcp_starts_before_the_daemon_and_outlives_its_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let mut mcp = StdioClient::start(&data_dir);
+
+    let (failed, text) = mcp.call("graph_list", json!({}));
+    assert!(failed, "{text}");
+    assert!(
+        text.contains("no canopy daemon is running") && text.contains("canopy daemon --data-dir"),
+        "{text}"
+    );
+
+    let mut daemon = Daemon::start_on(&data_dir);
+    let (failed, text) = mcp.call("spec_list", json!({}));
+    assert!(!failed, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({ "specs": [] })
+    );
+    daemon.add_spec("Login form");
+
+    // A new daemon writes a new address and token: the next call finds them.
+    daemon.stop();
+    let _restarted = Daemon::start_on(&data_dir);
+    let (failed, text) = mcp.call("spec_list", json!({}));
+    assert!(!failed, "{text}");
+    let specs: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(specs["specs"][0]["name"], "Login form", "{specs}");
+}
