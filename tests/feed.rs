@@ -122,6 +122,7 @@ fn every_family_reaches_the_feed_with_its_envelope_and_a_payload_its_schema_acce
         "graph.created",
         "graph.run.started",
         "graph.run.completed",
+        "node.started",
         "node.completed",
         "hook.run.completed",
         "session.created",

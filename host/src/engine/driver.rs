@@ -162,14 +162,38 @@ async fn decide(
     hint: i64,
 ) -> Result<(Next, i64), EngineError> {
     let lease = lease.clone();
-    engine
+    let bus = engine.bus().clone();
+    let (recorded, next, hint) = engine
         .store()
         .write(move |tx| {
             let mut hint = hint;
             let next = next_step(tx, &lease, guard_passed.as_deref(), &mut hint)?;
-            Ok::<_, EngineError>((next, hint))
+            let recorded = record_start(&bus, tx, &next)?;
+            Ok::<_, EngineError>((recorded, next, hint))
         })
-        .await
+        .await?;
+    engine.publish(recorded).await;
+    Ok((next, hint))
+}
+
+/// Records `node.started` when the next step is a node, in the write that recorded its node
+/// run running.
+fn record_start(bus: &crate::bus::Bus, tx: &Tx<'_>, next: &Next) -> Result<Recorded, EngineError> {
+    let Next::Node(step) = next else {
+        return Ok(Recorded::default());
+    };
+    let mode = split_work_config(&step.node_config)
+        .map(|w| w.mode)
+        .unwrap_or_default();
+    let started = taxonomy::node::NodeStarted {
+        run: step.run.run_ref(),
+        spec_id: step.spec_id.clone(),
+        spec_name: step.spec_name.clone(),
+        node: step.node_name.clone(),
+        node_run_id: step.node_run_id.clone(),
+        mode,
+    };
+    Ok(bus.record(tx, [Event::new(&started)], &step.run.cause)?)
 }
 
 fn context(graph: &Graph, run: &Run) -> RunContext {
@@ -507,6 +531,7 @@ async fn run_node(
             }
             let mut hint = hint;
             let next = next_step(tx, &lease, None, &mut hint)?;
+            recorded.extend(record_start(&bus, tx, &next)?);
             Ok((recorded, next, hint))
         })
         .await

@@ -1,10 +1,24 @@
-//! Node events: one node of a graph run, over one spec, ending.
+//! Node events: one node of a graph run, over one spec, starting and ending.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::graph::RunRef;
 use super::{Family, declare_events};
+
+/// `node.started`: a node's executor call is about to start for a spec (its node run is
+/// recorded running in the same write).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeStarted {
+    #[serde(flatten)]
+    pub run: RunRef,
+    pub spec_id: String,
+    pub spec_name: String,
+    pub node: String,
+    pub node_run_id: String,
+    /// The executor mode the node runs.
+    pub mode: String,
+}
 
 /// `node.completed`, `node.failed` and `node.blocked` share their fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -40,6 +54,10 @@ pub struct NodeFailed(pub NodeEnded);
 pub struct NodeBlocked(pub NodeEnded);
 
 declare_events! { Family::Node;
+    NodeStarted => "node.started", false,
+        "a node's executor call started for a spec",
+        ["graph_id", "graph_name", "workdir", "run_id", "spec_id", "spec_name", "node", "node_run_id", "mode"],
+        target: |e| Some(e.node_run_id.clone()), project: |e| Some(e.run.graph.workdir.clone());
     NodeCompleted => "node.completed", false,
         "a node completed its executor call for a spec",
         ["graph_id", "graph_name", "workdir", "run_id", "spec_id", "spec_name", "node", "node_run_id", "mode", "duration_ms", "summary"],
