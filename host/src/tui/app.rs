@@ -297,11 +297,6 @@ pub enum Command {
         resource: Resource,
         seq: u64,
     },
-    /// Read again after a short wait (a run between two nodes).
-    LoadSoon {
-        resource: Resource,
-        seq: u64,
-    },
     /// `POST /api/graphs/{graph}/control` with `body`.
     Control {
         graph: String,
@@ -438,12 +433,7 @@ pub struct App {
     asked: HashMap<Resource, u64>,
     applied: HashMap<Resource, u64>,
     seq: u64,
-    /// Follow-up reads of graphs seen running between two nodes.
-    soon: HashMap<String, u8>,
 }
-
-/// How many follow-up reads a graph seen running with no node running gets.
-const SOON_LIMIT: u8 = 8;
 
 impl Default for App {
     fn default() -> Self {
@@ -472,7 +462,6 @@ impl App {
             asked: HashMap::new(),
             applied: HashMap::new(),
             seq: 0,
-            soon: HashMap::new(),
         }
     }
 
@@ -829,26 +818,9 @@ impl App {
                     }
                 }
                 self.graphs = fresh;
-                let running: Vec<String> = self
-                    .graphs
-                    .values()
-                    .filter(|g| g.status == GraphStatus::Running && g.running_node().is_none())
-                    .map(|g| g.name.clone())
-                    .collect();
-                for name in running {
-                    commands.extend(self.soon(name));
-                }
             }
             Loaded::Graph(Some(graph)) => {
-                let name = graph.name.clone();
-                let between =
-                    graph.status == GraphStatus::Running && graph.running_node().is_none();
-                self.graphs.insert(name.clone(), *graph);
-                if between {
-                    commands.extend(self.soon(name));
-                } else {
-                    self.soon.remove(&name);
-                }
+                self.graphs.insert(graph.name.clone(), *graph);
             }
             Loaded::Graph(None) => {
                 if let Resource::Graph(name) = &resource {
@@ -865,20 +837,6 @@ impl App {
         }
         commands.extend(self.focus_changed());
         commands
-    }
-
-    /// A graph seen running between two nodes (no node-started event exists): read it again
-    /// shortly, a bounded number of times, to show the node that starts.
-    fn soon(&mut self, graph: String) -> Option<Command> {
-        let count = self.soon.entry(graph.clone()).or_insert(0);
-        if *count >= SOON_LIMIT {
-            return None;
-        }
-        *count += 1;
-        let seq = self.next_seq();
-        let resource = Resource::Graph(graph);
-        self.asked.insert(resource.clone(), seq);
-        Some(Command::LoadSoon { resource, seq })
     }
 
     /// After the focus or the data moved: read the focused graph's hook runs once.

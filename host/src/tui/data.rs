@@ -19,9 +19,6 @@ use crate::datadir::DataDir;
 /// How long a read or an action may take before the TUI says so.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long the TUI waits before reading a graph again that it saw between two nodes.
-const SOON: Duration = Duration::from_millis(150);
-
 /// The longest wait between two attempts to reach the daemon.
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
@@ -76,12 +73,6 @@ impl Data {
         match command {
             Command::Quit => {}
             Command::Load { resource, seq } => this.read(resource, seq),
-            Command::LoadSoon { resource, seq } => {
-                tokio::spawn(async move {
-                    tokio::time::sleep(SOON).await;
-                    this.read(resource, seq);
-                });
-            }
             Command::Control { graph, body, seq } => {
                 tokio::spawn(async move {
                     let action = body["action"].as_str().unwrap_or_default().to_string();
