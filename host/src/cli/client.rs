@@ -75,21 +75,7 @@ impl Client {
             .await
             .context("cannot read the daemon's answer")?;
         if !status.is_success() {
-            let answer = serde_json::from_slice::<serde_json::Value>(&body).ok();
-            let at = |pointer: &str| {
-                answer
-                    .as_ref()
-                    .and_then(|v| v.pointer(pointer))
-                    .and_then(|m| m.as_str())
-                    .map(str::to_string)
-            };
-            return Err(ApiFailure {
-                status: status.as_u16(),
-                code: at("/error/code").unwrap_or_default(),
-                message: at("/error/message")
-                    .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned()),
-            }
-            .into());
+            return Err(ApiFailure::from_answer(status.as_u16(), &body).into());
         }
         serde_json::from_slice(&body)
             .with_context(|| format!("unexpected answer from the daemon ({status})"))
@@ -147,12 +133,33 @@ fn add_cause_headers(headers: &mut reqwest::header::HeaderMap) {
 }
 
 /// An error answer from the daemon: its HTTP status, its code and its message (what the CLI
-/// prints).
-#[derive(Debug)]
+/// prints, and what an MCP tool error carries).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiFailure {
+    /// The HTTP status; 0 when the daemon did not answer.
     pub status: u16,
+    /// The API's error code (`bad_request`, `not_found`, ...); empty when it gave none.
     pub code: String,
     pub message: String,
+}
+
+impl ApiFailure {
+    /// An error answer's status and body (`{"error": {"code", "message"}}`); a body that is not
+    /// one is the message as it came.
+    pub fn from_answer(status: u16, body: &[u8]) -> Self {
+        let answer = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
+        let at = |pointer: &str| answer.pointer(pointer).and_then(serde_json::Value::as_str);
+        let message = match at("/error/message") {
+            Some(message) => message.to_string(),
+            None if body.is_empty() => format!("the daemon refused ({status})"),
+            None => String::from_utf8_lossy(body).into_owned(),
+        };
+        Self {
+            status,
+            code: at("/error/code").unwrap_or_default().to_string(),
+            message,
+        }
+    }
 }
 
 impl std::fmt::Display for ApiFailure {

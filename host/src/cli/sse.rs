@@ -45,24 +45,8 @@ impl SseEvents {
         let response = request.send().await.context("cannot reach the daemon")?;
         let status = response.status();
         if !status.is_success() {
-            let body: Value = response.json().await.unwrap_or_default();
-            let at = |pointer: &str| {
-                body.pointer(pointer)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let message = at("/error/message");
-            return Err(ApiFailure {
-                status: status.as_u16(),
-                code: at("/error/code"),
-                message: if message.is_empty() {
-                    format!("the daemon refused ({status})")
-                } else {
-                    message
-                },
-            }
-            .into());
+            let body = response.bytes().await.unwrap_or_default();
+            return Err(ApiFailure::from_answer(status.as_u16(), &body).into());
         }
         Ok(Self {
             inner: SseStream::new(reqwest::Body::from(response)),

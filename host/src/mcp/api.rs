@@ -20,53 +20,27 @@ use crate::cli::sse::{SseEvents, SseFrame};
 use crate::datadir::DataDir;
 use crate::events::{Actor, Cause};
 
-/// An error answer of the API, or the reason no answer came: `message` is what a tool error
-/// shows (the API's own words, which name the field).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiFailure {
-    /// The HTTP status; 0 when the daemon did not answer.
-    pub status: u16,
-    /// The API's error code (`bad_request`, `not_found`, ...); empty when it gave none.
-    pub code: String,
-    pub message: String,
-}
+pub use crate::cli::ApiFailure;
 
-impl ApiFailure {
-    fn unanswered(message: String) -> Self {
-        Self {
-            status: 0,
-            code: String::new(),
-            message,
-        }
-    }
-
-    /// Reads an answer's status and body: the body's JSON text on success (passed on as it
-    /// came, not parsed and written again), else the API's error.
-    fn check(status: u16, body: &[u8]) -> Result<String, Self> {
-        if (200..300).contains(&status) {
-            return String::from_utf8(body.to_vec()).map_err(|err| {
-                Self::unanswered(format!("the daemon's answer ({status}) is not text: {err}"))
-            });
-        }
-        let answer = serde_json::from_slice::<Value>(body).unwrap_or_default();
-        let at = |pointer: &str| answer.pointer(pointer).and_then(Value::as_str);
-        Err(Self {
-            status,
-            code: at("/error/code").unwrap_or_default().to_string(),
-            message: at("/error/message")
-                .map(str::to_string)
-                .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned()),
-        })
+/// No answer came: why, in words.
+fn unanswered(message: String) -> ApiFailure {
+    ApiFailure {
+        status: 0,
+        code: String::new(),
+        message,
     }
 }
 
-impl std::fmt::Display for ApiFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+/// Reads an answer's status and body: the body's JSON text on success (passed on as it came,
+/// not parsed and written again), else the API's error.
+fn check(status: u16, body: &[u8]) -> Result<String, ApiFailure> {
+    if (200..300).contains(&status) {
+        return String::from_utf8(body.to_vec()).map_err(|err| {
+            unanswered(format!("the daemon's answer ({status}) is not text: {err}"))
+        });
     }
+    Err(ApiFailure::from_answer(status, body))
 }
-
-impl std::error::Error for ApiFailure {}
 
 /// The code of a failure to reach any daemon (nothing was sent).
 const NOT_RUNNING: &str = "not_running";
@@ -133,7 +107,7 @@ impl DaemonApi {
         }
         let client = crate::cli::Client::connect(&self.data).map_err(|err| ApiFailure {
             code: NOT_RUNNING.to_string(),
-            ..ApiFailure::unanswered(format!("{err:#}"))
+            ..unanswered(format!("{err:#}"))
         })?;
         *slot = Some(client.clone());
         Ok(client)
@@ -144,12 +118,12 @@ impl DaemonApi {
         if err.is_connect() {
             return ApiFailure {
                 code: NOT_RUNNING.to_string(),
-                ..ApiFailure::unanswered(format!(
+                ..unanswered(format!(
                     "no canopy daemon is running for data dir {dir}; start one with `canopy daemon --data-dir {dir}`"
                 ))
             };
         }
-        ApiFailure::unanswered(if err.is_timeout() {
+        unanswered(if err.is_timeout() {
             format!("the daemon at {} did not answer in time", client.base())
         } else {
             format!("cannot reach the daemon at {}: {err}", client.base())
@@ -180,7 +154,7 @@ impl DaemonApi {
             .bytes()
             .await
             .map_err(|err| self.unreachable(client, &err))?;
-        ApiFailure::check(status, &body)
+        check(status, &body)
     }
 }
 
@@ -269,17 +243,18 @@ impl Api for RouterApi {
         }
         let request = request
             .body(Body::from(bytes))
-            .map_err(|err| ApiFailure::unanswered(format!("bad request to {path}: {err}")))?;
+            .map_err(|err| unanswered(format!("bad request to {path}: {err}")))?;
         let work = async {
             let response = self.send(request).await;
             let status = response.status().as_u16();
-            let body = response.into_body().collect().await.map_err(|err| {
-                ApiFailure::unanswered(format!("cannot read the answer of {path}: {err}"))
-            })?;
-            ApiFailure::check(status, &body.to_bytes())
+            let body =
+                response.into_body().collect().await.map_err(|err| {
+                    unanswered(format!("cannot read the answer of {path}: {err}"))
+                })?;
+            check(status, &body.to_bytes())
         };
         tokio::time::timeout(timeout, work).await.map_err(|_| {
-            ApiFailure::unanswered(format!(
+            unanswered(format!(
                 "{path} did not answer within {}",
                 humantime::format_duration(timeout)
             ))
@@ -296,7 +271,7 @@ impl Api for RouterApi {
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let body = response.into_body().collect().await?.to_bytes();
-            return Err(match ApiFailure::check(status, &body) {
+            return Err(match check(status, &body) {
                 Err(failure) => failure.into(),
                 Ok(_) => anyhow::anyhow!("{path} answered {status}"),
             });
