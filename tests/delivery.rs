@@ -464,3 +464,55 @@ fn a_follower_that_falls_behind_gets_a_lagged_event_naming_what_it_missed() {
         "the stream went on after the lag"
     );
 }
+
+#[test]
+fn a_message_sent_by_hand_reaches_the_inbox_and_bad_sends_say_why() {
+    let daemon = Daemon::start();
+    daemon.ok(&["session", "new", "--name", "lead"]);
+    let said = daemon.ok(&["session", "send", "lead", "review the login form"]);
+    assert!(
+        said.contains("queued message") && said.contains("lead"),
+        "{said}"
+    );
+    let delivered = wait_status(
+        &daemon,
+        "lead",
+        "review the login form",
+        "delivered",
+        Duration::from_secs(10),
+    );
+    assert_eq!(delivered["provenance"]["event"], "api", "{delivered}");
+    // From stdin.
+    let mut child = std::process::Command::new(support::CANOPY)
+        .args(["--data-dir", daemon.data_dir.to_str().unwrap()])
+        .args(["session", "send", "lead", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"line one\nline two\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    wait_status(
+        &daemon,
+        "lead",
+        "line one\nline two\n",
+        "delivered",
+        Duration::from_secs(10),
+    );
+
+    let empty = daemon.fails(&["session", "send", "lead", "  "]);
+    assert!(empty.contains("`TEXT` is empty"), "{empty}");
+    let unknown = daemon.fails(&["session", "send", "nobody", "hello"]);
+    assert!(unknown.contains("nobody"), "{unknown}");
+    daemon.ok(&["session", "finish", "lead"]);
+    let finished = daemon.fails(&["session", "send", "lead", "hello"]);
+    assert!(
+        finished.contains("is finished") && finished.contains("canopy session resume"),
+        "{finished}"
+    );
+}

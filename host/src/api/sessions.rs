@@ -127,7 +127,11 @@ async fn send(
         "api",
         crate::plugins::MessageTarget::Id(session.id.clone()),
         &body.text,
-        &crate::plugins::Provenance::default(),
+        // Not a graph's hook: the provenance says it came through the API.
+        &crate::plugins::Provenance {
+            event: "api".to_string(),
+            ..Default::default()
+        },
     )
     .await
     .map_err(ApiError::conflict)?;

@@ -95,6 +95,21 @@ pub enum SessionCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Send a live session a message, as an interactive hook does: the daemon delivers it (into
+    /// the session's inbox, or typed into its tmux pane) on its scheduler's next tick.
+    #[command(
+        after_help = "Examples:\n  canopy session send lead \"review the login form\"\n  echo 'long text' | canopy session send lead -"
+    )]
+    Send {
+        /// The session: its id, a unique id prefix or its name.
+        #[arg(value_name = "SESSION", value_parser = non_empty)]
+        id: String,
+        /// The message; `-` reads it from stdin.
+        #[arg(value_name = "TEXT")]
+        text: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Messages that could not be delivered (their session was gone, their tmux pane could not
     /// be reached, or the daemon stopped while typing them), kept for recall.
     #[command(after_help = "Example:\n  canopy session recall")]
@@ -116,13 +131,19 @@ fn print_message(message: &Value) {
         .as_str()
         .map(|n| format!(", aimed at `{n}`"))
         .unwrap_or_default();
+    let from = match str_at(provenance, "/graph_name") {
+        // Sent with `session send` or MCP's `session_send`.
+        "" => format!("sent through the API{aimed}"),
+        graph => format!(
+            "from graph {graph} ({}[{}]{aimed})",
+            str_at(provenance, "/event"),
+            provenance["hook_index"],
+        ),
+    };
     println!(
-        "[{}] {} from graph {} ({}[{}]{aimed}):",
+        "[{}] {} {from}:",
         utc(str_at(message, "/created_at")),
         str_at(message, "/status"),
-        str_at(provenance, "/graph_name"),
-        str_at(provenance, "/event"),
-        provenance["hook_index"],
     );
     for line in str_at(message, "/text").lines() {
         println!("  {line}");
@@ -220,6 +241,29 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                     session["tmux_target"]
                         .as_str()
                         .map_or("inbox".to_string(), |t| format!("tmux pane {t}"))
+                );
+            }
+        }
+        SessionCommand::Send { id, text, json } => {
+            let text = if text == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                    .context("cannot read the message from stdin")?;
+                text
+            } else {
+                text
+            };
+            let answer: Value = client
+                .post(&format!("{}/messages", path(&id)), &json!({ "text": text }))
+                .await
+                .map_err(|err| in_cli_terms(err, &[("text", "TEXT")]))?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                println!(
+                    "queued message {} for session {}; it is delivered on the scheduler's next tick",
+                    short(str_at(&answer, "/message_id")),
+                    str_at(&answer, "/session/name")
                 );
             }
         }
