@@ -195,6 +195,52 @@ fn command_mode_is_killed_at_its_timeout() {
     assert!(report["duration_ms"].as_u64().unwrap() < 10_000);
 }
 
+#[test]
+fn command_mode_runs_plain_words_without_a_shell_and_anything_else_as_sh_does() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    // Prints the name of the process that started it, and its arguments.
+    let parent = script(bin.path(), "parent", r#"echo "$(cat /proc/$PPID/comm) $*""#);
+    let parent = parent.to_str().unwrap();
+    let run = |command: String| {
+        let report = run_json(
+            &daemon,
+            "command",
+            None,
+            json!({ "command": command }),
+            &[],
+            workdir.path(),
+        );
+        report["outcome"].clone()
+    };
+
+    // Plain words: the daemon starts the program itself, with the words as its arguments.
+    let direct = run(format!("{parent} one  two"));
+    assert_eq!(direct["status"], "completed", "{direct}");
+    let summary = direct["summary"].as_str().unwrap();
+    assert!(summary.ends_with(" one two"), "{summary}");
+    assert!(!summary.starts_with("sh "), "ran under a shell: {summary}");
+
+    // Shell syntax runs under sh, as it always did.
+    let shell = run(format!("{parent} \"quoted words\""));
+    assert_eq!(shell["summary"], "sh quoted words", "{shell}");
+
+    // A program that does not exist fails as the shell says it (exit 127), direct or not.
+    for command in [
+        "no-such-program-xyz --flag",
+        "no-such-program-xyz > /dev/null",
+    ] {
+        let missing = run(command.to_string());
+        assert_eq!(missing["status"], "failed", "{missing}");
+        let reason = missing["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("exited with exit code 127") && reason.contains("not found"),
+            "{command}: {reason}"
+        );
+    }
+}
+
 fn standin_agent_config(dir: &Path) -> String {
     let agent = script(
         dir,

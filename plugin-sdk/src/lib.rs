@@ -76,7 +76,7 @@ mod outcome;
 use __private::bindings::canopy::hooks::host as wit_host;
 use __private::bindings::canopy::hooks::types as wit;
 
-pub use command::{Command, run_command};
+pub use command::{Command, plain_words, run_command};
 pub use config::Config;
 pub use manifest::Manifest;
 pub use outcome::Outcome;

@@ -9,7 +9,7 @@
 //!
 //! [webhooks.entries.deploy]        # served at /hooks/global/deploy
 //! type = "command"                 # spec | command | action | agent | an installed executor mode
-//! command = "./deploy.sh"          # sh -c; the body on stdin and in $CANOPY_HOOK_BODY
+//! command = "./deploy.sh"          # as sh -c runs it; the body on stdin and in $CANOPY_HOOK_BODY
 //! hmac_secret_file = "secrets/github"   # GitHub's X-Hub-Signature-256, checked over the raw body
 //! match = { ref = "refs/heads/main", "header.x-github-event" = "push" }
 //! pass_env = { SHA = "after" }     # $CANOPY_HOOK_ARG_SHA from the body's `after`

@@ -1,4 +1,6 @@
-//! The built-in `command` executor: runs a shell command in the workdir.
+//! The built-in `command` executor: runs a shell command in the workdir. A command of plain
+//! words (`/bin/true`, `cargo test --release`) runs directly, as the shell would run it, without
+//! the shell's own exec; any other runs under `sh -c`.
 //!
 //! The `command` field is a template with shell escaping, so every marker value the host renders
 //! into it is one quoted, inert word. Every marker is also exported to the process as
@@ -20,7 +22,7 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CommandConfig {
-    /// Shell command, run with `sh -c`.
+    /// Shell command, run as `sh -c` runs it (plain words without the shell).
     command: String,
 }
 
@@ -58,16 +60,26 @@ impl Executor for CommandExecutor {
         // A little before the call's deadline, so the command is reported as timed out.
         let timeout_ms = invocation.deadline_ms().saturating_sub(50).max(1);
 
-        let mut command = Command::new("sh")
-            .arg("-c")
-            .arg(config.command.as_str())
-            .cwd(invocation.workdir())
-            .timeout_ms(timeout_ms)
-            .capture_result();
-        for (name, value) in invocation.markers() {
-            command = command.env(format!("CANOPY_HOOK_{}", name.to_ascii_uppercase()), value);
-        }
-        let exit = canopy_plugin_sdk::run_command(&command)?;
+        let prepare = |mut command: Command| {
+            command = command
+                .cwd(invocation.workdir())
+                .timeout_ms(timeout_ms)
+                .capture_result();
+            for (name, value) in invocation.markers() {
+                command = command.env(format!("CANOPY_HOOK_{}", name.to_ascii_uppercase()), value);
+            }
+            command
+        };
+        // Plain words run without a shell (one exec, not two); a direct run the host could not
+        // start (no such program) runs under `sh -c` after all, so the error is the shell's own
+        // (`sh: 1: deploy: not found`, exit 127), as for any other line.
+        let command = prepare(Command::shell(&config.command));
+        let exit = match canopy_plugin_sdk::run_command(&command) {
+            Err(_) if command.is_direct() => canopy_plugin_sdk::run_command(&prepare(
+                Command::new("sh").arg("-c").arg(config.command.as_str()),
+            ))?,
+            ran => ran?,
+        };
         Outcome::from_exit(&exit)
     }
 }
