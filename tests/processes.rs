@@ -457,4 +457,19 @@ fn files_a_command_creates_in_the_workdir_get_the_users_umask_not_the_daemons() 
             .permissions(),
     ) & 0o777;
     assert_eq!(mode, 0o666 & !user_mask, "made.txt has mode {mode:o}");
+
+    // The user's umask is the spawned process's only: what the daemon writes after it, a
+    // plugin installed into the data dir, stays private.
+    daemon.ok(&["plugin", "install", support::NOOP_WASM]);
+    let plugins = daemon.data_dir.join("plugins");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&plugins).unwrap() {
+        let path = entry.unwrap().path();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        ) & 0o777;
+        assert_eq!(mode, 0o600, "{} has mode {mode:o}", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 2, "no installed plugin in {}", plugins.display());
 }

@@ -151,6 +151,8 @@ pub fn user_umask() -> Option<libc::mode_t> {
 /// the `PATH` the child will have) with the user's umask rather than the daemon's 077, so that
 /// what it creates in the user's workdir is as the user would have it.
 ///
+/// Spawn it with [`crate::procs::spawner::spawn`]: its thread has the user's umask, so the
+/// command is plain. Only where that thread cannot run is the umask set by the command itself.
 /// The daemon's address space is large (wasmtime reserves memory for its instances), and a
 /// `fork` copies its page tables: milliseconds per process. So the umask is not set between
 /// fork and exec (a `pre_exec` closure forces a fork), and the standard library starts the
@@ -179,7 +181,8 @@ pub fn user_command(
         command.args(args);
         command
     };
-    let Some(mask) = user_umask().filter(|_| found) else {
+    // Started by the spawner, it gets the user's umask with no wrapper (see `procs::spawner`).
+    let Some(mask) = user_umask().filter(|_| found && !crate::procs::spawner::available()) else {
         return plain(&resolved);
     };
     let set_umask = format!("umask {mask:04o}");

@@ -24,8 +24,17 @@ pub async fn tree_state(workdir: &Path) -> TreeState {
         .to_vec();
     let mut command =
         crate::datadir::user_command("git", None, &args, std::env::var_os("PATH").as_ref());
-    command.current_dir(workdir).kill_on_drop(true);
-    let status = command.output();
+    command
+        .current_dir(workdir)
+        .kill_on_drop(true)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let status = async {
+        crate::procs::spawner::spawn(command)?
+            .wait_with_output()
+            .await
+    };
     match tokio::time::timeout(Duration::from_secs(30), status).await {
         Ok(Ok(output)) if output.status.success() => {
             let lines: Vec<String> = String::from_utf8_lossy(&output.stdout)

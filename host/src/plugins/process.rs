@@ -33,6 +33,8 @@ pub struct ProcessSpec {
     /// Set on top of the clean environment (see [`crate::procs::env`]).
     pub env: Vec<(String, String)>,
     pub stdin: Option<Vec<u8>>,
+    /// A file to read as stdin, when `stdin` gives no bytes.
+    pub stdin_file: Option<PathBuf>,
     pub timeout: Duration,
     /// Path handed to the process as `CANOPY_RESULT_FILE`, read back after it exits.
     pub result_file: Option<PathBuf>,
@@ -140,16 +142,22 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
         &spec.args,
         path_var.as_ref(),
     );
+    let stdin = match (&spec.stdin, &spec.stdin_file) {
+        (Some(_), _) => Stdio::piped(),
+        (None, Some(path)) => Stdio::from(std::fs::File::open(path).map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot open {} for its stdin: {err}", path.display()),
+            )
+        })?),
+        (None, None) => Stdio::null(),
+    };
     command
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(procs::inherited_env())
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -164,7 +172,7 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     command.env(marker, id);
     // Whatever happens to this future from here (a deadline, a reset that drops it), `call`
     // kills the group and sweeps the rest when dropped.
-    let mut child = call.spawn(&mut command)?;
+    let mut child = call.spawn(command)?;
 
     if let (Some(bytes), Some(mut stdin)) = (spec.stdin, child.stdin.take()) {
         tokio::spawn(async move {
@@ -299,6 +307,7 @@ mod tests {
             cwd: std::env::temp_dir(),
             env: vec![("GREETING".into(), "hi".into())],
             stdin: Some(b"from stdin".to_vec()),
+            stdin_file: None,
             timeout,
             result_file: None,
             detach: false,

@@ -28,6 +28,7 @@
 pub mod env;
 pub mod ledger;
 pub mod reaper;
+pub mod spawner;
 pub mod table;
 
 use std::collections::BTreeMap;
@@ -212,7 +213,7 @@ impl CallProcesses {
     /// records its group.
     pub fn spawn(
         &mut self,
-        command: &mut tokio::process::Command,
+        command: tokio::process::Command,
     ) -> std::io::Result<tokio::process::Child> {
         let child = reaper::spawn(command)?;
         let pid = child.id().and_then(|id| i32::try_from(id).ok());

@@ -65,9 +65,9 @@ fn family() -> Vec<ProcStat> {
 
 /// Spawns `command` (which must put the child in a process group of its own) and registers the
 /// child's pid, under the lock [`reap_orphans`] takes, so the reaper never reaps it.
-pub fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+pub fn spawn(command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
     let mut spawned = registry();
-    let child = command.spawn()?;
+    let child = super::spawner::spawn(command)?;
     if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
         spawned.insert(pid);
     }
