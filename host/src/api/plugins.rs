@@ -251,6 +251,7 @@ async fn run(
     let report = state
         .plugins
         .execute(CallRequest {
+            stdin: None,
             work,
             markers: body.markers,
             supported_markers: std::borrow::Cow::Borrowed(supported),

@@ -405,6 +405,7 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
     let env = automation_env(&queued.hook_name, trigger.depth());
     match (trigger, &queued.kind) {
         (Trigger::Graph { firing, .. }, _) => CallRequest {
+            stdin: None,
             work,
             markers: firing.markers_for(queued.spec_id.as_ref()),
             supported_markers: Cow::Borrowed(HOOK_MARKERS),
@@ -450,6 +451,7 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
                 .unwrap_or_else(|| bus.inner.fallback_dir.clone());
             let text = |field: &str| markers.get(field).cloned().unwrap_or_default();
             CallRequest {
+                stdin: None,
                 work,
                 supported_markers: Cow::Owned(
                     hook.map(|h| h.markers.clone())

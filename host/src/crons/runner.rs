@@ -545,6 +545,7 @@ impl Crons {
             ("CANOPY_DISPATCH_DEPTH".to_string(), "1".to_string()),
         ];
         let request = CallRequest {
+            stdin: None,
             work: cron.work.clone(),
             markers,
             supported_markers: Cow::Borrowed(CRON_MARKERS),

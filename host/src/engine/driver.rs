@@ -371,6 +371,7 @@ async fn run_node(
             let cause = run.cause.clone();
             cause
                 .scope(engine.plugins().execute(CallRequest {
+                    stdin: None,
                     work,
                     markers,
                     supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),

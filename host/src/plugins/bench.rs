@@ -138,6 +138,7 @@ impl PluginHost {
         };
 
         let call_request = CallRequest {
+            stdin: None,
             work: WorkConfig::with_mode(mode.clone(), &request.config),
             markers: [
                 ("graph_name", "bench"),

@@ -190,6 +190,8 @@ pub(crate) struct CallState {
     commands: Arc<CommandRecord>,
     /// See [`CallSetup::host_env`].
     host_env: Arc<[(String, String)]>,
+    /// See [`CallSetup::stdin`].
+    stdin: Option<PathBuf>,
 }
 
 impl CallState {
@@ -286,6 +288,9 @@ pub(crate) struct CallSetup {
     pub commands: Arc<CommandRecord>,
     /// Variables set on every process the call runs, after the plugin's own.
     pub host_env: Arc<[(String, String)]>,
+    /// Stdin of every process the call runs that the plugin gives none (see
+    /// [`super::CallRequest::stdin`]).
+    pub stdin: Option<PathBuf>,
 }
 
 impl CallSetup {
@@ -379,6 +384,7 @@ impl CallSetup {
             log_budget: LogBudget::default(),
             commands: self.commands.clone(),
             host_env: self.host_env.clone(),
+            stdin: self.stdin.clone(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
         store.limiter(|state| &mut state.memory);
@@ -586,6 +592,11 @@ impl host::Host for CallState {
                 .filter(|(name, _)| !self.host_env.iter().any(|(host, _)| host == name))
                 .chain(self.host_env.iter().cloned())
                 .collect(),
+            stdin_file: if cmd.stdin.is_none() {
+                self.stdin.clone()
+            } else {
+                None
+            },
             stdin: cmd.stdin,
             timeout,
             result_file,

@@ -175,6 +175,9 @@ pub struct CallRequest {
     /// Variables the host sets on every process the call runs, after the plugin's own (so the
     /// plugin cannot choose them): who the work acts as (`CANOPY_ACTOR`, ...).
     pub env: Vec<(String, String)>,
+    /// A file every process the call starts without input of its own reads as its stdin (a
+    /// webhook's body, for its `command` handler).
+    pub stdin: Option<PathBuf>,
 }
 
 /// What an `execute` call produced.
@@ -545,6 +548,7 @@ impl PluginHost {
             env: self.inner.call_env.clone(),
             commands: Arc::default(),
             host_env: Arc::from(Vec::new()),
+            stdin: None,
         };
         self.on_plugin_threads(setup.run(call)).await
     }
@@ -706,6 +710,7 @@ impl PluginHost {
             env: self.inner.call_env.clone(),
             commands: commands.clone(),
             host_env: Arc::from(request.env),
+            stdin: request.stdin,
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));
         let outcome = match self.on_plugin_threads(call).await? {

@@ -743,7 +743,7 @@ fn compile_one(
             Some(command) if !command.trim().is_empty() => {
                 let mut map = Map::new();
                 map.insert("command".to_string(), Value::String(command.to_string()));
-                work_of(&field("command"), &with_stdin(map), timeout, problems)
+                work_of(&field("command"), &map, timeout, problems)
                     .map(|work| Handler::Work { work, stdin: true })
             }
             _ => {
@@ -761,12 +761,7 @@ fn compile_one(
                         && action
                             .get("mode")
                             .is_none_or(|m| m.as_str() == Some("command"));
-                    let action = if stdin {
-                        with_stdin(action.clone())
-                    } else {
-                        action.clone()
-                    };
-                    work_of(&format!("actions.{name}"), &action, timeout, problems)
+                    work_of(&format!("actions.{name}"), action, timeout, problems)
                         .map(|work| Handler::Work { work, stdin })
                 }
                 None => {
@@ -806,7 +801,6 @@ fn compile_one(
                     map.insert("mode".to_string(), Value::String(mode.to_string()));
                 }
                 let stdin = mode == "command" && map.contains_key("command");
-                let map = if stdin { with_stdin(map) } else { map };
                 work_of(&field("config"), &map, timeout, problems)
                     .map(|work| Handler::Work { work, stdin })
             }
@@ -845,16 +839,6 @@ fn compile_one(
         workdir,
         project,
     })
-}
-
-/// A command config whose shell reads the delivery's body on stdin: the listener writes the
-/// body to `$CANOPY_HOOK_BODY_FILE`, and the command runs after `exec <` that file.
-fn with_stdin(mut map: Map<String, Value>) -> Map<String, Value> {
-    if let Some(Value::String(command)) = map.get("command") {
-        let wrapped = format!("exec <\"$CANOPY_HOOK_BODY_FILE\"\n{command}");
-        map.insert("command".to_string(), Value::String(wrapped));
-    }
-    map
 }
 
 /// The executor work of a handler; its deadline is the hook's unless the config names one.

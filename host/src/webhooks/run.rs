@@ -468,6 +468,8 @@ async fn run_work(
         timeout: None,
         resume_session: None,
         env,
+        // The `command` handler reads the body on stdin.
+        stdin: body_file.clone(),
     };
     let result = cause(hook)
         .scope(ingress.inner.plugins.execute(request))
