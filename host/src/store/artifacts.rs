@@ -8,7 +8,6 @@ impl Rd<'_> {
     /// The digest recorded for the artifact file `file` when it was written, if any.
     pub fn artifact_digest(&self, file: &str) -> Result<Option<String>, StoreError> {
         Ok(self
-            .conn()
             .query_row(
                 "SELECT sha256 FROM compiled_artifacts WHERE file = ?1",
                 params![file],
@@ -21,7 +20,7 @@ impl Rd<'_> {
 impl Tx<'_> {
     /// Records (or replaces) the digest of the artifact file `file`.
     pub fn record_artifact(&self, file: &str, sha256: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "INSERT INTO compiled_artifacts (file, sha256, created_at) VALUES (?1, ?2, ?3)
              ON CONFLICT (file) DO UPDATE SET sha256 = excluded.sha256, created_at = excluded.created_at",
             params![file, sha256, super::now()],
@@ -31,7 +30,7 @@ impl Tx<'_> {
 
     /// Forgets the digest of an artifact that was removed.
     pub fn forget_artifact(&self, file: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "DELETE FROM compiled_artifacts WHERE file = ?1",
             params![file],
         )?;

@@ -3,9 +3,12 @@
 //!
 //! **Writes.** Every write is a closure sent over a bounded channel to the writer thread. The
 //! writer takes whatever has queued up (up to [`MAX_BATCH`]) and runs it in one transaction,
-//! each closure inside its own savepoint: a closure that fails is rolled back alone, the others
-//! commit together. Every caller is answered only after `COMMIT` returns, so an acknowledged
-//! write is durable; under load many small writes share one commit instead of paying one each.
+//! each closure inside its own savepoint (a write alone needs none): a closure that fails is
+//! rolled back alone, the others commit together. Every caller is answered only after `COMMIT`
+//! returns, so an acknowledged write is durable; under load many small writes share one commit
+//! instead of paying one each. Between batches the writer looks for the next write for
+//! [`WRITER_SPIN`] before it sleeps: a graph's driver writes again within that, and on a small
+//! VM waking a sleeping thread costs as much as the write.
 //!
 //! **Reads.** A read takes a permit for one of [`READERS`] connections and runs on tokio's
 //! blocking pool. In WAL mode readers never wait for the writer and see every committed write.
@@ -25,6 +28,12 @@ use super::StoreError;
 pub const READERS: usize = 4;
 /// Writes committed together at most.
 pub const MAX_BATCH: usize = 512;
+/// The writer's page cache, in KiB (as a negative `cache_size`).
+const WRITER_CACHE_KIB: i64 = -64 * 1024;
+/// How long the writer keeps looking for the next write before it sleeps. A driver's next
+/// write usually comes within this (its executor call and hand-off in between); waking a
+/// sleeping thread costs about as much again on a small VM.
+const WRITER_SPIN: Duration = Duration::from_micros(250);
 /// Writes that may wait for the writer; a caller beyond that waits to enqueue (backpressure).
 const WRITE_QUEUE: usize = 4096;
 
@@ -37,6 +46,26 @@ pub struct Rd<'a> {
 impl<'a> Rd<'a> {
     pub(super) fn conn(&self) -> &'a Connection {
         self.conn
+    }
+
+    /// Runs one statement through the connection's statement cache: parsed once per
+    /// connection, not at every call (parsing was an eighth of the writer's time).
+    pub(super) fn execute<P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+    ) -> rusqlite::Result<usize> {
+        self.conn.prepare_cached(sql)?.execute(params)
+    }
+
+    /// [`Rd::execute`] for a statement that returns one row.
+    pub(super) fn query_row<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        row: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.conn.prepare_cached(sql)?.query_row(params, row)
     }
 }
 
@@ -85,39 +114,109 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // the last commits.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.busy_handler(Some(wait_when_busy))?;
     // A write's savepoint journal stays in memory instead of a temp file.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(256);
     Ok(())
 }
 
+/// SQLite's own busy timeout sleeps 1, 2, 5, 10 ms ... between tries: one wait for the
+/// checkpointer's instant of rewinding the WAL cost a write milliseconds. This handler tries
+/// again every 50 µs for the first millisecond, then every millisecond, for 5 s in all; past
+/// that the statement fails with `SQLITE_BUSY`.
+fn wait_when_busy(tries: i32) -> bool {
+    const QUICK_TRIES: i32 = 20;
+    const TRIES: i32 = QUICK_TRIES + 5_000;
+    match tries {
+        t if t < QUICK_TRIES => std::thread::sleep(Duration::from_micros(50)),
+        t if t < TRIES => std::thread::sleep(Duration::from_millis(1)),
+        _ => return false,
+    }
+    true
+}
+
+/// The checkpointer's (and the rewind's) busy handler: 40 tries 50 µs apart (2 ms), then it
+/// gives up.
+fn wait_briefly_when_busy(tries: i32) -> bool {
+    if tries >= 40 {
+        return false;
+    }
+    std::thread::sleep(Duration::from_micros(50));
+    true
+}
+
 /// How often the checkpointer copies the WAL back into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
-/// WAL frames past which the checkpointer rewinds the log. A passive checkpoint copies frames
-/// back but never rewinds the file while writes keep coming (a flood of webhook deliveries grew
-/// it to 780 MB); past this many frames (64 MiB of 4 KiB pages) it truncates the WAL once every
-/// frame is copied, holding writers for that instant only.
-const WAL_REWIND_FRAMES: i64 = if cfg!(test) { 256 } else { 16 * 1024 };
+/// WAL bytes past which the log is rewound. A passive checkpoint copies frames back but never
+/// rewinds the file while writes keep coming (a flood of webhook deliveries grew it to 780 MB);
+/// past 64 MiB the writer copies the rest back and truncates it between two batches.
+const WAL_REWIND_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 64 << 20 };
 
 /// Checkpoints the WAL on its own thread and connection, so the writer never pays for a
 /// checkpoint (and its fsync) inside a commit. Stops once `stop` is set.
 fn checkpoint_loop(conn: Connection, stop: Arc<std::sync::atomic::AtomicBool>) {
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(CHECKPOINT_EVERY);
-        match checkpoint(&conn, "PASSIVE") {
-            Ok((log, copied)) if log > WAL_REWIND_FRAMES && copied == log => {
-                if let Err(err) = checkpoint(&conn, "TRUNCATE") {
-                    tracing::debug!(%err, "the WAL could not be rewound; the next checkpoint tries again");
-                }
-            }
-            Ok(_) => {}
-            Err(err) => {
-                tracing::debug!(%err, "a WAL checkpoint did not run; the next one will");
-            }
+        if let Err(err) = checkpoint(&conn, "PASSIVE") {
+            tracing::debug!(%err, "a WAL checkpoint did not run; the next one will");
         }
     }
+}
+
+/// The writer's watch on the WAL's length: past [`WAL_REWIND_BYTES`] it rewinds the log
+/// between two batches (the only moment the write lock is surely free), trying again no sooner
+/// than [`CHECKPOINT_EVERY`] after a rewind that readers held up.
+struct Rewinder {
+    wal: std::path::PathBuf,
+    not_before: std::time::Instant,
+}
+
+impl Rewinder {
+    fn new(database: &Path) -> Self {
+        let mut wal = database.as_os_str().to_owned();
+        wal.push("-wal");
+        Self {
+            wal: wal.into(),
+            not_before: std::time::Instant::now(),
+        }
+    }
+
+    /// After a batch: rewinds the WAL if it is too long (one `stat` otherwise).
+    fn after_batch(&mut self, conn: &Connection) {
+        let long = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > WAL_REWIND_BYTES);
+        if !long || std::time::Instant::now() < self.not_before {
+            return;
+        }
+        if !rewind_wal(conn) {
+            self.not_before = std::time::Instant::now() + CHECKPOINT_EVERY;
+        }
+    }
+}
+
+/// Copies what is left of the WAL back and truncates it, on the writer's connection between
+/// two batches; false when readers still on old frames kept it from finishing (they are
+/// waited for 2 ms at most).
+fn rewind_wal(conn: &Connection) -> bool {
+    if let Err(err) = conn.busy_handler(Some(wait_briefly_when_busy)) {
+        tracing::debug!(%err, "cannot set the rewind's busy handler");
+        return false;
+    }
+    // TRUNCATE answers SQLITE_BUSY in its first column when readers kept it from finishing.
+    let rewound = match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+        row.get::<_, i64>(0)
+    }) {
+        Ok(busy) => busy == 0,
+        Err(err) => {
+            tracing::debug!(%err, "the WAL could not be rewound; the writer tries again later");
+            false
+        }
+    };
+    if let Err(err) = conn.busy_handler(Some(wait_when_busy)) {
+        tracing::error!(%err, "cannot restore the writer's busy handler");
+    }
+    rewound
 }
 
 /// Runs one checkpoint; returns the WAL's frames and how many of them are in the database.
@@ -151,14 +250,21 @@ impl Db {
         }
         // The writer never checkpoints; the checkpointer does, off its path.
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        // Every write goes through this one connection: a page cache of 64 MiB (SQLite's
+        // default is 2 MiB) keeps the indexes writes touch in memory instead of read again.
+        writer.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
         let checkpointer = Connection::open(path)
             .with_context(|| format!("cannot open database {}", path.display()))?;
         configure(&checkpointer)?;
+        // The checkpointer never holds up a write: a passive checkpoint takes no write lock,
+        // and it waits 2 ms at most for another checkpoint (the writer's rewind).
+        checkpointer.busy_handler(Some(wait_briefly_when_busy))?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (writes, queue) = mpsc::channel(WRITE_QUEUE);
+        let rewinder = Rewinder::new(path);
         std::thread::Builder::new()
             .name("canopy-store-writer".into())
-            .spawn(move || write_loop(writer, queue))
+            .spawn(move || write_loop(writer, queue, rewinder))
             .context("cannot start the store's writer thread")?;
         let stopping = stop.clone();
         std::thread::Builder::new()
@@ -297,11 +403,10 @@ fn run_read<T, E>(conn: &Connection, work: impl FnOnce(&Rd<'_>) -> Result<T, E>)
 where
     E: From<StoreError>,
 {
-    conn.execute_batch("BEGIN DEFERRED")
-        .map_err(|err| E::from(err.into()))?;
+    run_cached(conn, "BEGIN DEFERRED").map_err(|err| E::from(err.into()))?;
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(&Rd { conn })));
     // A read transaction has nothing to keep; ending it can only fail if it already ended.
-    let _ = conn.execute_batch("COMMIT");
+    let _ = run_cached(conn, "COMMIT");
     match result {
         Ok(result) => result,
         Err(panic) => Err(E::from(StoreError::Internal(anyhow::anyhow!(
@@ -353,10 +458,11 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "(no message)".to_string())
 }
 
-/// The writer thread: batches what is queued into one transaction, a savepoint per write.
-fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Job>) {
+/// The writer thread: batches what is queued into one transaction, a savepoint per write
+/// when there are several.
+fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Job>, mut rewinder: Rewinder) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.blocking_recv() {
+    while let Some(first) = next_write(&mut queue) {
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -365,8 +471,26 @@ fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Job>) {
             }
         }
         commit_batch(&conn, &mut batch);
+        rewinder.after_batch(&conn);
     }
     tracing::debug!("the store's writer stopped: every handle was dropped");
+}
+
+/// The next write: looked for without sleeping for [`WRITER_SPIN`] (yielding the core to any
+/// thread that wants it), then waited for. `None` once every sender is gone.
+fn next_write(queue: &mut mpsc::Receiver<Job>) -> Option<Job> {
+    let spin_until = std::time::Instant::now() + WRITER_SPIN;
+    loop {
+        match queue.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        if std::time::Instant::now() >= spin_until {
+            return queue.blocking_recv();
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// Runs one statement from the statement cache (a savepoint per write is parsed once, not at
@@ -376,7 +500,7 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
-    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(err) = run_cached(conn, "BEGIN IMMEDIATE") {
         let why = err.to_string();
         tracing::error!(error = %why, "cannot begin a write transaction");
         // Nothing ran; each caller learns its write was lost.
@@ -384,6 +508,25 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
         return;
     }
     let tx = Tx { rd: Rd { conn } };
+    if batch.len() == 1
+        && let Some(job) = batch.pop()
+    {
+        // A write alone needs no savepoint: the transaction is its own (and SQLite copies no
+        // page into a savepoint journal).
+        let ran = job(&tx);
+        let end = if ran.keep {
+            run_cached(conn, "COMMIT")
+        } else {
+            run_cached(conn, "ROLLBACK")
+        };
+        let failed = end.err().map(|err| err.to_string());
+        if let Some(why) = &failed {
+            tracing::error!(error = %why, "a write was not committed");
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        (ran.answer)(failed.as_deref());
+        return;
+    }
     let mut answers = Vec::with_capacity(batch.len());
     let mut broken: Option<String> = None;
     for job in batch.drain(..) {
@@ -410,10 +553,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
     }
     let failed = match broken {
         Some(why) => Some(why),
-        None => conn
-            .execute_batch("COMMIT")
-            .err()
-            .map(|err| err.to_string()),
+        None => run_cached(conn, "COMMIT").err().map(|err| err.to_string()),
     };
     if let Some(why) = &failed {
         tracing::error!(error = %why, writes = answers.len(), "a write batch was not committed");
@@ -428,30 +568,152 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
 mod tests {
     use super::super::{Store, StoreError};
 
-    #[test]
-    fn a_steady_stream_of_writes_does_not_grow_the_wal_without_bound() -> anyhow::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("canopy.db");
-        let store = Store::open(&path)?;
+    /// A store with a table of blobs, and a write that adds one of two pages and more.
+    fn store_with_blobs(path: &std::path::Path) -> anyhow::Result<Store> {
+        let store = Store::open(path)?;
         store.write_blocking(|tx| {
             tx.conn()
                 .execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?;
             Ok::<_, StoreError>(())
         })?;
+        Ok(store)
+    }
+
+    fn add_blob(store: &Store) -> Result<(), StoreError> {
+        store.write_blocking(|tx| {
+            tx.execute("INSERT INTO blobs (b) VALUES (zeroblob(8192))", [])?;
+            Ok::<_, StoreError>(())
+        })
+    }
+
+    #[test]
+    fn a_steady_stream_of_writes_does_not_grow_the_wal_without_bound() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("canopy.db");
+        let store = store_with_blobs(&path)?;
         let wal = dir.path().join("canopy.db-wal");
         let mut largest = 0;
         // 3,000 writes of two pages and more each: a WAL never rewound would pass 24 MB.
         for _ in 0..3_000 {
-            store.write_blocking(|tx| {
-                tx.conn()
-                    .execute("INSERT INTO blobs (b) VALUES (zeroblob(8192))", [])?;
-                Ok::<_, StoreError>(())
-            })?;
+            add_blob(&store)?;
             largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
         }
         assert!(
             largest < 12 * 1024 * 1024,
             "the WAL grew to {largest} bytes while writes kept coming"
+        );
+        Ok(())
+    }
+
+    fn store_with_table(dir: &std::path::Path) -> anyhow::Result<Store> {
+        let store = Store::open(&dir.join("canopy.db"))?;
+        store.write_blocking(|tx| {
+            tx.conn()
+                .execute_batch("CREATE TABLE t (n INTEGER NOT NULL UNIQUE)")?;
+            Ok::<_, StoreError>(())
+        })?;
+        Ok(store)
+    }
+
+    fn rows(store: &Store) -> anyhow::Result<Vec<i64>> {
+        Ok(store.read_blocking(|rd| {
+            let mut statement = rd.conn().prepare("SELECT n FROM t ORDER BY n")?;
+            let rows = statement.query_map([], |r| r.get(0))?;
+            Ok::<_, StoreError>(rows.collect::<Result<Vec<i64>, _>>()?)
+        })?)
+    }
+
+    #[test]
+    fn a_failed_write_alone_leaves_nothing_and_the_next_write_lands() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = store_with_table(dir.path())?;
+        let failed = store.write_blocking(|tx| {
+            tx.execute("INSERT INTO t (n) VALUES (1)", [])?;
+            // The unique constraint fails the second insert: the first must not stay.
+            tx.execute("INSERT INTO t (n) VALUES (1)", [])?;
+            Ok::<_, StoreError>(())
+        });
+        assert!(failed.is_err(), "the duplicate insert fails the write");
+        assert_eq!(rows(&store)?, Vec::<i64>::new());
+        store.write_blocking(|tx| {
+            tx.execute("INSERT INTO t (n) VALUES (2)", [])?;
+            Ok::<_, StoreError>(())
+        })?;
+        assert_eq!(rows(&store)?, vec![2]);
+        Ok(())
+    }
+
+    #[test]
+    fn writes_sent_together_commit_apart_from_one_that_fails() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = store_with_table(dir.path())?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()?;
+        let results = runtime.block_on(async {
+            let mut writes = Vec::new();
+            for n in 0..200_i64 {
+                let store = store.clone();
+                writes.push(tokio::spawn(async move {
+                    store
+                        .write(move |tx| {
+                            tx.execute("INSERT INTO t (n) VALUES (?1)", [n])?;
+                            if n == 100 {
+                                // Fails after its insert ran: the insert must be undone.
+                                tx.execute("INSERT INTO t (n) VALUES (?1)", [n])?;
+                            }
+                            Ok::<_, StoreError>(())
+                        })
+                        .await
+                }));
+            }
+            let mut results = Vec::new();
+            for write in writes {
+                results.push(write.await);
+            }
+            results
+        });
+        for (n, result) in results.into_iter().enumerate() {
+            assert_eq!(result?.is_ok(), n != 100, "write {n}");
+        }
+        let expected: Vec<i64> = (0..200).filter(|n| *n != 100).collect();
+        assert_eq!(rows(&store)?, expected);
+        Ok(())
+    }
+
+    #[test]
+    fn a_reader_holding_old_frames_delays_the_rewind_and_never_fails_a_write() -> anyhow::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("canopy.db");
+        let store = store_with_blobs(&path)?;
+        // A reader of its own holding a snapshot: no rewind can finish while it reads.
+        let reader = rusqlite::Connection::open(&path)?;
+        reader.execute_batch("BEGIN")?;
+        let _: i64 = reader.query_row("SELECT count(*) FROM blobs", [], |r| r.get(0))?;
+        for _ in 0..1_000 {
+            add_blob(&store)?;
+        }
+        let wal = dir.path().join("canopy.db-wal");
+        let held = std::fs::metadata(&wal)?.len();
+        assert!(
+            held > 4 * 1024 * 1024,
+            "the reader kept the WAL ({held} bytes)"
+        );
+        reader.execute_batch("COMMIT")?;
+        drop(reader);
+        // Once it is gone, the writer's next tries rewind the log.
+        let mut smallest = held;
+        for _ in 0..3_000 {
+            add_blob(&store)?;
+            smallest = smallest.min(std::fs::metadata(&wal)?.len());
+            if smallest < 2 * 1024 * 1024 {
+                break;
+            }
+        }
+        assert!(
+            smallest < 2 * 1024 * 1024,
+            "the WAL stayed at {smallest} bytes after the reader left"
         );
         Ok(())
     }

@@ -193,7 +193,7 @@ impl Tx<'_> {
 impl Tx<'_> {
     /// Sets the time of every row up to cursor `up_to` (retention tests).
     pub(crate) fn backdate_feed_for_test(&self, up_to: i64, at: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE feed SET timestamp = ?2 WHERE id <= ?1",
             params![up_to, at],
         )?;

@@ -219,7 +219,7 @@ impl Tx<'_> {
     pub fn insert_graph(&self, write: &GraphWrite) -> Result<String, StoreError> {
         let id = super::new_id();
         let now = super::now();
-        self.conn().execute(
+        self.execute(
             "INSERT INTO graphs (id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, 'idle', NULL, ?6, NULL, 1, 0, ?7, ?7)",
             params![
@@ -256,7 +256,7 @@ impl Tx<'_> {
         if based_on.is_some_and(|v| v != current) {
             return Ok(Replaced::Stale(current));
         }
-        self.conn().execute(
+        self.execute(
             "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, hooks = ?6, updated_at = ?7, version = version + 1 WHERE id = ?1",
             params![
                 id,
@@ -273,8 +273,7 @@ impl Tx<'_> {
     }
 
     fn write_graph_specs(&self, graph_id: &str, specs: &[String]) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM graph_specs WHERE graph_id = ?1", [graph_id])?;
+        self.execute("DELETE FROM graph_specs WHERE graph_id = ?1", [graph_id])?;
         let mut insert = self.conn().prepare_cached(
             "INSERT INTO graph_specs (graph_id, spec_id, position) VALUES (?1, ?2, ?3)",
         )?;
@@ -292,7 +291,7 @@ impl Tx<'_> {
         blocker: Option<&str>,
         run_id: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE graphs SET status = ?2, blocker = ?3, current_run_id = COALESCE(?4, current_run_id), updated_at = ?5 WHERE id = ?1",
             params![id, status, blocker, run_id, super::now()],
         )?;
@@ -301,7 +300,7 @@ impl Tx<'_> {
 
     /// Makes a graph idle with no current run.
     pub fn clear_graph_run(&self, id: &str) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE graphs SET status = 'idle', blocker = NULL, current_run_id = NULL, updated_at = ?2 WHERE id = ?1",
             params![id, super::now()],
         )?;
@@ -325,8 +324,7 @@ impl Tx<'_> {
 
     /// Deletes a graph and (by cascade) its run history.
     pub fn delete_graph(&self, id: &str) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM graphs WHERE id = ?1", [id])?;
+        self.execute("DELETE FROM graphs WHERE id = ?1", [id])?;
         Ok(())
     }
 }

@@ -576,7 +576,7 @@ impl Tx<'_> {
     /// Marks every queued or running hook run interrupted, with `why` as its error (at
     /// start-up and shutdown); they are never re-run on their own. Returns how many.
     pub fn interrupt_unfinished_hook_runs(&self, why: &str) -> Result<usize, StoreError> {
-        Ok(self.conn().execute(
+        Ok(self.execute(
             "UPDATE hook_runs SET status = ?1, error = ?2, finished_at = ?3 WHERE status IN (?4, ?5)",
             params![
                 HookRunStatus::Interrupted,

@@ -188,7 +188,7 @@ impl Tx<'_> {
     /// Inserts an empty queue; returns its id.
     pub fn insert_queue(&self, name: &str) -> Result<String, StoreError> {
         let id = super::new_id();
-        self.conn().execute(
+        self.execute(
             "INSERT INTO queues (id, name, created_at) VALUES (?1, ?2, ?3)",
             params![id, name, super::now()],
         )?;
@@ -201,8 +201,7 @@ impl Tx<'_> {
         queue_id: &str,
         order: &[(String, Option<String>)],
     ) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM queue_members WHERE queue_id = ?1", [queue_id])?;
+        self.execute("DELETE FROM queue_members WHERE queue_id = ?1", [queue_id])?;
         let mut insert = self.conn().prepare_cached(
             "INSERT INTO queue_members (queue_id, spec_id, position, group_label) VALUES (?1, ?2, ?3, ?4)",
         )?;
@@ -214,8 +213,7 @@ impl Tx<'_> {
 
     /// Deletes a queue and its member list.
     pub fn delete_queue(&self, id: &str) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM queues WHERE id = ?1", [id])?;
+        self.execute("DELETE FROM queues WHERE id = ?1", [id])?;
         Ok(())
     }
 }

@@ -597,7 +597,7 @@ impl Tx<'_> {
         queue_id: Option<&str>,
     ) -> Result<String, StoreError> {
         let id = super::new_id();
-        self.conn().execute(
+        self.execute(
             "INSERT INTO runs (id, graph_id, workdir, queue_id, status, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
             params![id, graph_id, workdir, queue_id, super::now()],
         )?;
@@ -611,7 +611,7 @@ impl Tx<'_> {
         status: RunStatus,
         blocker: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE runs SET status = ?2, blocker = ?3 WHERE id = ?1",
             params![id, status, blocker],
         )?;
@@ -626,7 +626,7 @@ impl Tx<'_> {
         blocker: Option<&str>,
         summary: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE runs SET status = ?2, blocker = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(finished_at, ?5) WHERE id = ?1",
             params![id, status, blocker, summary, super::now()],
         )?;
@@ -635,7 +635,7 @@ impl Tx<'_> {
 
     /// Sets (or clears) the node the run's next spec starts at.
     pub fn set_run_start_node(&self, id: &str, node: Option<&str>) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE runs SET start_node = ?2 WHERE id = ?1",
             params![id, node],
         )?;
@@ -653,7 +653,7 @@ impl Tx<'_> {
     ) -> Result<(), StoreError> {
         let now = super::now();
         let finished = (status != SpecResult::Running).then_some(now.as_str());
-        self.conn().execute(
+        self.execute(
             "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at)
              VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7)",
             params![run_id, spec_id, group, status, next_node as i64, now, finished],
@@ -676,7 +676,7 @@ impl Tx<'_> {
             | SpecResult::Skipped
             | SpecResult::Interrupted => Some(super::now()),
         };
-        self.conn().execute(
+        self.execute(
             "UPDATE run_specs SET status = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(?5, finished_at) WHERE run_id = ?1 AND spec_id = ?2",
             params![run_id, spec_id, status, summary, finished],
         )?;
@@ -690,7 +690,7 @@ impl Tx<'_> {
         spec_id: &str,
         next_node: usize,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE run_specs SET status = 'running', next_node = ?3, finished_at = NULL WHERE run_id = ?1 AND spec_id = ?2",
             params![run_id, spec_id, next_node as i64],
         )?;
@@ -704,7 +704,7 @@ impl Tx<'_> {
         spec_id: &str,
         next_node: usize,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE run_specs SET next_node = ?3 WHERE run_id = ?1 AND spec_id = ?2",
             params![run_id, spec_id, next_node as i64],
         )?;
@@ -718,7 +718,7 @@ impl Tx<'_> {
         spec_id: &str,
         session: &str,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE run_specs SET harness_session = ?3 WHERE run_id = ?1 AND spec_id = ?2",
             params![run_id, spec_id, session],
         )?;
@@ -728,7 +728,7 @@ impl Tx<'_> {
     /// Records a node run as running; returns its id.
     pub fn insert_node_run(&self, new: &NewNodeRun<'_>) -> Result<String, StoreError> {
         let id = super::new_id();
-        self.conn().execute(
+        self.execute(
             "INSERT INTO node_runs (id, run_id, graph_id, spec_id, node, node_index, mode, status, resume_session, started_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9)",
             params![
@@ -752,7 +752,7 @@ impl Tx<'_> {
             Some((name, version, sha256)) => (Some(name), Some(version), Some(sha256)),
             None => (None, None, None),
         };
-        self.conn().execute(
+        self.execute(
             "UPDATE node_runs SET status = ?2, summary = ?3, reason = ?4, detail = ?5, harness_session = ?6,
                     plugin = ?7, plugin_version = ?8, plugin_sha256 = ?9, finished_at = ?10, duration_ms = ?11
              WHERE id = ?1",
@@ -788,11 +788,11 @@ impl Tx<'_> {
             .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         let now = super::now();
-        self.conn().execute(
+        self.execute(
             "UPDATE node_runs SET status = 'interrupted', reason = ?2, finished_at = ?3 WHERE run_id = ?1 AND status = 'running'",
             params![run_id, why, now],
         )?;
-        self.conn().execute(
+        self.execute(
             "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
             params![run_id, now],
         )?;

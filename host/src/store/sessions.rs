@@ -175,7 +175,7 @@ impl Tx<'_> {
     /// Inserts a live session (the caller checked the fields); returns it.
     pub fn insert_session(&self, new: &NewSession) -> Result<Session, StoreError> {
         let id = super::new_id();
-        self.conn().execute(
+        self.execute(
             "INSERT INTO sessions (id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
             params![
@@ -198,7 +198,7 @@ impl Tx<'_> {
         status: SessionStatus,
         name: &str,
     ) -> Result<(), StoreError> {
-        let changed = self.conn().execute(
+        let changed = self.execute(
             "UPDATE sessions SET status = ?2, name = ?3, updated_at = ?4 WHERE id = ?1",
             params![id, status, name, super::now()],
         )?;

@@ -109,7 +109,7 @@ impl Tx<'_> {
         workdir: Option<&str>,
     ) -> Result<String, StoreError> {
         let id = super::new_id();
-        self.conn().execute(
+        self.execute(
             "INSERT INTO specs (id, name, body, workdir, summary, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?5)",
             params![id, name, body, workdir, super::now()],
         )?;
@@ -124,7 +124,7 @@ impl Tx<'_> {
         body: &str,
         workdir: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE specs SET name = ?2, body = ?3, workdir = ?4, updated_at = ?5 WHERE id = ?1",
             params![id, name, body, workdir, super::now()],
         )?;
@@ -133,14 +133,13 @@ impl Tx<'_> {
 
     /// Deletes a spec row.
     pub fn delete_spec(&self, id: &str) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM specs WHERE id = ?1", [id])?;
+        self.execute("DELETE FROM specs WHERE id = ?1", [id])?;
         Ok(())
     }
 
     /// Records the one-line summary of a completed spec (a `None` keeps the old one).
     pub fn set_spec_summary(&self, id: &str, summary: Option<&str>) -> Result<(), StoreError> {
-        self.conn().execute(
+        self.execute(
             "UPDATE specs SET summary = COALESCE(?2, summary), updated_at = ?3 WHERE id = ?1",
             params![id, summary, super::now()],
         )?;

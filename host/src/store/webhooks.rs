@@ -240,7 +240,7 @@ impl Tx<'_> {
             .prepare("SELECT id FROM webhook_deliveries WHERE status = 'running'")?
             .query_map([], |row| row.get(0))?
             .collect::<rusqlite::Result<_>>()?;
-        self.conn().execute(
+        self.execute(
             "UPDATE webhook_deliveries SET status = 'interrupted_unknown', error = ?1, finished_at = ?2 WHERE status = 'running'",
             params![reason, super::now()],
         )?;
@@ -249,7 +249,7 @@ impl Tx<'_> {
 
     /// Removes finished deliveries received before `before` (RFC 3339); returns how many.
     pub fn prune_deliveries(&self, before: &str) -> Result<usize, StoreError> {
-        Ok(self.conn().execute(
+        Ok(self.execute(
             "DELETE FROM webhook_deliveries WHERE received_at < ?1 AND status NOT IN ('accepted', 'running')",
             params![before],
         )?)
