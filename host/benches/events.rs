@@ -1,4 +1,5 @@
-//! Event benchmark: run it with `cargo bench --bench events`.
+//! Event benchmark: run it with `cargo bench --bench events`; `-- feed-8 command-hook` runs
+//! only the lines of those names (`feed-1`, `feed-8`, `feed-64`, `command-hook`).
 //!
 //! In-process, on a real SQLite file in a temp data dir:
 //! 1. **feed**: 100,000 events appended to the feed with no hook listening, by 1, 8 and 64
@@ -69,6 +70,12 @@ async fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let (store, plugins) = in_process::start(tmp.path()).await;
     println!("canopy event benchmark, SQLite in a temp data dir\n");
+    // Line names after `--` (cargo passes `--bench` too); none: every line.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let runs = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
 
     let quiet = Bus::new(
         store.clone(),
@@ -77,7 +84,12 @@ async fn main() {
         tmp.path().to_path_buf(),
     );
     for emitters in [1, 8, 64] {
-        feed_line(&quiet, emitters).await;
+        if runs(&format!("feed-{emitters}")) {
+            feed_line(&quiet, emitters).await;
+        }
+    }
+    if !runs("command-hook") {
+        return;
     }
 
     // A daemon hook whose process writes the time it runs (ns since 1970) into a file named
