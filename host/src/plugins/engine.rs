@@ -74,16 +74,17 @@ fn start_ticker(engine: &Engine) {
 /// The threads long plugin calls run on: a runtime of their own, apart from the daemon's.
 ///
 /// A call starts on the caller's thread: most calls end within microseconds, and a hop to
-/// another thread and back would cost more than the call. A call still going after
+/// another thread and back would cost more than the call. A call whose guest has run for
 /// [`INLINE_BUDGET`] (a guest yields on every epoch tick, so it is polled again by then) moves
-/// to these threads for the rest of its life. There it competes with other long calls, while the
+/// to these threads for the rest of its life; one that waits in a host call (a command's
+/// process) takes no time of the caller's threads while it waits, and stays. There it competes with other long calls, while the
 /// API, the engine and the scheduler keep the main runtime's threads, which the kernel runs as
 /// soon as they wake.
 pub struct PluginRuntime {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-/// How long a call runs on the caller's runtime before it moves to the plugin threads.
+/// How long a guest may run on the caller's runtime before its call moves to the plugin threads.
 pub const INLINE_BUDGET: Duration = Duration::from_millis(2);
 
 impl std::fmt::Debug for PluginRuntime {
@@ -114,13 +115,18 @@ impl PluginRuntime {
         F::Output: Send + 'static,
     {
         let mut work = Box::pin(work);
-        let started = Instant::now();
-        let done = std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
-            std::task::Poll::Ready(output) => std::task::Poll::Ready(Some(output)),
-            std::task::Poll::Pending if started.elapsed() >= INLINE_BUDGET => {
-                std::task::Poll::Ready(None)
+        // Time spent inside the guest's polls: a call parked in a host call (a process it
+        // waits for) costs nothing here and stays, however long it takes.
+        let mut busy = Duration::ZERO;
+        let done = std::future::poll_fn(|cx| {
+            let polled = Instant::now();
+            let poll = work.as_mut().poll(cx);
+            busy += polled.elapsed();
+            match poll {
+                std::task::Poll::Ready(output) => std::task::Poll::Ready(Some(output)),
+                std::task::Poll::Pending if busy >= INLINE_BUDGET => std::task::Poll::Ready(None),
+                std::task::Poll::Pending => std::task::Poll::Pending,
             }
-            std::task::Poll::Pending => std::task::Poll::Pending,
         })
         .await;
         if let Some(output) = done {
