@@ -170,6 +170,29 @@ fn a_background_child_of_a_command_that_exited_normally_is_killed() {
 }
 
 #[test]
+fn processes_that_left_the_group_of_a_command_that_exited_normally_are_killed() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    // One escapee whose parent is gone by the end of the call (re-parented to the daemon),
+    // and one under a parent that left the group too and is still alive.
+    let report = command(
+        &daemon,
+        json!({
+            "command": "setsid sleep 300 > /dev/null 2>&1 & echo $! > orphan.pid; setsid sh -c 'sleep 300 & echo $! > nested.pid; wait' > /dev/null 2>&1 & while [ ! -s nested.pid ]; do sleep 0.01; done"
+        }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    for file in ["orphan.pid", "nested.pid"] {
+        let pid = pid_in(&workdir.path().join(file));
+        wait_gone(
+            pid,
+            &format!("the escapee in {file} to be killed and reaped"),
+        );
+    }
+}
+
+#[test]
 fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline() {
     let daemon = Daemon::start();
     let workdir = tempfile::tempdir().unwrap();
@@ -252,10 +275,11 @@ fn processes_left_by_a_killed_daemon_are_killed_at_the_next_start() {
         .spawn()
         .unwrap();
     let pid = pid_in(&pid_file);
-    let records = std::fs::read_dir(daemon.data_dir.join("procs"))
-        .unwrap()
-        .count();
-    assert_eq!(records, 1, "the running call's group is recorded");
+    assert_eq!(
+        recorded_calls(&daemon.data_dir),
+        1,
+        "the running call's group is recorded"
+    );
 
     daemon.kill();
     wait_for("the CLI to give up", Duration::from_secs(30), || {
@@ -280,12 +304,16 @@ fn processes_left_by_a_killed_daemon_are_killed_at_the_next_start() {
         "{}",
         restarted.log()
     );
-    assert_eq!(
-        std::fs::read_dir(daemon.data_dir.join("procs"))
-            .unwrap()
-            .count(),
-        0
-    );
+    assert_eq!(recorded_calls(&daemon.data_dir), 0);
+}
+
+/// The calls recorded in the data dir's `procs/slots` (a filled slot of 256 bytes each).
+fn recorded_calls(data_dir: &Path) -> usize {
+    let slots = std::fs::read(data_dir.join("procs/slots")).unwrap_or_default();
+    slots
+        .chunks(256)
+        .filter(|slot| !slot.trim_ascii().is_empty())
+        .count()
 }
 
 #[test]
@@ -309,11 +337,12 @@ fn a_planted_process_record_does_not_get_an_unrelated_process_killed() {
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     // Its real pid, group and start time, this boot: only the marker is missing.
     let call = "0123456789abcdef0123456789abcdef";
-    std::fs::write(
-        procs.join(format!("{call}.json")),
-        json!({ "call": call, "boot_id": boot_id.trim(), "pgid": pid, "start": start }).to_string(),
-    )
-    .unwrap();
+    let mut record =
+        json!({ "call": call, "boot_id": boot_id.trim(), "pgid": pid, "start": start })
+            .to_string()
+            .into_bytes();
+    record.resize(256, b' ');
+    std::fs::write(procs.join("slots"), record).unwrap();
 
     // Recovery runs before the daemon listens.
     let daemon = Daemon::start_on(&data_dir);

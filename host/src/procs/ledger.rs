@@ -1,18 +1,22 @@
-//! The durable record of the process groups calls have running: one small JSON file per
-//! `run-command` call in the data dir's `procs/`, written before the process is spawned,
-//! completed with its group right after, and removed once nothing of the call is left.
+//! The durable record of the process groups calls have running: one slot of a file in the
+//! data dir's `procs/` per `run-command` call, written before the process is spawned,
+//! completed with its group right after, and blanked once nothing of the call is left. A slot
+//! is one `pwrite` of [`RECORD_LEN`] bytes at its own offset: no file is created or removed per
+//! call (an inode allocated and freed on ext4 cost more than the rest of the record).
 //!
-//! A daemon that dies (SIGKILL, a crash) leaves its files behind; the next start reads them and
-//! kills what is still running ([`recover`]). A file is only a hint: a process is killed only
+//! A daemon that dies (SIGKILL, a crash) leaves its slots filled; the next start reads them and
+//! kills what is still running ([`recover`]). A record is only a hint: a process is killed only
 //! if it proves it belongs to the call named there -- its environment carries that call's
 //! marker, and for a whole group, the group leader is alive with the recorded start time and
-//! the marker. A planted or stale file cannot make the daemon kill anything else.
+//! the marker. A planted or stale record cannot make the daemon kill anything else.
 //!
-//! The files are not fsynced: a daemon crash does not lose the page cache, and a power loss
-//! takes the processes with it.
+//! The file is not fsynced: a daemon crash does not lose the page cache, and a power loss
+//! takes the processes with it. Files of the one-file-per-call layout of earlier versions
+//! (`<call>.json`) are read at recovery too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -33,96 +37,175 @@ pub struct Entry {
     pub start: Option<u64>,
 }
 
-/// The `procs/` folder.
+/// The name of the slot file in `procs/`.
+const SLOTS: &str = "slots";
+
+/// Bytes of every record: one `pwrite` replaces it whole, which a SIGKILL cannot cut in half.
+const RECORD_LEN: usize = 256;
+
+/// The `procs/` folder and its slot file.
 #[derive(Debug, Clone)]
 pub struct Ledger {
     dir: PathBuf,
+    slots: Arc<Slots>,
+}
+
+/// The open slot file and the slots free in it.
+#[derive(Debug)]
+struct Slots {
+    file: std::fs::File,
+    /// The slots freed, lowest first out, and how many slots the file has: it stays as small
+    /// as the most calls ever in flight at once.
+    free: Mutex<(BTreeSet<u64>, u64)>,
 }
 
 impl Ledger {
-    /// Opens (creating, private) the folder.
+    /// Opens (creating, private) the folder and its slot file. What an earlier daemon left in
+    /// the file is there for [`recover`] until it runs.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
-        use std::os::unix::fs::PermissionsExt as _;
+        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
         std::fs::create_dir_all(dir)?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(dir.join(SLOTS))?;
+        let used = file.metadata()?.len().div_ceil(RECORD_LEN as u64);
         Ok(Self {
             dir: dir.to_path_buf(),
+            slots: Arc::new(Slots {
+                file,
+                // Filled slots of an earlier daemon stay untouched until recovery clears them.
+                free: Mutex::new((BTreeSet::new(), used)),
+            }),
         })
     }
 
-    fn path(&self, call: &str) -> PathBuf {
-        self.dir.join(format!("{call}.json"))
-    }
-
-    /// Creates a call's file (private, never an existing one) holding `entry`.
+    /// Takes a slot and writes `entry` in it.
     pub fn create(&self, entry: &Entry) -> std::io::Result<Record> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let path = self.path(&entry.call);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        let record = Record { file, path };
+        let slot = {
+            let mut free = self
+                .slots
+                .free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match free.0.pop_first() {
+                Some(slot) => slot,
+                None => {
+                    free.1 += 1;
+                    free.1 - 1
+                }
+            }
+        };
+        let record = Record {
+            slots: self.slots.clone(),
+            slot,
+        };
         record.update(entry)?;
         Ok(record)
     }
 }
 
-/// Bytes of every record: one `pwrite` replaces it whole, which a SIGKILL cannot cut in half
-/// (a rename per update costs ten times more on ext4).
-const RECORD_LEN: usize = 256;
-
-/// One call's open file.
+/// One call's slot, freed when dropped (blanked first by [`Record::remove`]; a record dropped
+/// without it keeps its entry for the next start, and its slot is not reused).
 #[derive(Debug)]
 pub struct Record {
-    file: std::fs::File,
-    path: PathBuf,
+    slots: Arc<Slots>,
+    slot: u64,
 }
 
 impl Record {
     /// Rewrites the record whole, in place (JSON padded with spaces to [`RECORD_LEN`]).
     pub fn update(&self, entry: &Entry) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt as _;
         let mut bytes = serde_json::to_vec(entry)?;
         if bytes.len() >= RECORD_LEN {
             return Err(std::io::Error::other("process record too long"));
         }
         bytes.resize(RECORD_LEN - 1, b' ');
         bytes.push(b'\n');
-        self.file.write_all_at(&bytes, 0)
+        self.write(&bytes)
     }
 
-    /// Removes the file: nothing of the call is left.
+    fn write(&self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        self.slots
+            .file
+            .write_all_at(bytes, self.slot * RECORD_LEN as u64)
+    }
+
+    /// Blanks the record and frees its slot: nothing of the call is left.
     pub fn remove(self) {
-        match std::fs::remove_file(&self.path) {
-            Ok(()) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        let mut blank = vec![b' '; RECORD_LEN - 1];
+        blank.push(b'\n');
+        match self.write(&blank) {
+            Ok(()) => {
+                self.slots
+                    .free
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+                    .insert(self.slot);
+            }
             Err(err) => {
-                tracing::warn!(path = %self.path.display(), %err, "cannot remove a process record");
+                tracing::warn!(slot = self.slot, %err, "cannot clear a process record");
             }
         }
     }
 }
 
+fn parse(bytes: &[u8]) -> Option<Entry> {
+    serde_json::from_slice::<Entry>(bytes.trim_ascii())
+        .ok()
+        .filter(|entry| is_call_id(&entry.call))
+}
+
 impl Ledger {
-    /// Every file, parsed when it can be.
-    fn files(&self) -> Vec<(PathBuf, Option<Entry>)> {
+    /// Every record left: the filled slots, and the files of the earlier layout (each parsed
+    /// when it can be). Blank slots are not listed.
+    fn records(&self) -> Vec<Option<Entry>> {
+        let mut found: Vec<Option<Entry>> = std::fs::read(self.dir.join(SLOTS))
+            .unwrap_or_default()
+            .chunks(RECORD_LEN)
+            .filter(|chunk| !chunk.trim_ascii().is_empty())
+            .map(parse)
+            .collect();
+        for (path, entry) in self.legacy_files() {
+            found.push(entry);
+            let _ = std::fs::remove_file(&path);
+        }
+        found
+    }
+
+    /// The `<call>.json` files of the earlier layout.
+    fn legacy_files(&self) -> Vec<(PathBuf, Option<Entry>)> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };
         entries
             .filter_map(Result::ok)
             .map(|entry| entry.path())
-            .filter(|path| path.is_file())
+            .filter(|path| path.is_file() && path.extension().is_some_and(|e| e == "json"))
             .map(|path| {
-                let entry = std::fs::read(&path)
-                    .ok()
-                    .and_then(|bytes| serde_json::from_slice::<Entry>(&bytes).ok())
-                    .filter(|entry| is_call_id(&entry.call));
+                let entry = std::fs::read(&path).ok().and_then(|bytes| parse(&bytes));
                 (path, entry)
             })
             .collect()
+    }
+
+    /// Forgets every record (after recovery, before any call runs).
+    fn clear(&self) {
+        if let Err(err) = self.slots.file.set_len(0) {
+            tracing::warn!(%err, "cannot clear the process records");
+            return;
+        }
+        *self
+            .slots
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (BTreeSet::new(), 0);
     }
 }
 
@@ -140,21 +223,21 @@ pub struct Recovery {
 /// How long [`recover`] keeps killing (processes may fork while it does).
 const RECOVER_LIMIT: Duration = Duration::from_secs(3);
 
-/// Kills (when `kill`) the processes the calls recorded in `ledger` left running, then clears
-/// the records.
+/// Kills (when `kill`) the processes the calls recorded in `ledger` left running; the records
+/// are cleared first (call it before any call runs).
 pub async fn recover(ledger: &Ledger, kill: bool) -> Recovery {
     let boot = table::boot_id();
     let mut calls: BTreeMap<String, Entry> = BTreeMap::new();
-    for (path, entry) in ledger.files() {
+    for entry in ledger.records() {
         match entry {
             Some(entry) if entry.boot_id == boot && !boot.is_empty() => {
                 calls.insert(marker_entry(&entry.call), entry);
             }
-            // Another boot's processes are gone; a file we cannot read names nothing.
+            // Another boot's processes are gone; a record we cannot read names nothing.
             _ => {}
         }
-        let _ = std::fs::remove_file(&path);
     }
+    ledger.clear();
     let mut recovery = Recovery {
         recorded: calls.len(),
         ..Recovery::default()
@@ -226,40 +309,76 @@ fn verified_group(calls: &BTreeMap<String, Entry>, process: &ProcStat) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn records_round_trip_and_unreadable_files_name_nothing() -> std::io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let ledger = Ledger::open(&dir.path().join("procs"))?;
-        let entry = Entry {
-            call: "0123456789abcdef0123456789abcdef".into(),
+    fn entry(call: &str, pgid: i32) -> Entry {
+        Entry {
+            call: call.into(),
             boot_id: table::boot_id(),
-            pgid: Some(42),
+            pgid: Some(pgid),
             start: Some(7),
-        };
-        let record = ledger.create(&entry)?;
-        record.update(&Entry {
+        }
+    }
+
+    #[test]
+    fn records_round_trip_free_their_slots_and_unreadable_ones_name_nothing() -> std::io::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let procs = dir.path().join("procs");
+        let ledger = Ledger::open(&procs)?;
+        let one = entry("0123456789abcdef0123456789abcdef", 42);
+        let two = entry("fedcba9876543210fedcba9876543210", 43);
+        let first = ledger.create(&one)?;
+        first.update(&Entry {
             pgid: Some(4242),
-            ..entry.clone()
+            ..one.clone()
         })?;
-        record.update(&entry)?;
-        assert!(
-            ledger.create(&entry).is_err(),
-            "an existing record was replaced"
+        first.update(&one)?;
+        let second = ledger.create(&two)?;
+        assert_eq!(ledger.records(), [Some(one.clone()), Some(two.clone())]);
+        first.remove();
+        assert_eq!(ledger.records(), [Some(two.clone())]);
+        // The freed slot is taken again: the file does not grow.
+        let third = ledger.create(&one)?;
+        assert_eq!(
+            std::fs::metadata(procs.join(SLOTS))?.len(),
+            2 * RECORD_LEN as u64
         );
-        std::fs::write(dir.path().join("procs/junk.json"), "{not json")?;
+        assert_eq!(ledger.records(), [Some(one.clone()), Some(two.clone())]);
+        // A file of the earlier layout is read (once), a bad one names nothing.
+        std::fs::write(procs.join("junk.json"), "{not json")?;
         let bad_id = Entry {
             call: "../../etc/passwd".into(),
-            ..entry.clone()
+            ..one.clone()
         };
-        std::fs::write(
-            dir.path().join("procs/bad.json"),
-            serde_json::to_vec(&bad_id)?,
-        )?;
-        let mut parsed: Vec<Option<Entry>> = ledger.files().into_iter().map(|(_, e)| e).collect();
-        parsed.sort_by_key(Option::is_some);
-        assert_eq!(parsed, [None, None, Some(entry.clone())]);
-        record.remove();
-        assert_eq!(ledger.files().len(), 2);
+        std::fs::write(procs.join("bad.json"), serde_json::to_vec(&bad_id)?)?;
+        let mut found = ledger.records();
+        found.sort_by_key(Option::is_some);
+        assert_eq!(found.iter().filter(|e| e.is_none()).count(), 2);
+        assert_eq!(ledger.records().len(), 2, "the old files were read once");
+        second.remove();
+        third.remove();
+        assert_eq!(ledger.records(), Vec::<Option<Entry>>::new());
+        Ok(())
+    }
+
+    #[test]
+    fn a_new_ledger_sees_what_the_last_daemon_left_until_it_is_cleared() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let procs = dir.path().join("procs");
+        let left = entry("0123456789abcdef0123456789abcdef", 42);
+        {
+            let ledger = Ledger::open(&procs)?;
+            let record = ledger.create(&left)?;
+            // The daemon dies with the call in flight: the record is never removed.
+            std::mem::forget(record);
+        }
+        let ledger = Ledger::open(&procs)?;
+        assert_eq!(ledger.records(), [Some(left.clone())]);
+        // A new call does not overwrite the slot that is still filled.
+        let fresh = ledger.create(&entry("fedcba9876543210fedcba9876543210", 43))?;
+        assert_eq!(ledger.records().len(), 2);
+        ledger.clear();
+        drop(fresh);
+        assert_eq!(ledger.records(), Vec::<Option<Entry>>::new());
         Ok(())
     }
 }

@@ -375,9 +375,12 @@ async fn sweep_loop(mut queue: tokio::sync::mpsc::UnboundedReceiver<Pending>) {
             active.push(pending);
         }
         let found: Vec<Found> = reaper::with_scan(|processes| {
+            // Each process's environment is read once per scan, whatever the number of calls
+            // sweeping (under a burst, every call's processes were started since the others began).
+            let mut markers = Markers::default();
             active
                 .iter_mut()
-                .map(|p| p.sweep.pass_over(processes))
+                .map(|p| p.sweep.pass_over(processes, &mut markers))
                 .collect()
         });
         let now = tokio::time::Instant::now();
@@ -409,9 +412,25 @@ async fn sweep_loop(mut queue: tokio::sync::mpsc::UnboundedReceiver<Pending>) {
     }
 }
 
+/// The call markers processes carry, read from their environments once per scan.
+#[derive(Default)]
+struct Markers(BTreeMap<(i32, u64), Option<Vec<String>>>);
+
+impl Markers {
+    /// The call ids `process` carries (`None`: its environment read empty, see
+    /// [`table::environ_values`]).
+    fn of(&mut self, process: &ProcStat) -> Option<&Vec<String>> {
+        self.0
+            .entry((process.pid, process.start))
+            .or_insert_with(|| table::environ_values(process.pid, CALL_ID_VAR))
+            .as_ref()
+    }
+}
+
 /// One call's kill-and-reap passes.
 struct Sweep {
-    marker: String,
+    /// The call's id, the value of its marker.
+    id: String,
     group: Option<i32>,
     since: u64,
     killed: usize,
@@ -436,7 +455,7 @@ struct Found {
 impl Sweep {
     fn of(call: &CallProcesses) -> Self {
         Self {
-            marker: marker_entry(&call.id),
+            id: call.id.clone(),
             group: call.leader.map(|l| l.pid),
             since: call.since,
             killed: 0,
@@ -447,11 +466,12 @@ impl Sweep {
     /// Kills the group and every live process of the call; reaps adopted orphans that have
     /// exited.
     fn pass(&mut self) -> Found {
-        reaper::with_scan(|processes| self.pass_over(processes))
+        reaper::with_scan(|processes| self.pass_over(processes, &mut Markers::default()))
     }
 
-    /// [`Sweep::pass`] over a scan of the process table already made.
-    fn pass_over(&mut self, processes: &[ProcStat]) -> Found {
+    /// [`Sweep::pass`] over a scan of the process table already made, reading environments
+    /// through `markers`.
+    fn pass_over(&mut self, processes: &[ProcStat], markers: &mut Markers) -> Found {
         if let Some(group) = self.group {
             table::kill_group(group);
         }
@@ -470,7 +490,7 @@ impl Sweep {
                 let ours = if self.group == Some(process.pgrp) {
                     true
                 } else {
-                    match table::environ_has(process.pid, &self.marker) {
+                    match markers.of(process).map(|calls| calls.contains(&self.id)) {
                         Some(ours) => ours,
                         None => {
                             let key = (process.pid, process.start);

@@ -55,12 +55,34 @@ pub fn become_subreaper() -> std::io::Result<()> {
 /// started stays a descendant of the daemon (an orphan is re-parented to the nearest subreaper
 /// above it), so walking down from the daemon finds them all without reading every process on
 /// the machine. Otherwise, every process.
+///
+/// The walk starts at the daemon's threads that can have such children, not at all of them
+/// (a children list is per thread, and reading one per thread of a busy daemon was most of a
+/// scan): each thread that started a call's process ([`note_spawning_thread`]), and the main
+/// thread, which Linux gives the orphans it re-parents to a subreaper (the first live thread of
+/// its group) and the children of a thread that exits.
 fn family() -> Vec<ProcStat> {
-    if SUBREAPER.load(Ordering::Relaxed) && table::children_listed() {
-        table::descendants(i32::try_from(std::process::id()).unwrap_or_default())
-    } else {
-        table::scan()
+    if !(SUBREAPER.load(Ordering::Relaxed) && table::children_listed()) {
+        return table::scan();
     }
+    let me = i32::try_from(std::process::id()).unwrap_or_default();
+    let mut parents = spawning_threads().clone();
+    parents.insert(me);
+    table::descendants_of_tasks(me, &parents)
+}
+
+/// The daemon's threads that started processes of calls.
+fn spawning_threads() -> MutexGuard<'static, BTreeSet<i32>> {
+    static THREADS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+    THREADS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Notes that the calling thread starts processes of calls: their children lists are where a
+/// scan finds them.
+pub fn note_spawning_thread() {
+    // SAFETY: gettid(2) takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    spawning_threads().insert(tid);
 }
 
 /// Spawns `command` (which must put the child in a process group of its own) and registers the

@@ -43,6 +43,7 @@ fn start() -> Option<Mutex<mpsc::Sender<Job>>> {
             }
             // SAFETY: umask(2) cannot fail; after the unshare it sets this thread's mask only.
             unsafe { libc::umask(mask) };
+            super::reaper::note_spawning_thread();
             let _ = ready.send(Ok(()));
             for mut job in queue {
                 let _entered = job.runtime.enter();
@@ -78,6 +79,7 @@ pub fn available() -> bool {
 /// child.
 pub fn spawn(mut command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
     let (Some(spawner), Ok(runtime)) = (spawner(), tokio::runtime::Handle::try_current()) else {
+        super::reaper::note_spawning_thread();
         return command.spawn();
     };
     let (reply, answer) = mpsc::sync_channel(1);
@@ -92,6 +94,7 @@ pub fn spawn(mut command: tokio::process::Command) -> std::io::Result<tokio::pro
     if let Err(mpsc::SendError(job)) = sent {
         // The spawner is gone (it cannot be, short of a panic in it): start it here.
         command = job.command;
+        super::reaper::note_spawning_thread();
         return command.spawn();
     }
     // The wait is the spawn itself (posix_spawn returns once the child has exec'd), as long as

@@ -99,6 +99,21 @@ pub fn children(pid: i32) -> Vec<i32> {
     children
 }
 
+/// The children of the threads `tasks` of process `pid` (from their `children` lists; a thread
+/// that is gone has none).
+pub fn children_of_tasks(pid: i32, tasks: &std::collections::BTreeSet<i32>) -> Vec<i32> {
+    let mut children = Vec::new();
+    for task in tasks {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{task}/children")) {
+            children.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
+}
+
 /// Whether this kernel lists a task's children (`CONFIG_PROC_CHILDREN`).
 pub fn children_listed() -> bool {
     static LISTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -108,8 +123,19 @@ pub fn children_listed() -> bool {
 /// Every descendant of `root`, found by walking children lists down from it. Much cheaper than
 /// [`scan`] when the tree is small; like it, a process that exists for the whole walk is in it.
 pub fn descendants(root: i32) -> Vec<ProcStat> {
+    walk_down(children(root))
+}
+
+/// Every descendant of the threads `tasks` of process `root`: [`descendants`] for the
+/// processes those threads started (and were given).
+pub fn descendants_of_tasks(root: i32, tasks: &std::collections::BTreeSet<i32>) -> Vec<ProcStat> {
+    walk_down(children_of_tasks(root, tasks))
+}
+
+/// `first` and every descendant of theirs.
+fn walk_down(first: Vec<i32>) -> Vec<ProcStat> {
     let mut found = Vec::new();
-    let mut queue = children(root);
+    let mut queue = first;
     let mut seen = std::collections::BTreeSet::new();
     while let Some(pid) = queue.pop() {
         if !seen.insert(pid) {
@@ -125,6 +151,30 @@ pub fn descendants(root: i32) -> Vec<ProcStat> {
 
 /// Environments larger than this are not read further (Linux caps argv + envp near 2 MiB).
 const ENVIRON_LIMIT: u64 = 4 << 20;
+
+/// The values of variable `name` in the environment `pid` started with (every entry of that
+/// name: a hand-made environment may hold several). Unreadable (another user's process, gone)
+/// is `Some(empty)`; an empty environment is `None`, as for [`environ_has`].
+pub fn environ_values(pid: i32, name: &str) -> Option<Vec<String>> {
+    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
+        return Some(Vec::new());
+    };
+    let mut bytes = Vec::new();
+    if file.take(ENVIRON_LIMIT).read_to_end(&mut bytes).is_err() {
+        return Some(Vec::new());
+    }
+    if bytes.is_empty() {
+        return None;
+    }
+    let prefix = format!("{name}=");
+    Some(
+        bytes
+            .split(|b| *b == 0)
+            .filter_map(|item| item.strip_prefix(prefix.as_bytes()))
+            .map(|value| String::from_utf8_lossy(value).into_owned())
+            .collect(),
+    )
+}
 
 /// True when the environment `pid` started with holds exactly the entry `entry` (`NAME=value`).
 /// Unreadable (another user's process, gone) is `Some(false)`. An empty environment is `None`:
