@@ -1,14 +1,17 @@
 //! Event benchmark: run it with `cargo bench --bench events`; `-- feed-8 command-hook` runs
-//! only the lines of those names (`feed-1`, `feed-8`, `feed-64`, `command-hook`).
+//! only the lines of those names (`feed-1`, `feed-8`, `feed-64`, `command-hook`,
+//! `command-hook-sh`).
 //!
 //! In-process, on a real SQLite file in a temp data dir:
 //! 1. **feed**: 100,000 events appended to the feed with no hook listening, by 1, 8 and 64
 //!    concurrent emitters, each awaiting its `emit` (the event is committed when it returns)
 //!    before the next. Several emitters share commits (the store's group commit).
 //! 2. **daemon command hook**: a daemon hook on `spec.created` whose action is the `command`
-//!    `exec date +%s%N > <dir>/{{spec_id}}`: the hook's process is `date`, which writes the time
-//!    it runs; events emitted at a steady 500/s; latency is event emitted → the hook's process
-//!    running (the time it wrote, less the time the event was emitted).
+//!    `date +%s%N` (`command-hook`: plain words, which the command executor runs itself) or
+//!    `exec date +%s%N > <dir>/{{spec_id}}` (`command-hook-sh`: through `sh`); the hook's
+//!    process is `date`, which prints (writes) the time it runs; events emitted at a steady
+//!    500/s; latency is event emitted → the hook's process running (the time it printed, less
+//!    the time the event was emitted).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -88,30 +91,50 @@ async fn main() {
             feed_line(&quiet, emitters).await;
         }
     }
-    if !runs("command-hook") {
-        return;
+    if runs("command-hook") {
+        command_hook_line(&store, &plugins, tmp.path(), false).await;
     }
+    if runs("command-hook-sh") {
+        command_hook_line(&store, &plugins, tmp.path(), true).await;
+    }
+}
 
-    // A daemon hook whose process writes the time it runs (ns since 1970) into a file named
-    // by the event's spec id.
-    let marks = tmp.path().join("marks");
+/// A daemon hook on `spec.created` whose process prints (or, through `sh`, writes into a file
+/// named by the event's spec id) the time it runs, in ns since 1970; `HOOK_EVENTS` events at
+/// `HOOK_RATE`/s; latency = that time less the time the event was emitted.
+async fn command_hook_line(
+    store: &canopy::store::Store,
+    plugins: &canopy::plugins::PluginHost,
+    dir: &std::path::Path,
+    shell: bool,
+) {
+    let marks = dir.join(if shell { "marks-sh" } else { "marks" });
     std::fs::create_dir_all(&marks).unwrap();
+    let (name, command) = if shell {
+        (
+            "stamp-sh",
+            format!("exec date +%s%N > {}/{{{{spec_id}}}}", marks.display()),
+        )
+    } else {
+        // Plain words: the command executor runs `date` itself, no shell; the hook run
+        // records what it printed.
+        ("stamp", "date +%s%N".to_string())
+    };
     let config = Config::parse(&format!(
         r#"
 [[hooks]]
-name = "stamp"
+name = "{name}"
 event = "spec.created"
-match = {{ spec_name = "hooked *" }}
-action = {{ command = "exec date +%s%N > {}/{{{{spec_id}}}}" }}
-"#,
-        marks.display()
+match = {{ spec_name = "{name} *" }}
+action = {{ command = "{command}" }}
+"#
     ))
     .unwrap();
     let hooked = Bus::new(
         store.clone(),
         plugins.clone(),
         config.daemon_hooks().unwrap(),
-        tmp.path().to_path_buf(),
+        dir.to_path_buf(),
     );
     let mut emitted = Vec::with_capacity(HOOK_EVENTS);
     let started = Instant::now();
@@ -121,29 +144,20 @@ action = {{ command = "exec date +%s%N > {}/{{{{spec_id}}}}" }}
         emitted.push(now_ns());
         let event = Event::new(&SpecCreated {
             spec_id: format!("{i:032x}"),
-            spec_name: format!("hooked {i}"),
+            spec_name: format!("{name} {i}"),
             workdir: None,
         });
         hooked.emit(vec![event], Cause::user()).await.unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(120);
-    let read_all = || -> Option<Vec<(usize, u128)>> {
-        let mut marks_read = Vec::with_capacity(HOOK_EVENTS);
-        for entry in std::fs::read_dir(&marks).ok()? {
-            let entry = entry.ok()?;
-            let index = usize::from_str_radix(entry.file_name().to_str()?, 16).ok()?;
-            let at: u128 = std::fs::read_to_string(entry.path())
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?;
-            marks_read.push((index, at));
-        }
-        (marks_read.len() == HOOK_EVENTS).then_some(marks_read)
-    };
     let marks_read = loop {
-        if let Some(all) = read_all() {
-            break all;
+        let read = if shell {
+            read_marks(&marks)
+        } else {
+            recorded_marks(store, name).await
+        };
+        if read.len() == HOOK_EVENTS {
+            break read;
         }
         assert!(Instant::now() < deadline, "every event runs its hook");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -153,10 +167,54 @@ action = {{ command = "exec date +%s%N > {}/{{{{spec_id}}}}" }}
         .map(|(index, at)| (at.saturating_sub(emitted[*index])) as f64 / 1e6)
         .collect();
     latencies.sort_by(f64::total_cmp);
+    let how = if shell {
+        "`exec date > file` through sh"
+    } else {
+        "`date` run directly"
+    };
     println!(
-        "\ndaemon command hook, paced at {HOOK_RATE} events/s: {HOOK_EVENTS} events; event → hook process running: median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "\ndaemon command hook ({how}), paced at {HOOK_RATE} events/s: {HOOK_EVENTS} events; event → hook process running: median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         quantile(&latencies, 0.5),
         quantile(&latencies, 0.99),
         latencies[latencies.len() - 1]
     );
+}
+
+/// (event index, time written) from the files the shell hook wrote.
+fn read_marks(marks: &std::path::Path) -> Vec<(usize, u128)> {
+    let mut read = Vec::new();
+    for entry in std::fs::read_dir(marks).into_iter().flatten().flatten() {
+        let Some(index) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| usize::from_str_radix(name, 16).ok())
+        else {
+            continue;
+        };
+        if let Some(at) = std::fs::read_to_string(entry.path())
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+        {
+            read.push((index, at));
+        }
+    }
+    read
+}
+
+/// (event index, time printed) from the finished hook runs of hook `name`.
+async fn recorded_marks(store: &canopy::store::Store, name: &str) -> Vec<(usize, u128)> {
+    let filter = canopy::hooks::runs::HookRunFilter {
+        hook: Some(name.to_string()),
+        status: Some(canopy::hooks::runs::HookRunStatus::Completed),
+        last: HOOK_EVENTS + 1,
+        ..Default::default()
+    };
+    let runs = store.read(move |rd| rd.hook_runs(&filter)).await.unwrap();
+    runs.iter()
+        .filter_map(|run| {
+            let index = usize::from_str_radix(run.spec_id.as_deref()?, 16).ok()?;
+            let at = run.output.as_deref()?.trim().parse().ok()?;
+            Some((index, at))
+        })
+        .collect()
 }
