@@ -1,5 +1,6 @@
 //! What the in-process benchmarks share: a store and an executor host on a temp data dir,
-//! with host services that refuse everything (no sessions, no agent platforms).
+//! with host services that refuse everything (no sessions, no agent platforms), and process
+//! supervision set up as the daemon sets it up (a child subreaper with its ledger).
 
 use std::sync::Arc;
 
@@ -32,6 +33,11 @@ pub async fn start(tmp: &std::path::Path) -> (Store, PluginHost) {
         .create()
         .unwrap();
     let store = Store::open(&data.database()).unwrap();
+    // As the daemon does before anything runs: without it a command's sweep would read every
+    // process on the machine instead of the daemon's descendants, and keep no ledger.
+    canopy::procs::start(data.root(), &canopy::config::ProcessConfig::default())
+        .await
+        .unwrap();
     let plugins = PluginHost::start(
         &data,
         store.clone(),
