@@ -120,14 +120,9 @@ pub fn children_listed() -> bool {
     *LISTED.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists())
 }
 
-/// Every descendant of `root`, found by walking children lists down from it. Much cheaper than
-/// [`scan`] when the tree is small; like it, a process that exists for the whole walk is in it.
-pub fn descendants(root: i32) -> Vec<ProcStat> {
-    walk_down(children(root))
-}
-
-/// Every descendant of the threads `tasks` of process `root`: [`descendants`] for the
-/// processes those threads started (and were given).
+/// Every descendant of the threads `tasks` of process `root`, found by walking children lists
+/// down from them. Much cheaper than [`scan`] when the tree is small; like it, a process that
+/// exists for the whole walk is in it.
 pub fn descendants_of_tasks(root: i32, tasks: &std::collections::BTreeSet<i32>) -> Vec<ProcStat> {
     walk_down(children_of_tasks(root, tasks))
 }
@@ -297,9 +292,12 @@ mod tests {
         let pid = i32::try_from(child.id()).unwrap_or_default();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let me = i32::try_from(std::process::id()).unwrap_or_default();
+        // The child is this thread's: its children list is where the walk starts.
+        // SAFETY: gettid(2) takes no arguments and cannot fail.
+        let tasks = std::collections::BTreeSet::from([unsafe { libc::gettid() }]);
         let mut family = Vec::new();
         while std::time::Instant::now() < deadline {
-            family = descendants(me);
+            family = descendants_of_tasks(me, &tasks);
             if family.iter().any(|p| p.ppid == pid) {
                 break;
             }

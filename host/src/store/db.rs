@@ -568,15 +568,19 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
 mod tests {
     use super::super::{Store, StoreError};
 
-    /// A store with a table of blobs, and a write that adds one of two pages and more.
-    fn store_with_blobs(path: &std::path::Path) -> anyhow::Result<Store> {
+    /// A store at `path` with the table `create` makes.
+    fn store_with(path: &std::path::Path, create: &'static str) -> anyhow::Result<Store> {
         let store = Store::open(path)?;
-        store.write_blocking(|tx| {
-            tx.conn()
-                .execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?;
+        store.write_blocking(move |tx| {
+            tx.conn().execute_batch(create)?;
             Ok::<_, StoreError>(())
         })?;
         Ok(store)
+    }
+
+    /// A store with a table of blobs; [`add_blob`] adds one of two pages and more.
+    fn store_with_blobs(path: &std::path::Path) -> anyhow::Result<Store> {
+        store_with(path, "CREATE TABLE blobs (b BLOB NOT NULL)")
     }
 
     fn add_blob(store: &Store) -> Result<(), StoreError> {
@@ -606,13 +610,10 @@ mod tests {
     }
 
     fn store_with_table(dir: &std::path::Path) -> anyhow::Result<Store> {
-        let store = Store::open(&dir.join("canopy.db"))?;
-        store.write_blocking(|tx| {
-            tx.conn()
-                .execute_batch("CREATE TABLE t (n INTEGER NOT NULL UNIQUE)")?;
-            Ok::<_, StoreError>(())
-        })?;
-        Ok(store)
+        store_with(
+            &dir.join("canopy.db"),
+            "CREATE TABLE t (n INTEGER NOT NULL UNIQUE)",
+        )
     }
 
     fn rows(store: &Store) -> anyhow::Result<Vec<i64>> {
