@@ -156,9 +156,16 @@ const WAL_REWIND_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 64 << 20 };
 
 /// Checkpoints the WAL on its own thread and connection, so the writer never pays for a
 /// checkpoint (and its fsync) inside a commit. Stops once `stop` is set.
-fn checkpoint_loop(conn: Connection, stop: Arc<std::sync::atomic::AtomicBool>) {
+fn checkpoint_loop(
+    conn: Connection,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    passes: Arc<Mutex<()>>,
+) {
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(CHECKPOINT_EVERY);
+        let _pass = passes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(err) = checkpoint(&conn, "PASSIVE") {
             tracing::debug!(%err, "a WAL checkpoint did not run; the next one will");
         }
@@ -166,20 +173,29 @@ fn checkpoint_loop(conn: Connection, stop: Arc<std::sync::atomic::AtomicBool>) {
 }
 
 /// The writer's watch on the WAL's length: past [`WAL_REWIND_BYTES`] it rewinds the log
-/// between two batches (the only moment the write lock is surely free), trying again no sooner
-/// than [`CHECKPOINT_EVERY`] after a rewind that readers held up.
+/// between two batches (the only moment the write lock is surely free). A rewind waits for the
+/// checkpointer's pass to end (`passes`), so only readers can hold it up: after one that was
+/// held up it tries again 2 ms later, then 4, 8 ... up to [`CHECKPOINT_EVERY`], so a reader
+/// that keeps old frames for long is not asked every batch.
 struct Rewinder {
     wal: std::path::PathBuf,
+    /// Held by the checkpointer for each pass: a rewind that met one failed, and under load
+    /// the log then grew by tens of MB before the next try.
+    passes: Arc<Mutex<()>>,
     not_before: std::time::Instant,
+    /// Rewinds held up in a row.
+    held_up: u32,
 }
 
 impl Rewinder {
-    fn new(database: &Path) -> Self {
+    fn new(database: &Path, passes: Arc<Mutex<()>>) -> Self {
         let mut wal = database.as_os_str().to_owned();
         wal.push("-wal");
         Self {
             wal: wal.into(),
+            passes,
             not_before: std::time::Instant::now(),
+            held_up: 0,
         }
     }
 
@@ -189,8 +205,19 @@ impl Rewinder {
         if !long || std::time::Instant::now() < self.not_before {
             return;
         }
-        if !rewind_wal(conn) {
-            self.not_before = std::time::Instant::now() + CHECKPOINT_EVERY;
+        let rewound = {
+            let _pass = self
+                .passes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            rewind_wal(conn)
+        };
+        if rewound {
+            self.held_up = 0;
+        } else {
+            let wait = Duration::from_millis(2 << self.held_up.min(5)).min(CHECKPOINT_EVERY);
+            self.not_before = std::time::Instant::now() + wait;
+            self.held_up = self.held_up.saturating_add(1);
         }
     }
 }
@@ -261,7 +288,8 @@ impl Db {
         checkpointer.busy_handler(Some(wait_briefly_when_busy))?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (writes, queue) = mpsc::channel(WRITE_QUEUE);
-        let rewinder = Rewinder::new(path);
+        let passes = Arc::new(Mutex::new(()));
+        let rewinder = Rewinder::new(path, passes.clone());
         std::thread::Builder::new()
             .name("canopy-store-writer".into())
             .spawn(move || write_loop(writer, queue, rewinder))
@@ -269,7 +297,7 @@ impl Db {
         let stopping = stop.clone();
         std::thread::Builder::new()
             .name("canopy-store-checkpoint".into())
-            .spawn(move || checkpoint_loop(checkpointer, stopping))
+            .spawn(move || checkpoint_loop(checkpointer, stopping, passes))
             .context("cannot start the store's checkpoint thread")?;
         Ok(Self {
             stop,
