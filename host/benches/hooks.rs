@@ -152,6 +152,7 @@ async fn bench(
         queue_id: None,
         cause: Default::default(),
     };
+    let before = store.writer_stats();
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(emitters);
     for emitter in 0..emitters {
@@ -185,6 +186,7 @@ async fn bench(
         behind = behind.max(task.await.unwrap());
     }
     let rows = wait_all(store, &view.graph.id, FIRINGS).await;
+    let stats = store.writer_stats();
     let who = match emitters {
         1 => "1 emitter".to_string(),
         n => format!("{n} emitters"),
@@ -197,6 +199,11 @@ async fn bench(
         None => format!("{name} (back to back, {who})"),
     };
     report(&label, &rows);
+    let (writes, commits) = (stats.writes - before.writes, stats.commits - before.commits);
+    println!(
+        "  the store's writer: {writes} writes in {commits} commits ({:.1} writes per commit)",
+        writes as f64 / commits.max(1) as f64
+    );
 }
 
 #[tokio::main]
@@ -250,6 +257,7 @@ async fn main() {
     let command = || json!({ "command": "true" });
     bench(&b, "wasm-noop", noop(), None, 1).await;
     bench(&b, "wasm-noop-8", noop(), None, 8).await;
+    bench(&b, "wasm-noop-64", noop(), None, 64).await;
     bench(&b, "wasm-noop-paced", noop(), Some(10_000), 8).await;
     bench(&b, "command-true", command(), None, 1).await;
     bench(&b, "command-true-paced", command(), Some(500), 1).await;

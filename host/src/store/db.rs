@@ -15,6 +15,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -94,9 +95,25 @@ type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 
 type Job = Box<dyn FnOnce(&Tx<'_>) -> Ran + Send>;
 
+/// What the writer has done: how many writes, in how many commits (the group commit's
+/// batches; a benchmark reports the writes per commit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    pub writes: u64,
+    pub commits: u64,
+}
+
+/// The writer's running counts, shared with the store's handles.
+#[derive(Default)]
+struct Counts {
+    writes: AtomicU64,
+    commits: AtomicU64,
+}
+
 pub(super) struct Db {
     /// Tells the checkpointer to stop when the store goes away.
     stop: Arc<std::sync::atomic::AtomicBool>,
+    counts: Arc<Counts>,
     writes: mpsc::Sender<Job>,
     readers: Arc<Readers>,
     permits: Arc<Semaphore>,
@@ -259,6 +276,7 @@ impl Db {
         path: &Path,
         migrate: impl FnOnce(&mut Connection) -> Result<()>,
     ) -> Result<Self> {
+        super::allocator::configure();
         let mut writer = Connection::open(path)
             .with_context(|| format!("cannot open database {}", path.display()))?;
         configure(&writer).with_context(|| format!("cannot configure {}", path.display()))?;
@@ -290,9 +308,11 @@ impl Db {
         let (writes, queue) = mpsc::channel(WRITE_QUEUE);
         let passes = Arc::new(Mutex::new(()));
         let rewinder = Rewinder::new(path, passes.clone());
+        let counts = Arc::new(Counts::default());
+        let counting = counts.clone();
         std::thread::Builder::new()
             .name("canopy-store-writer".into())
-            .spawn(move || write_loop(writer, queue, rewinder))
+            .spawn(move || write_loop(writer, queue, rewinder, &counting))
             .context("cannot start the store's writer thread")?;
         let stopping = stop.clone();
         std::thread::Builder::new()
@@ -301,6 +321,7 @@ impl Db {
             .context("cannot start the store's checkpoint thread")?;
         Ok(Self {
             stop,
+            counts,
             writes,
             readers: Arc::new(Readers {
                 idle: Mutex::new(readers),
@@ -308,6 +329,13 @@ impl Db {
             }),
             permits: Arc::new(Semaphore::new(READERS)),
         })
+    }
+
+    pub(super) fn writer_stats(&self) -> WriterStats {
+        WriterStats {
+            writes: self.counts.writes.load(Ordering::Relaxed),
+            commits: self.counts.commits.load(Ordering::Relaxed),
+        }
     }
 
     pub(super) async fn write<T, E>(
@@ -488,7 +516,12 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// The writer thread: batches what is queued into one transaction, a savepoint per write
 /// when there are several.
-fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Job>, mut rewinder: Rewinder) {
+fn write_loop(
+    conn: Connection,
+    mut queue: mpsc::Receiver<Job>,
+    mut rewinder: Rewinder,
+    counts: &Counts,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = next_write(&mut queue) {
         batch.push(first);
@@ -498,6 +531,10 @@ fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Job>, mut rewinder: Re
                 Err(_) => break,
             }
         }
+        counts
+            .writes
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        counts.commits.fetch_add(1, Ordering::Relaxed);
         commit_batch(&conn, &mut batch);
         rewinder.after_batch(&conn);
     }

@@ -6,6 +6,7 @@
 //! SQLite in the data dir, WAL, foreign keys on, numbered migrations applied at open. Writes
 //! go to one writer thread that group-commits; reads use a small pool (see [`db`]).
 
+mod allocator;
 pub mod artifacts;
 pub mod crons;
 mod db;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-pub use db::{Rd, Tx};
+pub use db::{Rd, Tx, WriterStats};
 
 /// What went wrong in the store.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +87,11 @@ impl Store {
     pub fn open(path: &Path) -> Result<Self> {
         let db = db::Db::open(path, migrations::apply)?;
         Ok(Self { db: Arc::new(db) })
+    }
+
+    /// What the writer has done since the store was opened.
+    pub fn writer_stats(&self) -> WriterStats {
+        self.db.writer_stats()
     }
 
     /// Runs `work` on one consistent snapshot, off the async runtime.
