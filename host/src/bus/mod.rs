@@ -97,6 +97,8 @@ struct Inner {
     /// Where a daemon hook with no project and no `cwd` runs.
     fallback_dir: std::path::PathBuf,
     drain: crate::drain::Drain,
+    /// Graphs' hooks maps as last parsed, by graph id (see [`select::GraphHooksCache`]).
+    graph_hooks: select::GraphHooksCache,
 }
 
 impl std::fmt::Debug for Bus {
@@ -125,6 +127,7 @@ impl Bus {
                 live,
                 fallback_dir,
                 drain: crate::drain::Drain::default(),
+                graph_hooks: select::GraphHooksCache::default(),
             }),
         }
     }

@@ -7,6 +7,7 @@
 //!   roles) that serve them.
 //! - **project**: a project event's project's hooks for that event (`[projects.NAME.hooks]`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -22,15 +23,41 @@ use crate::plugins::split_work_config;
 use crate::store::hook_runs::{HookSource, graph_hook_name};
 use crate::store::{Rd, StoreError, Tx};
 
-/// The graph's hooks as stored now: a missing graph or an unreadable map has none.
-fn stored_hooks(rd: &Rd<'_>, graph_id: &str) -> Result<HookMap, StoreError> {
-    let Some(text) = rd.graph_hooks_json(graph_id)? else {
-        return Ok(HookMap::new());
-    };
-    Ok(serde_json::from_str(&text).unwrap_or_else(|err| {
-        tracing::error!(graph = %graph_id, error = %err, "the graph's stored hooks are not a JSON object; none fire");
-        HookMap::new()
-    }))
+/// Graphs' hooks maps as last parsed, by graph id, with the text they were parsed from. The
+/// map is read inside every event's write (so an edit applies from the next event on); parsing
+/// it again each time was a tenth of the writer's time under a burst of hook runs. An entry is
+/// used only while the stored text is the same.
+#[derive(Default)]
+pub(super) struct GraphHooksCache(std::sync::Mutex<HashMap<String, (String, Arc<HookMap>)>>);
+
+/// Graphs whose parsed maps are kept; past that the cache starts over.
+const CACHED_GRAPHS: usize = 256;
+
+impl GraphHooksCache {
+    /// The graph's hooks as stored now: a missing graph or an unreadable map has none.
+    fn stored(&self, rd: &Rd<'_>, graph_id: &str) -> Result<Arc<HookMap>, StoreError> {
+        let Some(text) = rd.graph_hooks_json(graph_id)? else {
+            return Ok(Arc::new(HookMap::new()));
+        };
+        let mut cache = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((parsed_from, map)) = cache.get(graph_id)
+            && *parsed_from == text
+        {
+            return Ok(map.clone());
+        }
+        let map = Arc::new(serde_json::from_str(&text).unwrap_or_else(|err| {
+            tracing::error!(graph = %graph_id, error = %err, "the graph's stored hooks are not a JSON object; none fire");
+            HookMap::new()
+        }));
+        if cache.len() >= CACHED_GRAPHS {
+            cache.clear();
+        }
+        cache.insert(graph_id.to_string(), (text, map.clone()));
+        Ok(map)
+    }
 }
 
 /// One hook run a firing makes, before it is recorded.
@@ -42,7 +69,7 @@ struct Selected {
 /// The hook runs a graph-hook firing makes, in firing order: each matching hook (only `only`,
 /// when given) once, or once per matching spec when it filters by `spec_ids`.
 fn select_graph(
-    map: &HookMap,
+    hooks: Vec<Map<String, Value>>,
     firing: &Firing,
     only: Option<usize>,
     envelope: Option<&Envelope>,
@@ -50,7 +77,7 @@ fn select_graph(
     test: bool,
 ) -> Vec<Selected> {
     let mut selected = Vec::new();
-    for (index, hook) in hooks_of(map, firing.event).into_iter().enumerate() {
+    for (index, hook) in hooks.into_iter().enumerate() {
         if only.is_some_and(|o| o != index) {
             continue;
         }
@@ -60,6 +87,8 @@ fn select_graph(
         }
         let work = split_work_config(&hook);
         let hook_name = graph_hook_name(&firing.run.graph_name, firing.event.as_str(), index);
+        // Serialized once per hook, whatever the number of specs it runs for.
+        let hook_config: Arc<str> = Value::Object(hook).to_string().into();
         for spec_id in specs {
             selected.push(Selected {
                 fired: Fired {
@@ -70,7 +99,7 @@ fn select_graph(
                     run_id: Some(firing.run.run_id.clone()),
                     event: firing.event.as_str().to_string(),
                     hook_index: index,
-                    hook_config: Value::Object(hook.clone()),
+                    hook_config: hook_config.clone(),
                     spec_id: spec_id.clone(),
                     mode: work.as_ref().ok().map(|w| w.mode.clone()),
                     test,
@@ -124,7 +153,7 @@ fn select_config(daemon: &DaemonHooks, envelope: &Envelope, fired_at: &str) -> V
                     run_id: payload_text("run_id"),
                     event: envelope.event.clone(),
                     hook_index: hook.index,
-                    hook_config: Value::Object(config),
+                    hook_config: Value::Object(config).to_string().into(),
                     spec_id: payload_text("spec_id"),
                     mode: Some(hook.work.mode.clone()),
                     test: false,
@@ -173,7 +202,7 @@ fn select_project(
                     run_id: None,
                     event: envelope.event.clone(),
                     hook_index: hook.index,
-                    hook_config: config,
+                    hook_config: config.to_string().into(),
                     spec_id: None,
                     mode: Some(hook.work.mode.clone()),
                     test: false,
@@ -240,7 +269,7 @@ fn record(
             .and_then(|w| bus.inner.plugins.plugin_ref(&w.mode).ok());
         first.queued.started = true;
     }
-    let fired: Vec<Fired> = selected.iter().map(|s| s.fired.clone()).collect();
+    let fired: Vec<&Fired> = selected.iter().map(|s| &s.fired).collect();
     let ids = tx.insert_hook_runs(&fired)?;
     if dropped {
         return Ok(None);
@@ -268,9 +297,10 @@ pub(super) fn record_hooks(
     // The event's own time: the hook runs it fires were fired when it was recorded.
     let fired_at = &envelope.timestamp;
     if let Some(firing) = firing {
-        let map = stored_hooks(tx, &firing.run.graph_id)?;
-        if !hooks_of(&map, firing.event).is_empty() {
-            let selected = select_graph(&map, &firing, None, Some(envelope), fired_at, false);
+        let map = bus.inner.graph_hooks.stored(tx, &firing.run.graph_id)?;
+        let hooks = hooks_of(&map, firing.event);
+        if !hooks.is_empty() {
+            let selected = select_graph(hooks, &firing, None, Some(envelope), fired_at, false);
             let trigger = Arc::new(Trigger::Graph {
                 firing: Box::new(firing),
                 envelope: Some(envelope.clone()),
@@ -303,8 +333,15 @@ pub(super) fn record_graph_test(
     only: Option<usize>,
 ) -> Result<Option<Unstarted>, StoreError> {
     let fired_at = crate::store::now();
-    let map = stored_hooks(tx, &firing.run.graph_id)?;
-    let selected = select_graph(&map, &firing, only, None, &fired_at, true);
+    let map = bus.inner.graph_hooks.stored(tx, &firing.run.graph_id)?;
+    let selected = select_graph(
+        hooks_of(&map, firing.event),
+        &firing,
+        only,
+        None,
+        &fired_at,
+        true,
+    );
     let trigger = Arc::new(Trigger::Graph {
         firing: Box::new(firing),
         envelope: None,

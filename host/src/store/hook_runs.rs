@@ -2,6 +2,8 @@
 //! fired, the executor that ran it, the rendered values, and how it ended. Also the one read of
 //! `graphs` the dispatcher needs: a graph's stored hooks map.
 
+use std::sync::Arc;
+
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
@@ -263,8 +265,8 @@ pub struct Fired {
     pub run_id: Option<String>,
     pub event: String,
     pub hook_index: usize,
-    /// The exact hook config that fired.
-    pub hook_config: Value,
+    /// The exact hook config that fired, as JSON text.
+    pub hook_config: Arc<str>,
     pub spec_id: Option<String>,
     pub mode: Option<String>,
     pub test: bool,
@@ -333,43 +335,64 @@ fn outcome_sql() -> String {
     sql
 }
 
-/// The `WHERE` clause of [`HookRunFilter`], over its named parameters.
-fn filter_sql() -> String {
-    format!(
-        "(:graph_id IS NULL OR graph_id = :graph_id) AND (:run_id IS NULL OR run_id = :run_id)
-         AND (:event IS NULL OR event = :event)
-         AND (:events IS NULL OR event IN (SELECT value FROM json_each(:events)))
-         AND (:status IS NULL OR status = :status) AND (:outcome IS NULL OR ({}) = :outcome)
-         AND (:since IS NULL OR fired_at >= :since)
-         AND (:source IS NULL OR source = :source) AND (:hook IS NULL OR hook_name = :hook)
-         AND (:project IS NULL OR project = :project)
-         AND (:session IS NULL OR run_id = :session OR EXISTS (
-               SELECT 1 FROM feed f WHERE f.id = hook_runs.feed_id
-                 AND json_extract(f.payload, '$.session_id') = :session))",
-        outcome_sql()
-    )
+/// Named parameters of a statement.
+type Params<'a> = Vec<(&'static str, Param<'a>)>;
+
+/// One parameter's value.
+type Param<'a> = Box<dyn rusqlite::ToSql + 'a>;
+
+/// A filter's value as a parameter, when it is given.
+fn boxed<'a, T: rusqlite::ToSql + 'a>(value: Option<T>) -> Option<Param<'a>> {
+    value.map(|v| Box::new(v) as Param<'a>)
 }
 
 impl HookRunFilter {
-    /// The filter's named parameters, as [`filter_sql`] uses them.
-    fn params(&self) -> Vec<(&'static str, Box<dyn rusqlite::ToSql + '_>)> {
-        let events = self
-            .events
-            .as_ref()
-            .map(|events| Value::from(events.clone()).to_string());
-        vec![
-            (":graph_id", Box::new(&self.graph_id)),
-            (":run_id", Box::new(&self.run_id)),
-            (":event", Box::new(&self.event)),
-            (":events", Box::new(events)),
-            (":status", Box::new(self.status)),
-            (":outcome", Box::new(self.outcome)),
-            (":since", Box::new(&self.since)),
-            (":source", Box::new(self.source)),
-            (":hook", Box::new(&self.hook)),
-            (":project", Box::new(&self.project)),
-            (":session", Box::new(&self.session)),
-        ]
+    /// The `WHERE` clause of the filter and its named parameters: only the filters given, so
+    /// the query planner can use an index for them (`:x IS NULL OR col = :x` kept every index
+    /// out of reach: a graph view asking for a run's few hook runs read every hook run on record).
+    fn clause(&self) -> (String, Params<'_>) {
+        let mut terms: Vec<String> = Vec::new();
+        let mut params: Params<'_> = Vec::new();
+        let outcome = format!("({})", outcome_sql());
+        let equal: [(&str, &'static str, Option<Param<'_>>); 8] = [
+            ("graph_id", ":graph_id", boxed(self.graph_id.as_ref())),
+            ("run_id", ":run_id", boxed(self.run_id.as_ref())),
+            ("event", ":event", boxed(self.event.as_ref())),
+            ("status", ":status", boxed(self.status)),
+            (&outcome, ":outcome", boxed(self.outcome)),
+            ("source", ":source", boxed(self.source)),
+            ("hook_name", ":hook", boxed(self.hook.as_ref())),
+            ("project", ":project", boxed(self.project.as_ref())),
+        ];
+        for (column, name, value) in equal {
+            if let Some(value) = value {
+                terms.push(format!("{column} = {name}"));
+                params.push((name, value));
+            }
+        }
+        if let Some(events) = &self.events {
+            terms.push("event IN (SELECT value FROM json_each(:events))".to_string());
+            params.push((":events", Box::new(Value::from(events.clone()).to_string())));
+        }
+        if let Some(since) = &self.since {
+            terms.push("fired_at >= :since".to_string());
+            params.push((":since", Box::new(since)));
+        }
+        if let Some(session) = &self.session {
+            terms.push(
+                "(run_id = :session OR EXISTS (
+                   SELECT 1 FROM feed f WHERE f.id = hook_runs.feed_id
+                     AND json_extract(f.payload, '$.session_id') = :session))"
+                    .to_string(),
+            );
+            params.push((":session", Box::new(session)));
+        }
+        let clause = if terms.is_empty() {
+            "1".to_string()
+        } else {
+            terms.join(" AND ")
+        };
+        (clause, params)
     }
 }
 
@@ -392,11 +415,10 @@ impl Rd<'_> {
     /// `fired_at`) last recorded first, so their reverse is firing order.
     pub fn hook_runs(&self, filter: &HookRunFilter) -> Result<Vec<HookRun>, StoreError> {
         // SQLite: `rowid` is the insertion order.
+        let (clause, mut params) = filter.clause();
         let mut statement = self.conn().prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM hook_runs WHERE {} ORDER BY fired_at DESC, rowid DESC LIMIT :last",
-            filter_sql()
+            "SELECT {COLUMNS} FROM hook_runs WHERE {clause} ORDER BY fired_at DESC, rowid DESC LIMIT :last"
         ))?;
-        let mut params = filter.params();
         params.push((
             ":last",
             Box::new(i64::try_from(filter.last).unwrap_or(i64::MAX)),
@@ -413,17 +435,14 @@ impl Rd<'_> {
 
     /// How many hook runs match the filter (`last` aside).
     pub fn count_hook_runs(&self, filter: &HookRunFilter) -> Result<usize, StoreError> {
-        let params = filter.params();
+        let (clause, params) = filter.clause();
         let named: Vec<(&str, &dyn rusqlite::ToSql)> = params
             .iter()
             .map(|(name, value)| (*name, &**value))
             .collect();
         let count: i64 = self
             .conn()
-            .prepare_cached(&format!(
-                "SELECT count(*) FROM hook_runs WHERE {}",
-                filter_sql()
-            ))?
+            .prepare_cached(&format!("SELECT count(*) FROM hook_runs WHERE {clause}"))?
             .query_row(named.as_slice(), |row| row.get(0))?;
         Ok(usize::try_from(count).unwrap_or(0))
     }
@@ -455,7 +474,7 @@ impl Rd<'_> {
 impl Tx<'_> {
     /// Records hooks as fired, in order, all of them or (on an error) none; returns their new
     /// record ids, in the same order.
-    pub fn insert_hook_runs(&self, fired: &[Fired]) -> Result<Vec<String>, StoreError> {
+    pub fn insert_hook_runs(&self, fired: &[&Fired]) -> Result<Vec<String>, StoreError> {
         if let [one] = fired {
             return Ok(vec![self.insert_hook_run(one)?]);
         }
@@ -502,7 +521,7 @@ impl Tx<'_> {
                 fired.run_id,
                 fired.event,
                 i64::try_from(fired.hook_index).unwrap_or(i64::MAX),
-                fired.hook_config.to_string(),
+                &*fired.hook_config,
                 fired.spec_id,
                 fired.mode,
                 status,

@@ -321,39 +321,40 @@ impl Rd<'_> {
         run_id: &str,
         spec_ids: &[String],
     ) -> Result<Vec<RunSpec>, StoreError> {
+        // One statement for the whole page, not one per spec.
         let mut statement = self.conn().prepare_cached(
             "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
-             FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id WHERE rs.run_id = ?1 AND rs.spec_id = ?2",
+             FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id
+             WHERE rs.run_id = ?1 AND rs.spec_id IN (SELECT value FROM json_each(?2))",
         )?;
         let mut reason = self.conn().prepare_cached(
             "SELECT node, reason FROM node_runs
              WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'interrupted')
              ORDER BY started_at DESC, id DESC LIMIT 1",
         )?;
-        let mut found = Vec::new();
-        for spec_id in spec_ids {
-            let spec = statement
-                .query_row(params![run_id, spec_id], |r| {
-                    Ok(RunSpec {
-                        spec_id: r.get(0)?,
-                        spec_name: r.get(1)?,
-                        ordinal: r.get(2)?,
-                        group: r.get(3)?,
-                        status: r.get(4)?,
-                        next_node: r.get(5)?,
-                        summary: r.get(6)?,
-                        harness_session: r.get(7)?,
-                        reason: None,
-                        reason_node: None,
-                        started_at: r.get(8)?,
-                        finished_at: r.get(9)?,
-                    })
+        let ids = serde_json::Value::from(spec_ids.to_vec()).to_string();
+        let mut found: Vec<RunSpec> = statement
+            .query_map(params![run_id, ids], |r| {
+                Ok(RunSpec {
+                    spec_id: r.get(0)?,
+                    spec_name: r.get(1)?,
+                    ordinal: r.get(2)?,
+                    group: r.get(3)?,
+                    status: r.get(4)?,
+                    next_node: r.get(5)?,
+                    summary: r.get(6)?,
+                    harness_session: r.get(7)?,
+                    reason: None,
+                    reason_node: None,
+                    started_at: r.get(8)?,
+                    finished_at: r.get(9)?,
                 })
-                .optional()?;
-            let Some(mut spec) = spec else { continue };
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        for spec in &mut found {
             if spec.status.stopped()
                 && let Some((node, why)) = reason
-                    .query_row(params![run_id, spec_id], |r| {
+                    .query_row(params![run_id, spec.spec_id], |r| {
                         Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
                     })
                     .optional()?
@@ -361,16 +362,16 @@ impl Rd<'_> {
                 spec.reason_node = Some(node);
                 spec.reason = why;
             }
-            found.push(spec);
         }
         found.sort_by_key(|s| s.ordinal);
         Ok(found)
     }
 
-    /// How many specs the run reached, by result.
+    /// How many specs the run reached, by result (from the tally triggers keep, not by
+    /// counting the run's specs).
     pub fn run_spec_counts(&self, run_id: &str) -> Result<Vec<(SpecResult, usize)>, StoreError> {
         let mut statement = self.conn().prepare_cached(
-            "SELECT status, COUNT(*) FROM run_specs WHERE run_id = ?1 GROUP BY status",
+            "SELECT status, specs FROM run_spec_tally WHERE run_id = ?1 AND specs > 0 ORDER BY status",
         )?;
         collect(statement.query_map([run_id], |r| {
             Ok((r.get(0)?, usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
@@ -797,5 +798,85 @@ impl Tx<'_> {
             params![run_id, now],
         )?;
         Ok(running)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Store;
+    use super::super::graphs::GraphWrite;
+    use super::*;
+
+    /// The tally against a count of the rows themselves.
+    fn counted(rd: &Rd<'_>, run_id: &str) -> Result<Vec<(SpecResult, usize)>, StoreError> {
+        let mut statement = rd.conn().prepare(
+            "SELECT status, COUNT(*) FROM run_specs WHERE run_id = ?1 GROUP BY status ORDER BY status",
+        )?;
+        let counts = statement
+            .query_map([run_id], |r| {
+                Ok((r.get(0)?, usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(counts)
+    }
+
+    #[test]
+    fn the_spec_tally_follows_every_change_of_a_runs_specs() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(&dir.path().join("canopy.db"))?;
+        let (graph, run, other) = store.write_blocking(|tx| {
+            let graph = tx.insert_graph(&GraphWrite {
+                name: "g".into(),
+                workdir: "/w".into(),
+                nodes: Vec::new(),
+                specs: Vec::new(),
+                allow_dirty_start: false,
+                hooks: Default::default(),
+            })?;
+            let run = tx.insert_run(&graph, "/w", None)?;
+            let other = tx.insert_run(&graph, "/w", None)?;
+            for spec in ["a", "b", "c", "d"] {
+                tx.insert_run_spec(&run, spec, None, SpecResult::Running, 0)?;
+            }
+            tx.insert_run_spec(&other, "a", None, SpecResult::Completed, 0)?;
+            tx.set_run_spec_status(&run, "a", SpecResult::Completed, Some("done"))?;
+            tx.set_run_spec_status(&run, "b", SpecResult::Failed, None)?;
+            tx.set_run_spec_status(&run, "c", SpecResult::Blocked, None)?;
+            // Blocked, then run again from its second node; a change that keeps the status
+            // counts nothing twice.
+            tx.restart_run_spec(&run, "c", 1)?;
+            tx.set_run_spec_status(&run, "d", SpecResult::Running, None)?;
+            tx.interrupt_node_runs(&run, "the daemon stopped")?;
+            Ok::<_, StoreError>((graph, run, other))
+        })?;
+        let (tally, count) = {
+            let run = run.clone();
+            store.read_blocking(move |rd| {
+                Ok::<_, StoreError>((rd.run_spec_counts(&run)?, counted(rd, &run)?))
+            })?
+        };
+        assert_eq!(tally, count);
+        assert_eq!(
+            tally,
+            vec![
+                (SpecResult::Completed, 1),
+                (SpecResult::Failed, 1),
+                (SpecResult::Interrupted, 2),
+            ]
+        );
+        // Deleting the graph takes its runs, their specs and their tallies with it.
+        store.write_blocking(move |tx| tx.delete_graph(&graph))?;
+        let left = store.read_blocking(move |rd| {
+            Ok::<_, StoreError>((
+                rd.run_spec_counts(&run)?,
+                rd.run_spec_counts(&other)?,
+                rd.conn()
+                    .query_row("SELECT COUNT(*) FROM run_spec_tally", [], |r| {
+                        r.get::<_, i64>(0)
+                    })?,
+            ))
+        })?;
+        assert_eq!(left, (Vec::new(), Vec::new(), 0));
+        Ok(())
     }
 }
