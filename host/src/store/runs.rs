@@ -227,6 +227,28 @@ fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<T>>) -> Result<Vec<T>,
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// A run's spec records with their names, as [`run_spec_from_row`] reads them.
+const RUN_SPEC_SELECT: &str = "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
+     FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id";
+
+/// One row of [`RUN_SPEC_SELECT`]; why it stopped is filled in after.
+fn run_spec_from_row(r: &Row<'_>) -> rusqlite::Result<RunSpec> {
+    Ok(RunSpec {
+        spec_id: r.get(0)?,
+        spec_name: r.get(1)?,
+        ordinal: r.get(2)?,
+        group: r.get(3)?,
+        status: r.get(4)?,
+        next_node: r.get(5)?,
+        summary: r.get(6)?,
+        harness_session: r.get(7)?,
+        reason: None,
+        reason_node: None,
+        started_at: r.get(8)?,
+        finished_at: r.get(9)?,
+    })
+}
+
 impl Rd<'_> {
     /// Resolves a run id or prefix.
     pub fn resolve_run(&self, prefix: &str) -> Result<String, StoreError> {
@@ -263,26 +285,10 @@ impl Rd<'_> {
 
     /// The specs a run reached, in order, each with why it stopped if it did not complete.
     pub fn run_specs(&self, run_id: &str) -> Result<Vec<RunSpec>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
-             FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id WHERE rs.run_id = ?1 ORDER BY rs.ordinal",
-        )?;
-        let mut specs: Vec<RunSpec> = collect(statement.query_map([run_id], |r| {
-            Ok(RunSpec {
-                spec_id: r.get(0)?,
-                spec_name: r.get(1)?,
-                ordinal: r.get(2)?,
-                group: r.get(3)?,
-                status: r.get(4)?,
-                next_node: r.get(5)?,
-                summary: r.get(6)?,
-                harness_session: r.get(7)?,
-                reason: None,
-                reason_node: None,
-                started_at: r.get(8)?,
-                finished_at: r.get(9)?,
-            })
-        })?)?;
+        let mut statement = self.conn().prepare_cached(&format!(
+            "{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 ORDER BY rs.ordinal"
+        ))?;
+        let mut specs: Vec<RunSpec> = collect(statement.query_map([run_id], run_spec_from_row)?)?;
         if specs.iter().any(|s| s.status.stopped()) {
             // One pass over the run's node runs that did not complete, oldest first, so the
             // last one of a spec wins.
@@ -323,9 +329,7 @@ impl Rd<'_> {
     ) -> Result<Vec<RunSpec>, StoreError> {
         // One statement for the whole page, not one per spec.
         let mut statement = self.conn().prepare_cached(
-            "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
-             FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id
-             WHERE rs.run_id = ?1 AND rs.spec_id IN (SELECT value FROM json_each(?2))",
+            &format!("{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 AND rs.spec_id IN (SELECT value FROM json_each(?2))"),
         )?;
         let mut reason = self.conn().prepare_cached(
             "SELECT node, reason FROM node_runs
@@ -334,22 +338,7 @@ impl Rd<'_> {
         )?;
         let ids = serde_json::Value::from(spec_ids.to_vec()).to_string();
         let mut found: Vec<RunSpec> = statement
-            .query_map(params![run_id, ids], |r| {
-                Ok(RunSpec {
-                    spec_id: r.get(0)?,
-                    spec_name: r.get(1)?,
-                    ordinal: r.get(2)?,
-                    group: r.get(3)?,
-                    status: r.get(4)?,
-                    next_node: r.get(5)?,
-                    summary: r.get(6)?,
-                    harness_session: r.get(7)?,
-                    reason: None,
-                    reason_node: None,
-                    started_at: r.get(8)?,
-                    finished_at: r.get(9)?,
-                })
-            })?
+            .query_map(params![run_id, ids], run_spec_from_row)?
             .collect::<rusqlite::Result<_>>()?;
         for spec in &mut found {
             if spec.status.stopped()
