@@ -31,7 +31,8 @@ pub async fn tree_state(workdir: &Path) -> TreeState {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let status = async {
-        crate::procs::spawner::spawn(command)?
+        crate::procs::spawner::spawn(command)
+            .await?
             .wait_with_output()
             .await
     };

@@ -172,7 +172,7 @@ pub async fn run(spec: ProcessSpec) -> std::io::Result<ProcessExit> {
     command.env(marker, id);
     // Whatever happens to this future from here (a deadline, a reset that drops it), `call`
     // kills the group and sweeps the rest when dropped.
-    let mut child = call.spawn(command)?;
+    let mut child = call.spawn(command).await?;
 
     if let (Some(bytes), Some(mut stdin)) = (spec.stdin, child.stdin.take()) {
         tokio::spawn(async move {

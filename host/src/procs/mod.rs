@@ -211,11 +211,11 @@ impl CallProcesses {
 
     /// Spawns the call's group leader (`command` must make a process group of its own) and
     /// records its group.
-    pub fn spawn(
+    pub async fn spawn(
         &mut self,
         command: tokio::process::Command,
     ) -> std::io::Result<tokio::process::Child> {
-        let child = reaper::spawn(command)?;
+        let child = reaper::spawn(command).await?;
         let pid = child.id().and_then(|id| i32::try_from(id).ok());
         self.registered = pid;
         self.leader = pid.and_then(table::stat);
@@ -517,7 +517,7 @@ impl Sweep {
 }
 
 /// Now, in clock ticks after boot (the unit of a process's start time), rounded down.
-fn boot_ticks() -> u64 {
+pub(crate) fn boot_ticks() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

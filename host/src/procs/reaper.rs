@@ -8,32 +8,80 @@
 //! first would steal its exit status (`wait` would fail with ECHILD).
 //!
 //! The rule: [`reap_orphans`] reaps a child only if it is a zombie, is **not** in the daemon's
-//! own process group, and is **not** in [`SPAWNED`]:
+//! own process group, is **not** in the registry of spawned leaders, and started before every
+//! spawn still in flight:
 //!
 //! - every direct child the daemon spawns without a process group of its own (`git`, `tmux`,
 //!   `sh` for markers, bench probes) inherits the daemon's group, so it is never touched;
-//! - every child spawned into a group of its own goes through [`spawn`], which holds the
-//!   [`SPAWNED`] lock across the fork and records the pid before releasing it; the pid leaves
-//!   the registry only after its waiter has reaped it ([`forget`]);
-//! - [`reap_orphans`] / [`with_scan`] hold the same lock while they scan and reap, so it never sees one of our
-//!   own children before it is registered.
+//! - every child spawned into a group of its own goes through [`spawn`], which notes the clock
+//!   tick it began at before the fork and records the pid as soon as the spawn returns; the pid
+//!   leaves the registry only after its waiter has reaped it ([`forget`]);
+//! - [`reap_orphans`] / [`with_scan`] take the earliest tick of the spawns in flight before they
+//!   scan, and leave alone every zombie that started at or after it: a child whose spawn has
+//!   not returned yet, or began after the scan did, is never taken for an orphan. The lock is
+//!   held for moments only, so spawns run in parallel with each other and with the scans.
 //!
 //! What is left are processes that were re-parented to the daemon: orphans of plugin processes.
 //! A zombie found by the scan cannot be reaped by anyone else in between (no other waiter knows
 //! its pid), so the `waitpid` is about the process scanned.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::table::{self, ProcStat};
 
-/// Pids of the group leaders the daemon spawned and still waits for.
-static SPAWNED: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+/// The group leaders the daemon spawned and still waits for, and the spawns in flight.
+#[derive(Default)]
+struct Registry {
+    /// Pids of spawned leaders not reaped by their waiters yet.
+    spawned: BTreeSet<i32>,
+    /// Spawns that have not returned, by the clock tick they began at (how many per tick).
+    in_flight: BTreeMap<u64, usize>,
+}
 
-fn registry() -> MutexGuard<'static, BTreeSet<i32>> {
-    SPAWNED.lock().unwrap_or_else(PoisonError::into_inner)
+impl Registry {
+    /// The earliest tick a child of a spawn in flight can have started at, or `now` when none
+    /// is in flight.
+    fn floor(&self, now: u64) -> u64 {
+        self.in_flight
+            .keys()
+            .next()
+            .map_or(now, |&first| first.min(now))
+    }
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    spawned: BTreeSet::new(),
+    in_flight: BTreeMap::new(),
+});
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One spawn in flight: noted when it begins, cleared when it returns (or unwinds).
+struct InFlight(u64);
+
+impl InFlight {
+    fn begin() -> Self {
+        let tick = super::boot_ticks();
+        *registry().in_flight.entry(tick).or_default() += 1;
+        Self(tick)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut registry = registry();
+        if let Some(count) = registry.in_flight.get_mut(&self.0) {
+            *count -= 1;
+            if *count == 0 {
+                registry.in_flight.remove(&self.0);
+            }
+        }
+    }
 }
 
 /// Set once this process is a child subreaper.
@@ -86,20 +134,21 @@ pub fn note_spawning_thread() {
 }
 
 /// Spawns `command` (which must put the child in a process group of its own) and registers the
-/// child's pid, under the lock [`reap_orphans`] takes, so the reaper never reaps it.
-pub fn spawn(command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
-    let mut spawned = registry();
-    let child = super::spawner::spawn(command)?;
+/// child's pid before the spawn counts as over, so the reaper never reaps it.
+pub async fn spawn(command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let in_flight = InFlight::begin();
+    let child = super::spawner::spawn(command).await?;
     if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-        spawned.insert(pid);
+        registry().spawned.insert(pid);
     }
+    drop(in_flight);
     Ok(child)
 }
 
 /// The child `pid` was reaped by its waiter (or handed to tokio's orphan queue): the reaper may
 /// treat a zombie with that pid as an orphan again.
 pub fn forget(pid: i32) {
-    registry().remove(&pid);
+    registry().spawned.remove(&pid);
 }
 
 /// Reaps the adopted orphans that have exited.
@@ -107,21 +156,25 @@ pub fn reap_orphans() {
     with_scan(|_| ());
 }
 
-/// Scans the daemon's descendants (every process when it is no subreaper) under the registry
-/// lock, hands the scan to `inspect`, then reaps the adopted orphans that were zombies in it.
-/// One scan serves a caller and the reaper.
+/// Scans the daemon's descendants (every process when it is no subreaper), hands the scan to
+/// `inspect`, then reaps the adopted orphans that were zombies in it. One scan serves a caller
+/// and the reaper.
 pub fn with_scan<T>(inspect: impl FnOnce(&[ProcStat]) -> T) -> T {
-    let spawned = registry();
+    // Taken before the scan: a zombie that started at or after it may be the child of a spawn
+    // that has not registered it yet.
+    let floor = registry().floor(super::boot_ticks());
     let processes = family();
     let inspected = inspect(&processes);
     let me = i32::try_from(std::process::id()).unwrap_or_default();
     // SAFETY: getpgrp(2) cannot fail and touches no memory.
     let own_group = unsafe { libc::getpgrp() };
+    let registry = registry();
     for process in &processes {
         if process.ppid != me
             || !process.zombie()
             || process.pgrp == own_group
-            || spawned.contains(&process.pid)
+            || process.start >= floor
+            || registry.spawned.contains(&process.pid)
         {
             continue;
         }
@@ -161,5 +214,63 @@ pub async fn run() {
         let _ = tokio::time::timeout(PERIOD, signalled).await;
         reap_orphans();
         tokio::time::sleep(MIN_GAP).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt as _;
+    use std::time::Instant;
+
+    /// Starts `true` in a group of its own, as a call's leader is, without registering it, and
+    /// waits until it is a zombie: to the reaper it looks like an adopted orphan.
+    fn exited_unregistered_child() -> std::process::Child {
+        // Where a scan looks for the daemon's children when it is a subreaper.
+        note_spawning_thread();
+        let child = std::process::Command::new("true")
+            .process_group(0)
+            .spawn()
+            .expect("spawn true");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while table::stat(pid).is_none_or(|p| !p.zombie()) {
+            assert!(Instant::now() < deadline, "`true` did not exit");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        child
+    }
+
+    #[test]
+    fn a_child_of_a_spawn_in_flight_is_never_reaped_as_an_orphan() {
+        // The spawn has begun but not registered its child: the child's exit status is its
+        // waiter's, however many scans run meanwhile.
+        let in_flight = InFlight::begin();
+        let mut child = exited_unregistered_child();
+        for _ in 0..3 {
+            reap_orphans();
+        }
+        let status = child.try_wait().expect("the exit status is still there");
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+        drop(in_flight);
+
+        // Once no spawn that began before it is in flight, such a zombie is an orphan.
+        let mut child = exited_unregistered_child();
+        let pid = i32::try_from(child.id()).expect("pid");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while table::stat(pid).is_some_and(|p| p.zombie()) {
+            // Other tests' spawns in flight hold it back for moments only.
+            assert!(
+                Instant::now() < deadline,
+                "the orphan zombie was never reaped"
+            );
+            reap_orphans();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The reaper took its exit status.
+        assert!(
+            child.try_wait().is_err(),
+            "the orphan was reaped by its waiter"
+        );
     }
 }
