@@ -192,6 +192,8 @@ pub(crate) struct CallState {
     host_env: Arc<[(String, String)]>,
     /// See [`CallSetup::stdin`].
     stdin: Option<PathBuf>,
+    /// Keeps the epoch advancing while this store lives (its deadline counts in ticks).
+    _ticking: super::engine::Ticking,
 }
 
 impl CallState {
@@ -385,6 +387,7 @@ impl CallSetup {
             commands: self.commands.clone(),
             host_env: self.host_env.clone(),
             stdin: self.stdin.clone(),
+            _ticking: super::engine::Ticking::start(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
         store.limiter(|state| &mut state.memory);

@@ -54,7 +54,9 @@ pub fn new_engine(memory_cap: usize, max_calls: u32) -> Result<Engine> {
     Ok(engine)
 }
 
-/// Advances the engine's epoch every [`TICK`] until the engine is dropped.
+/// Advances the engine's epoch every [`TICK`] while a call's store is alive, until the engine
+/// is dropped. With no store alive nothing needs the epoch, and the ticker sleeps: an idle
+/// daemon does not wake 200 times a second.
 fn start_ticker(engine: &Engine) {
     let weak = engine.weak();
     let spawned = std::thread::Builder::new()
@@ -64,10 +66,58 @@ fn start_ticker(engine: &Engine) {
                 engine.increment_epoch();
                 drop(engine);
                 std::thread::sleep(TICK);
+                Ticking::wait_for_stores(IDLE_CHECK);
             }
         });
     if let Err(err) = spawned {
         tracing::error!(%err, "cannot start the epoch ticker; plugin deadlines will not be enforced");
+    }
+}
+
+/// How often a sleeping ticker looks whether its engine is gone.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Stores alive (of any engine of this process), and the sleeping tickers' wake-up.
+static LIVE_STORES: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// Held by every call's store for its whole life: the epoch advances while one is held.
+#[derive(Debug)]
+pub(crate) struct Ticking(());
+
+impl Ticking {
+    /// Counts a store as alive, waking the ticker when it slept.
+    pub(crate) fn start() -> Self {
+        let (count, wake) = &LIVE_STORES;
+        let mut live = count
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *live += 1;
+        if *live == 1 {
+            wake.notify_all();
+        }
+        Self(())
+    }
+
+    /// Returns at once while a store is alive; else once one is, or after `limit`.
+    fn wait_for_stores(limit: Duration) {
+        let (count, wake) = &LIVE_STORES;
+        let live = count
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = wake
+            .wait_timeout_while(live, limit, |live| *live == 0)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        let mut live = LIVE_STORES
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *live = live.saturating_sub(1);
     }
 }
 
