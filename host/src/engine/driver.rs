@@ -165,7 +165,7 @@ async fn decide(
     let bus = engine.bus().clone();
     let (recorded, next, hint) = engine
         .store()
-        .write(move |tx| {
+        .write_watched(move |tx| {
             let mut hint = hint;
             let next = next_step(tx, &lease, guard_passed.as_deref(), &mut hint)?;
             let recorded = record_start(&bus, tx, &next)?;
@@ -440,7 +440,7 @@ async fn run_node(
     let bus = engine.bus().clone();
     engine
         .store()
-        .write(move |tx| {
+        .write_watched(move |tx| {
             // A reset or shutdown may have ended the run while the call was in flight.
             if !tx.node_run_running(&node_run_id)? || !lease.held(tx)? {
                 return Ok((Recorded::default(), Next::Stop, hint));

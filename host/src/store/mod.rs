@@ -94,6 +94,11 @@ impl Store {
         self.db.writer_stats()
     }
 
+    #[cfg(test)]
+    fn awaited_writes(&self) -> usize {
+        self.db.awaited_writes()
+    }
+
     /// Runs `work` on one consistent snapshot, off the async runtime.
     pub async fn read<T, E>(
         &self,
@@ -116,7 +121,22 @@ impl Store {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        self.db.write(work).await
+        self.db.write(work, false).await
+    }
+
+    /// [`Store::write`] for a caller whose next step waits on this write alone, in a tight
+    /// loop (a graph's driver between two nodes): when no other write is awaited, its task
+    /// looks for the answer for a few hundred µs instead of sleeping at once, which saves
+    /// the wake-up of a parked worker per step.
+    pub async fn write_watched<T, E>(
+        &self,
+        work: impl FnOnce(&Tx<'_>) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.db.write(work, true).await
     }
 
     /// [`Store::read`] for code outside the async runtime (tests, tools). Panics if called
