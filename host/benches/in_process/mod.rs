@@ -1,6 +1,7 @@
 //! What the in-process benchmarks share: a store and an executor host on a temp data dir,
-//! with host services that refuse everything (no sessions, no agent platforms), and process
-//! supervision set up as the daemon sets it up (a child subreaper with its ledger).
+//! with host services that refuse everything (no sessions, no agent platforms), and processes
+//! started and supervised as the daemon does it (its private umask, so that user processes
+//! start from the spawner threads; a child subreaper with its ledger).
 
 use std::sync::Arc;
 
@@ -28,6 +29,9 @@ impl HostServices for NoServices {
 
 /// A store and an executor host (built-in plugins installed) on a data dir under `tmp`.
 pub async fn start(tmp: &std::path::Path) -> (Store, PluginHost) {
+    // As the daemon does first: what it creates is private, and the processes it runs for the
+    // user start from the spawner threads with the user's umask, not from a tokio worker.
+    canopy::datadir::private_umask();
     let data = DataDir::resolve(Some(tmp.join("data")))
         .unwrap()
         .create()
