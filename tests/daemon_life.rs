@@ -443,6 +443,15 @@ fn status_tells_the_daemons_state_and_daemon_stop_stops_it_gracefully() {
         "{stdout}"
     );
     assert!(!daemon.data_dir.join("daemon.addr").exists());
+    // Its data is in canopy.db alone: the write-ahead log was copied back and emptied.
+    let wal = daemon.data_dir.join("canopy.db-wal");
+    let left = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert_eq!(
+        left,
+        0,
+        "a stopped daemon left {left} bytes in {}",
+        wal.display()
+    );
     assert_eq!(
         daemon.ok(&["daemon", "stop"]).trim(),
         format!(

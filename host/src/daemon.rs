@@ -342,6 +342,14 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             "cron firings that did not end within the force grace are recorded interrupted_by_restart"
         );
     }
+    // Last: every write of the stop has been answered.
+    match engine_store.empty_log().await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::debug!("the database's WAL stays: a read outlasted the stop's checkpoint")
+        }
+        Err(err) => tracing::warn!(error = %err, "cannot copy the database's WAL back at the stop"),
+    }
     let _ = std::fs::remove_file(data.address_file());
     served.context("the HTTP server failed")?;
     tracing::info!("canopy daemon stopped");

@@ -122,6 +122,8 @@ struct Counts {
 }
 
 pub(super) struct Db {
+    /// The database file.
+    path: std::path::PathBuf,
     /// Writes sent and not answered yet (see [`ANSWER_SPIN`]).
     awaited: std::sync::atomic::AtomicUsize,
     /// Tells the checkpointer to stop when the store goes away.
@@ -368,6 +370,7 @@ impl Db {
             .spawn(move || checkpoint_loop(checkpointer, stopping, passes))
             .context("cannot start the store's checkpoint thread")?;
         Ok(Self {
+            path: path.to_path_buf(),
             awaited: std::sync::atomic::AtomicUsize::new(0),
             stop,
             counts,
@@ -384,6 +387,19 @@ impl Db {
     #[cfg(test)]
     pub(super) fn awaited_writes(&self) -> usize {
         self.awaited.load(Ordering::Relaxed)
+    }
+
+    /// Copies the whole WAL back into the database file and empties the log, on a connection of
+    /// its own; waits up to a second for a read or a checkpointer pass in progress. False when
+    /// one outlasted that, and the log stays as it was (nothing is lost either way).
+    pub(super) fn empty_log(&self) -> rusqlite::Result<bool> {
+        let conn = Connection::open(&self.path)?;
+        conn.busy_timeout(Duration::from_secs(1))?;
+        // TRUNCATE answers SQLITE_BUSY in its first column when something kept it from finishing.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            row.get::<_, i64>(0)
+        })
+        .map(|busy| busy == 0)
     }
 
     pub(super) fn writer_stats(&self) -> WriterStats {

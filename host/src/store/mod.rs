@@ -89,6 +89,20 @@ impl Store {
         Ok(Self { db: Arc::new(db) })
     }
 
+    /// For a clean stop, once its last write is answered: copies the WAL back into the database
+    /// file and empties it, so a stopped daemon's data is in `canopy.db` alone (a copy of that
+    /// file is a whole copy). True when the log was emptied; false when a reader outlasted the
+    /// wait, leaving the log as it was, which is just as safe.
+    pub async fn empty_log(&self) -> Result<bool, StoreError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.empty_log())
+            .await
+            .map_err(|err| {
+                StoreError::Internal(anyhow::anyhow!("the WAL checkpoint panicked: {err}"))
+            })?
+            .map_err(StoreError::from)
+    }
+
     /// What the writer has done since the store was opened.
     pub fn writer_stats(&self) -> WriterStats {
         self.db.writer_stats()
