@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 
 use anyhow::{Context, Result};
 use regex::Regex;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, Transaction};
 
 /// One step of the schema.
@@ -507,17 +508,26 @@ fn checks_without_in_lists(tx: &Transaction) -> Result<()> {
         return Ok(());
     }
     let version: i64 = tx.query_row("PRAGMA schema_version", [], |row| row.get(0))?;
+    // A connection in defensive mode may not write sqlite_schema (a build of SQLite can make
+    // it the default): this one step turns it off, and back on after if it was.
+    let defensive = tx.db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE)?;
+    tx.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, false)?;
     tx.pragma_update(None, "writable_schema", "ON")?;
-    for (name, sql) in &changed {
+    let rewritten = changed.iter().try_for_each(|(name, sql)| {
         tx.execute(
             "UPDATE sqlite_schema SET sql = ?2 WHERE type = 'table' AND name = ?1",
             [name, sql],
         )
-        .with_context(|| format!("cannot rewrite the CHECKs of table {name}"))?;
-    }
-    tx.pragma_update(None, "schema_version", version + 1)?;
+        .map(drop)
+        .with_context(|| format!("cannot rewrite the CHECKs of table {name}"))
+    });
+    let bumped = rewritten.and_then(|()| {
+        tx.pragma_update(None, "schema_version", version + 1)
+            .context("cannot bump the schema version")
+    });
     tx.pragma_update(None, "writable_schema", "OFF")?;
-    Ok(())
+    tx.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, defensive)?;
+    bumped
 }
 
 /// Applies every migration the database has not seen yet.
@@ -644,7 +654,10 @@ mod tests {
         drop(conn);
 
         let mut conn = Connection::open(&path)?;
+        // As a SQLite built defensive by default would open it: the step still rewrites.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
         apply(&mut conn)?;
+        assert!(conn.db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE)?);
         // Another connection, as the daemon's readers are, sees the new schema.
         let other = Connection::open(&path)?;
         for conn in [&conn, &other] {
