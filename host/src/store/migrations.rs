@@ -472,14 +472,18 @@ static CHECK_IN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"CHECK \((\w+) IN \(('[^']*'(?:\s*,\s*'[^']*')*)\)\)").expect("a valid pattern")
 });
 
+/// One single-quoted SQL value of such a list.
+static QUOTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"'[^']*'").expect("a valid pattern"));
+
 /// `sql` with each `CHECK (col IN ('a', 'b'))` written `CHECK (col = 'a' OR col = 'b')`.
 fn compare_one_by_one(sql: &str) -> String {
     CHECK_IN
         .replace_all(sql, |found: &regex::Captures<'_>| {
             let column = &found[1];
-            let tests: Vec<String> = found[2]
-                .split(',')
-                .map(|value| format!("{column} = {}", value.trim()))
+            // Each quoted value whole: one may hold a comma.
+            let tests: Vec<String> = QUOTED
+                .find_iter(&found[2])
+                .map(|value| format!("{column} = {}", value.as_str()))
                 .collect();
             format!("CHECK ({})", tests.join(" OR "))
         })
@@ -598,6 +602,19 @@ mod tests {
              VALUES (?1, ?2, 'worker', 'hello', '{}', 'hook', 'agent', ?3, 'now')",
             [id, kind, status],
         )
+    }
+
+    #[test]
+    fn a_list_is_rewritten_value_by_value_and_other_sql_is_left_alone() {
+        assert_eq!(
+            compare_one_by_one(
+                "a TEXT CHECK (a IN ('x', 'y,z','w')), b TEXT CHECK (b IN ('p')), c TEXT CHECK (length(c) > 1)"
+            ),
+            "a TEXT CHECK (a = 'x' OR a = 'y,z' OR a = 'w'), b TEXT CHECK (b = 'p'), c TEXT CHECK (length(c) > 1)"
+        );
+        // A quote inside a value is left as it was rather than split.
+        let quoted = "a TEXT CHECK (a IN ('it''s', 'x'))";
+        assert_eq!(compare_one_by_one(quoted), quoted);
     }
 
     #[test]
