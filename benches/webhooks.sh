@@ -25,7 +25,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need webhook || ! need wrk; then
     echo "installing webhook and wrk with apt" >&2
-    apt-get install -y webhook wrk >/dev/null
+    # A fresh machine may have no package lists yet.
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq webhook wrk >/dev/null
 fi
 for tool in curl python3; do need "$tool" || { echo "needs $tool" >&2; exit 1; }; done
 
