@@ -162,6 +162,15 @@ impl HookQueue {
         self.ready.notify_one();
     }
 
+    /// The next id in memory, if any (the backlog is left for [`HookQueue::next`]).
+    fn pop(&self) -> Option<String> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pending
+            .pop_front()
+    }
+
     /// The next id, or whether the backlog should be read back (taken by one worker only).
     fn next(&self) -> Next {
         let mut state = self
@@ -498,10 +507,12 @@ impl Ingress {
     /// redelivery of a hook this node does not serve); its outcome.
     pub async fn run_now(&self, hook: &Arc<Hook>, id: &str) -> Result<Outcome, IngressError> {
         let watch = self.watch(id);
-        match run::run_delivery(self, hook, id).await {
-            run::Ran::Ended => {}
-            run::Ran::Refused => self.forget(id),
-            run::Ran::Taken => {}
+        match run::start(self, id).await {
+            Ok(running) => {
+                run::run(self, hook, running, || None).await;
+            }
+            Err(run::NotStarted::Refused) => self.forget(id),
+            Err(run::NotStarted::Taken) => {}
         }
         self.wait(id, watch, hook.timeout + Duration::from_secs(30))
             .await
@@ -570,35 +581,57 @@ fn delivery_ref(id: &str, hook: &Hook) -> DeliveryRef {
 }
 
 /// One worker of a hook: runs its queue's deliveries, one at a time, until a planned stop.
+/// While the queue has more, each delivery's end is recorded in the write that starts the
+/// next one.
 async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
+    let mut chained: Option<run::Running> = None;
     loop {
-        let ready = queue.ready.notified();
-        tokio::pin!(ready);
-        // Registered before looking, so a push in between still wakes this worker.
-        ready.as_mut().enable();
-        match queue.next() {
-            Next::Run(id) => match run::run_delivery(&ingress, &queue.hook, &id).await {
-                run::Ran::Ended | run::Ran::Taken => {}
-                // A planned stop: the delivery stays accepted and runs after the restart.
-                run::Ran::Refused => {
-                    ingress.notify(&Outcome {
-                        delivery_id: id,
-                        status: DeliveryStatus::Accepted,
-                        reason: Some(
-                            "the daemon is stopping; the delivery runs after it restarts"
-                                .to_string(),
-                        ),
-                        error: None,
-                        output: None,
-                        result: None,
-                        duration_ms: None,
-                    });
-                    return;
+        let running = match chained.take() {
+            Some(running) => running,
+            None => {
+                let ready = queue.ready.notified();
+                tokio::pin!(ready);
+                // Registered before looking, so a push in between still wakes this worker.
+                ready.as_mut().enable();
+                match queue.next() {
+                    Next::Run(id) => match run::start(&ingress, &id).await {
+                        Ok(running) => running,
+                        Err(run::NotStarted::Taken) => continue,
+                        // A planned stop: the delivery stays accepted and runs after the restart.
+                        Err(run::NotStarted::Refused) => {
+                            ingress.notify(&Outcome {
+                                delivery_id: id,
+                                status: DeliveryStatus::Accepted,
+                                reason: Some(
+                                    "the daemon is stopping; the delivery runs after it restarts"
+                                        .to_string(),
+                                ),
+                                error: None,
+                                output: None,
+                                result: None,
+                                duration_ms: None,
+                            });
+                            return;
+                        }
+                    },
+                    Next::Refill => {
+                        refill(&ingress, &queue).await;
+                        continue;
+                    }
+                    Next::Wait => {
+                        ready.await;
+                        continue;
+                    }
                 }
-            },
-            Next::Refill => refill(&ingress, &queue).await,
-            Next::Wait => ready.await,
-        }
+            }
+        };
+        let then = || {
+            // Admitted first: a stop that has begun leaves the queue as it is, and the next
+            // turn of the loop reports the delivery refused.
+            let admitted = ingress.inner.drain.admit()?;
+            Some((queue.pop()?, admitted))
+        };
+        chained = run::run(&ingress, &queue.hook, running, then).await;
     }
 }
 

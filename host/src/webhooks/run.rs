@@ -1,5 +1,6 @@
 //! Running one delivery's handler: marked `running` (committed) before anything runs, then the
-//! handler, then its end recorded with `webhook.handled` / `webhook.failed` in one write.
+//! handler, then its end recorded with `webhook.handled` / `webhook.failed` in one write, which
+//! also marks the hook's next delivery running when one waits.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -36,70 +37,72 @@ pub const WEBHOOK_MARKERS: &[&str] = &[
     "body",
 ];
 
-/// How [`run_delivery`] went.
-pub(super) enum Ran {
-    /// The handler ran and its end is recorded.
-    Ended,
+/// Why a delivery did not start.
+pub(super) enum NotStarted {
     /// A planned stop refused it: it stays accepted and runs after the restart.
     Refused,
     /// It was not accepted any more (another worker or a restart took it); nothing ran.
     Taken,
 }
 
-/// The `webhook.handled` / `webhook.failed` event of a delivery that ended.
-pub(super) fn ended_event(
-    delivery: DeliveryRef,
-    status: DeliveryStatus,
-    error: Option<String>,
-    duration_ms: Option<i64>,
-) -> Event {
-    let ended = HandlerEnded {
-        delivery,
-        status: status.to_string(),
-        error,
-        duration_ms,
-    };
-    if status == DeliveryStatus::Completed {
-        Event::new(&WebhookHandled(ended))
-    } else {
-        Event::new(&WebhookFailed(ended))
-    }
+/// A delivery recorded running (committed), admitted past a planned stop until it ends.
+pub(super) struct Running {
+    delivery: Delivery,
+    body: Vec<u8>,
+    _admitted: crate::drain::Admitted,
 }
 
-/// Who a handler acts as, one dispatch level below the request.
-fn cause(hook: &Hook) -> Cause {
-    Cause {
-        actor: Actor::Webhook(hook.key()),
-        depth: 1,
-    }
-}
-
-/// Runs an accepted delivery's handler, holding the drain's admission throughout.
-pub(super) async fn run_delivery(ingress: &Ingress, hook: &Arc<Hook>, id: &str) -> Ran {
-    let Some(_admitted) = ingress.inner.drain.admit() else {
-        return Ran::Refused;
+/// Marks an accepted delivery running, in a write of its own.
+pub(super) async fn start(ingress: &Ingress, id: &str) -> Result<Running, NotStarted> {
+    let Some(admitted) = ingress.inner.drain.admit() else {
+        return Err(NotStarted::Refused);
     };
     let started = {
         let id = id.to_string();
-        ingress
-            .inner
-            .store
-            .write(move |tx| {
-                if !tx.start_delivery(&id)? {
-                    return Ok::<_, StoreError>(None);
-                }
-                tx.delivery_with_body(&id).map(Some)
-            })
-            .await
+        ingress.inner.store.write(move |tx| start_in(tx, &id)).await
     };
-    let (delivery, body) = match started {
-        Ok(Some(started)) => started,
-        Ok(None) => return Ran::Taken,
+    match started {
+        Ok(Some((delivery, body))) => Ok(Running {
+            delivery,
+            body,
+            _admitted: admitted,
+        }),
+        Ok(None) => Err(NotStarted::Taken),
         Err(err) => {
             tracing::error!(delivery = %id, error = %err, "cannot mark a webhook delivery running; it stays accepted");
-            return Ran::Taken;
+            Err(NotStarted::Taken)
         }
-    };
+    }
+}
+
+/// Inside a write: marks `id` running and reads it back, or `None` when it was not accepted.
+fn start_in(
+    tx: &crate::store::Tx<'_>,
+    id: &str,
+) -> Result<Option<(Delivery, Vec<u8>)>, StoreError> {
+    if !tx.start_delivery(id)? {
+        return Ok(None);
+    }
+    tx.delivery_with_body(id).map(Some)
+}
+
+/// Runs a started delivery's handler and records its end with `webhook.handled` /
+/// `webhook.failed`. Once the handler has ended, `then` may name the hook's next delivery
+/// (with its admission past a planned stop): it is marked running in the same write, so a busy
+/// hook's queue costs one commit per delivery, not two; it is returned started when it was
+/// still accepted.
+pub(super) async fn run(
+    ingress: &Ingress,
+    hook: &Arc<Hook>,
+    running: Running,
+    then: impl FnOnce() -> Option<(String, crate::drain::Admitted)>,
+) -> Option<Running> {
+    let Running {
+        delivery,
+        body,
+        _admitted: admitted,
+    } = running;
+    let id = delivery.id.clone();
     let clock = Instant::now();
     let ended = match &hook.handler {
         Handler::Spec {
@@ -150,36 +153,89 @@ pub(super) async fn run_delivery(ingress: &Ingress, hook: &Arc<Hook>, id: &str) 
         duration_ms: Some(duration_ms),
     };
     let event = ended_event(
-        super::delivery_ref(id, hook),
+        super::delivery_ref(&id, hook),
         end.status,
         end.error.clone(),
         Some(duration_ms),
     );
-    let (bus, record_id, cause) = (ingress.inner.bus.clone(), id.to_string(), cause(hook));
+    let next = then();
+    let next_id = next.as_ref().map(|(id, _)| id.clone());
+    let (bus, record_id, cause) = (ingress.inner.bus.clone(), id.clone(), cause(hook));
     let written = ingress
         .inner
         .store
         .write(move |tx| {
-            if tx.finish_delivery(&record_id, &end)? {
-                bus.record(tx, [event], &cause).map(Some)
+            let recorded = if tx.finish_delivery(&record_id, &end)? {
+                Some(bus.record(tx, [event], &cause)?)
             } else {
-                Ok(None)
-            }
+                None
+            };
+            let started = match &next_id {
+                Some(next) => start_in(tx, next)?,
+                None => None,
+            };
+            Ok::<_, StoreError>((recorded, started))
         })
         .await;
-    match written {
-        Ok(Some(recorded)) => ingress.inner.bus.publish(recorded).await,
-        Ok(None) => {
-            tracing::warn!(delivery = %id, "a webhook delivery's end was not recorded: it was no longer running");
+    // This delivery's admission ends with its record.
+    drop(admitted);
+    let started = match written {
+        Ok((recorded, started)) => {
+            match recorded {
+                Some(recorded) => ingress.inner.bus.publish(recorded).await,
+                None => {
+                    tracing::warn!(delivery = %id, "a webhook delivery's end was not recorded: it was no longer running");
+                }
+            }
+            started
         }
         Err(err) => {
             tracing::error!(delivery = %id, error = %err, "cannot record a webhook delivery's end");
+            if let Some((next, _)) = &next {
+                tracing::error!(delivery = %next, "the next webhook delivery was not marked running; it stays accepted");
+            }
+            None
         }
-    }
+    };
     ingress.notify(&outcome);
-    Ran::Ended
+    let (_, admitted) = next?;
+    let (delivery, body) = started?;
+    Some(Running {
+        delivery,
+        body,
+        _admitted: admitted,
+    })
 }
 
+/// The `webhook.handled` / `webhook.failed` event of a delivery that ended.
+pub(super) fn ended_event(
+    delivery: DeliveryRef,
+    status: DeliveryStatus,
+    error: Option<String>,
+    duration_ms: Option<i64>,
+) -> Event {
+    let ended = HandlerEnded {
+        delivery,
+        status: status.to_string(),
+        error,
+        duration_ms,
+    };
+    if status == DeliveryStatus::Completed {
+        Event::new(&WebhookHandled(ended))
+    } else {
+        Event::new(&WebhookFailed(ended))
+    }
+}
+
+/// Who a handler acts as, one dispatch level below the request.
+fn cause(hook: &Hook) -> Cause {
+    Cause {
+        actor: Actor::Webhook(hook.key()),
+        depth: 1,
+    }
+}
+
+/// Runs an accepted delivery's handler, holding the drain's admission throughout.
 /// How a handler ended.
 struct Ended {
     status: DeliveryStatus,
