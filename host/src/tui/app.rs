@@ -673,7 +673,9 @@ impl App {
                 commands
             }
             Msg::Disconnected(why) => {
-                self.say(Level::Error, format!("{why}; reconnecting..."));
+                // What it does first: a long reason (a data dir's path) runs past the width of
+                // the status line, and cut there it hid that the TUI keeps trying.
+                self.say(Level::Error, format!("reconnecting... ({why})"));
                 self.link = Link::Down(why);
                 Vec::new()
             }
@@ -1212,6 +1214,25 @@ mod tests {
             seq,
             answer: Ok(answer),
         })
+    }
+
+    #[test]
+    fn a_lost_daemon_says_reconnecting_before_its_reason() {
+        let mut app = App::new();
+        let why = format!(
+            "no canopy daemon is running for data dir /{}",
+            "d".repeat(200)
+        );
+        app.update(Msg::Disconnected(why.clone()));
+        let (level, text) = app.status.clone().unwrap();
+        assert_eq!(level, Level::Error);
+        assert!(text.starts_with("reconnecting..."), "{text}");
+        assert!(text.contains(&why), "{text}");
+        app.update(Msg::Connected);
+        assert_eq!(
+            app.status,
+            Some((Level::Info, "reconnected to the daemon".to_string()))
+        );
     }
 
     fn two_projects() -> App {
