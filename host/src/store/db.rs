@@ -128,6 +128,8 @@ pub(super) struct Db {
     awaited: std::sync::atomic::AtomicUsize,
     /// Tells the checkpointer to stop when the store goes away.
     stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Held by the checkpointer for each of its passes (see [`Rewinder`]).
+    passes: Arc<Mutex<()>>,
     counts: Arc<Counts>,
     writes: mpsc::Sender<Job>,
     readers: Arc<Readers>,
@@ -367,12 +369,16 @@ impl Db {
         let stopping = stop.clone();
         std::thread::Builder::new()
             .name("canopy-store-checkpoint".into())
-            .spawn(move || checkpoint_loop(checkpointer, stopping, passes))
+            .spawn({
+                let passes = passes.clone();
+                move || checkpoint_loop(checkpointer, stopping, passes)
+            })
             .context("cannot start the store's checkpoint thread")?;
         Ok(Self {
             path: path.to_path_buf(),
             awaited: std::sync::atomic::AtomicUsize::new(0),
             stop,
+            passes,
             counts,
             writes,
             readers: Arc::new(Readers {
@@ -390,11 +396,18 @@ impl Db {
     }
 
     /// Copies the whole WAL back into the database file and empties the log, on a connection of
-    /// its own; waits up to a second for a read or a checkpointer pass in progress. False when
-    /// one outlasted that, and the log stays as it was (nothing is lost either way).
+    /// its own: the store's last act. The checkpointer stops first, and its pass in progress is
+    /// waited for (it ends with an fsync, which took over a second on a disk busy with other
+    /// daemons); then a read in progress is waited for up to 5 s. False when one outlasted
+    /// that, and the log stays as it was (nothing is lost either way).
     pub(super) fn empty_log(&self) -> rusqlite::Result<bool> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _no_pass = self
+            .passes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let conn = Connection::open(&self.path)?;
-        conn.busy_timeout(Duration::from_secs(1))?;
+        conn.busy_timeout(Duration::from_secs(5))?;
         // TRUNCATE answers SQLITE_BUSY in its first column when something kept it from finishing.
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
             row.get::<_, i64>(0)
