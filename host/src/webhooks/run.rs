@@ -160,23 +160,12 @@ pub(super) async fn run(
     );
     let next = then();
     let next_id = next.as_ref().map(|(id, _)| id.clone());
-    let (bus, record_id, cause) = (ingress.inner.bus.clone(), id.clone(), cause(hook));
-    let written = ingress
-        .inner
-        .store
-        .write(move |tx| {
-            let recorded = if tx.finish_delivery(&record_id, &end)? {
-                Some(bus.record(tx, [event], &cause)?)
-            } else {
-                None
-            };
-            let started = match &next_id {
-                Some(next) => start_in(tx, next)?,
-                None => None,
-            };
-            Ok::<_, StoreError>((recorded, started))
-        })
-        .await;
+    let mut written = end_write(ingress, &id, &end, &event, hook, next_id).await;
+    if let (Err(err), Some((next, _))) = (&written, &next) {
+        // The next delivery's part must not cost this one its record: it is written alone.
+        tracing::error!(delivery = %next, error = %err, "cannot mark the next webhook delivery running with the end of the last; it stays accepted");
+        written = end_write(ingress, &id, &end, &event, hook, None).await;
+    }
     // This delivery's admission ends with its record.
     drop(admitted);
     let started = match written {
@@ -191,9 +180,6 @@ pub(super) async fn run(
         }
         Err(err) => {
             tracing::error!(delivery = %id, error = %err, "cannot record a webhook delivery's end");
-            if let Some((next, _)) = &next {
-                tracing::error!(delivery = %next, "the next webhook delivery was not marked running; it stays accepted");
-            }
             None
         }
     };
@@ -205,6 +191,42 @@ pub(super) async fn run(
         body,
         _admitted: admitted,
     })
+}
+
+/// The write that records a delivery's end with its event and, when `next` names one, marks
+/// the hook's next delivery running; the recorded event (none when the delivery was no longer
+/// running) and the next one started (none when it was no longer accepted).
+async fn end_write(
+    ingress: &Ingress,
+    id: &str,
+    end: &DeliveryEnd,
+    event: &Event,
+    hook: &Hook,
+    next: Option<String>,
+) -> Result<(Option<crate::bus::Recorded>, Option<(Delivery, Vec<u8>)>), StoreError> {
+    let (bus, id, end, event, cause) = (
+        ingress.inner.bus.clone(),
+        id.to_string(),
+        end.clone(),
+        event.clone(),
+        cause(hook),
+    );
+    ingress
+        .inner
+        .store
+        .write(move |tx| {
+            let recorded = if tx.finish_delivery(&id, &end)? {
+                Some(bus.record(tx, [event], &cause)?)
+            } else {
+                None
+            };
+            let started = match &next {
+                Some(next) => start_in(tx, next)?,
+                None => None,
+            };
+            Ok((recorded, started))
+        })
+        .await
 }
 
 /// The `webhook.handled` / `webhook.failed` event of a delivery that ended.
