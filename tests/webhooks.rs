@@ -1009,3 +1009,120 @@ command = "read what; echo \"start $what\" >> {ran}; if [ \"$what\" = slow ]; th
     assert!(!text.contains("end slow"), "{text}");
     assert_eq!(text.matches("end after").count(), 1, "{text}");
 }
+
+/// Sockets the process `pid` holds open.
+fn sockets_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(Result::ok)
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("socket:"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn clients_that_send_nothing_are_cut_off_and_never_hold_more_than_max_connections() {
+    use std::io::{Read, Write};
+    const TOKEN: &str = "slow-client-token-5d2e";
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "{TOKEN}"
+max_connections = 4
+header_timeout_secs = 2
+
+[webhooks.entries.x]
+type = "command"
+command = "true"
+"#
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let url = webhooks_url(&daemon);
+    let pid = daemon.pid().unwrap();
+    let before = sockets_of(pid);
+    // Twelve clients: half send nothing, half stop in the middle of their headers (slowloris).
+    let mut silent: Vec<Option<std::net::TcpStream>> = (0..12)
+        .map(|i| {
+            let mut stream =
+                std::net::TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+            if i % 2 == 1 {
+                stream
+                    .write_all(b"POST /hooks/global/x HTTP/1.1\r\nHost: a\r\nX-Canopy-Hook-")
+                    .unwrap();
+            }
+            stream
+                .set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            Some(stream)
+        })
+        .collect();
+    // Each is closed by the daemon once its headers are overdue (the later ones wait to be
+    // accepted first); meanwhile the daemon never holds more than four of them.
+    let mut most = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while silent.iter().any(Option::is_some) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon kept {} silent connections open past a minute",
+            silent.iter().filter(|s| s.is_some()).count()
+        );
+        most = most.max(sockets_of(pid).saturating_sub(before));
+        for slot in &mut silent {
+            let Some(stream) = slot else { continue };
+            let mut byte = [0u8; 64];
+            match stream.read(&mut byte) {
+                Ok(0) => *slot = None,
+                Ok(_) => {}
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => *slot = None,
+            }
+        }
+    }
+    assert!(most >= 1, "the daemon accepted the silent connections");
+    assert!(
+        most <= 4,
+        "the daemon held {most} webhook connections at once (max_connections = 4)"
+    );
+    assert!(
+        all_logs(&daemon).contains("every webhook connection is in use"),
+        "the saturated listener says so in the log"
+    );
+    // The listener serves again, and the API answered all along.
+    let answer = post(
+        &format!("{url}/hooks/global/x?wait=true"),
+        &[("X-Canopy-Hook-Token", TOKEN)],
+        b"{}",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["status"], "completed");
+    let (status, _) = daemon.get("/api/webhooks");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn listener_limits_out_of_range_are_refused_naming_the_field() {
+    let daemon = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("canopy.toml");
+    std::fs::write(
+        &file,
+        "[webhooks]\nbind_port = 0\nmax_connections = 0\nheader_timeout_secs = 86400\n",
+    )
+    .unwrap();
+    let out = daemon.fails(&["config", "validate", file.to_str().unwrap()]);
+    assert!(
+        out.contains("webhooks.max_connections: must be from 1 to 65536"),
+        "{out}"
+    );
+    assert!(
+        out.contains("webhooks.header_timeout_secs: must be from 1 to 3600"),
+        "{out}"
+    );
+}

@@ -170,6 +170,11 @@ impl Daemon {
         self.url.trim_start_matches("http://")
     }
 
+    /// The daemon's process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The daemon's port.
     pub fn port(&self) -> u16 {
         self.host().rsplit(':').next().unwrap().parse().unwrap()

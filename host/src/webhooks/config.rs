@@ -6,6 +6,8 @@
 //! bind_host = "0.0.0.0"            # default 127.0.0.1; the listener is off unless bind_port is set
 //! bind_port = 11300                # 0: any free port (written to webhooks.addr in the data dir)
 //! token_env = "CANOPY_HOOK_TOKEN"  # a section token: every hook here without its own uses it
+//! max_connections = 256            # open at once (default: a quarter of the fd limit, 16 to 1024)
+//! header_timeout_secs = 10         # for a request's headers, and an idle connection's next one
 //!
 //! [webhooks.entries.deploy]        # served at /hooks/global/deploy
 //! type = "command"                 # spec | command | action | agent | an installed executor mode
@@ -43,6 +45,12 @@ pub fn default_concurrency() -> u32 {
         .map_or(2, |n| u32::try_from(n.get()).unwrap_or(8))
         .clamp(2, 8)
 }
+/// The most `webhooks.max_connections` may be.
+pub const MAX_CONNECTIONS: u32 = 65_536;
+/// `webhooks.header_timeout_secs` unless set.
+pub const DEFAULT_HEADER_TIMEOUT_SECS: u32 = 10;
+/// The most `webhooks.header_timeout_secs` may be.
+pub const MAX_HEADER_TIMEOUT_SECS: u32 = 3_600;
 /// The most a hook's `concurrency` may be.
 pub const MAX_CONCURRENCY: u32 = 256;
 /// The deadline of a handler run unless the hook sets `timeout_secs`.
@@ -78,6 +86,12 @@ pub struct WebhooksConfig {
     pub bind_port: Option<u16>,
     /// Days a finished delivery is kept (default 30).
     pub keep_days: Option<u32>,
+    /// Connections the listener keeps open at once (default: a quarter of the daemon's file
+    /// descriptor limit, from 16 to 1024); more wait to be accepted.
+    pub max_connections: Option<u32>,
+    /// Seconds a request's headers, or an idle connection's next request, may take to arrive
+    /// (default 10).
+    pub header_timeout_secs: Option<u32>,
     /// The bearer token itself (prefer `token_env` or `token_file`).
     #[serde(default, skip_serializing)]
     pub token: Option<Redacted>,
@@ -371,6 +385,10 @@ pub struct Webhooks {
     /// `host:port` to listen on, when the listener is on.
     pub bind: Option<(String, u16)>,
     pub keep_days: u32,
+    /// Connections the listener keeps open at once (see [`super::connections`]).
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive.
+    pub header_timeout: Duration,
     /// Every hook, served here or not, in `scope/id` order.
     pub hooks: BTreeMap<(String, String), Arc<Hook>>,
 }
@@ -415,6 +433,22 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
     let keep_days = section.keep_days.unwrap_or(30);
     if !(1..=36_500).contains(&keep_days) {
         problems.push("webhooks.keep_days: must be from 1 to 36500".to_string());
+    }
+    let max_connections = section
+        .max_connections
+        .unwrap_or_else(super::connections::default_max_connections);
+    if !(1..=MAX_CONNECTIONS).contains(&max_connections) {
+        problems.push(format!(
+            "webhooks.max_connections: must be from 1 to {MAX_CONNECTIONS}"
+        ));
+    }
+    let header_timeout_secs = section
+        .header_timeout_secs
+        .unwrap_or(DEFAULT_HEADER_TIMEOUT_SECS);
+    if !(1..=MAX_HEADER_TIMEOUT_SECS).contains(&header_timeout_secs) {
+        problems.push(format!(
+            "webhooks.header_timeout_secs: must be from 1 to {MAX_HEADER_TIMEOUT_SECS}"
+        ));
     }
     let mut hooks = BTreeMap::new();
     let global = secrets("webhooks", section.auth(), &mut problems);
@@ -472,6 +506,8 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
         Ok(Webhooks {
             bind,
             keep_days,
+            max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_secs(u64::from(header_timeout_secs)),
             hooks,
         })
     } else {

@@ -19,6 +19,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod connections;
 pub mod rules;
 mod run;
 pub mod server;

@@ -24,7 +24,7 @@ use super::rules::Request;
 use super::{Ingress, MAX_HEADER_VALUE, Received, auth};
 use crate::store::webhooks::DeliveryStatus;
 
-/// How long a request's body may take to arrive (the headers have hyper's own limit).
+/// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The file in the data dir holding the listener's URL.
@@ -67,17 +67,13 @@ pub fn spawn(
         .with_context(|| format!("cannot write {}", file.display()))?;
     ingress.set_listen(url.clone());
     tracing::info!(%url, hooks = ingress.webhooks().hooks.values().filter(|h| h.served).count(), "webhook listener listening");
+    let limits = super::connections::Limits {
+        max_connections: ingress.webhooks().max_connections,
+        header_timeout: ingress.webhooks().header_timeout,
+    };
     let app = router(ingress);
     Ok(tokio::spawn(async move {
-        let served = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(stopped)
-        .await;
-        if let Err(err) = served {
-            tracing::error!(error = %err, "the webhook listener failed");
-        }
+        super::connections::serve(listener, app, limits, stopped).await;
         let _ = std::fs::remove_file(&file);
     }))
 }
