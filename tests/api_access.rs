@@ -1,6 +1,7 @@
 //! Who may use the API, and how it answers what it cannot take: the real `canopy` binary,
 //! hostile requests replayed byte for byte (a web page's, a DNS-rebinding page's), the data dir's
-//! permissions, query-string errors, and the CLI writing into a closed pipe.
+//! permissions, query-string errors, the CLI writing into a closed pipe, and a client that
+//! connects and sends nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -704,4 +705,42 @@ fn the_cli_ends_quietly_when_its_output_pipe_closes() {
             assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
         }
     }
+}
+
+#[test]
+fn a_client_that_connects_and_sends_nothing_is_cut_off_while_the_api_answers() {
+    use std::io::{Read, Write};
+    let daemon = Daemon::start();
+    // Any local user can connect to the loopback API: one sends nothing, one stops halfway
+    // through its headers (without the token they would not get past anyway).
+    let mut silent = std::net::TcpStream::connect(daemon.host()).unwrap();
+    let mut slow = std::net::TcpStream::connect(daemon.host()).unwrap();
+    slow.write_all(b"GET /api/graphs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow")
+        .unwrap();
+    // Meanwhile the API answers.
+    let (status, _) = daemon.get("/api/graphs");
+    assert_eq!(status, 200);
+    // Both are closed once their headers are overdue (30 s), well within the minute.
+    for stream in [&mut silent, &mut slow] {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let mut buf = [0u8; 256];
+        match stream.read(&mut buf) {
+            Ok(n) => assert!(
+                n == 0 || String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"),
+                "the daemon answered a request it never got: {}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+            Err(err) => assert!(
+                !matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "the daemon kept a silent connection open for a minute"
+            ),
+        }
+    }
+    let (status, _) = daemon.get("/api/graphs");
+    assert_eq!(status, 200);
 }

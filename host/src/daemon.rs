@@ -17,6 +17,11 @@ use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
 use crate::sessions::{self, Delivery};
 use crate::store::Store;
 
+/// How long the API waits for a request's headers, and an idle connection for its next
+/// request, before it closes the connection (see [`crate::listener`]). The CLI's clients drop
+/// their idle connections sooner ([`crate::cli::client::IDLE_TIMEOUT`]).
+const API_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What the daemon provides to plugins behind the `host` interface.
 struct DaemonServices {
     outbox: sessions::Outbox,
@@ -316,14 +321,20 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         },
         api::Access::new(bound.port(), token, data.token_file()),
     );
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(planned_stop(
-            info,
-            drain.clone(),
-            plugins.clone(),
-            crons.clone(),
-        ))
-        .await;
+    let limits = crate::listener::Limits {
+        name: "API",
+        settings: "a quarter of the daemon's open-file limit, up to 1024: raise `ulimit -n`",
+        max_connections: usize::try_from(crate::listener::default_max_connections())
+            .unwrap_or(1024),
+        header_timeout: API_HEADER_TIMEOUT,
+    };
+    crate::listener::serve(
+        listener,
+        app,
+        limits,
+        planned_stop(info, drain.clone(), plugins.clone(), crons.clone()),
+    )
+    .await;
     scheduler.abort();
     project_watchers.stop().await;
     let stopped = engine.shutdown().await?;
@@ -351,7 +362,6 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         Err(err) => tracing::warn!(error = %err, "cannot copy the database's WAL back at the stop"),
     }
     let _ = std::fs::remove_file(data.address_file());
-    served.context("the HTTP server failed")?;
     tracing::info!("canopy daemon stopped");
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod drain;
 pub mod engine;
 pub mod events;
 pub mod hooks;
+pub mod listener;
 pub mod logfile;
 pub mod markers;
 pub mod mcp;

@@ -21,6 +21,9 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long one request may take (a dry run with `--execute` waits for its hooks).
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// An idle pooled connection is dropped after this: before the daemon closes it (30 s), so a
+/// request is never sent on a connection the daemon is closing.
+pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Client {
     /// Reads the daemon's address from the data dir. Fails, saying how to start a daemon, when
@@ -39,12 +42,14 @@ impl Client {
             .default_headers(headers.clone())
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
+            .pool_idle_timeout(IDLE_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;
         let streaming = reqwest::Client::builder()
             .no_proxy()
             .default_headers(headers)
             .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(IDLE_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;
         Ok(Self {

@@ -385,7 +385,7 @@ pub struct Webhooks {
     /// `host:port` to listen on, when the listener is on.
     pub bind: Option<(String, u16)>,
     pub keep_days: u32,
-    /// Connections the listener keeps open at once (see [`super::connections`]).
+    /// Connections the listener keeps open at once (see [`crate::listener`]).
     pub max_connections: usize,
     /// How long a request's headers may take to arrive.
     pub header_timeout: Duration,
@@ -436,7 +436,7 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
     }
     let max_connections = section
         .max_connections
-        .unwrap_or_else(super::connections::default_max_connections);
+        .unwrap_or_else(crate::listener::default_max_connections);
     if !(1..=MAX_CONNECTIONS).contains(&max_connections) {
         problems.push(format!(
             "webhooks.max_connections: must be from 1 to {MAX_CONNECTIONS}"

@@ -19,7 +19,6 @@
 
 pub mod auth;
 pub mod config;
-pub mod connections;
 pub mod rules;
 mod run;
 pub mod server;

@@ -67,13 +67,15 @@ pub fn spawn(
         .with_context(|| format!("cannot write {}", file.display()))?;
     ingress.set_listen(url.clone());
     tracing::info!(%url, hooks = ingress.webhooks().hooks.values().filter(|h| h.served).count(), "webhook listener listening");
-    let limits = super::connections::Limits {
+    let limits = crate::listener::Limits {
+        name: "webhook",
+        settings: "webhooks.max_connections, webhooks.header_timeout_secs",
         max_connections: ingress.webhooks().max_connections,
         header_timeout: ingress.webhooks().header_timeout,
     };
     let app = router(ingress);
     Ok(tokio::spawn(async move {
-        super::connections::serve(listener, app, limits, stopped).await;
+        crate::listener::serve(listener, app, limits, stopped).await;
         let _ = std::fs::remove_file(&file);
     }))
 }

@@ -1,14 +1,15 @@
-//! The webhook listener's connections. The listener faces the network, where a client may open
-//! connections and then send nothing, or a byte now and then: each would hold one of the
-//! daemon's file descriptors for good, until it could open no file, pipe or socket (its
-//! database readers, its handlers' processes and its own API included). So:
+//! Serving HTTP on a TCP listener without letting clients hold the daemon's file descriptors.
+//! A client may open connections and then send nothing, or a byte now and then: each would
+//! hold a descriptor for good, until the daemon could open no file, pipe or socket (its
+//! database readers and its handlers' processes included). The webhook listener faces the
+//! network; the API is loopback-only, but every local user can connect to it. So both:
 //!
-//! - at most `max_connections` are open at once; at the cap the listener stops accepting,
+//! - keep at most `max_connections` open at once; at the cap the listener stops accepting,
 //!   and the next connection waits in the kernel's backlog until one closes (a queue, not a
 //!   drop);
-//! - a request's headers must have arrived within `header_timeout` of the first wait for
-//!   them, and an idle keep-alive connection's next request too; past it the connection is
-//!   closed (a body has [`BODY_TIMEOUT`](super::server::BODY_TIMEOUT) of its own).
+//! - close a connection whose request headers have not arrived within `header_timeout` of
+//!   the first wait for them; an idle keep-alive connection waiting for its next request
+//!   too. A request's body and a streamed answer (an SSE feed) are not timed here.
 //!
 //! A stop closes idle connections at once and lets a request in progress end, as axum's
 //! graceful shutdown does.
@@ -27,9 +28,13 @@ use tower::ServiceExt;
 /// How long the listener waits after a failed accept (say at the file descriptor limit).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// What the listener allows each client.
+/// What a listener allows its clients.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Which listener, in its log lines (`webhook`, `API`).
+    pub name: &'static str,
+    /// Where its limits are set, named when the cap is reached.
+    pub settings: &'static str,
     pub max_connections: usize,
     pub header_timeout: Duration,
 }
@@ -59,7 +64,9 @@ pub async fn serve(
                     full = true;
                     tracing::warn!(
                         max_connections = cap,
-                        "every webhook connection is in use; new ones wait until one closes (webhooks.max_connections, webhooks.header_timeout_secs)"
+                        "every {} connection is in use; new ones wait until one closes ({})",
+                        limits.name,
+                        limits.settings
                     );
                 }
                 tokio::select! {
@@ -75,7 +82,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
-                    tracing::warn!(error = %err, "the webhook listener cannot accept a connection; it tries again shortly");
+                    tracing::warn!(error = %err, "the {} listener cannot accept a connection; it tries again shortly", limits.name);
                     tokio::select! {
                         () = tokio::time::sleep(ACCEPT_RETRY) => continue,
                         () = &mut stopped => break,
@@ -85,7 +92,7 @@ pub async fn serve(
             () = &mut stopped => break,
         };
         if let Err(err) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, error = %err, "cannot set TCP_NODELAY on a webhook connection");
+            tracing::debug!(%peer, error = %err, "cannot set TCP_NODELAY on a connection of the {} listener", limits.name);
         }
         let service = TowerToHyperService::new(app.clone().map_request(
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
@@ -110,7 +117,7 @@ pub async fn serve(
                 }
             };
             if let Err(err) = served {
-                tracing::debug!(%peer, error = %err, "a webhook connection ended with an error");
+                tracing::debug!(%peer, error = %err, "a connection of the {} listener ended with an error", limits.name);
             }
         });
     }
