@@ -1104,6 +1104,11 @@ command = "true"
     assert_eq!(answer.json()["status"], "completed");
     let (status, _) = daemon.get("/api/webhooks");
     assert_eq!(status, 200);
+    let list = daemon.ok(&["webhooks", "list"]);
+    assert!(
+        list.contains("at most 4 connections, headers within 2 s"),
+        "{list}"
+    );
 }
 
 #[test]

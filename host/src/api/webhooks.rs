@@ -76,6 +76,8 @@ async fn list(
     ApiJson(json!({
         "listen": ingress.listen(),
         "node": ingress.node(),
+        "max_connections": ingress.webhooks().max_connections,
+        "header_timeout_secs": ingress.webhooks().header_timeout.as_secs(),
         "hooks": hooks,
     }))
 }

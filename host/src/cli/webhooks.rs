@@ -146,7 +146,12 @@ async fn list(client: &Client, project: Option<String>, json: bool) -> Result<Ex
         return Ok(ExitCode::SUCCESS);
     }
     match answer["listen"].as_str() {
-        Some(listen) => println!("listening on {listen} (node {})", str_at(&answer, "/node")),
+        Some(listen) => println!(
+            "listening on {listen} (node {}); at most {} connections, headers within {} s",
+            str_at(&answer, "/node"),
+            answer["max_connections"],
+            answer["header_timeout_secs"]
+        ),
         None => println!(
             "the webhook listener is off (set [webhooks] bind_port); node {}",
             str_at(&answer, "/node")
