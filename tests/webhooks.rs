@@ -1131,3 +1131,56 @@ fn listener_limits_out_of_range_are_refused_naming_the_field() {
         "{out}"
     );
 }
+
+#[test]
+fn a_body_with_nul_bytes_reaches_the_command_whole_on_stdin_and_cut_in_its_environment() {
+    const TOKEN: &str = "nul-body-token-8c1f";
+    let out = tempfile::tempdir().unwrap();
+    let seen = out.path().join("seen.env");
+    let stdin = out.path().join("stdin.bin");
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "{TOKEN}"
+
+[webhooks.entries.x]
+type = "command"
+command = "env > {seen}; cat > {stdin}"
+pass_env = {{ V = "v" }}
+"#,
+        seen = seen.display(),
+        stdin = stdin.display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let url = format!("{}/hooks/global/x?wait=true", webhooks_url(&daemon));
+    // A JSON string holding a NUL (`\u0000`), and a raw binary body.
+    let json_body = br#"{"v":"before\u0000after"}"#;
+    let answer = post(
+        &url,
+        &[
+            ("X-Canopy-Hook-Token", TOKEN),
+            ("Content-Type", "application/json"),
+        ],
+        json_body,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    let env = env_file(&seen);
+    assert_eq!(env["CANOPY_HOOK_ARG_V"], "before");
+    assert_eq!(std::fs::read(&stdin).unwrap(), json_body);
+
+    let binary = b"head\0tail\xff\x00end".to_vec();
+    let answer = post(&url, &[("X-Canopy-Hook-Token", TOKEN)], &binary);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    let env = env_file(&seen);
+    assert_eq!(env["CANOPY_HOOK_BODY"], "head");
+    assert_eq!(env["CANOPY_HOOK_BODY_TRUNCATED"], "1");
+    assert_eq!(env["CANOPY_HOOK_BODY_SIZE"], binary.len().to_string());
+    assert_eq!(
+        std::fs::read(&stdin).unwrap(),
+        binary,
+        "stdin holds the whole body"
+    );
+}

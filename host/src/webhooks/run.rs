@@ -433,10 +433,17 @@ fn spec_body(text: &str, hook: &Hook, delivery_id: &str) -> String {
     wrap(&text.replace('<', "&lt;").replace('>', "&gt;"))
 }
 
-/// Cuts `text` to at most `limit` bytes on a character boundary.
+/// Cuts `text` to what an environment string (and a marker rendered into a command line) can
+/// hold: nothing from its first NUL byte on, which no process's environment or arguments can
+/// carry (a binary body, or `\u0000` in a JSON field, made the spawn fail), and at most `limit`
+/// bytes, on a character boundary. True when something was cut.
 fn bounded(text: &str, limit: usize) -> (&str, bool) {
+    let (text, cut) = match text.find('\0') {
+        Some(nul) => (&text[..nul], true),
+        None => (text, false),
+    };
     if text.len() <= limit {
-        return (text, false);
+        return (text, cut);
     }
     let mut end = limit;
     while !text.is_char_boundary(end) {
@@ -638,4 +645,20 @@ fn write_body_now(path: &std::path::Path, body: &[u8]) -> std::io::Result<()> {
         Err(err) => return Err(err),
     };
     file.write_all(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+
+    #[test]
+    fn bounded_cuts_at_the_first_nul_and_at_the_limit_on_a_character_boundary() {
+        assert_eq!(bounded("abc", 8), ("abc", false));
+        assert_eq!(bounded("ab\0cd", 8), ("ab", true));
+        assert_eq!(bounded("\0", 8), ("", true));
+        assert_eq!(bounded("abcdef", 4), ("abcd", true));
+        // `é` is two bytes: a cut inside it moves back to before it.
+        assert_eq!(bounded("abé", 3), ("ab", true));
+        assert_eq!(bounded("abcdef\0", 4), ("abcd", true));
+    }
 }
