@@ -429,3 +429,40 @@ fn help_has_examples_and_descriptions_and_completions_and_version_behave() {
         "{output:?}"
     );
 }
+
+#[test]
+fn names_with_control_characters_are_refused_before_anything_is_written() {
+    let daemon = Daemon::start();
+    let body = spec_body("control characters");
+    // A NUL cannot reach a node's environment (every run of the spec failed to start), and an
+    // escape sequence would redraw the terminal of whoever lists specs.
+    for name in ["a\u{0}b", "red \u{1b}[31m", "tab\there", "two\nlines"] {
+        let (status, answer) =
+            daemon.send("POST", "/api/specs", &json!({ "name": name, "body": body }));
+        assert_eq!(status, 400, "{name:?}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("field `name` must be one line of 1 to 200 characters, without control characters"),
+            "{answer}"
+        );
+    }
+    let (_, specs) = daemon.get("/api/specs");
+    assert_eq!(specs["specs"].as_array().map(Vec::len), Some(0), "{specs}");
+    let (status, answer) = daemon.send("POST", "/api/queues", &json!({ "name": "sprint\u{0}1" }));
+    assert_eq!(status, 400, "{answer}");
+    // The CLI says the same.
+    let file = tempfile::tempdir().unwrap();
+    let spec = file.path().join("spec.md");
+    std::fs::write(&spec, &body).unwrap();
+    let err = daemon.fails(&[
+        "spec",
+        "add",
+        "--name",
+        "tab\there",
+        "--file",
+        spec.to_str().unwrap(),
+    ]);
+    assert!(err.contains("without control characters"), "{err}");
+}

@@ -12,6 +12,16 @@ pub fn tail(text: &str, limit: usize) -> String {
     format!("…{}", &text[start..])
 }
 
+/// `text` trimmed, when it is one line of `min` to `max` characters without control
+/// characters. A name or label the daemon shows in tables and hands to processes must hold
+/// neither a line break, nor a NUL (no process's environment can carry one: every node run of
+/// such a spec failed to start), nor a terminal escape.
+pub fn one_line(text: &str, min: usize, max: usize) -> Option<&str> {
+    let text = text.trim();
+    let fits = (min..=max).contains(&text.chars().count());
+    (fits && !text.chars().any(char::is_control)).then_some(text)
+}
+
 /// The edit distance between `a` and `b`: insertions, deletions, substitutions and swaps of two
 /// neighbouring characters (optimal string alignment), the typos people make.
 pub fn edit_distance(a: &str, b: &str) -> usize {
@@ -60,6 +70,20 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn one_line_takes_trimmed_text_of_its_length_and_no_control_characters() {
+        assert_eq!(super::one_line("  Login form ", 1, 200), Some("Login form"));
+        assert_eq!(super::one_line("", 1, 200), None);
+        assert_eq!(super::one_line("   ", 1, 200), None);
+        assert_eq!(super::one_line("", 0, 10), Some(""));
+        assert_eq!(super::one_line("two\nlines", 1, 200), None);
+        assert_eq!(super::one_line("a\u{0}b", 1, 200), None);
+        assert_eq!(super::one_line("a\u{1b}[31mred", 1, 200), None);
+        assert_eq!(super::one_line("tab\there", 1, 200), None);
+        assert_eq!(super::one_line("ééé", 1, 3), Some("ééé"));
+        assert_eq!(super::one_line("éééé", 1, 3), None);
+    }
+
     use super::{closest, did_you_mean, edit_distance, tail};
 
     #[test]

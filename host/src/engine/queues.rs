@@ -48,8 +48,12 @@ pub fn list(rd: &Rd<'_>) -> Result<Vec<Queue>, EngineError> {
 fn check_group(group: Option<&str>) -> Result<Option<String>, EngineError> {
     match group.map(str::trim) {
         None | Some("") => Ok(None),
-        Some(g) if g.chars().count() <= 100 && !g.contains('\n') => Ok(Some(g.to_string())),
-        Some(_) => invalid("field `group` must be one line of at most 100 characters"),
+        Some(g) => match crate::text::one_line(g, 1, 100) {
+            Some(g) => Ok(Some(g.to_string())),
+            None => invalid(
+                "field `group` must be one line of at most 100 characters, without control characters",
+            ),
+        },
     }
 }
 
@@ -71,10 +75,11 @@ fn order_of(members: &[Member]) -> Vec<(String, Option<String>)> {
 
 /// Creates a queue, with optional initial members.
 pub fn create(tx: &Tx<'_>, new: NewQueue) -> Result<Queue, EngineError> {
-    let name = new.name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return invalid("field `name` must be 1 to 200 characters");
-    }
+    let Some(name) = crate::text::one_line(&new.name, 1, 200) else {
+        return invalid(
+            "field `name` must be one line of 1 to 200 characters, without control characters",
+        );
+    };
     // Queues are named wherever an id is taken, so a name must stay unique.
     let taken = tx.queue_named(name)?;
     if let Some(existing) = taken {

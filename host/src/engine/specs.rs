@@ -66,11 +66,12 @@ mod double_option {
 }
 
 fn check_name(name: &str) -> Result<String, EngineError> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > 200 || name.contains('\n') {
-        return invalid("field `name` must be one line of 1 to 200 characters");
+    match crate::text::one_line(name, 1, 200) {
+        Some(name) => Ok(name.to_string()),
+        None => invalid(
+            "field `name` must be one line of 1 to 200 characters, without control characters",
+        ),
     }
-    Ok(name.to_string())
 }
 
 fn check_body(body: &str) -> Result<(), EngineError> {

@@ -100,11 +100,12 @@ pub(crate) fn message_ref(
 }
 
 fn check_name(name: &str) -> Result<String, EngineError> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > 100 || name.contains('\n') {
-        return invalid("field `name` must be one line of 1 to 100 characters");
+    match crate::text::one_line(name, 1, 100) {
+        Some(name) => Ok(name.to_string()),
+        None => invalid(
+            "field `name` must be one line of 1 to 100 characters, without control characters",
+        ),
     }
-    Ok(name.to_string())
 }
 
 /// Creates a live session.
