@@ -448,6 +448,19 @@ fn names_with_control_characters_are_refused_before_anything_is_written() {
             "{answer}"
         );
     }
+    // A body is text: a NUL in it is refused, naming its line.
+    let nul_body = body.replacen("control characters", "control\u{0}characters", 1);
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/specs",
+        &json!({ "name": "nul body", "body": nul_body }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("field `body` holds a NUL byte (line 3)"),
+        "{answer}"
+    );
     let (_, specs) = daemon.get("/api/specs");
     assert_eq!(specs["specs"].as_array().map(Vec::len), Some(0), "{specs}");
     let (status, answer) = daemon.send("POST", "/api/queues", &json!({ "name": "sprint\u{0}1" }));

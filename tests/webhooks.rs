@@ -1132,6 +1132,16 @@ fn listener_limits_out_of_range_are_refused_naming_the_field() {
     );
 }
 
+/// The spec a waited `spec` handler's delivery filed.
+fn filed_spec(daemon: &Daemon, answer: &Answer) -> Value {
+    assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    let id = answer.json()["result"]["spec_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    daemon.get(&format!("/api/specs/{id}")).1
+}
+
 #[test]
 fn a_body_with_nul_bytes_reaches_the_command_whole_on_stdin_and_cut_in_its_environment() {
     const TOKEN: &str = "nul-body-token-8c1f";
@@ -1148,6 +1158,13 @@ token = "{TOKEN}"
 type = "command"
 command = "env > {seen}; cat > {stdin}"
 pass_env = {{ V = "v" }}
+
+[webhooks.entries.s]
+type = "spec"
+
+[webhooks.entries.t]
+type = "spec"
+title_from = "t"
 "#,
         seen = seen.display(),
         stdin = stdin.display()
@@ -1183,4 +1200,25 @@ pass_env = {{ V = "v" }}
         binary,
         "stdin holds the whole body"
     );
+
+    // A spec handler files a binary body as text, and a title with control characters as a
+    // name without them.
+    let spec_url = url.replace("/hooks/global/x?", "/hooks/global/s?");
+    let answer = post(&spec_url, &[("X-Canopy-Hook-Token", TOKEN)], &binary);
+    let spec = filed_spec(&daemon, &answer);
+    assert!(
+        spec["body"].as_str().unwrap().contains("head\u{FFFD}tail"),
+        "{spec}"
+    );
+    let title_url = url.replace("/hooks/global/x?", "/hooks/global/t?");
+    let answer = post(
+        &title_url,
+        &[
+            ("X-Canopy-Hook-Token", TOKEN),
+            ("Content-Type", "application/json"),
+        ],
+        br#"{"t":"Fix\tthe\u001b build\u0000"}"#,
+    );
+    let spec = filed_spec(&daemon, &answer);
+    assert_eq!(spec["name"], "Fix the build", "{spec}");
 }

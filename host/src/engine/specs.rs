@@ -75,6 +75,14 @@ fn check_name(name: &str) -> Result<String, EngineError> {
 }
 
 fn check_body(body: &str) -> Result<(), EngineError> {
+    // A marker holding it ({{spec_body}}) could not reach a process: no argument or
+    // environment string can carry a NUL.
+    if let Some(at) = body.find('\0') {
+        let line = body[..at].matches('\n').count() + 1;
+        return invalid(format!(
+            "field `body` holds a NUL byte (line {line}); a spec is text"
+        ));
+    }
     spec_format::parse(body).map(|_| ()).map_err(|err| {
         let hint = if spec_format::is_heading_format(body) {
             " (this is the older heading format; rewrite it with the tagged sections)"

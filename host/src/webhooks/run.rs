@@ -360,7 +360,9 @@ impl SpecHandler<'_> {
             },
             None => String::from_utf8_lossy(body).into_owned(),
         };
-        let spec_body = spec_body(&text, hook, &delivery.id);
+        // A spec's text holds no NUL: one of a binary body reads as U+FFFD, as its bytes that
+        // are not UTF-8 do.
+        let spec_body = spec_body(&text.replace('\0', "\u{FFFD}"), hook, &delivery.id);
         let created = ingress
             .inner
             .engine
@@ -398,15 +400,20 @@ impl SpecHandler<'_> {
     }
 }
 
-/// A spec's name from a field: its first line, at most 200 characters.
+/// A spec's name from a field: its first line, tabs as spaces and without other control
+/// characters (a name may hold none), at most 200 characters.
 fn one_line(text: &str) -> String {
-    text.lines()
+    let line: String = text
+        .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or_default()
         .chars()
+        .map(|c| if c == '\t' { ' ' } else { c })
+        .filter(|c| !c.is_control())
         .take(200)
-        .collect()
+        .collect();
+    line.trim().to_string()
 }
 
 /// The body of a spec made from `text`: as it is when it is already a tagged spec, else the
