@@ -465,6 +465,19 @@ fn names_with_control_characters_are_refused_before_anything_is_written() {
     assert_eq!(specs["specs"].as_array().map(Vec::len), Some(0), "{specs}");
     let (status, answer) = daemon.send("POST", "/api/queues", &json!({ "name": "sprint\u{0}1" }));
     assert_eq!(status, 400, "{answer}");
+    // An executor config is handed to processes too.
+    let workdir = tempfile::tempdir().unwrap();
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "nul", "workdir": workdir.path(), "nodes": [{ "name": "n", "command": "echo a\u{0}b" }] }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("nodes[0] (`n`)") && message.contains("`command` holds a NUL byte"),
+        "{answer}"
+    );
     // The CLI says the same.
     let file = tempfile::tempdir().unwrap();
     let spec = file.path().join("spec.md");

@@ -578,6 +578,7 @@ impl PluginHost {
         let plugin = self.for_mode(mode)?;
         work.host().check().map_err(PluginError::InvalidConfig)?;
         let config = work.config();
+        work::check_no_nul(config).map_err(PluginError::InvalidConfig)?;
         work::check_schema(mode, &plugin.record.manifest.config_schema, config)
             .map_err(PluginError::InvalidConfig)?;
         markers::check_config(config, &plugin.templates, supported_markers)

@@ -203,6 +203,42 @@ fn misspelt_mode_field(config: &Map<String, Value>) -> Option<(&str, &'static st
     })
 }
 
+/// Refuses a config with a NUL byte in any string (or key): what an executor hands on becomes
+/// a process's arguments or environment, and neither can carry one, so such a config could
+/// only ever fail at run time. Names the field, dotted (`env.TOKEN`, `args.2`).
+pub fn check_no_nul(config: &Map<String, Value>) -> Result<(), String> {
+    fn find(value: &Value, at: &mut Vec<String>) -> bool {
+        match value {
+            Value::String(text) => text.contains('\0'),
+            Value::Array(items) => items.iter().enumerate().any(|(index, item)| {
+                at.push(index.to_string());
+                let found = find(item, at);
+                if !found {
+                    at.pop();
+                }
+                found
+            }),
+            Value::Object(fields) => fields.iter().any(|(key, item)| {
+                at.push(key.clone());
+                let found = key.contains('\0') || find(item, at);
+                if !found {
+                    at.pop();
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut at = Vec::new();
+    if find(&Value::Object(config.clone()), &mut at) {
+        return Err(format!(
+            "`{}` holds a NUL byte, which no process's arguments or environment can carry",
+            at.join(".").replace('\0', "\\0")
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the executor's part of a config (reserved keys already taken out) against its config
 /// schema (a JSON Schema object, as the plugin's manifest declares it): a field the schema does
 /// not list when it allows no others (with the closest known field, reserved keys included), a
@@ -324,6 +360,23 @@ mod tests {
 
     fn map(value: Value) -> Map<String, Value> {
         value.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_a_config_is_refused_naming_its_field() {
+        let refused = |config: Value| check_no_nul(&map(config)).err().unwrap_or_default();
+        assert_eq!(
+            check_no_nul(&map(json!({ "command": "echo hi", "n": 3 }))),
+            Ok(())
+        );
+        let err = refused(json!({ "command": "echo a\u{0}b" }));
+        assert!(err.starts_with("`command` holds a NUL byte"), "{err}");
+        let err = refused(json!({ "env": { "A": "x", "B": "\u{0}" } }));
+        assert!(err.starts_with("`env.B` holds"), "{err}");
+        let err = refused(json!({ "args": ["a", "b", "c\u{0}"] }));
+        assert!(err.starts_with("`args.2` holds"), "{err}");
+        let err = refused(json!({ "env": { "K\u{0}": "v" } }));
+        assert!(err.starts_with("`env.K\\0` holds"), "{err}");
     }
 
     #[test]
