@@ -207,30 +207,34 @@ fn misspelt_mode_field(config: &Map<String, Value>) -> Option<(&str, &'static st
 /// a process's arguments or environment, and neither can carry one, so such a config could
 /// only ever fail at run time. Names the field, dotted (`env.TOKEN`, `args.2`).
 pub fn check_no_nul(config: &Map<String, Value>) -> Result<(), String> {
-    fn find(value: &Value, at: &mut Vec<String>) -> bool {
+    /// True when a string under `fields` holds a NUL; `at` is then its path.
+    fn in_fields(fields: &Map<String, Value>, at: &mut Vec<String>) -> bool {
+        fields.iter().any(|(key, item)| {
+            at.push(key.clone());
+            let found = key.contains('\0') || in_value(item, at);
+            if !found {
+                at.pop();
+            }
+            found
+        })
+    }
+    fn in_value(value: &Value, at: &mut Vec<String>) -> bool {
         match value {
             Value::String(text) => text.contains('\0'),
             Value::Array(items) => items.iter().enumerate().any(|(index, item)| {
                 at.push(index.to_string());
-                let found = find(item, at);
+                let found = in_value(item, at);
                 if !found {
                     at.pop();
                 }
                 found
             }),
-            Value::Object(fields) => fields.iter().any(|(key, item)| {
-                at.push(key.clone());
-                let found = key.contains('\0') || find(item, at);
-                if !found {
-                    at.pop();
-                }
-                found
-            }),
+            Value::Object(fields) => in_fields(fields, at),
             _ => false,
         }
     }
     let mut at = Vec::new();
-    if find(&Value::Object(config.clone()), &mut at) {
+    if in_fields(config, &mut at) {
         return Err(format!(
             "`{}` holds a NUL byte, which no process's arguments or environment can carry",
             at.join(".").replace('\0', "\\0")

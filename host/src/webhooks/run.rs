@@ -335,7 +335,7 @@ impl SpecHandler<'_> {
         };
         let name = match self.title_from {
             Some(path) => match parsed.get(path) {
-                Some(title) => one_line(&title),
+                Some(title) => title_line(&title),
                 None => {
                     return Ended::failed(format!(
                         "title_from: the body has no `{path}` (it needs a JSON body with that field)"
@@ -402,7 +402,7 @@ impl SpecHandler<'_> {
 
 /// A spec's name from a field: its first line, tabs as spaces and without other control
 /// characters (a name may hold none), at most 200 characters.
-fn one_line(text: &str) -> String {
+fn title_line(text: &str) -> String {
     let line: String = text
         .lines()
         .map(str::trim)
