@@ -132,8 +132,17 @@ async def scenario(read, write, workdir, hook_file):
         seen["updates"] = sorted(set(updates))
         feed = await tool(session, "feed_read", {"event": "graph.run.started"})
         seen["run_started_actors"] = [e["actor"] for e in feed["events"]]
-        runs = await tool(session, "hooks_runs", {"graph": "web", "event": "on_completed"})
-        seen["hook_runs"] = [r["status"] for r in runs["runs"]]
+        # The on_completed hook runs once the run has settled: wait for it to end.
+        deadline = time.monotonic() + 30
+        while True:
+            runs = await tool(session, "hooks_runs", {"graph": "web", "event": "on_completed"})
+            statuses = [r["status"] for r in runs["runs"]]
+            if statuses and not {"queued", "running"} & set(statuses):
+                break
+            if time.monotonic() > deadline:
+                fail(f"the on_completed hook run did not end within 30 s: {statuses}")
+            await anyio.sleep(0.05)
+        seen["hook_runs"] = statuses
 
         sessions = await tool(session, "session_list", {})
         seen["sessions"] = [s["name"] for s in sessions["sessions"]]
