@@ -438,7 +438,7 @@ mod tests {
         store
             .write(move |tx| {
                 events
-                    .iter()
+                    .into_iter()
                     .map(|e| tx.append_feed("node", e, &Cause::user()).map(Arc::new))
                     .collect::<Result<Vec<_>, _>>()
             })

@@ -293,41 +293,42 @@ async fn advance(
     ended: Option<Ended>,
     start: Option<(String, Option<PluginRef>)>,
 ) -> bool {
-    let (writer, fired_by, project) = (bus.clone(), trigger.event_name(), trigger.project());
+    let writer = bus.clone();
     let depth = trigger.depth();
+    // The end's event is made before the write: the writer thread only records it.
+    let ending = ended.map(|ended| {
+        let event = hook_event(
+            &ended.record_id,
+            &ended.hook_name,
+            ended.source,
+            &ended.finished,
+            &trigger.event_name(),
+            trigger.project(),
+        );
+        let cause = Cause {
+            actor: Actor::Hook(ended.hook_name.clone()),
+            depth: depth.saturating_add(1),
+        };
+        (ended, event, cause)
+    });
     let written = bus
         .inner
         .store
         .write(move |tx| {
             let mut recorded = Recorded::default();
-            if let Some(Ended {
+            if let Some((Ended {
                 record_id,
-                hook_name,
-                source,
                 finished,
-            }) = &ended
+                ..
+            }, event, cause)) = ending
             {
-                match tx.finish_hook_run(record_id, finished) {
-                    Ok(true) => {
-                        let event = hook_event(
-                            record_id,
-                            hook_name,
-                            *source,
-                            finished,
-                            &fired_by,
-                            project,
-                        );
-                        let cause = Cause {
-                            actor: Actor::Hook(hook_name.clone()),
-                            depth: depth.saturating_add(1),
-                        };
-                        match writer.record(tx, [event], &cause) {
-                            Ok(events) => recorded = events,
-                            Err(err) => {
-                                tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's event");
-                            }
+                match tx.finish_hook_run(&record_id, &finished) {
+                    Ok(true) => match writer.record(tx, [event], &cause) {
+                        Ok(events) => recorded = events,
+                        Err(err) => {
+                            tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's event");
                         }
-                    }
+                    },
                     Ok(false) => {
                         tracing::debug!(hook_run = %record_id, "the hook run was interrupted before it ended; its end is not recorded");
                     }

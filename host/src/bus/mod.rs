@@ -204,7 +204,7 @@ impl Bus {
     ) -> Result<Recorded, StoreError> {
         let mut recorded = Recorded::default();
         for event in events {
-            recorded.extend(self.record_one(tx, &event, None, cause)?);
+            recorded.extend(self.record_one(tx, event, None, cause)?);
         }
         Ok(recorded)
     }
@@ -216,11 +216,18 @@ impl Bus {
         tx: &Tx<'_>,
         events: &[EngineEvent],
     ) -> Result<Recorded, StoreError> {
+        self.record_prepared(tx, prepare_engine(events))
+    }
+
+    /// [`Bus::record_engine`] of events prepared before the write (see [`prepare_engine`]).
+    fn record_prepared(
+        &self,
+        tx: &Tx<'_>,
+        prepared: Vec<PreparedEngineEvent>,
+    ) -> Result<Recorded, StoreError> {
         let mut recorded = Recorded::default();
-        for event in events {
-            crate::engine::events::log(event);
-            let firing = Firing::of(event);
-            recorded.extend(self.record_one(tx, &event.to_event(), firing, &event.run().cause)?);
+        for (event, firing, cause) in prepared {
+            recorded.extend(self.record_one(tx, event, firing, &cause)?);
         }
         Ok(recorded)
     }
@@ -252,7 +259,7 @@ impl Bus {
     fn record_one(
         &self,
         tx: &Tx<'_>,
-        event: &Event,
+        event: Event,
         firing: Option<Firing>,
         cause: &Cause,
     ) -> Result<Recorded, StoreError> {
@@ -309,10 +316,12 @@ impl Bus {
     /// its events in its own writes; this serves tools and benchmarks).
     pub async fn emit_engine(&self, events: Vec<EngineEvent>) -> Result<(), StoreError> {
         let bus = self.clone();
+        // Made here, on the caller's thread: the writer only records them.
+        let prepared = prepare_engine(&events);
         let recorded = self
             .inner
             .store
-            .write(move |tx| bus.record_engine(tx, &events))
+            .write(move |tx| bus.record_prepared(tx, prepared))
             .await?;
         self.publish(recorded).await;
         Ok(())
@@ -326,4 +335,22 @@ impl Bus {
             tracing::error!(events = %names, error = %err, "cannot record events");
         }
     }
+}
+
+/// An engine event as the feed records it, with the graph-hook firing it makes and its cause.
+type PreparedEngineEvent = (Event, Option<Firing>, Cause);
+
+/// Logs engine events and makes their feed events and firings (no database needed).
+fn prepare_engine(events: &[EngineEvent]) -> Vec<PreparedEngineEvent> {
+    events
+        .iter()
+        .map(|event| {
+            crate::engine::events::log(event);
+            (
+                event.to_event(),
+                Firing::of(event),
+                event.run().cause.clone(),
+            )
+        })
+        .collect()
 }

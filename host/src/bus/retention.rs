@@ -91,7 +91,7 @@ mod tests {
         let kept = store
             .write(move |tx| {
                 for _ in 0..old + 3 {
-                    tx.append_feed("node", &event(), &Cause::user())?;
+                    tx.append_feed("node", event(), &Cause::user())?;
                 }
                 Ok::<_, StoreError>(())
             })
@@ -131,7 +131,7 @@ mod tests {
         // Nothing more to do, and the cursor stays where it was (ids are never reused).
         assert_eq!(prune(&store, 30, now).await.unwrap(), 0);
         let next = store
-            .write(|tx| tx.append_feed("node", &event(), &Cause::user()))
+            .write(|tx| tx.append_feed("node", event(), &Cause::user()))
             .await
             .unwrap();
         assert_eq!(next.id, head + 1);

@@ -363,6 +363,9 @@ pub struct Event {
     pub target: Option<String>,
     pub project: Option<String>,
     pub payload: Value,
+    /// `payload` as JSON text, as the feed stores it: serialised once, where the event is made
+    /// (bounding it measures that text anyway), not again inside the write that records it.
+    text: String,
 }
 
 impl Event {
@@ -371,25 +374,37 @@ impl Event {
             // A payload struct of strings and numbers always serialises; keep the event anyway.
             serde_json::json!({ "error": format!("payload not serialisable: {err}") })
         });
+        let (value, text) = bounded(value, PAYLOAD_LIMIT);
         Self {
             def: P::DEF,
             target: payload.target(),
             project: payload.project(),
-            payload: bound_payload(value, PAYLOAD_LIMIT),
+            payload: value,
+            text,
         }
     }
 
     pub fn name(&self) -> &'static str {
         self.def.name
     }
+
+    /// The payload as JSON text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
 }
 
 /// A payload no larger than about `limit` bytes as JSON: strings longer than their share are
 /// cut with a marker, so the payload keeps its fields and its schema.
 pub fn bound_payload(value: Value, limit: usize) -> Value {
-    let size = value.to_string().len();
-    if size <= limit {
-        return value;
+    bounded(value, limit).0
+}
+
+/// [`bound_payload`], with the bounded payload's JSON text.
+fn bounded(value: Value, limit: usize) -> (Value, String) {
+    let text = value.to_string();
+    if text.len() <= limit {
+        return (value, text);
     }
     fn cut(value: Value, each: usize) -> Value {
         match value {
@@ -409,14 +424,16 @@ pub fn bound_payload(value: Value, limit: usize) -> Value {
     }
     let mut each = limit / 4;
     let mut value = value;
+    let mut text = text;
     while each > 16 {
         value = cut(value, each);
-        if value.to_string().len() <= limit {
+        text = value.to_string();
+        if text.len() <= limit {
             break;
         }
         each /= 2;
     }
-    value
+    (value, text)
 }
 
 /// One row of the feed: an event with where, when and by whom.
@@ -548,5 +565,18 @@ mod tests {
         assert!(cut.to_string().len() <= 1024);
         assert_eq!(cut["b"], 1);
         assert!(cut["a"].as_str().unwrap().ends_with("[cut]"));
+    }
+
+    #[test]
+    fn the_text_an_event_is_recorded_with_is_its_bounded_payload() {
+        for value in [
+            serde_json::json!({ "a": "short", "b": 1 }),
+            serde_json::json!({ "a": "x".repeat(100_000), "b": [1, 2] }),
+        ] {
+            let (bounded, text) = bounded(value, 1024);
+            assert!(text.len() <= 1024, "{}", text.len());
+            assert_eq!(text, bounded.to_string());
+            assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), bounded);
+        }
     }
 }

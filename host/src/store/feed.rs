@@ -137,16 +137,16 @@ impl Rd<'_> {
 }
 
 impl Tx<'_> {
-    /// Appends an event to the feed; returns its envelope with its cursor.
+    /// Appends an event to the feed; returns its envelope with its cursor (and the event's
+    /// payload, moved into it).
     pub fn append_feed(
         &self,
         node: &str,
-        event: &Event,
+        event: Event,
         cause: &Cause,
     ) -> Result<Envelope, StoreError> {
         let timestamp = super::now();
         let actor = cause.actor.to_string();
-        let payload = event.payload.to_string();
         self.conn()
             .prepare_cached(
                 "INSERT INTO feed (node, project, target, event, family, timestamp, actor, dispatch_depth, payload)
@@ -161,19 +161,19 @@ impl Tx<'_> {
                 timestamp,
                 actor,
                 cause.depth,
-                payload
+                event.text()
             ])?;
         Ok(Envelope {
             id: self.conn().last_insert_rowid(),
             node: node.to_string(),
-            project: event.project.clone(),
-            target: event.target.clone(),
+            project: event.project,
+            target: event.target,
             event: event.def.name.to_string(),
             family: event.def.family,
             timestamp,
             actor,
             dispatch_depth: cause.depth,
-            payload: event.payload.clone(),
+            payload: event.payload,
         })
     }
 
@@ -238,7 +238,7 @@ mod tests {
         store
             .write_blocking(move |tx| {
                 events
-                    .iter()
+                    .into_iter()
                     .map(|e| tx.append_feed("node-a", e, &Cause::user()))
                     .collect::<Result<Vec<_>, _>>()
             })
