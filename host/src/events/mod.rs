@@ -362,6 +362,8 @@ pub struct Event {
     pub def: &'static EventDef,
     pub target: Option<String>,
     pub project: Option<String>,
+    /// Read it freely; never change it after [`Event::new`]: the feed records `text`, made from
+    /// it there.
     pub payload: Value,
     /// `payload` as JSON text, as the feed stores it: serialised once, where the event is made
     /// (bounding it measures that text anyway), not again inside the write that records it.
