@@ -17,6 +17,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 
 use super::config::RespondMode;
@@ -26,6 +27,13 @@ use crate::store::webhooks::DeliveryStatus;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How much of a refused request's body is read and thrown away before the answer, and for how
+/// long: closing a connection with unread bytes makes the kernel reset it, and a client still
+/// sending its body then gets a broken pipe instead of the 401 or 413. Past either bound the
+/// connection is closed as it is.
+pub const DISCARD_LIMIT: usize = 8 * 1024 * 1024;
+pub const DISCARD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The file in the data dir holding the listener's URL.
 pub const ADDRESS_FILE: &str = "webhooks.addr";
@@ -140,6 +148,9 @@ async fn receive(
     let base = ingress.data_dir().to_path_buf();
     if let Err(refusal) = auth::check_token(&hook, &headers, &base) {
         tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
+        if !expects_continue(&headers) {
+            discard(body, 0).await;
+        }
         return unauthorized();
     }
     let too_large = || {
@@ -156,12 +167,15 @@ async fn receive(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > hook.max_body as u64) {
+        if !expects_continue(&headers) {
+            discard(body, 0).await;
+        }
         return too_large();
     }
-    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, hook.max_body));
-    let body = match read.await {
-        Ok(Ok(body)) => body,
-        Err(_) => {
+    let body = match read_body(body, hook.max_body).await {
+        Ok(body) => body,
+        Err(BodyRefused::TooLarge) => return too_large(),
+        Err(BodyRefused::TimedOut) => {
             return error(
                 StatusCode::REQUEST_TIMEOUT,
                 &format!(
@@ -170,12 +184,7 @@ async fn receive(
                 ),
             );
         }
-        Ok(Err(err)) => {
-            let limit = std::error::Error::source(&err)
-                .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
-            if limit {
-                return too_large();
-            }
+        Err(BodyRefused::Unreadable) => {
             return error(StatusCode::BAD_REQUEST, "the body could not be read");
         }
     };
@@ -205,7 +214,7 @@ async fn receive(
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
         headers: recorded_headers(&hook.headers, &headers),
-        body: body.to_vec(),
+        body,
     };
     let ignored = reason.clone();
     let delivery_id = match ingress.record(&hook, received, reason, None, false).await {
@@ -280,6 +289,67 @@ async fn receive(
         answer["output"] = json!(outcome.output);
     }
     (status, axum::Json(answer)).into_response()
+}
+
+/// Why a body was not taken.
+enum BodyRefused {
+    TooLarge,
+    TimedOut,
+    Unreadable,
+}
+
+/// Reads a body of at most `limit` bytes within [`BODY_TIMEOUT`]. A larger one is refused
+/// once past the limit, the rest of it read and thrown away first (see [`discard`]).
+async fn read_body(mut body: Body, limit: usize) -> Result<Vec<u8>, BodyRefused> {
+    let reading = async {
+        let mut taken = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map(|f| f.into_data()) else {
+                return Err(BodyRefused::Unreadable);
+            };
+            let Ok(data) = data else { continue };
+            if taken.len() + data.len() > limit {
+                return Err(BodyRefused::TooLarge);
+            }
+            taken.extend_from_slice(&data);
+        }
+        Ok(taken)
+    };
+    let read = tokio::time::timeout(BODY_TIMEOUT, reading).await;
+    match read {
+        Ok(Err(BodyRefused::TooLarge)) => {
+            discard(body, limit).await;
+            Err(BodyRefused::TooLarge)
+        }
+        Ok(read) => read,
+        Err(_) => Err(BodyRefused::TimedOut),
+    }
+}
+
+/// A client that sent `Expect: 100-continue` sends its body only once asked to (by the first
+/// read of it): refused before that, it has nothing in flight to throw away.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// Reads what is left of a refused request's body and throws it away, up to [`DISCARD_LIMIT`]
+/// bytes in all (`read` of them already taken) and for at most [`DISCARD_TIMEOUT`], so the
+/// client reads the answer instead of a reset connection.
+async fn discard(mut body: Body, read: usize) {
+    let draining = async {
+        let mut read = read;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(data) = frame.data_ref() {
+                read += data.len();
+                if read > DISCARD_LIMIT {
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DISCARD_TIMEOUT, draining).await;
 }
 
 /// The headers of `wanted` (lowercase names) the request has, each value at most
