@@ -106,6 +106,7 @@ pub async fn start(data_root: &Path, config: &ProcessConfig) -> Result<()> {
         tracing::warn!("process supervision was already set up; keeping the first setup");
     }
     tokio::spawn(reaper::run());
+    start_sweeper();
     Ok(())
 }
 
@@ -330,6 +331,25 @@ struct Pending {
     done: tokio::sync::oneshot::Sender<(usize, bool)>,
 }
 
+/// The queue of the task that sweeps finished calls.
+static SWEEPER: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<Pending>>> =
+    std::sync::Mutex::new(None);
+
+/// Starts the sweeping task on the calling runtime (the daemon's), unless one runs. Started
+/// by the first call to finish instead, it would run wherever that call ran -- the plugin
+/// threads, say -- and every finished call would wake a thread of that runtime.
+fn start_sweeper() {
+    let mut sweeper = SWEEPER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if sweeper.as_ref().is_some_and(|s| !s.is_closed()) {
+        return;
+    }
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(sweep_loop(receiver));
+    *sweeper = Some(sender);
+}
+
 /// Hands a finished call to the one task that sweeps finished calls (started on the caller's
 /// runtime when there is none, or when the runtime it ran on has gone). A scan of the process
 /// table is the expensive part of a sweep (every process's `stat`, on a busy host hundreds of
@@ -337,8 +357,6 @@ struct Pending {
 /// a few scans, not two each.
 /// False when there is no runtime to sweep on.
 fn submit(pending: Pending) -> bool {
-    static SWEEPER: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<Pending>>> =
-        std::sync::Mutex::new(None);
     let mut sweeper = SWEEPER
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
