@@ -193,6 +193,43 @@ fn processes_that_left_the_group_of_a_command_that_exited_normally_are_killed() 
 }
 
 #[test]
+fn what_a_call_left_is_killed_while_another_call_runs_and_the_other_is_left_alone() {
+    // The sweep after a call leaves out the subtrees of calls still running: this checks it
+    // still finds the finished call's escapee, and touches nothing of the running one.
+    let daemon = Daemon::start();
+    let long_dir = tempfile::tempdir().unwrap();
+    let short_dir = tempfile::tempdir().unwrap();
+    let long = std::thread::scope(|scope| {
+        let long = scope.spawn(|| {
+            command(
+                &daemon,
+                json!({ "command": "sleep 60 & echo $! > child.pid; wait; exit 0" }),
+                long_dir.path(),
+            )
+        });
+        let long_child = pid_in(&long_dir.path().join("child.pid"));
+        let report = command(
+            &daemon,
+            json!({ "command": "setsid sleep 300 > /dev/null 2>&1 & echo $! > escapee.pid" }),
+            short_dir.path(),
+        );
+        assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+        let escapee = pid_in(&short_dir.path().join("escapee.pid"));
+        wait_gone(
+            escapee,
+            "the finished call's escapee to be killed and reaped",
+        );
+        assert!(
+            alive(long_child),
+            "the running call's child was killed by another call's sweep"
+        );
+        kill(long_child);
+        long.join().unwrap()
+    });
+    assert_eq!(long["outcome"]["status"], "completed", "{long:#}");
+}
+
+#[test]
 fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline() {
     let daemon = Daemon::start();
     let workdir = tempfile::tempdir().unwrap();

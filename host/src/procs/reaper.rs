@@ -109,6 +109,13 @@ pub fn become_subreaper() -> std::io::Result<()> {
 /// scan): each thread that started a call's process ([`note_spawning_thread`]), and the main
 /// thread, which Linux gives the orphans it re-parents to a subreaper (the first live thread of
 /// its group) and the children of a thread that exits.
+///
+/// It leaves out the group leaders still in the registry -- calls still running -- and their
+/// subtrees: a sweep is for a call whose leader was reaped (what it left was re-parented to
+/// the daemon, under the main thread), and nothing of one call can be below another call's
+/// leader, since an orphan goes up to the daemon, never across. The reaper leaves registered
+/// leaders alone anyway. So a sweep's cost does not grow with the processes of the calls still
+/// running (an agent's tree of tools, times the calls at once).
 fn family() -> Vec<ProcStat> {
     if !(SUBREAPER.load(Ordering::Relaxed) && table::children_listed()) {
         return table::scan();
@@ -116,7 +123,10 @@ fn family() -> Vec<ProcStat> {
     let me = i32::try_from(std::process::id()).unwrap_or_default();
     let mut parents = spawning_threads().clone();
     parents.insert(me);
-    table::descendants_of_tasks(me, &parents)
+    let running = registry().spawned.clone();
+    let mut first = table::children_of_tasks(me, &parents);
+    first.retain(|pid| !running.contains(pid));
+    table::walk_down(first)
 }
 
 /// The daemon's threads that started processes of calls.

@@ -128,7 +128,7 @@ pub fn descendants_of_tasks(root: i32, tasks: &std::collections::BTreeSet<i32>) 
 }
 
 /// `first` and every descendant of theirs.
-fn walk_down(first: Vec<i32>) -> Vec<ProcStat> {
+pub fn walk_down(first: Vec<i32>) -> Vec<ProcStat> {
     let mut found = Vec::new();
     let mut queue = first;
     let mut seen = std::collections::BTreeSet::new();
