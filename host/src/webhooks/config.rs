@@ -37,13 +37,14 @@ use crate::plugins::{WorkConfig, split_work_config};
 pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// The largest `max_body_bytes` a hook may set.
 pub const MAX_MAX_BODY: u64 = 64 * 1024 * 1024;
-/// Handler runs of one hook at once unless it sets `concurrency` (more wait in its queue): this
-/// machine's cores, from 2 to 8. A handler is a process or two; more of them than cores only
-/// slows the listener's answers (set more for handlers that mostly wait, such as agents).
+/// Handler runs of one hook at once unless it sets `concurrency` (more wait in its queue): four
+/// per core of this machine, from 4 to 32. A handler run spends most of its time waiting for
+/// its process, so a hook with as many runs as cores leaves the cores idle between them; the
+/// handlers run on threads of their own, so more of them do not slow the listener's answers.
 pub fn default_concurrency() -> u32 {
     std::thread::available_parallelism()
-        .map_or(2, |n| u32::try_from(n.get()).unwrap_or(8))
-        .clamp(2, 8)
+        .map_or(8, |n| u32::try_from(n.get()).unwrap_or(8).saturating_mul(4))
+        .clamp(4, 32)
 }
 /// The most `webhooks.max_connections` may be.
 pub const MAX_CONNECTIONS: u32 = 65_536;
