@@ -73,6 +73,19 @@ print(rps, total, bad.group(1) if bad else 0, lat)
 PY
 }
 
+# CPU a server and the children it reaped have used so far, in clock ticks: "own children".
+cpu() { awk '{print $14 + $15, $16 + $17}' "/proc/$1/stat"; }
+# CPU per request since `before` (from `cpu`), in microseconds: "own children".
+cpu_per() {
+    local pid=$1 before=$2 requests=$3
+    python3 - "$before" "$(cpu "$pid")" "$requests" "$(getconf CLK_TCK)" <<'PY'
+import sys
+(a_own, a_kids), (b_own, b_kids) = (map(int, x.split()) for x in sys.argv[1:3])
+n, hz = int(sys.argv[3]), int(sys.argv[4])
+print(round((b_own - a_own) * 1e6 / hz / n), round((b_kids - a_kids) * 1e6 / hz / n))
+PY
+}
+
 # ---------------------------------------------------------------- adnanh/webhook
 adnanh() { # $1: include output (true|false), $2: verbose (true|false); sets URL and LAST
     local sync=$1 verbose=$2 port
@@ -137,7 +150,9 @@ stop_last
 
 echo "== adnanh/webhook sync (include-command-output-in-response)" >&2
 adnanh true false
+cpu_before=$(cpu "$LAST")
 read -r S_RPS S_TOTAL S_BAD S_LAT < <(load "$URL")
+read -r S_CPU S_CHILD < <(cpu_per "$LAST" "$cpu_before" "$S_TOTAL")
 stop_last
 
 # ---------------------------------------------------------------- canopy
@@ -177,7 +192,9 @@ stop_canopy
 
 echo "== canopy ?wait=true" >&2
 canopy_daemon /bin/true
+cpu_before=$(cpu "$LAST")
 read -r W_RPS W_TOTAL W_BAD W_LAT < <(load "$URL?wait=true")
+read -r W_CPU W_CHILD < <(cpu_per "$LAST" "$cpu_before" "$W_TOTAL")
 stop_canopy
 
 echo "== canopy async, each run appending its delivery id (exactly-once check)" >&2
@@ -190,7 +207,7 @@ E_RUNS=$(wc -l <"$DATA/runs.txt")
 E_UNIQUE=$(sort -u "$DATA/runs.txt" | wc -l)
 stop_canopy
 
-export A_FAILED A_RPS S_RPS C_RPS W_RPS S_LAT W_LAT A_DONE A_SECS C_DONE C_SECS AV_TOTAL C_TOTAL \
+export S_CPU S_CHILD W_CPU W_CHILD A_FAILED A_RPS S_RPS C_RPS W_RPS S_LAT W_LAT A_DONE A_SECS C_DONE C_SECS AV_TOTAL C_TOTAL \
     A_BAD S_BAD C_BAD W_BAD C_COUNTS E_TOTAL E_COUNTS E_RUNS E_UNIQUE E_DONE
 python3 - <<'PY'
 import json, os
@@ -204,6 +221,8 @@ print(row.format("", "adnanh/webhook", "canopy", "ratio"))
 print(row.format("accepted req/s (canopy: durably recorded)", f"{a_rps:,.0f}", f"{c_rps:,.0f}", f"{c_rps / a_rps:.2f}x"))
 print(row.format("waited req/s (sync / ?wait=true)", f"{s_rps:,.0f}", f"{w_rps:,.0f}", f"{w_rps / s_rps:.2f}x"))
 print(row.format("  avg latency, waited", e["S_LAT"], e["W_LAT"], ""))
+print(row.format("  server CPU per waited request (us)", e["S_CPU"], e["W_CPU"], ""))
+print(row.format("  its commands' CPU per request (us)", e["S_CHILD"], e["W_CHILD"], ""))
 print(row.format("commands completed/s (async run, to the last)", f"{a_cps:,.0f}", f"{c_cps:,.0f}", f"{c_cps / a_cps:.2f}x"))
 print(row.format("  commands completed / requests answered", f"{e['A_DONE']} / {e['AV_TOTAL']}", f"{e['C_DONE']} / {e['C_TOTAL']}", ""))
 c_failed = sum(v for k, v in json.loads(e["C_COUNTS"]).items() if k != "completed")
