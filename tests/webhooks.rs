@@ -59,6 +59,50 @@ fn post(url: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
     }
 }
 
+/// Sends an unauthenticated POST declaring a 1 GB body to `path` of `base`, writing it in
+/// chunks (`pause` between them) until the listener closes the connection, which it must do
+/// within 30 s.
+fn endless_body(base: &str, path: &str, pause: Duration) {
+    use std::io::Write as _;
+    let address = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 1000000000\r\n\r\n"
+    )
+    .unwrap();
+    let chunk = if pause.is_zero() {
+        vec![b'a'; 64 * 1024]
+    } else {
+        vec![b'a'; 1]
+    };
+    let started = std::time::Instant::now();
+    loop {
+        match stream.write_all(&chunk) {
+            Ok(()) => {}
+            Err(err) => {
+                // Closed by the listener (a reset or a broken pipe), not left open unread.
+                assert!(
+                    !matches!(
+                        err.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ),
+                    "the listener stopped reading the body but kept the connection open"
+                );
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the listener kept reading an endless body for 30 s"
+        );
+        std::thread::sleep(pause);
+    }
+}
+
 /// GitHub's `X-Hub-Signature-256` of a body.
 fn sign(secret: &str, body: &[u8]) -> String {
     canopy::webhooks::auth::sign(secret.as_bytes(), body)
@@ -298,6 +342,12 @@ command = "true"
     for _ in 0..4 {
         assert_eq!(post(&url("inline"), &[auth], &large).status, 413);
         assert_eq!(post(&url("inline"), &[], &large).status, 401);
+    }
+    // A client that never stops sending (fast, then a byte at a time) is cut off once the
+    // listener has thrown away 8 MiB or waited 2 s, and the listener keeps answering.
+    for pause in [Duration::ZERO, Duration::from_millis(50)] {
+        endless_body(&base, "/hooks/global/inline", pause);
+        assert_eq!(post(&url("small"), &[auth], &[b'a'; 10]).status, 202);
     }
 
     // Unknown hooks and methods.

@@ -120,14 +120,9 @@ pub fn children_listed() -> bool {
     *LISTED.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists())
 }
 
-/// Every descendant of the threads `tasks` of process `root`, found by walking children lists
-/// down from them. Much cheaper than [`scan`] when the tree is small; like it, a process that
-/// exists for the whole walk is in it.
-pub fn descendants_of_tasks(root: i32, tasks: &std::collections::BTreeSet<i32>) -> Vec<ProcStat> {
-    walk_down(children_of_tasks(root, tasks))
-}
-
-/// `first` and every descendant of theirs.
+/// `first` and every descendant of theirs, found by walking children lists down from them
+/// (much cheaper than [`scan`] when the tree is small). Like it, a process that exists for the
+/// whole walk is in it.
 pub fn walk_down(first: Vec<i32>) -> Vec<ProcStat> {
     let mut found = Vec::new();
     let mut queue = first;
@@ -297,7 +292,7 @@ mod tests {
         let tasks = std::collections::BTreeSet::from([unsafe { libc::gettid() }]);
         let mut family = Vec::new();
         while std::time::Instant::now() < deadline {
-            family = descendants_of_tasks(me, &tasks);
+            family = walk_down(children_of_tasks(me, &tasks));
             if family.iter().any(|p| p.ppid == pid) {
                 break;
             }

@@ -148,9 +148,7 @@ async fn receive(
     let base = ingress.data_dir().to_path_buf();
     if let Err(refusal) = auth::check_token(&hook, &headers, &base) {
         tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
-        if !expects_continue(&headers) {
-            discard(body, 0).await;
-        }
+        discard_unread(body, &headers).await;
         return unauthorized();
     }
     let too_large = || {
@@ -167,9 +165,7 @@ async fn receive(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > hook.max_body as u64) {
-        if !expects_continue(&headers) {
-            discard(body, 0).await;
-        }
+        discard_unread(body, &headers).await;
         return too_large();
     }
     let body = match read_body(body, hook.max_body).await {
@@ -326,12 +322,16 @@ async fn read_body(mut body: Body, limit: usize) -> Result<Vec<u8>, BodyRefused>
     }
 }
 
-/// A client that sent `Expect: 100-continue` sends its body only once asked to (by the first
-/// read of it): refused before that, it has nothing in flight to throw away.
-fn expects_continue(headers: &HeaderMap) -> bool {
-    headers
+/// [`discard`] for a body refused before any of it was read. A client that sent
+/// `Expect: 100-continue` sends its body only once asked to (by the first read of it): it has
+/// nothing in flight, and is answered at once.
+async fn discard_unread(body: Body, headers: &HeaderMap) {
+    let waiting = headers
         .get(header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !waiting {
+        discard(body, 0).await;
+    }
 }
 
 /// Reads what is left of a refused request's body and throws it away, up to [`DISCARD_LIMIT`]
