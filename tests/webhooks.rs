@@ -1020,6 +1020,136 @@ command = "n=$(ls {dir}/running | wc -l); echo $n >> {dir}/peaks; touch {dir}/ru
     assert!(peak.is_some_and(|p| p <= 1), "at most 2 at once: {peaks}");
 }
 
+/// One handler run as the flood test's command notes it: when it started (ns since the
+/// epoch), how many of the hook's handlers were running then, and how many 0.2 s later.
+struct Started {
+    at: u128,
+    others: usize,
+    others_later: usize,
+}
+
+fn starts(path: &Path) -> Vec<Started> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(str::parse::<u128>);
+            let (Some(Ok(at)), Some(Ok(others)), Some(Ok(later))) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                return None;
+            };
+            Some(Started {
+                at,
+                others: usize::try_from(others).unwrap(),
+                // The count 0.2 s on includes this handler itself.
+                others_later: usize::try_from(later).unwrap().saturating_sub(1),
+            })
+        })
+        .collect()
+}
+
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[test]
+fn during_a_flood_each_hook_runs_one_handler_at_a_time_and_all_of_them_after() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path();
+    // A flood here is more than one request answered at once within 100 ms.
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "flood-token-1234567890"
+flood_rate = 10
+
+[webhooks.entries.f]
+type = "command"
+concurrency = 4
+command = "n=$(ls {dir}/running | wc -l); touch {dir}/running/$CANOPY_HOOK_DELIVERY_ID; at=$(date +%s%N); sleep 0.2; m=$(ls {dir}/running | wc -l); echo \"$at $n $m\" >> {dir}/starts; rm {dir}/running/$CANOPY_HOOK_DELIVERY_ID; echo $CANOPY_HOOK_DELIVERY_ID >> {dir}/done"
+"#,
+        dir = dir.display()
+    );
+    std::fs::create_dir_all(dir.join("running")).unwrap();
+    let daemon = Daemon::start_with_config(&config);
+    let url = format!("{}/hooks/global/f", webhooks_url(&daemon));
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let send = |url: &str| {
+        let sent = epoch_ns();
+        let answer = client
+            .post(url)
+            .header("X-Canopy-Hook-Token", "flood-token-1234567890")
+            .body("{}")
+            .send()
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 202);
+        let id = answer.json::<Value>().unwrap()["delivery_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (sent, epoch_ns(), id)
+    };
+    // A request every 25 ms for a second and a half: a flood throughout, unless the client
+    // stalls (the flood's spans are worked out from what it did, below).
+    let began = std::time::Instant::now();
+    let mut posts = Vec::new();
+    while began.elapsed() < Duration::from_millis(1500) && posts.len() < 60 {
+        posts.push(send(&url));
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(posts.len() >= 12, "only {} requests sent", posts.len());
+    for (_, _, id) in &posts {
+        assert_eq!(ended(&daemon, id)["status"], "completed");
+    }
+    // Three requests within 100 ms make a flood from the third one's answer until 200 ms past
+    // its sending, whatever the windows' alignment.
+    let flooded: Vec<(u128, u128)> = posts
+        .windows(3)
+        .filter(|w| w[2].1 - w[0].0 < 100_000_000)
+        .map(|w| (w[2].1, w[2].0 + 200_000_000))
+        .collect();
+    let runs = starts(&dir.join("starts"));
+    assert_eq!(runs.len(), posts.len(), "every delivery ran once");
+    let in_flood: Vec<&Started> = runs
+        .iter()
+        .filter(|r| {
+            flooded
+                .iter()
+                .any(|(from, to)| (*from..*to).contains(&r.at))
+        })
+        .collect();
+    assert!(
+        in_flood.len() >= 3,
+        "only {} handlers started during the flood",
+        in_flood.len()
+    );
+    for run in &in_flood {
+        assert_eq!(
+            run.others, 0,
+            "a handler started during the flood while another ran"
+        );
+    }
+    // Once the flood was over, the backlog ran four at a time.
+    let last_post = posts.last().unwrap().1;
+    let peak_after = runs
+        .iter()
+        .filter(|r| r.at > last_post + 200_000_000)
+        .map(|r| r.others.max(r.others_later))
+        .max();
+    assert!(
+        peak_after.is_some_and(|p| p >= 2),
+        "the hook's concurrency came back after the flood: {peak_after:?}"
+    );
+}
+
 #[test]
 fn a_planned_stop_interrupts_a_running_handler_and_the_queued_run_after_the_restart() {
     let out = tempfile::tempdir().unwrap();

@@ -107,6 +107,9 @@ pub async fn start(data_root: &Path, config: &ProcessConfig) -> Result<()> {
     }
     tokio::spawn(reaper::run());
     start_sweeper();
+    // The spawners start now, at the daemon's own priority: a thread inherits its creator's
+    // nice value, and the webhook handlers' threads run lower, which their processes must not.
+    spawner::available();
     Ok(())
 }
 

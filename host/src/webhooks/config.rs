@@ -8,6 +8,8 @@
 //! token_env = "CANOPY_HOOK_TOKEN"  # a section token: every hook here without its own uses it
 //! max_connections = 256            # open at once (default: a quarter of the fd limit, 16 to 1024)
 //! header_timeout_secs = 10         # for a request's headers, and an idle connection's next one
+//! flood_rate = 640                 # requests/s answered at once past which each hook runs one
+//!                                  # handler at a time (0: never)
 //!
 //! [webhooks.entries.deploy]        # served at /hooks/global/deploy
 //! type = "command"                 # spec | command | action | agent | an installed executor mode
@@ -93,6 +95,10 @@ pub struct WebhooksConfig {
     /// Seconds a request's headers, or an idle connection's next request, may take to arrive
     /// (default 10).
     pub header_timeout_secs: Option<u32>,
+    /// Requests a second answered at once (202, nobody waiting) past which the listener is
+    /// taking in a flood, and each hook runs one handler at a time until it ends (default
+    /// 640; 0: never).
+    pub flood_rate: Option<u32>,
     /// The bearer token itself (prefer `token_env` or `token_file`).
     #[serde(default, skip_serializing)]
     pub token: Option<Redacted>,
@@ -390,6 +396,8 @@ pub struct Webhooks {
     pub max_connections: usize,
     /// How long a request's headers may take to arrive.
     pub header_timeout: Duration,
+    /// Requests a second answered at once that make a flood (see [`super::flood`]); 0: none.
+    pub flood_rate: u32,
     /// Every hook, served here or not, in `scope/id` order.
     pub hooks: BTreeMap<(String, String), Arc<Hook>>,
 }
@@ -434,6 +442,13 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
     let keep_days = section.keep_days.unwrap_or(30);
     if !(1..=36_500).contains(&keep_days) {
         problems.push("webhooks.keep_days: must be from 1 to 36500".to_string());
+    }
+    let flood_rate = section.flood_rate.unwrap_or(super::flood::DEFAULT_RATE);
+    if flood_rate > super::flood::MAX_RATE {
+        problems.push(format!(
+            "webhooks.flood_rate: must be from 0 (never) to {} requests a second",
+            super::flood::MAX_RATE
+        ));
     }
     let max_connections = section
         .max_connections
@@ -509,6 +524,7 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
             keep_days,
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
             header_timeout: Duration::from_secs(u64::from(header_timeout_secs)),
+            flood_rate,
             hooks,
         })
     } else {

@@ -235,6 +235,10 @@ async fn receive(
     }
     let sync = hook.respond.mode == RespondMode::Sync || wants_wait(&query);
     let watch = sync.then(|| ingress.watch(&delivery_id));
+    if !sync {
+        // Noted before it is queued: a worker it wakes sees the flood it may make.
+        ingress.note_answered_at_once();
+    }
     if let Err(err) = ingress.enqueue(&hook, delivery_id.clone()) {
         // Not reachable for a served hook; the delivery stays accepted all the same.
         tracing::error!(webhook = %hook.key(), error = %err, "cannot queue a webhook delivery");
