@@ -1306,7 +1306,7 @@ fn listener_limits_out_of_range_are_refused_naming_the_field() {
     let file = dir.path().join("canopy.toml");
     std::fs::write(
         &file,
-        "[webhooks]\nbind_port = 0\nmax_connections = 0\nheader_timeout_secs = 86400\n",
+        "[webhooks]\nbind_port = 0\nmax_connections = 0\nheader_timeout_secs = 86400\nflood_rate = 20000000\n",
     )
     .unwrap();
     let out = daemon.fails(&["config", "validate", file.to_str().unwrap()]);
@@ -1318,6 +1318,17 @@ fn listener_limits_out_of_range_are_refused_naming_the_field() {
         out.contains("webhooks.header_timeout_secs: must be from 1 to 3600"),
         "{out}"
     );
+    assert!(
+        out.contains("webhooks.flood_rate: must be from 0 (never) to 10000000 requests a second"),
+        "{out}"
+    );
+    std::fs::write(
+        &file,
+        "[webhooks]\nbind_port = 0\nflood_rate = 9223372036854775808\n",
+    )
+    .unwrap();
+    let out = daemon.fails(&["config", "validate", file.to_str().unwrap()]);
+    assert!(out.contains("flood_rate"), "{out}");
 }
 
 /// The spec a waited `spec` handler's delivery filed.
