@@ -189,3 +189,10 @@ pub fn now() -> String {
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
+
+/// A fresh time-ordered id, for rows written at a high rate (webhook deliveries): 32 lowercase
+/// hex digits, the first 12 a count of 10 µs steps since 2020 that goes up by at least one per
+/// id this process makes, the other 20 random. See [`ids::ordered`].
+pub fn new_ordered_id() -> String {
+    ids::ordered(std::time::SystemTime::now())
+}

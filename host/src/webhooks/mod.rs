@@ -426,7 +426,7 @@ impl Ingress {
         redelivery_of: Option<String>,
         test: bool,
     ) -> Result<String, IngressError> {
-        let id = crate::store::new_id();
+        let id = crate::store::new_ordered_id();
         let status = if reason.is_some() {
             DeliveryStatus::Ignored
         } else {
