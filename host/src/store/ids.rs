@@ -155,6 +155,8 @@ impl Rd<'_> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use std::time::{Duration, SystemTime};
 
     use super::{ordered, short};
