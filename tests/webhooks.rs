@@ -883,7 +883,9 @@ command = "pwd"
     );
     assert_eq!(first.json()["status"], "completed", "{}", first.body);
     let first_id = first.json()["delivery_id"].as_str().unwrap().to_string();
-    let again = daemon.json(&["webhooks", "redeliver", &first_id[..8], "--wait"]);
+    // By the short id `webhooks deliveries` shows (12 digits: delivery ids are time-ordered,
+    // so fewer may match several).
+    let again = daemon.json(&["webhooks", "redeliver", &first_id[..12], "--wait"]);
     assert_eq!(again["status"], "completed", "{again}");
     assert_ne!(again["delivery_id"], first_id);
     let (_, shown) = daemon.get(&format!(
@@ -1071,7 +1073,7 @@ flood_rate = 10
 [webhooks.entries.f]
 type = "command"
 concurrency = 4
-command = "n=$(ls {dir}/running | wc -l); touch {dir}/running/$CANOPY_HOOK_DELIVERY_ID; at=$(date +%s%N); sleep 0.2; m=$(ls {dir}/running | wc -l); echo \"$at $n $m\" >> {dir}/starts; rm {dir}/running/$CANOPY_HOOK_DELIVERY_ID; echo $CANOPY_HOOK_DELIVERY_ID >> {dir}/done"
+command = "at=$(date +%s%N); n=$(ls {dir}/running | wc -l); touch {dir}/running/$CANOPY_HOOK_DELIVERY_ID; sleep 0.2; m=$(ls {dir}/running | wc -l); echo \"$at $n $m\" >> {dir}/starts; rm {dir}/running/$CANOPY_HOOK_DELIVERY_ID; echo $CANOPY_HOOK_DELIVERY_ID >> {dir}/done"
 "#,
         dir = dir.display()
     );
@@ -1097,11 +1099,11 @@ command = "n=$(ls {dir}/running | wc -l); touch {dir}/running/$CANOPY_HOOK_DELIV
             .to_string();
         (sent, epoch_ns(), id)
     };
-    // A request every 25 ms for a second and a half: a flood throughout, unless the client
-    // stalls (the flood's spans are worked out from what it did, below).
+    // A request every 25 ms for two seconds: a flood throughout, unless the client stalls
+    // (the flood's spans are worked out from what it did, below).
     let began = std::time::Instant::now();
     let mut posts = Vec::new();
-    while began.elapsed() < Duration::from_millis(1500) && posts.len() < 60 {
+    while began.elapsed() < Duration::from_secs(2) && posts.len() < 80 {
         posts.push(send(&url));
         std::thread::sleep(Duration::from_millis(25));
     }
@@ -1110,24 +1112,30 @@ command = "n=$(ls {dir}/running | wc -l); touch {dir}/running/$CANOPY_HOOK_DELIV
         assert_eq!(ended(&daemon, id)["status"], "completed");
     }
     // Three requests within 100 ms make a flood from the third one's answer until 200 ms past
-    // its sending, whatever the windows' alignment.
-    let flooded: Vec<(u128, u128)> = posts
-        .windows(3)
-        .filter(|w| w[2].1 - w[0].0 < 100_000_000)
-        .map(|w| (w[2].1, w[2].0 + 200_000_000))
-        .collect();
+    // its sending, whatever the windows' alignment; overlapping spans are one flood.
+    let mut flooded: Vec<(u128, u128)> = Vec::new();
+    for w in posts.windows(3).filter(|w| w[2].1 - w[0].0 < 100_000_000) {
+        let (from, to) = (w[2].1, w[2].0 + 200_000_000);
+        match flooded.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => flooded.push((from, to)),
+        }
+    }
     let runs = starts(&dir.join("starts"));
     assert_eq!(runs.len(), posts.len(), "every delivery ran once");
+    // A worker that took its turn just before a flood began may start its handler in it, and
+    // a handler counts the others a moment after its start: only the handlers that started
+    // well inside a flood count.
     let in_flood: Vec<&Started> = runs
         .iter()
         .filter(|r| {
             flooded
                 .iter()
-                .any(|(from, to)| (*from..*to).contains(&r.at))
+                .any(|(from, to)| (from + 300_000_000..to - 100_000_000).contains(&r.at))
         })
         .collect();
     assert!(
-        in_flood.len() >= 3,
+        in_flood.len() >= 2,
         "only {} handlers started during the flood",
         in_flood.len()
     );
