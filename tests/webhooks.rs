@@ -1103,14 +1103,24 @@ command = "at=$(date +%s%N); n=$(ls {dir}/running | wc -l); touch {dir}/running/
     // (the flood's spans are worked out from what it did, below).
     let began = std::time::Instant::now();
     let mut posts = Vec::new();
+    let mut seen_on = 0;
     while began.elapsed() < Duration::from_secs(2) && posts.len() < 80 {
         posts.push(send(&url));
+        if posts.len() % 10 == 0 && daemon.get("/api/webhooks").1["flood"] == true {
+            seen_on += 1;
+        }
         std::thread::sleep(Duration::from_millis(25));
     }
     assert!(posts.len() >= 12, "only {} requests sent", posts.len());
+    assert!(seen_on > 0, "the API never reported the flood");
     for (_, _, id) in &posts {
         assert_eq!(ended(&daemon, id)["status"], "completed");
     }
+    let listed = daemon.ok(&["webhooks", "list"]);
+    assert!(
+        listed.contains("one handler at a time per hook past 10 req/s"),
+        "{listed}"
+    );
     // Three requests within 100 ms make a flood from the third one's answer until 200 ms past
     // its sending, whatever the windows' alignment; overlapping spans are one flood.
     let mut flooded: Vec<(u128, u128)> = Vec::new();

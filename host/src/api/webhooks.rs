@@ -78,6 +78,8 @@ async fn list(
         "node": ingress.node(),
         "max_connections": ingress.webhooks().max_connections,
         "header_timeout_secs": ingress.webhooks().header_timeout.as_secs(),
+        "flood_rate": ingress.webhooks().flood_rate,
+        "flood": ingress.flood_on(),
         "hooks": hooks,
     }))
 }

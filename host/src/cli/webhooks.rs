@@ -147,10 +147,17 @@ async fn list(client: &Client, project: Option<String>, json: bool) -> Result<Ex
     }
     match answer["listen"].as_str() {
         Some(listen) => println!(
-            "listening on {listen} (node {}); at most {} connections, headers within {} s",
+            "listening on {listen} (node {}); at most {} connections, headers within {} s; {}",
             str_at(&answer, "/node"),
             answer["max_connections"],
-            answer["header_timeout_secs"]
+            answer["header_timeout_secs"],
+            match (answer["flood_rate"].as_u64(), answer["flood"].as_bool()) {
+                (Some(0), _) => "floods: off".to_string(),
+                (Some(rate), Some(true)) =>
+                    format!("a flood is on now (past {rate} req/s): one handler at a time per hook"),
+                (Some(rate), _) => format!("one handler at a time per hook past {rate} req/s"),
+                (None, _) => String::new(),
+            }
         ),
         None => println!(
             "the webhook listener is off (set [webhooks] bind_port); node {}",

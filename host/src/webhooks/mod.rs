@@ -478,6 +478,12 @@ impl Ingress {
         self.inner.flood.note();
     }
 
+    /// Whether the listener is taking in a flood now (each hook then runs one handler at a
+    /// time; see [`flood`]).
+    pub fn flood_on(&self) -> bool {
+        self.inner.flood.on_until().is_some()
+    }
+
     /// Queues an accepted delivery on its hook's workers.
     pub fn enqueue(&self, hook: &Hook, id: String) -> Result<(), IngressError> {
         let queue = self
