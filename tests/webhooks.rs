@@ -1118,7 +1118,7 @@ command = "at=$(date +%s%N); n=$(ls {dir}/running | wc -l); touch {dir}/running/
     }
     let listed = daemon.ok(&["webhooks", "list"]);
     assert!(
-        listed.contains("one handler at a time per hook past 10 req/s"),
+        listed.contains("in a flood (past 10 req/s) each hook runs one handler at a time"),
         "{listed}"
     );
     // Three requests within 100 ms make a flood from the third one's answer until 200 ms past

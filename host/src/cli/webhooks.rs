@@ -155,7 +155,9 @@ async fn list(client: &Client, project: Option<String>, json: bool) -> Result<Ex
                 (Some(0), _) => "floods: off".to_string(),
                 (Some(rate), Some(true)) =>
                     format!("a flood is on now (past {rate} req/s): one handler at a time per hook"),
-                (Some(rate), _) => format!("one handler at a time per hook past {rate} req/s"),
+                (Some(rate), _) => {
+                    format!("in a flood (past {rate} req/s) each hook runs one handler at a time")
+                }
                 (None, _) => String::new(),
             }
         ),
