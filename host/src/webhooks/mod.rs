@@ -645,7 +645,8 @@ fn delivery_ref(id: &str, hook: &Hook) -> DeliveryRef {
 /// nice weighs the daemon's own threads against each other, not the daemon against other
 /// programs. The handlers' processes start from the spawner threads, at the daemon's own
 /// priority. Measured here during a flood (see [`flood`]): 11,300 accepted requests/s at the
-/// same priority, 14,900 at nice 10.
+/// same priority, 13,000 at nice 10 (16,000 with the processes at nice 10 too, which a user's
+/// command should not pay for).
 fn handler_runtime() -> Option<&'static tokio::runtime::Runtime> {
     static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
     RUNTIME
