@@ -47,8 +47,9 @@ impl Flood {
         }
     }
 
-    fn millis(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+    /// `at`, in milliseconds since `base`.
+    fn stamp(&self, at: Instant) -> u64 {
+        millis(at.saturating_duration_since(self.base))
     }
 
     /// Notes a request answered at once.
@@ -60,7 +61,7 @@ impl Flood {
         let Some(threshold) = self.threshold else {
             return;
         };
-        let now = self.millis(at);
+        let now = self.stamp(at);
         let start = self.window_start.load(Ordering::Relaxed);
         if now.saturating_sub(start) >= millis(WINDOW) {
             // A new window. Two notes racing here may both start it: a request or two goes
@@ -83,7 +84,7 @@ impl Flood {
 
     fn on_until_at(&self, at: Instant) -> Option<Instant> {
         let until = self.until.load(Ordering::Relaxed);
-        (self.millis(at) < until).then(|| self.base + Duration::from_millis(until))
+        (self.stamp(at) < until).then(|| self.base + Duration::from_millis(until))
     }
 }
 
