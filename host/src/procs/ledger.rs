@@ -7,8 +7,9 @@
 //! A daemon that dies (SIGKILL, a crash) leaves its slots filled; the next start reads them and
 //! kills what is still running ([`recover`]). A record is only a hint: a process is killed only
 //! if it proves it belongs to the call named there -- its environment carries that call's
-//! marker, and for a whole group, the group leader is alive with the recorded start time and
-//! the marker. A planted or stale record cannot make the daemon kill anything else.
+//! marker, and for a whole group, the group leader is alive, started no earlier than the
+//! recorded tick, and carries the marker. A planted or stale record cannot make the daemon kill
+//! anything else.
 //!
 //! The file is not fsynced: a daemon crash does not lose the page cache, and a power loss
 //! takes the processes with it. Files of the one-file-per-call layout of earlier versions
@@ -33,7 +34,8 @@ pub struct Entry {
     pub boot_id: String,
     /// The process group (= the leader's pid), once spawned.
     pub pgid: Option<i32>,
-    /// The leader's start time, in clock ticks after boot.
+    /// A clock tick after boot at or before the leader's start (the call's start: the leader
+    /// started at or after it).
     pub start: Option<u64>,
 }
 
@@ -286,12 +288,13 @@ pub async fn recover(ledger: &Ledger, kill: bool) -> Recovery {
     }
 }
 
-/// The leader of a recorded group: alive at the recorded pid, with the recorded start time and
-/// the call's marker.
+/// The leader of a recorded group: alive at the recorded pid, started at or after the recorded
+/// tick, and carrying the call's marker (which no process outside the call has: the pid's
+/// reuse by another process is told by it).
 fn verified_leader(calls: &BTreeMap<String, Entry>, process: &ProcStat) -> bool {
     calls.iter().any(|(marker, entry)| {
         entry.pgid == Some(process.pid)
-            && entry.start == Some(process.start)
+            && entry.start.is_some_and(|start| process.start >= start)
             && table::environ_has(process.pid, marker) == Some(true)
     })
 }

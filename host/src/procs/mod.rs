@@ -8,10 +8,12 @@
 //! - **Marker**: every process of one `run-command` call carries `CANOPY_CALL_ID=<id>` (set last,
 //!   so a plugin cannot choose it), and children inherit it. A process that left the call's
 //!   process group (`setsid`) is still found by it in `/proc/<pid>/environ`.
-//! - **After every call** ([`CallProcesses::finish`]), also one that exited normally: the call's
-//!   group is killed, then every process started since the call began that is in that group or
-//!   carries its marker, until two scans in a row find none (a process re-parented between two
-//!   reads of one scan is in the next). A command marked `detach = true` (a top-level field of
+//! - **After every call** ([`CallProcesses::finish`]), also one that exited normally: when its
+//!   group is empty and nothing started since the call began hangs below the daemon's main
+//!   thread, twice in a row, the call left nothing ([`reaper::nothing_left`]: a few reads, the
+//!   common case). Otherwise the call's group is killed, then every process started since the
+//!   call began that is in that group or carries its marker, until two scans in a row find none
+//!   (a process re-parented between two reads of one scan is in the next). A command marked `detach = true` (a top-level field of
 //!   the hook or node config, one of the host's reserved keys, read by
 //!   [`HostKeys::detach`](crate::plugins::HostKeys::detach)) is left running instead; its group
 //!   is still killed if it runs into its deadline.
@@ -222,19 +224,17 @@ impl CallProcesses {
         let child = reaper::spawn(command).await?;
         let pid = child.id().and_then(|id| i32::try_from(id).ok());
         self.registered = pid;
-        self.leader = pid.and_then(table::stat);
-        if self.leader.is_none() {
-            // Exited already (and not reaped yet, so stat would have found it) -- or no
-            // procfs: keep the group id for the kill.
-            self.leader = pid.map(|pid| ProcStat {
-                pid,
-                state: 'R',
-                ppid: 0,
-                pgrp: pid,
-                start: self.since,
-                kernel: false,
-            });
-        }
+        // Its start is recorded as the call's: a tick at or before the leader's own (reading
+        // the leader's from `/proc` cost as much as the rest of the record). The ledger's
+        // recovery takes a leader that started at or after it and carries the call's marker.
+        self.leader = pid.map(|pid| ProcStat {
+            pid,
+            state: 'R',
+            ppid: 0,
+            pgrp: pid,
+            start: self.since,
+            kernel: false,
+        });
         self.record()?;
         Ok(child)
     }
@@ -260,6 +260,14 @@ impl CallProcesses {
         self.finished = true;
         self.leader_reaped();
         if self.detach {
+            return 0;
+        }
+        // The common case -- a command that left nothing -- is told in a few reads, here; a
+        // call that may have left something is swept.
+        if reaper::nothing_left(self.leader.map(|l| l.pid), self.since) {
+            if let Some(record) = self.record.take() {
+                record.remove();
+            }
             return 0;
         }
         let (done, outcome) = tokio::sync::oneshot::channel();

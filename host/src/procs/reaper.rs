@@ -129,6 +129,48 @@ fn family() -> Vec<ProcStat> {
     table::walk_down(first)
 }
 
+/// Whether a finished call certainly left nothing behind, told without a sweep: its process
+/// group `group` is empty, and no process hangs below the daemon, outside the calls still
+/// running, that started at or after `since` (the call's start, in clock ticks after boot).
+/// False whenever that cannot be known (no subreaper, no children lists): then it is swept.
+///
+/// Why that is enough: take any live process of the call. Walk up its parents while they are
+/// the call's and alive; the top one, `T`, is not in the group (the group is empty), and its
+/// parent is dead, so `T` was re-parented to the daemon (the nearest subreaper above it: a
+/// subreaper of the call's own would have to be alive and above it, and it is not) when that
+/// parent died, and stays the daemon's child until it dies. Linux gives a subreaper's orphans
+/// to its first live thread, the main thread, whose list is read after the group was found
+/// empty: `T` is on it then, with a start time at or after `since`. (The other threads' lists
+/// hold the calls' leaders, which are never orphans, and a leader just spawned by another call
+/// may not be registered yet: they are not read.) A process that `T` starts or that dies meanwhile moves the
+/// lists while they are read: the check is made twice in a row, as the sweep's two clean scans
+/// are, and one that finds anything leaves the call to the sweep.
+pub fn nothing_left(group: Option<i32>, since: u64) -> bool {
+    if !(SUBREAPER.load(Ordering::Relaxed) && table::children_listed()) {
+        return false;
+    }
+    let me = i32::try_from(std::process::id()).unwrap_or_default();
+    for _ in 0..2 {
+        if group.is_some_and(table::group_exists) {
+            return false;
+        }
+        // Only the main thread's list: the other threads' children are calls' leaders.
+        for pid in table::children_of_tasks(me, &BTreeSet::from([me])) {
+            if registry().spawned.contains(&pid) {
+                // A call still running (a leader started from the main thread).
+                continue;
+            }
+            match table::stat(pid) {
+                // Gone meanwhile, or an orphan of an older call: not this call's.
+                None => {}
+                Some(process) if process.start < since => {}
+                Some(_) => return false,
+            }
+        }
+    }
+    true
+}
+
 /// The daemon's threads that started processes of calls.
 fn spawning_threads() -> MutexGuard<'static, BTreeSet<i32>> {
     static THREADS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());

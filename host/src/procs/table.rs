@@ -234,6 +234,18 @@ pub fn kill_group(pgid: i32) -> bool {
     unsafe { libc::kill(-pgid, libc::SIGKILL) == 0 }
 }
 
+/// Whether any process is in group `pgid` (a zombie counts: it is there until reaped). A group
+/// whose processes cannot be signalled by the daemon (EPERM) exists too.
+pub fn group_exists(pgid: i32) -> bool {
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 only checks for the group; no memory-safety preconditions.
+    // `pgid > 1` keeps it from meaning "every process" (-1).
+    let probed = unsafe { libc::kill(-pgid, 0) };
+    probed == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// This boot's id: start times and pids mean nothing across a reboot.
 pub fn boot_id() -> String {
     static BOOT_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
