@@ -974,26 +974,50 @@ command = "pwd"
     );
 }
 
-#[test]
-fn a_hooks_queue_bounds_its_concurrency_and_runs_every_delivery_once() {
-    let out = tempfile::tempdir().unwrap();
-    let dir = out.path();
+/// A daemon with hook `global/c` (`concurrency = 2`, `token`) and that hook's URL. Its command
+/// notes in `dir` how many of the hook's runs were running as it started (`peaks`) and each
+/// run's delivery id once it ends (`done`), and prints `ran`.
+fn counting_daemon(dir: &Path, token: &str) -> (Daemon, String) {
+    std::fs::create_dir_all(dir.join("running")).unwrap();
     let config = format!(
         r#"
 [webhooks]
 bind_port = 0
-token = "queue-token-1234567890"
+token = "{token}"
 
-[webhooks.entries.q]
+[webhooks.entries.c]
 type = "command"
 concurrency = 2
-command = "n=$(ls {dir}/running | wc -l); echo $n >> {dir}/peaks; touch {dir}/running/$CANOPY_HOOK_DELIVERY_ID; sleep 0.3; rm {dir}/running/$CANOPY_HOOK_DELIVERY_ID; echo $CANOPY_HOOK_DELIVERY_ID >> {dir}/done"
+command = "n=$(ls {dir}/running | wc -l); echo $n >> {dir}/peaks; touch {dir}/running/$CANOPY_HOOK_DELIVERY_ID; sleep 0.2; rm {dir}/running/$CANOPY_HOOK_DELIVERY_ID; echo $CANOPY_HOOK_DELIVERY_ID >> {dir}/done; echo ran"
 "#,
         dir = dir.display()
     );
-    std::fs::create_dir_all(dir.join("running")).unwrap();
     let daemon = Daemon::start_with_config(&config);
-    let url = format!("{}/hooks/global/q", webhooks_url(&daemon));
+    let url = format!("{}/hooks/global/c", webhooks_url(&daemon));
+    (daemon, url)
+}
+
+/// What [`counting_daemon`]'s command noted: each of `ids` ran once, and never more than two at once.
+fn assert_ran_once_two_at_most(dir: &Path, ids: &[String]) {
+    let done = std::fs::read_to_string(dir.join("done")).unwrap();
+    let mut ran: Vec<&str> = done.lines().collect();
+    ran.sort_unstable();
+    let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(ran, expected, "every delivery ran exactly once");
+    let peaks = std::fs::read_to_string(dir.join("peaks")).unwrap();
+    let peak = peaks
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .max();
+    assert!(peak.is_some_and(|p| p <= 1), "at most 2 at once: {peaks}");
+}
+
+#[test]
+fn a_hooks_queue_bounds_its_concurrency_and_runs_every_delivery_once() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path();
+    let (daemon, url) = counting_daemon(dir, "queue-token-1234567890");
     let ids: Vec<String> = (0..10)
         .map(|_| {
             let answer = post(
@@ -1008,18 +1032,105 @@ command = "n=$(ls {dir}/running | wc -l); echo $n >> {dir}/peaks; touch {dir}/ru
     for id in &ids {
         assert_eq!(ended(&daemon, id)["status"], "completed");
     }
-    let done = std::fs::read_to_string(dir.join("done")).unwrap();
-    let mut ran: Vec<&str> = done.lines().collect();
-    ran.sort_unstable();
-    let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
-    expected.sort_unstable();
-    assert_eq!(ran, expected, "every delivery ran exactly once");
-    let peaks = std::fs::read_to_string(dir.join("peaks")).unwrap();
-    let peak = peaks
-        .lines()
-        .filter_map(|l| l.trim().parse::<u32>().ok())
-        .max();
-    assert!(peak.is_some_and(|p| p <= 1), "at most 2 at once: {peaks}");
+    assert_ran_once_two_at_most(dir, &ids);
+}
+
+#[test]
+fn waited_deliveries_run_at_once_within_the_hooks_concurrency_beside_queued_ones() {
+    // A waited delivery that finds a slot free runs at once, outside the hook's workers: the
+    // hook's `concurrency` must still bound waited and queued runs together, and every
+    // delivery must run once.
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path();
+    let (daemon, url) = counting_daemon(dir, "mixed-token-1234567890");
+    let headers = [("X-Canopy-Hook-Token", "mixed-token-1234567890")];
+    let (waited, queued): (Vec<Answer>, Vec<Answer>) = std::thread::scope(|scope| {
+        let waited: Vec<_> = (0..6)
+            .map(|_| scope.spawn(|| post(&format!("{url}?wait=true"), &headers, b"")))
+            .collect();
+        let queued: Vec<_> = (0..6)
+            .map(|_| scope.spawn(|| post(&url, &headers, b"")))
+            .collect();
+        (
+            waited.into_iter().map(|t| t.join().unwrap()).collect(),
+            queued.into_iter().map(|t| t.join().unwrap()).collect(),
+        )
+    });
+    let mut ids = Vec::new();
+    for answer in &waited {
+        let json = answer.json();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(json["status"], "completed", "{json:#}");
+        assert_eq!(
+            json["output"].as_str().map(str::trim),
+            Some("ran"),
+            "{json:#}"
+        );
+        ids.push(json["delivery_id"].as_str().unwrap().to_string());
+    }
+    for answer in &queued {
+        assert_eq!(answer.status, 202, "{}", answer.body);
+        let id = answer.json()["delivery_id"].as_str().unwrap().to_string();
+        assert_eq!(ended(&daemon, &id)["status"], "completed");
+        ids.push(id);
+    }
+    for id in &ids[..6] {
+        let delivery = ended(&daemon, id);
+        assert_eq!(delivery["status"], "completed", "{delivery:#}");
+        assert!(delivery["started_at"].is_string(), "{delivery:#}");
+    }
+    assert_ran_once_two_at_most(dir, &ids);
+}
+
+#[test]
+fn a_waiting_client_that_goes_away_does_not_stop_its_delivery() {
+    use std::io::Write as _;
+    let out = tempfile::tempdir().unwrap();
+    let marker = out.path().join("finished");
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+token = "gone-token-1234567890"
+
+[webhooks.entries.slow]
+type = "command"
+command = "sleep 0.5; touch {}; echo finished"
+"#,
+        marker.display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let base = webhooks_url(&daemon);
+    let address = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST /hooks/global/slow?wait=true HTTP/1.1\r\nHost: {address}\r\nX-Canopy-Hook-Token: gone-token-1234567890\r\nContent-Length: 2\r\n\r\n{{}}"
+    )
+    .unwrap();
+    // The handler has started (or at least the delivery is recorded) once it is listed.
+    let id = wait_for(
+        "the waited delivery to be recorded",
+        Duration::from_secs(30),
+        || {
+            let (_, list) = daemon.get("/api/webhooks/deliveries?hook=global/slow");
+            list["deliveries"]
+                .as_array()
+                .and_then(|l| l.first())
+                .and_then(|d| d["id"].as_str())
+                .map(str::to_string)
+        },
+    );
+    // The client goes away before the handler ends.
+    drop(stream);
+    let delivery = ended(&daemon, &id);
+    assert_eq!(delivery["status"], "completed", "{delivery:#}");
+    assert_eq!(
+        delivery["output"].as_str().map(str::trim),
+        Some("finished"),
+        "{delivery:#}"
+    );
+    assert!(marker.exists(), "the handler was cut short");
 }
 
 /// One handler run as the flood test's command notes it: when it started (ns since the

@@ -71,6 +71,8 @@ pub struct NewDelivery {
     /// Recorded by `canopy webhooks test`.
     pub test: bool,
     pub received_at: String,
+    /// When its handler started: set for a delivery recorded `running` from the start.
+    pub started_at: Option<String>,
 }
 
 /// How a handler run ended.
@@ -174,8 +176,8 @@ impl Tx<'_> {
         let size = i64::try_from(new.body.len()).unwrap_or(i64::MAX);
         self.conn()
             .prepare_cached(
-                "INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                "INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at, started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
             )?
             .execute(params![
                 new.id,
@@ -195,6 +197,7 @@ impl Tx<'_> {
                 new.redelivery_of,
                 new.test,
                 new.received_at,
+                new.started_at,
             ])?;
         Ok(())
     }

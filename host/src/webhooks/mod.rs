@@ -14,10 +14,15 @@
 //!   crash loses nothing. A worker takes a delivery through the daemon's drain, marks it
 //!   `running` (committed before anything runs), runs the handler and records its end with
 //!   `webhook.handled` or `webhook.failed`.
+//! - A delivery its caller waits for (`?wait=true`, `respond = "sync"`) skips the queue when
+//!   its hook has a slot free and nothing queued ([`Ingress::run_waited`]): it is recorded
+//!   `running` in its first write and its handler runs at once, in a task on the listener's
+//!   runtime -- one write and no hop to a worker less than through the queue.
 //! - At start, deliveries found `running` had started before the daemon died: they become
 //!   `interrupted_unknown` and are never replayed. Deliveries found `accepted` run.
 
 pub mod auth;
+mod bodies;
 pub mod config;
 pub mod flood;
 pub mod rules;
@@ -133,6 +138,8 @@ struct Inner {
     stopping: tokio::sync::watch::Receiver<bool>,
     /// Whether the listener is taking in a flood (handlers then make way for it).
     flood: flood::Flood,
+    /// The files running handlers read their bodies from.
+    bodies: bodies::BodyFiles,
 }
 
 /// One served hook's queue.
@@ -200,17 +207,33 @@ enum Next {
 }
 
 impl HookQueue {
-    /// A slot to run a handler in: always, except during a flood, when the hook runs one
-    /// handler at a time and another holds it.
+    /// A slot to run a handler in, while fewer than the hook's `concurrency` run (one during
+    /// a flood, when the hook runs one handler at a time).
     fn claim(&self, flood: bool) -> Option<Slot<'_>> {
-        if flood {
-            self.running
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-                .ok()?;
-        } else {
-            self.running.fetch_add(1, Ordering::AcqRel);
-        }
+        let limit = if flood { 1 } else { self.hook.concurrency };
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < limit).then_some(running + 1)
+            })
+            .ok()?;
         Some(Slot(self))
+    }
+
+    /// Whether nothing waits in the queue, in memory or in the database.
+    fn is_empty(&self) -> bool {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.pending.is_empty() && !state.backlog
+    }
+
+    /// Wakes a worker when deliveries wait: a handler run outside the workers (see
+    /// [`Ingress::run_waited`]) ended, and its slot may be the one a worker waits for.
+    fn wake_if_waiting(&self) {
+        if !self.is_empty() {
+            self.ready.notify_one();
+        }
     }
 }
 
@@ -220,6 +243,27 @@ struct Slot<'a>(&'a HookQueue);
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A slot of a hook's taken by a delivery run outside its workers (see
+/// [`Ingress::run_waited`]). Freed, it wakes a worker when deliveries wait: the slot may be the
+/// one a worker found taken.
+struct WaitedSlot(Arc<HookQueue>);
+
+impl WaitedSlot {
+    fn claim(queue: &Arc<HookQueue>) -> Option<Self> {
+        let slot = queue.claim(false)?;
+        // Held from here by this owner, which frees it the same way.
+        std::mem::forget(slot);
+        Some(Self(queue.clone()))
+    }
+}
+
+impl Drop for WaitedSlot {
+    fn drop(&mut self) {
+        drop(Slot(&self.0));
+        self.0.wake_if_waiting();
     }
 }
 
@@ -265,6 +309,7 @@ impl Ingress {
             })
             .collect();
         let flood = flood::Flood::new(webhooks.flood_rate);
+        let bodies = bodies::BodyFiles::new(parts.data_dir.join("tmp").join("webhooks"));
         Ok(Self {
             inner: Arc::new(Inner {
                 store: parts.store,
@@ -280,6 +325,7 @@ impl Ingress {
                 listen: OnceLock::new(),
                 stopping: parts.stopping,
                 flood,
+                bodies,
             }),
         })
     }
@@ -426,24 +472,35 @@ impl Ingress {
         redelivery_of: Option<String>,
         test: bool,
     ) -> Result<String, IngressError> {
-        let id = crate::store::new_ordered_id();
         let status = if reason.is_some() {
             DeliveryStatus::Ignored
         } else {
             DeliveryStatus::Accepted
         };
-        let event = Event::new(&WebhookReceived {
-            delivery: delivery_ref(&id, hook),
-            size: received.body.len() as u64,
-            status: status.to_string(),
-            reason: reason.clone(),
-        });
-        let new = NewDelivery {
-            id: id.clone(),
+        let new = self.new_delivery(hook, received, status, reason, redelivery_of, test);
+        let id = new.id.clone();
+        self.commit(hook, new).await?;
+        Ok(id)
+    }
+
+    /// A delivery of `hook` to record, as it was received.
+    fn new_delivery(
+        &self,
+        hook: &Hook,
+        received: Received,
+        status: DeliveryStatus,
+        reason: Option<String>,
+        redelivery_of: Option<String>,
+        test: bool,
+    ) -> NewDelivery {
+        let received_at = crate::store::now();
+        NewDelivery {
+            id: crate::store::new_ordered_id(),
             scope: hook.scope.clone(),
             hook: hook.id.clone(),
             handler: hook.kind.clone(),
             node: self.inner.node.clone(),
+            started_at: (status == DeliveryStatus::Running).then(|| received_at.clone()),
             status,
             reason,
             method: received.method,
@@ -454,8 +511,23 @@ impl Ingress {
             body: received.body,
             redelivery_of,
             test,
-            received_at: crate::store::now(),
-        };
+            received_at,
+        }
+    }
+
+    /// Records a delivery with its `webhook.received` event, in one write.
+    async fn commit(&self, hook: &Hook, new: NewDelivery) -> Result<(), IngressError> {
+        let event = Event::new(&WebhookReceived {
+            delivery: delivery_ref(&new.id, hook),
+            size: new.body.len() as u64,
+            // A delivery run at once was accepted all the same.
+            status: match new.status {
+                DeliveryStatus::Running => DeliveryStatus::Accepted,
+                other => other,
+            }
+            .to_string(),
+            reason: new.reason.clone(),
+        });
         let bus = self.inner.bus.clone();
         let cause = Cause {
             actor: Actor::Webhook(hook.key()),
@@ -470,7 +542,60 @@ impl Ingress {
             })
             .await?;
         self.inner.bus.publish(recorded).await;
-        Ok(id)
+        Ok(())
+    }
+
+    /// Records a delivery whose caller waits for its outcome (`?wait=true`, `respond =
+    /// "sync"`) and runs its handler at once: recorded `running` in its first write, it needs
+    /// no second write to start, and no hop to a worker and back. Taken when the hook has a
+    /// slot free and nothing queued ahead, outside a flood and a planned stop; otherwise the
+    /// request comes back unrecorded, for [`Ingress::record`] and the hook's queue. The
+    /// delivery is as durable either way: a crash from its write on leaves it `running`, then
+    /// `interrupted_unknown`, as one a worker started.
+    ///
+    /// The write and the handler run in a task of their own on the caller's runtime (its
+    /// thread picks it up next, no other thread is woken): a caller that goes away drops only
+    /// its wait, never a recorded delivery's run.
+    pub async fn run_waited(
+        &self,
+        hook: &Arc<Hook>,
+        received: Received,
+    ) -> Result<Result<Outcome, Received>, IngressError> {
+        let Some(queue) = self
+            .inner
+            .queues
+            .get(&(hook.scope.clone(), hook.id.clone()))
+        else {
+            return Ok(Err(received));
+        };
+        if self.inner.flood.on_until().is_some() || !queue.is_empty() {
+            return Ok(Err(received));
+        }
+        let Some(admitted) = self.inner.drain.admit() else {
+            return Ok(Err(received));
+        };
+        let Some(slot) = WaitedSlot::claim(queue) else {
+            return Ok(Err(received));
+        };
+        let new = self.new_delivery(hook, received, DeliveryStatus::Running, None, None, false);
+        let id = new.id.clone();
+        let (ingress, handler_hook) = (self.clone(), hook.clone());
+        let running = tokio::spawn(async move {
+            let hook = handler_hook;
+            let _slot = slot;
+            let running = run::Running::recorded(&new, admitted);
+            ingress.commit(&hook, new).await?;
+            Ok::<_, IngressError>(run::run(&ingress, &hook, running, || None).await.0)
+        });
+        match running.await {
+            Ok(outcome) => outcome.map(Ok),
+            Err(err) => {
+                // A panic in the run: the delivery is as the store has it.
+                tracing::error!(webhook = %hook.key(), delivery = %id, error = %err, "a waited webhook delivery's run ended abnormally");
+                let delivery = self.inner.store.read(move |rd| rd.delivery(&id)).await?;
+                Ok(Ok(Outcome::of(&delivery)))
+            }
+        }
     }
 
     /// Notes a delivery answered without waiting for its handler (see [`flood`]).
@@ -711,17 +836,19 @@ async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
         let (running, slot) = match chained.take() {
             Some(chained) => chained,
             None => {
+                let ready = queue.ready.notified();
+                tokio::pin!(ready);
+                // Registered before looking, so a push (or a slot freed by a waited delivery
+                // run outside the workers) in between still wakes this worker.
+                ready.as_mut().enable();
                 let flood = ingress.inner.flood.on_until();
                 let Some(slot) = queue.claim(flood.is_some()) else {
-                    if let Some(until) = flood {
-                        tokio::time::sleep_until(until.into()).await;
+                    match flood {
+                        Some(until) => tokio::time::sleep_until(until.into()).await,
+                        None => ready.await,
                     }
                     continue;
                 };
-                let ready = queue.ready.notified();
-                tokio::pin!(ready);
-                // Registered before looking, so a push in between still wakes this worker.
-                ready.as_mut().enable();
                 match queue.next() {
                     Next::Run(id) => match run::start(&ingress, &id).await {
                         Ok(running) => (running, slot),
@@ -770,6 +897,7 @@ async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
         };
         chained = run::run(&ingress, &queue.hook, running, then)
             .await
+            .1
             .map(|running| (running, slot));
     }
 }

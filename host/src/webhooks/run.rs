@@ -23,7 +23,7 @@ use crate::hooks::runs::OUTPUT_LIMIT;
 use crate::markers::MarkerValues;
 use crate::plugins::{CallError, CallRequest, PluginError, Provenance, Status, WorkConfig};
 use crate::store::StoreError;
-use crate::store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus};
+use crate::store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus, NewDelivery};
 
 /// The markers a webhook handler's config may use (`{{body}}` in an agent's prompt, say); a
 /// command also gets each as `$CANOPY_HOOK_<MARKER>`.
@@ -50,6 +50,41 @@ pub(super) struct Running {
     delivery: Delivery,
     body: Vec<u8>,
     _admitted: crate::drain::Admitted,
+}
+
+impl Running {
+    /// A delivery about to be recorded `running` (see [`super::Ingress::run_waited`]), as the
+    /// store will have it.
+    pub(super) fn recorded(new: &NewDelivery, admitted: crate::drain::Admitted) -> Self {
+        Self {
+            delivery: Delivery {
+                id: new.id.clone(),
+                scope: new.scope.clone(),
+                hook: new.hook.clone(),
+                handler: new.handler.clone(),
+                node: new.node.clone(),
+                status: new.status,
+                reason: new.reason.clone(),
+                method: new.method.clone(),
+                path: new.path.clone(),
+                query: new.query.clone(),
+                content_type: new.content_type.clone(),
+                headers: new.headers.clone(),
+                size: i64::try_from(new.body.len()).unwrap_or(i64::MAX),
+                redelivery_of: new.redelivery_of.clone(),
+                test: new.test,
+                received_at: new.received_at.clone(),
+                started_at: new.started_at.clone(),
+                finished_at: None,
+                duration_ms: None,
+                error: None,
+                output: None,
+                result: None,
+            },
+            body: new.body.clone(),
+            _admitted: admitted,
+        }
+    }
 }
 
 /// Marks an accepted delivery running, in a write of its own.
@@ -87,16 +122,16 @@ fn start_in(
 }
 
 /// Runs a started delivery's handler and records its end with `webhook.handled` /
-/// `webhook.failed`. Once the handler has ended, `then` may name the hook's next delivery
-/// (with its admission past a planned stop): it is marked running in the same write, so a busy
-/// hook's queue costs one commit per delivery, not two; it is returned started when it was
-/// still accepted.
+/// `webhook.failed`; its outcome. Once the handler has ended, `then` may name the hook's next
+/// delivery (with its admission past a planned stop): it is marked running in the same write,
+/// so a busy hook's queue costs one commit per delivery, not two; it is returned started when
+/// it was still accepted.
 pub(super) async fn run(
     ingress: &Ingress,
     hook: &Arc<Hook>,
     running: Running,
     then: impl FnOnce() -> Option<(String, crate::drain::Admitted)>,
-) -> Option<Running> {
+) -> (Outcome, Option<Running>) {
     let Running {
         delivery,
         body,
@@ -184,13 +219,14 @@ pub(super) async fn run(
         }
     };
     ingress.notify(&outcome);
-    let (_, admitted) = next?;
-    let (delivery, body) = started?;
-    Some(Running {
-        delivery,
-        body,
-        _admitted: admitted,
-    })
+    let next = next
+        .zip(started)
+        .map(|((_, admitted), (delivery, body))| Running {
+            delivery,
+            body,
+            _admitted: admitted,
+        });
+    (outcome, next)
 }
 
 /// The write that records a delivery's end with its event and, when `next` names one, marks
@@ -521,21 +557,22 @@ async fn run_work(
         }
     }
     let body_file = if stdin {
-        let path = ingress
-            .data_dir()
-            .join("tmp")
-            .join("webhooks")
-            .join(format!("{}.body", delivery.id));
-        if let Err(err) = write_body(&path, &body).await {
-            return Ended::failed(format!(
-                "cannot write the body for the command's stdin: {err}"
-            ));
+        // Its processes may outlive the run (`detach = true`): then a file of its own.
+        let own = work.host().detach().unwrap_or(true);
+        match ingress.inner.bodies.write(&delivery.id, &body, own).await {
+            Ok(file) => {
+                env.push((
+                    "CANOPY_HOOK_BODY_FILE".to_string(),
+                    file.path().to_string_lossy().into_owned(),
+                ));
+                Some(file)
+            }
+            Err(err) => {
+                return Ended::failed(format!(
+                    "cannot write the body for the command's stdin: {err}"
+                ));
+            }
         }
-        env.push((
-            "CANOPY_HOOK_BODY_FILE".to_string(),
-            path.to_string_lossy().into_owned(),
-        ));
-        Some(path)
     } else {
         None
     };
@@ -561,15 +598,13 @@ async fn run_work(
         resume_session: None,
         env,
         // The `command` handler reads the body on stdin.
-        stdin: body_file.clone(),
+        stdin: body_file.as_ref().map(|f| f.path().to_path_buf()),
     };
     let result = cause(hook)
         .scope(ingress.inner.plugins.execute(request))
         .await;
-    if let Some(path) = body_file {
-        // One unlink: quicker here than a hop to the blocking pool.
-        let _ = std::fs::remove_file(path);
-    }
+    // Nothing of the run reads it any more (what it left running was killed).
+    drop(body_file);
     match result {
         Ok(report) => {
             let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
@@ -619,39 +654,6 @@ async fn run_work(
             }
         }
     }
-}
-
-/// Bodies up to this size are written on the caller's thread: a small file's create and write
-/// cost less than the hops to the blocking pool and back (three of them, through `tokio::fs`).
-const INLINE_BODY_FILE: usize = 256 * 1024;
-
-/// Writes a body file readable by this user only.
-async fn write_body(path: &std::path::Path, body: &[u8]) -> std::io::Result<()> {
-    if body.len() <= INLINE_BODY_FILE {
-        return write_body_now(path, body);
-    }
-    let (path, body) = (path.to_path_buf(), body.to_vec());
-    tokio::task::spawn_blocking(move || write_body_now(&path, &body))
-        .await
-        .map_err(std::io::Error::other)?
-}
-
-fn write_body_now(path: &std::path::Path, body: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true).mode(0o600);
-    let mut file = match options.open(path) {
-        Ok(file) => file,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            options.open(path)?
-        }
-        Err(err) => return Err(err),
-    };
-    file.write_all(body)
 }
 
 #[cfg(test)]

@@ -20,9 +20,9 @@ use axum::routing::post;
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 
-use super::config::RespondMode;
+use super::config::{Hook, RespondMode};
 use super::rules::Request;
-use super::{Ingress, MAX_HEADER_VALUE, Received, auth};
+use super::{Ingress, MAX_HEADER_VALUE, Outcome, Received, auth};
 use crate::store::webhooks::DeliveryStatus;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
@@ -212,6 +212,27 @@ async fn receive(
         headers: recorded_headers(&hook.headers, &headers),
         body,
     };
+    let sync = hook.respond.mode == RespondMode::Sync || wants_wait(&query);
+    let success = hook
+        .respond
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok());
+    let received = if sync && reason.is_none() {
+        match ingress.run_waited(&hook, received).await {
+            Ok(Ok(outcome)) => return waited_answer(&hook, outcome, success),
+            // It takes the queue.
+            Ok(Err(received)) => received,
+            Err(err) => {
+                tracing::error!(webhook = %hook.key(), error = %err, "cannot record a webhook delivery");
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the delivery could not be recorded; send it again",
+                );
+            }
+        }
+    } else {
+        received
+    };
     let ignored = reason.clone();
     let delivery_id = match ingress.record(&hook, received, reason, None, false).await {
         Ok(id) => id,
@@ -233,7 +254,6 @@ async fn receive(
         )
             .into_response();
     }
-    let sync = hook.respond.mode == RespondMode::Sync || wants_wait(&query);
     let watch = sync.then(|| ingress.watch(&delivery_id));
     if !sync {
         // Noted before it is queued: a worker it wakes sees the flood it may make.
@@ -243,10 +263,6 @@ async fn receive(
         // Not reachable for a served hook; the delivery stays accepted all the same.
         tracing::error!(webhook = %hook.key(), error = %err, "cannot queue a webhook delivery");
     }
-    let success = hook
-        .respond
-        .status
-        .and_then(|s| StatusCode::from_u16(s).ok());
     let Some(watch) = watch else {
         return (
             success.unwrap_or(StatusCode::ACCEPTED),
@@ -268,6 +284,12 @@ async fn receive(
                 .into_response();
         }
     };
+    waited_answer(&hook, outcome, success)
+}
+
+/// The answer to a request that waited for its handler: `success` (or 200) when it completed,
+/// 500 when it failed, 202 when it has not ended yet.
+fn waited_answer(hook: &Hook, outcome: Outcome, success: Option<StatusCode>) -> Response {
     let status = match outcome.status {
         DeliveryStatus::Completed => success.unwrap_or(StatusCode::OK),
         DeliveryStatus::Accepted | DeliveryStatus::Running | DeliveryStatus::Ignored => {
