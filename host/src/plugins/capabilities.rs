@@ -554,9 +554,14 @@ fn create_inside(workdir: &Path, sub: &str) -> Result<PathBuf, String> {
     Ok(current)
 }
 
-/// Resolves `path` (relative to `workdir` when relative) and checks it stays inside `workdir`.
+/// Resolves `path` (relative to `workdir` when relative) and checks it stays inside `workdir`,
+/// which is resolved already: the workdir itself (the usual `cwd` of a command) is taken as it
+/// is, without resolving it again.
 pub fn inside_workdir(workdir: &Path, path: &str) -> Result<PathBuf, String> {
     let joined = workdir.join(path);
+    if joined == workdir {
+        return Ok(joined);
+    }
     let real = joined
         .canonicalize()
         .map_err(|err| format!("cannot resolve `{path}`: {err}"))?;
@@ -756,6 +761,24 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(err.contains("lacks the `process` capability"), "{err}");
+    }
+
+    #[test]
+    fn a_cwd_resolves_inside_the_workdir_or_is_refused() -> Result<(), String> {
+        let outside = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let workdir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let root = workdir.path().canonicalize().map_err(|e| e.to_string())?;
+        std::fs::create_dir(root.join("sub")).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(outside.path(), root.join("out")).map_err(|e| e.to_string())?;
+        let root_text = root.to_string_lossy().into_owned();
+        assert_eq!(inside_workdir(&root, &root_text)?, root);
+        assert_eq!(inside_workdir(&root, ".")?, root.join("."));
+        assert_eq!(inside_workdir(&root, "sub")?, root.join("sub"));
+        for escape in ["..", "out", "sub/../..", &format!("{root_text}/out")] {
+            let err = inside_workdir(&root, escape).expect_err(escape);
+            assert!(err.contains("outside the workdir"), "{escape}: {err}");
+        }
+        Ok(())
     }
 
     #[test]
