@@ -108,6 +108,27 @@ impl BodyFiles {
     }
 }
 
+impl BodyFiles {
+    /// Empties the files of the slots no run holds now, so a body does not stay on disk in a
+    /// slot that is not taken again (its delivery's record keeps it as long as
+    /// `[webhooks] keep_days` says). Runs taking a slot meanwhile wait for it.
+    pub fn clear_idle(&self) {
+        let free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        for slot in &free.0 {
+            let path = self.dir.join(format!("slot-{slot}.body"));
+            match open_plain(&path) {
+                Ok(Some((file, len))) if len > 0 => {
+                    if let Err(err) = file.set_len(0) {
+                        tracing::warn!(file = %path.display(), error = %err, "cannot empty an idle webhook body file");
+                    }
+                }
+                // Nothing there, or something a run replaces before it writes.
+                Ok(_) | Err(_) => {}
+            }
+        }
+    }
+}
+
 /// Replaces the content of the private file at `path` with `body`, making the file (and its
 /// folder) when missing, and anew when something other than a plain file of one link is there.
 fn write_over(path: &Path, body: &[u8]) -> std::io::Result<()> {
@@ -210,6 +231,20 @@ mod tests {
         );
         let mode = std::fs::metadata(third.path())?.mode() & 0o777;
         assert_eq!(mode, 0o600);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn idle_slots_are_emptied_and_taken_ones_left_alone() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let files = BodyFiles::new(dir.path().join("bodies"));
+        let idle = files.write("a", b"an idle body", false).await?;
+        let taken = files.write("b", b"a taken body", false).await?;
+        let idle_path = idle.path().to_path_buf();
+        drop(idle);
+        files.clear_idle();
+        assert_eq!(read(&idle_path), b"", "an idle slot kept its body");
+        assert_eq!(read(taken.path()), b"a taken body");
         Ok(())
     }
 

@@ -942,12 +942,13 @@ async fn refill(ingress: &Ingress, queue: &Arc<HookQueue>) {
     queue.ready.notify_waiters();
 }
 
-/// Prunes finished deliveries past `keep_days`, hourly.
+/// Prunes finished deliveries past `keep_days`, and empties idle body files, hourly.
 async fn retention(ingress: Ingress) {
     let keep = Duration::from_secs(u64::from(ingress.inner.webhooks.keep_days) * 86_400);
     let mut interval = tokio::time::interval(Duration::from_secs(3600));
     loop {
         interval.tick().await;
+        ingress.inner.bodies.clear_idle();
         let Some(cutoff) = std::time::SystemTime::now().checked_sub(keep) else {
             continue;
         };
