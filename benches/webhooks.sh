@@ -6,7 +6,8 @@
 #
 #   1. accepted req/s: adnanh answers before running and records nothing; Canopy answers 202
 #      once the delivery is committed to its database;
-#   2. waited req/s: adnanh with include-command-output-in-response, Canopy with ?wait=true;
+#   2. waited req/s: adnanh with include-command-output-in-response, Canopy with ?wait=true,
+#      in rounds that alternate the two (the median round of each is reported);
 #   3. exactly once: after the async run, every delivery Canopy accepted has completed once
 #      (counted in its database, and by a second run whose handler appends its delivery id);
 #   4. commands completed per second during and after the async run, until the last one ends
@@ -14,11 +15,13 @@
 #
 # Usage: benches/webhooks.sh [path/to/canopy]   (default: builds a release binary)
 # Env: DURATION (default 10s), CONNECTIONS (8), CANOPY_TARGET_DIR (/tmp/old-target),
-#      CONCURRENCY (the Canopy hook's `concurrency`; default: the hook default).
+#      CONCURRENCY (the Canopy hook's `concurrency`; default: the hook default),
+#      WAITED_ROUNDS (3: rounds of the waited comparison, each server in turn).
 
 set -euo pipefail
 
 DURATION=${DURATION:-10s}
+WAITED_ROUNDS=${WAITED_ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-8}
 TOKEN=bench-token-0123456789abcdef
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -148,13 +151,6 @@ read -r A_DONE A_SECS < <(settle "$start" adnanh_done)
 A_FAILED=$(adnanh_failed)
 stop_last
 
-echo "== adnanh/webhook sync (include-command-output-in-response)" >&2
-adnanh true false
-cpu_before=$(cpu "$LAST")
-read -r S_RPS S_TOTAL S_BAD S_LAT < <(load "$URL")
-read -r S_CPU S_CHILD < <(cpu_per "$LAST" "$cpu_before" "$S_TOTAL")
-stop_last
-
 # ---------------------------------------------------------------- canopy
 canopy_daemon() { # $1: the handler command; sets DATA, URL and LAST
     local data=$WORK/canopy-$RANDOM
@@ -190,12 +186,35 @@ read -r C_DONE C_SECS < <(settle "$start" completed)
 C_COUNTS=$(counts "$DATA")
 stop_canopy
 
-echo "== canopy ?wait=true" >&2
-canopy_daemon /bin/true
-cpu_before=$(cpu "$LAST")
-read -r W_RPS W_TOTAL W_BAD W_LAT < <(load "$URL?wait=true")
-read -r W_CPU W_CHILD < <(cpu_per "$LAST" "$cpu_before" "$W_TOTAL")
-stop_canopy
+# Waited requests, in rounds that alternate the two servers: this machine's speed drifts
+# within minutes, and a single run of each compares two different machines. Each side's
+# figure is its median round (by req/s).
+WAITED=()
+for round in $(seq "$WAITED_ROUNDS"); do
+    echo "== round $round: adnanh/webhook sync (include-command-output-in-response)" >&2
+    adnanh true false
+    cpu_before=$(cpu "$LAST")
+    read -r rps total bad lat < <(load "$URL")
+    read -r own kids < <(cpu_per "$LAST" "$cpu_before" "$total")
+    WAITED+=("adnanh $rps $bad $lat $own $kids")
+    stop_last
+
+    echo "== round $round: canopy ?wait=true" >&2
+    canopy_daemon /bin/true
+    cpu_before=$(cpu "$LAST")
+    read -r rps total bad lat < <(load "$URL?wait=true")
+    read -r own kids < <(cpu_per "$LAST" "$cpu_before" "$total")
+    WAITED+=("canopy $rps $bad $lat $own $kids")
+    stop_canopy
+done
+# The median round of each side: "rps non2xx latency own-cpu child-cpu".
+median_round() {
+    printf '%s\n' "${WAITED[@]}" | awk -v who="$1" '$1 == who' | sort -k2,2 -g |
+        awk '{ rows[NR] = $0 } END { print rows[int((NR + 1) / 2)] }' | cut -d' ' -f2-
+}
+read -r S_RPS S_BAD S_LAT S_CPU S_CHILD < <(median_round adnanh)
+read -r W_RPS W_BAD W_LAT W_CPU W_CHILD < <(median_round canopy)
+W_ROUNDS=$(printf '%s\n' "${WAITED[@]}" | paste -sd';' -)
 
 echo "== canopy async, each run appending its delivery id (exactly-once check)" >&2
 canopy_daemon 'echo $CANOPY_HOOK_DELIVERY_ID >> runs.txt'
@@ -207,7 +226,7 @@ E_RUNS=$(wc -l <"$DATA/runs.txt")
 E_UNIQUE=$(sort -u "$DATA/runs.txt" | wc -l)
 stop_canopy
 
-export S_CPU S_CHILD W_CPU W_CHILD A_FAILED A_RPS S_RPS C_RPS W_RPS S_LAT W_LAT A_DONE A_SECS C_DONE C_SECS AV_TOTAL C_TOTAL \
+export W_ROUNDS S_CPU S_CHILD W_CPU W_CHILD A_FAILED A_RPS S_RPS C_RPS W_RPS S_LAT W_LAT A_DONE A_SECS C_DONE C_SECS AV_TOTAL C_TOTAL \
     A_BAD S_BAD C_BAD W_BAD C_COUNTS E_TOTAL E_COUNTS E_RUNS E_UNIQUE E_DONE
 python3 - <<'PY'
 import json, os
@@ -219,7 +238,12 @@ row = "{:46} {:>16} {:>16} {:>7}"
 print()
 print(row.format("", "adnanh/webhook", "canopy", "ratio"))
 print(row.format("accepted req/s (canopy: durably recorded)", f"{a_rps:,.0f}", f"{c_rps:,.0f}", f"{c_rps / a_rps:.2f}x"))
-print(row.format("waited req/s (sync / ?wait=true)", f"{s_rps:,.0f}", f"{w_rps:,.0f}", f"{w_rps / s_rps:.2f}x"))
+print(row.format("waited req/s (sync / ?wait=true), median round", f"{s_rps:,.0f}", f"{w_rps:,.0f}", f"{w_rps / s_rps:.2f}x"))
+rounds = [r.split() for r in e["W_ROUNDS"].split(";")]
+pairs = list(zip([r for r in rounds if r[0] == "adnanh"], [r for r in rounds if r[0] == "canopy"]))
+print(row.format("  each round (adnanh / canopy = ratio)", "", "", ""))
+for a, c in pairs:
+    print(row.format("", f"{float(a[1]):,.0f}", f"{float(c[1]):,.0f}", f"{float(c[1]) / float(a[1]):.2f}x"))
 print(row.format("  avg latency, waited", e["S_LAT"], e["W_LAT"], ""))
 print(row.format("  server CPU per waited request (us)", e["S_CPU"], e["W_CPU"], ""))
 print(row.format("  its commands' CPU per request (us)", e["S_CHILD"], e["W_CHILD"], ""))
