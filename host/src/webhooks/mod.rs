@@ -17,7 +17,7 @@
 //! - A delivery its caller waits for (`?wait=true`, `respond = "sync"`) skips the queue when
 //!   its hook has a slot free and nothing queued ([`Ingress::run_waited`]): it is recorded
 //!   `running` in its first write and its handler runs at once, in a task on the listener's
-//!   runtime -- one write and no hop to a worker less than through the queue.
+//!   runtime: one write fewer than through the queue, and no hop to a worker.
 //! - At start, deliveries found `running` had started before the daemon died: they become
 //!   `interrupted_unknown` and are never replayed. Deliveries found `accepted` run.
 
@@ -246,7 +246,7 @@ impl Drop for Slot<'_> {
     }
 }
 
-/// A slot of a hook's taken by a delivery run outside its workers (see
+/// A hook's slot taken by a delivery run outside its workers (see
 /// [`Ingress::run_waited`]). Freed, it wakes a worker when deliveries wait: the slot may be the
 /// one a worker found taken.
 struct WaitedSlot(Arc<HookQueue>);
