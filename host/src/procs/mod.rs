@@ -13,10 +13,10 @@
 //!   thread, twice in a row, the call left nothing ([`reaper::nothing_left`]: a few reads, the
 //!   common case). Otherwise the call's group is killed, then every process started since the
 //!   call began that is in that group or carries its marker, until two scans in a row find none
-//!   (a process re-parented between two reads of one scan is in the next). A command marked `detach = true` (a top-level field of
-//!   the hook or node config, one of the host's reserved keys, read by
-//!   [`HostKeys::detach`](crate::plugins::HostKeys::detach)) is left running instead; its group
-//!   is still killed if it runs into its deadline.
+//!   (a process re-parented between two reads of one scan is in the next). A command marked
+//!   `detach = true` (a top-level field of the hook or node config, one of the host's reserved
+//!   keys, read by [`HostKeys::detach`](crate::plugins::HostKeys::detach)) is left running
+//!   instead; its group is still killed if it runs into its deadline.
 //! - **Subreaper** ([`reaper`]): the daemon adopts orphaned descendants and reaps them, without
 //!   stealing the exit status of a child someone waits for.
 //! - **Crashes** ([`ledger`]): each call's group is recorded in `procs/` in the data dir while it

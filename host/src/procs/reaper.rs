@@ -142,9 +142,9 @@ fn family() -> Vec<ProcStat> {
 /// to its first live thread, the main thread, whose list is read after the group was found
 /// empty: `T` is on it then, with a start time at or after `since`. (The other threads' lists
 /// hold the calls' leaders, which are never orphans, and a leader just spawned by another call
-/// may not be registered yet: they are not read.) A process that `T` starts or that dies meanwhile moves the
-/// lists while they are read: the check is made twice in a row, as the sweep's two clean scans
-/// are, and one that finds anything leaves the call to the sweep.
+/// may not be registered yet: they are not read.) A process that `T` starts or that dies
+/// meanwhile moves the lists while they are read: the check is made twice in a row, as the
+/// sweep's two clean scans are, and one that finds anything leaves the call to the sweep.
 pub fn nothing_left(group: Option<i32>, since: u64) -> bool {
     if !(SUBREAPER.load(Ordering::Relaxed) && table::children_listed()) {
         return false;

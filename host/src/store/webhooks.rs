@@ -169,11 +169,46 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
     })
 }
 
+impl Delivery {
+    /// `new` as [`Tx::insert_delivery`] records it, without reading it back.
+    pub fn recorded(new: &NewDelivery) -> Self {
+        Self {
+            id: new.id.clone(),
+            scope: new.scope.clone(),
+            hook: new.hook.clone(),
+            handler: new.handler.clone(),
+            node: new.node.clone(),
+            status: new.status,
+            reason: new.reason.clone(),
+            method: new.method.clone(),
+            path: new.path.clone(),
+            query: new.query.clone(),
+            content_type: new.content_type.clone(),
+            headers: new.headers.clone(),
+            size: body_size(&new.body),
+            redelivery_of: new.redelivery_of.clone(),
+            test: new.test,
+            received_at: new.received_at.clone(),
+            started_at: new.started_at.clone(),
+            finished_at: None,
+            duration_ms: None,
+            error: None,
+            output: None,
+            result: None,
+        }
+    }
+}
+
+/// A body's size as the `size` column holds it.
+fn body_size(body: &[u8]) -> i64 {
+    i64::try_from(body.len()).unwrap_or(i64::MAX)
+}
+
 impl Tx<'_> {
     /// Records a delivery.
     pub fn insert_delivery(&self, new: &NewDelivery) -> Result<(), StoreError> {
         let headers = serde_json::to_string(&new.headers)?;
-        let size = i64::try_from(new.body.len()).unwrap_or(i64::MAX);
+        let size = body_size(&new.body);
         self.conn()
             .prepare_cached(
                 "INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at, started_at)
@@ -347,5 +382,48 @@ impl Rd<'_> {
             )?
             .query_map(params![scope, hook], |row| Ok((row.get(0)?, row.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::store::Store;
+
+    #[test]
+    fn a_delivery_as_recorded_is_what_the_store_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("canopy.db")).unwrap();
+        let new = NewDelivery {
+            id: crate::store::new_ordered_id(),
+            scope: "global".into(),
+            hook: "h".into(),
+            handler: "command".into(),
+            node: "n1".into(),
+            status: DeliveryStatus::Running,
+            reason: None,
+            method: "POST".into(),
+            path: "/hooks/global/h".into(),
+            query: Some("wait=true".into()),
+            content_type: Some("application/json".into()),
+            headers: vec![("x-github-event".into(), "push".into())],
+            body: b"{\"ref\":\"main\"}".to_vec(),
+            redelivery_of: None,
+            test: false,
+            received_at: crate::store::now(),
+            started_at: Some(crate::store::now()),
+        };
+        let expected = serde_json::to_value(Delivery::recorded(&new)).unwrap();
+        let id = new.id.clone();
+        store
+            .write_blocking(move |tx| tx.insert_delivery(&new))
+            .unwrap();
+        let read = store
+            .read_blocking(move |rd| rd.delivery_with_body(&id))
+            .unwrap();
+        assert_eq!(serde_json::to_value(read.0).unwrap(), expected);
+        assert_eq!(read.1, b"{\"ref\":\"main\"}");
     }
 }

@@ -135,7 +135,14 @@ fn write_over(path: &Path, body: &[u8]) -> std::io::Result<()> {
     let (file, len) = match open_plain(path)? {
         Some(opened) => opened,
         None => {
-            match std::fs::remove_file(path) {
+            // What is there is removed, a folder too (not followed if it is a link to one):
+            // a planted thing must not leave the slot failing every run after.
+            let removed = match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+                Ok(_) => std::fs::remove_file(path),
+                Err(err) => Err(err),
+            };
+            match removed {
                 Ok(()) => {}
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
                 Err(err) => return Err(err),
@@ -261,8 +268,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_planted_symlink_or_hard_link_is_replaced_not_written_through() -> std::io::Result<()>
-    {
+    async fn a_planted_symlink_hard_link_or_folder_is_replaced_not_written_through()
+    -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
         let files = BodyFiles::new(dir.path().join("bodies"));
         let victim = dir.path().join("victim");
@@ -281,12 +288,22 @@ mod tests {
         assert_eq!(read(&path), b"two");
         drop(slot);
 
-        // ... and with a hard link to it.
+        // ... with a hard link to it.
         std::fs::remove_file(&path)?;
         std::fs::hard_link(&victim, &path)?;
         let slot = files.write("z", b"three", false).await?;
         assert_eq!(read(&victim), b"precious", "written through a hard link");
         assert_eq!(read(slot.path()), b"three");
+        drop(slot);
+
+        // ... and with a folder holding a link to the victim: the slot works again, and the
+        // victim is untouched.
+        std::fs::remove_file(&path)?;
+        std::fs::create_dir(&path)?;
+        std::os::unix::fs::symlink(&victim, path.join("inside"))?;
+        let slot = files.write("w", b"four", false).await?;
+        assert_eq!(read(slot.path()), b"four");
+        assert_eq!(read(&victim), b"precious", "the folder's link was followed");
         Ok(())
     }
 }

@@ -210,13 +210,22 @@ impl HookQueue {
     /// A slot to run a handler in, while fewer than the hook's `concurrency` run (one during
     /// a flood, when the hook runs one handler at a time).
     fn claim(&self, flood: bool) -> Option<Slot<'_>> {
+        self.take(flood).then_some(Slot(self))
+    }
+
+    /// Counts one more handler running, if fewer than the limit run (see [`HookQueue::claim`]).
+    fn take(&self, flood: bool) -> bool {
         let limit = if flood { 1 } else { self.hook.concurrency };
         self.running
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
                 (running < limit).then_some(running + 1)
             })
-            .ok()?;
-        Some(Slot(self))
+            .is_ok()
+    }
+
+    /// Counts one handler fewer running.
+    fn release(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Whether nothing waits in the queue, in memory or in the database.
@@ -242,7 +251,7 @@ struct Slot<'a>(&'a HookQueue);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.release();
     }
 }
 
@@ -253,16 +262,13 @@ struct WaitedSlot(Arc<HookQueue>);
 
 impl WaitedSlot {
     fn claim(queue: &Arc<HookQueue>) -> Option<Self> {
-        let slot = queue.claim(false)?;
-        // Held from here by this owner, which frees it the same way.
-        std::mem::forget(slot);
-        Some(Self(queue.clone()))
+        queue.take(false).then(|| Self(queue.clone()))
     }
 }
 
 impl Drop for WaitedSlot {
     fn drop(&mut self) {
-        drop(Slot(&self.0));
+        self.0.release();
         self.0.wake_if_waiting();
     }
 }

@@ -53,34 +53,10 @@ pub(super) struct Running {
 }
 
 impl Running {
-    /// A delivery about to be recorded `running` (see [`super::Ingress::run_waited`]), as the
-    /// store will have it.
+    /// A delivery about to be recorded `running` (see [`super::Ingress::run_waited`]).
     pub(super) fn recorded(new: &NewDelivery, admitted: crate::drain::Admitted) -> Self {
         Self {
-            delivery: Delivery {
-                id: new.id.clone(),
-                scope: new.scope.clone(),
-                hook: new.hook.clone(),
-                handler: new.handler.clone(),
-                node: new.node.clone(),
-                status: new.status,
-                reason: new.reason.clone(),
-                method: new.method.clone(),
-                path: new.path.clone(),
-                query: new.query.clone(),
-                content_type: new.content_type.clone(),
-                headers: new.headers.clone(),
-                size: i64::try_from(new.body.len()).unwrap_or(i64::MAX),
-                redelivery_of: new.redelivery_of.clone(),
-                test: new.test,
-                received_at: new.received_at.clone(),
-                started_at: new.started_at.clone(),
-                finished_at: None,
-                duration_ms: None,
-                error: None,
-                output: None,
-                result: None,
-            },
+            delivery: Delivery::recorded(new),
             body: new.body.clone(),
             _admitted: admitted,
         }
