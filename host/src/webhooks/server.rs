@@ -222,13 +222,7 @@ async fn receive(
             Ok(Ok(outcome)) => return waited_answer(&hook, outcome, success),
             // It takes the queue.
             Ok(Err(received)) => received,
-            Err(err) => {
-                tracing::error!(webhook = %hook.key(), error = %err, "cannot record a webhook delivery");
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the delivery could not be recorded; send it again",
-                );
-            }
+            Err(err) => return unrecorded(&hook, &err),
         }
     } else {
         received
@@ -236,13 +230,7 @@ async fn receive(
     let ignored = reason.clone();
     let delivery_id = match ingress.record(&hook, received, reason, None, false).await {
         Ok(id) => id,
-        Err(err) => {
-            tracing::error!(webhook = %hook.key(), error = %err, "cannot record a webhook delivery");
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the delivery could not be recorded; send it again",
-            );
-        }
+        Err(err) => return unrecorded(&hook, &err),
     };
     if let Some(reason) = ignored {
         tracing::debug!(webhook = %hook.key(), delivery = %delivery_id, %reason, "webhook delivery ignored by its rules");
@@ -285,6 +273,15 @@ async fn receive(
         }
     };
     waited_answer(&hook, outcome, success)
+}
+
+/// 503 for a delivery that could not be recorded (nothing of it runs).
+fn unrecorded(hook: &Hook, err: &super::IngressError) -> Response {
+    tracing::error!(webhook = %hook.key(), error = %err, "cannot record a webhook delivery");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the delivery could not be recorded; send it again",
+    )
 }
 
 /// The answer to a request that waited for its handler: `success` (or 200) when it completed,
