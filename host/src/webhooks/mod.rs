@@ -210,7 +210,8 @@ impl HookQueue {
     /// A slot to run a handler in, while fewer than the hook's `concurrency` run (one during
     /// a flood, when the hook runs one handler at a time).
     fn claim(&self, flood: bool) -> Option<Slot<'_>> {
-        self.take(flood).then_some(Slot(self))
+        // Lazily: a `Slot` made and dropped when none was taken would free someone else's.
+        self.take(flood).then(|| Slot(self))
     }
 
     /// Counts one more handler running, if fewer than the limit run (see [`HookQueue::claim`]).
