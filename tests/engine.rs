@@ -318,12 +318,24 @@ fn a_blocked_node_pauses_the_graph_and_continue_resumes_it() {
     daemon.control("gated", json!({ "action": "run" }));
     let view = daemon.settled("gated");
     assert_eq!(view["status"], "paused");
+    let blocker = view["blocker"].as_str().unwrap_or_default();
     assert_eq!(
-        view["blocker"],
-        format!(
-            "node `gate` is blocked on spec A ({}): needs a human",
-            &a[..12]
+        blocker.lines().next(),
+        Some(
+            format!(
+                "node `gate` is blocked on spec A ({}): needs a human",
+                &a[..12]
+            )
+            .as_str()
         )
+    );
+    // It names the ways out, as `graph continue` takes them.
+    assert!(
+        blocker.contains(
+            "ways out:\n  - answer it, then run `gate` again: canopy graph continue gated\n"
+        ) && blocker.contains("canopy graph continue gated --mode run_from_node --node NODE")
+            && blocker.contains("canopy graph continue gated --mode skip_next_spec"),
+        "{blocker}"
     );
     assert_eq!(
         results(&view),

@@ -244,12 +244,24 @@ fn on_blocked_fires_once_per_pause_including_a_dirty_tree() {
     s.daemon.control_ok("g", json!({ "action": "run" }));
     assert_eq!(s.daemon.settled("g")["status"], "paused");
     hook_runs(&s.daemon, "g", 1);
+    // A blocker runs over several lines (its ways out follow); each firing's first has a `|`.
+    let firings = || -> Vec<String> {
+        lines(&log)
+            .into_iter()
+            .filter(|l| l.contains('|'))
+            .collect()
+    };
     assert_eq!(
-        lines(&log),
+        firings(),
         [format!(
             "gate|node `gate` is blocked on spec A ({}): waiting for review",
             &a[..12]
         )]
+    );
+    assert!(
+        lines(&log)
+            .iter()
+            .any(|l| l == "  - answer it, then run `gate` again: canopy graph continue g")
     );
 
     // The pause is over; a dirty tree makes a new pause at the next run, which fires again.
@@ -260,7 +272,7 @@ fn on_blocked_fires_once_per_pause_including_a_dirty_tree() {
     s.daemon.control_ok("g", json!({ "action": "run" }));
     assert_eq!(s.daemon.settled("g")["status"], "paused");
     hook_runs(&s.daemon, "g", 2);
-    let second = &lines(&log)[1];
+    let second = &firings()[1];
     assert!(second.starts_with("(none)|dirty tree:"), "{second}");
 }
 
@@ -409,6 +421,10 @@ fn hook_configs_are_validated_at_edit_time_naming_event_index_and_field() {
         (
             json!({ "on_completed": [{ "prompt": "x", "target_session_id": "a", "target_session_name": "b" }] }),
             "hooks.on_completed[0] (interactive mode): set exactly one of `target_session_id` and `target_session_name`, not both",
+        ),
+        (
+            json!({ "on_completed": [{ "prompt": "x", "target_session_id": "8efd5e53cc93" }] }),
+            "hooks.on_completed[0] (interactive mode): field `target_session_id` must be a whole session id, 32 hex digits (`canopy session show NAME --json` prints it; lists show its first 12), got `8efd5e53cc93`; or aim at the session by its name with `target_session_name`",
         ),
         (
             json!({ "on_completed": [{ "mode": "telepathy" }] }),
@@ -784,7 +800,7 @@ fn interactive_hooks_resolve_names_at_every_fire_and_ids_fail_loudly() {
     s.daemon.create_graph(json!({ "name": "g", "workdir": s.repo.path(), "specs": [a], "nodes": [{ "name": "n", "command": "true" }],
                 "hooks": { "on_completed": [
                     { "prompt": "to the name", "target_session_name": "reviewer" },
-                    { "prompt": "to the id", "target_session_id": "0000feedface0000" }
+                    { "prompt": "to the id", "target_session_id": "0000feedface0000feedface0000feed" }
                 ] } }),
     );
     let run = |expected: usize| {
@@ -812,7 +828,7 @@ fn interactive_hooks_resolve_names_at_every_fire_and_ids_fail_loudly() {
         runs[1]["error"]
             .as_str()
             .unwrap()
-            .contains("no session has id `0000feedface0000`"),
+            .contains("no session has id `0000feedface0000feedface0000feed`"),
         "{:#}",
         runs[1]
     );

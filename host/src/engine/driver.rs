@@ -491,10 +491,11 @@ async fn run_node(
                 NodeRunStatus::Blocked => {
                     tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Blocked, None)?;
                     let blocker = format!(
-                        "node `{node_name}` is blocked on spec {} ({}): {}",
+                        "node `{node_name}` is blocked on spec {} ({}): {}\n{}",
                         spec_name,
                         ids::short(&spec_id),
-                        reason.clone().unwrap_or_default()
+                        reason.clone().unwrap_or_default(),
+                        blocked_ways_out(&run.graph_name, &node_name)
                     );
                     pause(tx, &run.graph_id, &run.run_id, &blocker)?;
                     events.push(EngineEvent::RunBlocked {
@@ -562,6 +563,13 @@ pub(super) fn pause(
     Ok(())
 }
 
+/// The ways out of a pause on a node that reported `blocked`, as `graph continue` offers them.
+fn blocked_ways_out(graph: &str, node: &str) -> String {
+    format!(
+        "ways out:\n  - answer it, then run `{node}` again: canopy graph continue {graph}\n  - run that spec again from a node: canopy graph continue {graph} --mode run_from_node --node NODE\n  - skip that spec: canopy graph continue {graph} --mode skip_next_spec"
+    )
+}
+
 /// Pauses for a dirty tree, with the first paths and the ways out.
 fn dirty_pause(
     tx: &Tx<'_>,
@@ -590,7 +598,7 @@ fn dirty_pause(
     }
     let first_node = graph.nodes.first().map_or("NODE", |n| n.name.as_str());
     blocker.push_str(&format!(
-        "ways out:\n  - start that spec anyway: canopy graph continue {g} --mode run_from_node --node {first_node}\n  - clean the tree by hand, then skip that spec: canopy graph continue {g} --mode skip_next_spec\n  - let runs start on a dirty tree: set allow_dirty_start on the graph (canopy graph edit), then canopy graph continue {g}",
+        "ways out:\n  - clean the tree (commit, or git stash -u), then check again and start it: canopy graph continue {g}\n  - start that spec anyway, on the dirty tree: canopy graph continue {g} --mode run_from_node --node {first_node}\n  - skip that spec (the next one is checked again): canopy graph continue {g} --mode skip_next_spec\n  - let runs start on a dirty tree: set allow_dirty_start on the graph (canopy graph edit), then canopy graph continue {g}",
         g = graph.name
     ));
     pause(tx, graph_id, run_id, &blocker)?;
