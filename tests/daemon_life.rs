@@ -709,6 +709,19 @@ fn a_second_daemon_on_a_taken_port_fails_before_touching_its_data_dir() {
         "{err}"
     );
     assert_eq!(first.json(&["status"])["url"], first.url.as_str());
+
+    // The data dir of a running daemon, and a port some other program holds: the data dir's
+    // daemon is what is named (its pid and address), not blamed for the port.
+    let other = Daemon::start();
+    let err = daemon_refused(other.host(), &first.data_dir);
+    let pid = first.pid().unwrap_or_default();
+    assert!(
+        err.contains(&format!(
+            "another canopy daemon (pid {pid}) is already running on data dir"
+        )) && err.contains(&format!("listening on {}", first.url))
+            && !err.contains("the port is taken"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -816,7 +816,8 @@ fn one_daemon_per_data_dir_and_a_cli_without_daemon_says_how_to_start_one() {
     assert!(!second.status.success());
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(
-        err.contains("another canopy daemon is already running on data dir"),
+        err.contains("another canopy daemon (pid ")
+            && err.contains("is already running on data dir"),
         "{err}"
     );
 

@@ -97,18 +97,7 @@ fn lock(data: &DataDir) -> Result<DaemonLock> {
         .with_context(|| format!("cannot open {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let running = std::fs::read_to_string(data.address_file()).unwrap_or_default();
-            bail!(
-                "another canopy daemon is already running on data dir {}{}; stop it first or use another --data-dir",
-                data.root().display(),
-                if running.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!(" (listening on {})", running.trim())
-                }
-            );
-        }
+        Err(std::fs::TryLockError::WouldBlock) => bail!(already_running(data, None)),
         Err(std::fs::TryLockError::Error(err)) => {
             return Err(err).with_context(|| format!("cannot lock {}", path.display()));
         }
@@ -116,6 +105,21 @@ fn lock(data: &DataDir) -> Result<DaemonLock> {
     file.set_len(0)?;
     writeln!(file, "{}", std::process::id())?;
     Ok(DaemonLock { _file: file })
+}
+
+/// Why a second daemon on one data dir is refused: the one running there, its pid and address.
+fn already_running(data: &DataDir, pid: Option<u32>) -> String {
+    let running = std::fs::read_to_string(data.address_file()).unwrap_or_default();
+    format!(
+        "another canopy daemon{} is already running on data dir {}{}; one data dir has one daemon: stop it first (`canopy daemon stop`) or use another --data-dir",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        data.root().display(),
+        if running.trim().is_empty() {
+            String::new()
+        } else {
+            format!(", listening on {}", running.trim())
+        }
+    )
 }
 
 /// The daemon holding a data dir's lock.
@@ -156,18 +160,8 @@ async fn bind(data: &DataDir, listen: &str) -> Result<tokio::net::TcpListener> {
     match tokio::net::TcpListener::bind(addr).await {
         Ok(listener) => Ok(listener),
         Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => {
-            let who = match holder(data) {
-                Some(holder) => format!(
-                    "another canopy daemon{} is already running on data dir {} (`canopy status` shows it)",
-                    holder
-                        .pid
-                        .map(|p| format!(" (pid {p})"))
-                        .unwrap_or_default(),
-                    data.root().display()
-                ),
-                None => "another program (or the canopy daemon of another data dir) listens there"
-                    .to_string(),
-            };
+            // A daemon of this data dir was refused before (see `run`): someone else has it.
+            let who = "another program (or the canopy daemon of another data dir) listens there";
             let other = SocketAddr::new(addr.ip(), addr.port().wrapping_add(1).max(1024));
             bail!(
                 "cannot listen on {addr}: the port is taken; {who}. Pick another port: `canopy daemon --listen {}` takes any free one (the CLI finds it through the data dir), or `--listen {other}`, or set `listen` in {}",
@@ -190,6 +184,10 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let listen = listen
         .or(config.listen.clone())
         .unwrap_or_else(|| config::DEFAULT_LISTEN.to_string());
+    // One daemon per data dir: said first, whatever port this one was asked to take.
+    if let Some(running) = holder(&data) {
+        bail!(already_running(&data, running.pid));
+    }
     let listener = bind(&data, &listen).await?;
     let webhook_listener = crate::webhooks::server::bind(&config).await?;
     crate::datadir::private_umask();
