@@ -134,7 +134,8 @@ fn a_session_is_named_by_its_name_wherever_a_session_id_is_taken() {
     assert!(
         err.contains("session name `lead` is ambiguous; it matches ")
             && err.contains(&lead)
-            && err.contains(&other),
+            && err.contains(&other)
+            && err.contains("give one of these ids (or a unique prefix of it) instead"),
         "{err}"
     );
     // Once one of them is finished, the name means the live one, as for a hook.

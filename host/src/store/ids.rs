@@ -125,6 +125,15 @@ pub(super) fn resolve_named(
     })
 }
 
+/// What to give instead of an ambiguous `by` (`id prefix` or `name`).
+pub fn ambiguity_hint(by: &str) -> &'static str {
+    if by == "name" {
+        "give one of these ids (or a unique prefix of it) instead"
+    } else {
+        "give more digits of the id"
+    }
+}
+
 /// The short form of an id shown in tables.
 pub fn short(id: &str) -> &str {
     &id[..id.len().min(12)]

@@ -39,7 +39,7 @@ pub enum StoreError {
     #[error("no {kind} matches `{id}`")]
     NotFound { kind: &'static str, id: String },
     /// An id prefix (or a name) matches several rows.
-    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}", .candidates.join(", "))]
+    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}; {}", .candidates.join(", "), crate::store::ids::ambiguity_hint(by))]
     Ambiguous {
         kind: &'static str,
         /// What `prefix` was taken as: `id prefix` or `name`.
