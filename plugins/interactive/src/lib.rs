@@ -22,7 +22,10 @@ struct InteractiveConfig {
 impl InteractiveConfig {
     fn target(&self) -> Result<SessionTarget, String> {
         match (&self.target_session_id, &self.target_session_name) {
-            (Some(id), None) if !id.trim().is_empty() => Ok(SessionTarget::Id(id.clone())),
+            (Some(id), None) if is_session_id(id) => Ok(SessionTarget::Id(id.clone())),
+            (Some(id), None) if !id.trim().is_empty() => Err(format!(
+                "field `target_session_id` must be a whole session id, 32 hex digits (`canopy session show NAME --json` prints it; lists show its first 12), got `{id}`; or aim at the session by its name with `target_session_name`"
+            )),
             (None, Some(name)) if !name.trim().is_empty() => Ok(SessionTarget::Name(name.clone())),
             (Some(_), Some(_)) => Err(
                 "set exactly one of `target_session_id` and `target_session_name`, not both"
@@ -35,6 +38,14 @@ impl InteractiveConfig {
             (None, Some(_)) => Err("field `target_session_name` must not be empty".to_string()),
         }
     }
+}
+
+/// A session id as the daemon makes them: 32 lowercase hex digits.
+fn is_session_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 struct InteractiveExecutor;
