@@ -174,6 +174,17 @@ fn graph_edit_if_version_refuses_a_stale_edit_and_says_the_current_version() {
         bad.1
     );
     assert_eq!(daemon.json(&["graph", "get", "edited"])["version"], 2);
+
+    // An edit that sets what the graph has writes nothing: the version stays, and it says so.
+    let out = daemon.ok(&["graph", "edit", "edited", file]);
+    assert!(
+        out.contains("graph edited unchanged") && out.contains("still version 2"),
+        "{out}"
+    );
+    std::fs::write(dir.path().join("none.json"), r#"{"hooks": {}}"#).unwrap();
+    let none = dir.path().join("none.json");
+    daemon.ok(&["graph", "edit", "edited", none.to_str().unwrap()]);
+    assert_eq!(daemon.json(&["graph", "get", "edited"])["version"], 2);
 }
 
 #[test]

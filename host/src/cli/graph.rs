@@ -418,11 +418,19 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 print_json(&graph)?;
             } else {
                 print_warnings(&graph);
-                println!(
-                    "updated graph {} (now version {})",
-                    str_at(&graph, "/name"),
-                    graph["version"]
-                );
+                if graph["unchanged"].as_bool() == Some(true) {
+                    println!(
+                        "graph {} unchanged: the edit sets what it has (still version {})",
+                        str_at(&graph, "/name"),
+                        graph["version"]
+                    );
+                } else {
+                    println!(
+                        "updated graph {} (now version {})",
+                        str_at(&graph, "/name"),
+                        graph["version"]
+                    );
+                }
             }
         }
         GraphCommand::Run {
@@ -529,16 +537,19 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                         short(str_at(n, "/run_id")).to_string(),
                         short(str_at(n, "/spec_id")).to_string(),
                         str_at(n, "/node").to_string(),
-                        format!("{} {}", str_at(n, "/plugin"), str_at(n, "/plugin_version"))
-                            .trim()
-                            .to_string(),
+                        // A call that never reached its plugin has none recorded: its mode.
+                        n["plugin"].as_str().map_or_else(
+                            || str_at(n, "/mode").to_string(),
+                            |p| format!("{p} {}", str_at(n, "/plugin_version")),
+                        ),
                         str_at(n, "/status").to_string(),
                         n["duration_ms"]
                             .as_i64()
                             .map_or_else(|| "-".to_string(), |ms| format!("{ms} ms")),
-                        n["summary"]
+                        // Why it failed or blocked, when it says; else what it did.
+                        n["reason"]
                             .as_str()
-                            .or(n["reason"].as_str())
+                            .or(n["summary"].as_str())
                             .unwrap_or("-")
                             .lines()
                             .next()
@@ -575,7 +586,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                     "EXECUTOR",
                     "STATUS",
                     "DURATION",
-                    "SUMMARY",
+                    "REASON / SUMMARY",
                 ],
                 &rows,
                 "no node runs yet",

@@ -463,6 +463,20 @@ impl Engine {
             allow_dirty_start: input.allow_dirty_start.unwrap_or(current.allow_dirty_start),
             hooks,
         };
+        // An edit that changes nothing writes nothing: the version stays, no event is sent.
+        let as_it_is = graphs::GraphWrite {
+            name: current.name.clone(),
+            workdir: current.workdir.clone(),
+            nodes: current.nodes.clone(),
+            specs: current.specs.iter().map(|s| s.id.clone()).collect(),
+            allow_dirty_start: current.allow_dirty_start,
+            hooks: current.hooks.clone(),
+        };
+        if write == as_it_is {
+            let mut view = self.graph_view(&current.id, ViewPage::default()).await?;
+            view.unchanged = true;
+            return Ok(view);
+        }
         // Written on the version this edit read: a concurrent edit in between makes a
         // conditional edit stale, and an unconditional one is redone on the newer version.
         let id = current.id.clone();

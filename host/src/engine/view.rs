@@ -41,6 +41,9 @@ pub struct GraphView {
     /// to come, which the new hooks will serve.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining_events: Option<Vec<String>>,
+    /// After an update: true when it changed nothing (nothing was written, the version stayed).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
 }
 
 /// Which window of a long per-spec list a view shows.
@@ -257,6 +260,7 @@ pub(super) fn build(
         progress: Vec::new(),
         completion_hook_runs: Vec::new(),
         remaining_events: None,
+        unchanged: false,
         graph,
     };
     let Some(run) = run else {

@@ -62,7 +62,7 @@ pub struct Graph {
 }
 
 /// The full, validated contents of a graph to write.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GraphWrite {
     pub name: String,
     pub workdir: String,
