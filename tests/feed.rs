@@ -92,7 +92,7 @@ fn every_family_reaches_the_feed_with_its_envelope_and_a_payload_its_schema_acce
 
     // session.*: one inbox delivered to, one pane that cannot be reached.
     daemon.ok(&["session", "new", "--name", "lead"]);
-    daemon.ok(&[
+    let created = daemon.cli(&[
         "session",
         "new",
         "--name",
@@ -100,6 +100,13 @@ fn every_family_reaches_the_feed_with_its_envelope_and_a_payload_its_schema_acce
         "--tmux-target",
         "gone:0.0",
     ]);
+    // Recorded, with a warning that the pane cannot be reached now.
+    let warned = String::from_utf8_lossy(&created.stderr);
+    assert!(
+        created.status.success()
+            && warned.contains("warning: tmux pane `gone:0.0` cannot be reached now"),
+        "{created:?}"
+    );
     send_message(&daemon, repo.path(), "lead", "hello");
     send_message(&daemon, repo.path(), "pane", "lost");
     wait_event(&daemon, "session.message.delivered", |_| true);

@@ -193,6 +193,13 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                     ],
                 )
             })?;
+            if let Some(target) = &tmux_target
+                && let Some(why) = pane_unreachable(target, tmux_socket.as_deref()).await
+            {
+                eprintln!(
+                    "warning: tmux pane `{target}` cannot be reached now ({why}); messages for this session become undeliverable (kept for `canopy session recall`) until it can"
+                );
+            }
             return single(session, json);
         }
         SessionCommand::List { all, json } => {
@@ -387,4 +394,23 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why tmux cannot reach `target` now (`None`: it can), asked as delivery will ask it; tmux is
+/// given 5 s.
+async fn pane_unreachable(target: &str, socket: Option<&str>) -> Option<String> {
+    let mut command = tokio::process::Command::new("tmux");
+    if let Some(socket) = socket {
+        command.arg("-S").arg(socket);
+    }
+    command
+        .args(["display-message", "-p", "-t", target, "#{pane_id}"])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    match tokio::time::timeout(std::time::Duration::from_secs(5), command.output()).await {
+        Ok(Ok(output)) if output.status.success() => None,
+        Ok(Ok(output)) => Some(String::from_utf8_lossy(&output.stderr).trim().to_string()),
+        Ok(Err(err)) => Some(format!("cannot run tmux: {err}")),
+        Err(_) => Some("tmux did not answer within 5s".to_string()),
+    }
 }
