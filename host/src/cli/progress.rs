@@ -217,6 +217,12 @@ fn events(view: &Value) -> Vec<Event> {
         let (tone, verb, message) = match str_at(hook, "/status") {
             "queued" | "running" => continue,
             "completed" => (Tone::Good, "Finished", format!("{label} in {took}")),
+            "failed" => (
+                Tone::Bad,
+                "Failed",
+                format!("{label} in {took}{}", because(hook, "error")),
+            ),
+            // timed_out, interrupted, dropped: said, since the verb does not.
             other => (
                 Tone::Bad,
                 "Failed",
