@@ -47,6 +47,42 @@ fn read_secret(hook: &Hook, secret: &Secret, base: &Path) -> Result<Vec<u8>, Ref
     })
 }
 
+/// Query parameters whose values are kept out of the record: a name holding one of these
+/// words (any case) looks like a credential. A token belongs in a header; one sent in the
+/// query string as well (`?token=...`, as some senders do) is still never recorded.
+const SECRET_WORDS: [&str; 8] = [
+    "token",
+    "secret",
+    "passw",
+    "signature",
+    "sig",
+    "key",
+    "auth",
+    "credential",
+];
+
+/// The query string as a delivery records it (and hands to its handler as `{{query}}`): each
+/// parameter whose name looks like a credential has its value replaced by `(redacted)`. The
+/// hook's rules see the query as it came.
+pub fn recorded_query(query: &str) -> String {
+    let looks_secret = |name: &str| {
+        let name = name.to_ascii_lowercase();
+        SECRET_WORDS.iter().any(|word| name.contains(word))
+    };
+    if !form_urlencoded::parse(query.as_bytes()).any(|(name, _)| looks_secret(&name)) {
+        return query.to_string();
+    }
+    let mut kept = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        if looks_secret(&name) {
+            kept.append_pair(&name, "(redacted)");
+        } else {
+            kept.append_pair(&name, &value);
+        }
+    }
+    kept.finish()
+}
+
 /// The tokens a request presents: the bearer token and the token header.
 fn presented(headers: &HeaderMap) -> Vec<&[u8]> {
     let mut tokens = Vec::new();
@@ -128,6 +164,22 @@ pub fn sign(key: &[u8], body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_the_query_are_not_recorded() {
+        assert_eq!(recorded_query("x=1&ref=main"), "x=1&ref=main");
+        assert_eq!(
+            recorded_query("token=inline-SECRET&x=1&API_Key=k2&hub.signature=s&access_token=t"),
+            "token=%28redacted%29&x=1&API_Key=%28redacted%29&hub.signature=%28redacted%29&access_token=%28redacted%29"
+        );
+        // Whatever the encoding, the secret does not survive.
+        let kept = recorded_query("%74oken=inline%2DSECRET");
+        assert!(
+            !kept.contains("SECRET") && kept.contains("redacted"),
+            "{kept}"
+        );
+        assert_eq!(recorded_query(""), "");
+    }
 
     #[test]
     fn githubs_example_signature_verifies() {

@@ -204,7 +204,7 @@ async fn receive(
     let received = Received {
         method: method.to_string(),
         path: uri.path().to_string(),
-        query: uri.query().map(str::to_string),
+        query: uri.query().map(auth::recorded_query),
         content_type: headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
