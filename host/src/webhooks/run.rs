@@ -552,11 +552,18 @@ async fn run_work(
     } else {
         None
     };
-    let workdir = hook
-        .workdir
-        .clone()
-        .filter(|w| w.is_dir())
-        .unwrap_or_else(|| ingress.data_dir().to_path_buf());
+    // A `cwd` that is not there fails the run naming it: run elsewhere, the handler would act
+    // on a folder it was never meant for.
+    let workdir = match &hook.workdir {
+        Some(cwd) if cwd.is_dir() => cwd.clone(),
+        Some(cwd) => {
+            return Ended::failed(format!(
+                "the hook's cwd `{}` is not an existing directory; nothing ran",
+                cwd.display()
+            ));
+        }
+        None => ingress.data_dir().to_path_buf(),
+    };
     let request = CallRequest {
         work: work.clone(),
         markers,
