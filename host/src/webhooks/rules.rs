@@ -253,6 +253,9 @@ impl Rule {
                 Err(_) => Ok(()),
             },
             Self::Field(path, patterns) => match path.get(request) {
+                None if matches!(path, FieldPath::Body(_)) && request.json.is_none() => {
+                    Err(format!("`{path}` cannot be read: the body is not JSON"))
+                }
                 None => Err(format!("`{path}` is missing")),
                 Some(value) if patterns.iter().any(|p| p.matches(&value)) => Ok(()),
                 Some(value) => Err(format!(
@@ -273,6 +276,21 @@ impl Rule {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_that_is_not_json_is_said_so() {
+        let rule = Rule::parse(&serde_json::json!({ "ref": "refs/heads/main" })).unwrap();
+        let headers = HeaderMap::new();
+        let reason = rule.check(&Request {
+            json: None,
+            headers: &headers,
+            query: &[],
+        });
+        assert_eq!(
+            reason,
+            Err("`ref` cannot be read: the body is not JSON".to_string())
+        );
+    }
 
     fn check(
         rule: Value,
