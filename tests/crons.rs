@@ -70,6 +70,9 @@ action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTO
         scheduled.ends_with('Z'),
         "a whole scheduled second: {scheduled}"
     );
+    // Prepared ahead of its second, it starts on it: its receipt says so.
+    let at = |field: &str| humantime::parse_rfc3339(done[field].as_str().unwrap()).unwrap();
+    assert!(at("started_at") >= at("scheduled_at"), "{done}");
     // The process saw who it runs as, and its own receipt's run id.
     let run_id = done["run_id"].as_str().unwrap();
     let lines = std::fs::read_to_string(&out).unwrap();
@@ -327,7 +330,8 @@ action = { command = "true" }
     let output = stopping.wait_with_output().unwrap();
     assert!(output.status.success(), "{output:?}");
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains(" of work in flight get up to 3s to end"),
+        String::from_utf8_lossy(&output.stderr).contains(" of work in flight ha")
+            && String::from_utf8_lossy(&output.stderr).contains(" up to 3s to end"),
         "{output:?}"
     );
     assert!(

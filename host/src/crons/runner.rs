@@ -314,6 +314,7 @@ impl Crons {
                     )),
                     missed_count: Some(i64::try_from(count).unwrap_or(i64::MAX)),
                     actor: Actor::Cron(name.clone()).to_string(),
+                    starts_at: None,
                 })?;
                 let event = Event::new(&events::cron::CronMissed {
                     cron: name.clone(),
@@ -350,13 +351,19 @@ impl Crons {
             let jitter = jitter(cron.jitter);
             let to_mark = until_mark(Timestamp::now()) + jitter;
             let mark = tokio::time::Instant::now() + to_mark;
+            let wall_mark = std::time::SystemTime::now() + to_mark;
             tokio::time::sleep_until(mark.checked_sub(LEAD).unwrap_or(mark)).await;
             after = next;
             if self.is_paused(cron.name()) {
                 continue;
             }
             if let Err(err) = self
-                .fire(cron.clone(), Trigger::Schedule, Some(next), Some(mark))
+                .fire(
+                    cron.clone(),
+                    Trigger::Schedule,
+                    Some(next),
+                    Some((mark, wall_mark)),
+                )
                 .await
             {
                 tracing::error!(cron = %cron.name(), error = %err, "cannot record a cron firing");
@@ -391,7 +398,7 @@ impl Crons {
         cron: Arc<Cron>,
         trigger: Trigger,
         scheduled: Option<Timestamp>,
-        not_before: Option<tokio::time::Instant>,
+        not_before: Option<(tokio::time::Instant, std::time::SystemTime)>,
     ) -> Result<Receipt, StoreError> {
         let name = cron.name().to_string();
         let run_id = crate::store::new_id();
@@ -451,6 +458,7 @@ impl Crons {
             error,
             missed_count: None,
             actor: Actor::Cron(name.clone()).to_string(),
+            starts_at: not_before.map(|(_, at)| at),
         };
         let bus = self.inner.bus.clone();
         let written = self
@@ -484,7 +492,13 @@ impl Crons {
                 let written = receipt.clone();
                 tokio::spawn(async move {
                     crons
-                        .execute(cron, firing, written, scheduled, not_before)
+                        .execute(
+                            cron,
+                            firing,
+                            written,
+                            scheduled,
+                            not_before.map(|(at, _)| at),
+                        )
                         .await;
                     drop(admitted);
                 });

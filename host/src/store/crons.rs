@@ -88,6 +88,9 @@ pub struct NewReceipt {
     pub error: Option<String>,
     pub missed_count: Option<i64>,
     pub actor: String,
+    /// A firing prepared ahead of its second: the instant its action is held until, which its
+    /// receipt's `started_at` says (not the moment the receipt was written).
+    pub starts_at: Option<std::time::SystemTime>,
 }
 
 /// A receipt's end.
@@ -202,8 +205,11 @@ impl Tx<'_> {
     /// Writes a firing's receipt.
     pub fn insert_cron_receipt(&self, new: &NewReceipt) -> Result<Receipt, StoreError> {
         let now = super::now();
+        let starts = new.starts_at.map(|at| {
+            humantime::format_rfc3339_micros(at.max(std::time::SystemTime::now())).to_string()
+        });
         let (started, finished) = if new.status == ReceiptStatus::Running {
-            (Some(now.as_str()), None)
+            (Some(starts.as_deref().unwrap_or(now.as_str())), None)
         } else {
             (None, Some(now.as_str()))
         };
