@@ -12,6 +12,14 @@ use jiff::{Timestamp, Zoned};
 
 /// The shortest `@every` interval.
 const MIN_EVERY: Duration = Duration::from_secs(1);
+/// The longest `@every` interval: a year and a day.
+const MAX_EVERY: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The units `@every` takes: seconds to weeks. (Months and years have no fixed length, and
+/// `M` would read as minutes to many.)
+const EVERY_UNITS: [&str; 23] = [
+    "s", "sec", "secs", "second", "seconds", "m", "min", "mins", "minute", "minutes", "h", "hr",
+    "hrs", "hour", "hours", "d", "day", "days", "w", "week", "weeks", "ms", "msec",
+];
 
 /// A parsed schedule.
 #[derive(Debug, Clone)]
@@ -33,7 +41,7 @@ pub enum ScheduleError {
     )]
     Pattern(String, String),
     #[error(
-        "`{0}`: the interval of @every must be whole seconds, at least 1s (`@every 30s`, `@every 10m`, `@every 2h`)"
+        "`{0}`: the interval of @every must be whole seconds, from 1s to 366d, in s, m, h, d or w (`@every 30s`, `@every 10m`, `@every 2h 30m`)"
     )]
     Every(String),
     #[error("`{0}` is not an IANA time zone (`UTC`, `Europe/Paris`, `America/New_York`)")]
@@ -51,18 +59,38 @@ impl Schedule {
         };
         let text = schedule.trim();
         if let Some(every) = text.strip_prefix("@every") {
+            let units_known = every
+                .split(|c: char| !c.is_ascii_alphabetic())
+                .filter(|unit| !unit.is_empty())
+                .all(|unit| EVERY_UNITS.contains(&unit));
             let interval = humantime::parse_duration(every.trim())
-                .map_err(|_| ScheduleError::Every(text.to_string()))?;
-            if interval < MIN_EVERY || interval.subsec_nanos() != 0 {
+                .ok()
+                .filter(|_| units_known)
+                .ok_or_else(|| ScheduleError::Every(text.to_string()))?;
+            if !(MIN_EVERY..=MAX_EVERY).contains(&interval) || interval.subsec_nanos() != 0 {
                 return Err(ScheduleError::Every(text.to_string()));
             }
             return Ok(Self::Every(interval));
+        }
+        let fields = text.split_whitespace().count();
+        if !text.starts_with('@') && !(5..=6).contains(&fields) {
+            return Err(ScheduleError::Pattern(
+                text.to_string(),
+                format!(
+                    "it has {fields} field{}",
+                    if fields == 1 { "" } else { "s" }
+                ),
+            ));
         }
         let cron = croner::parser::CronParser::builder()
             .seconds(croner::parser::Seconds::Optional)
             .build()
             .parse(text)
-            .map_err(|err| ScheduleError::Pattern(text.to_string(), err.to_string()))?;
+            .map_err(|err| {
+                // croner's own words, without its trailing dots.
+                let said = err.to_string();
+                ScheduleError::Pattern(text.to_string(), said.trim_end_matches('.').to_string())
+            })?;
         // A pattern that never matches (the 31st of February) is refused now, not at start.
         let probe = Timestamp::now().to_zoned(zone.clone());
         cron.find_next_occurrence(&probe, false).map_err(|err| {
@@ -210,9 +238,14 @@ mod tests {
         for (text, zone, expected) in [
             ("0 */6 * *", None, "is not a schedule"),
             ("61 * * * *", None, "is not a schedule"),
-            ("@every 0s", None, "at least 1s"),
+            ("@every 0s", None, "from 1s to 366d"),
             ("@every 1.5s", None, "whole seconds"),
             ("@every soon", None, "@every"),
+            ("@every 9223372036854775808s", None, "from 1s to 366d"),
+            ("@every 99999999999h", None, "from 1s to 366d"),
+            ("@every 10M", None, "in s, m, h, d or w"),
+            ("0 0 0 1 1 * 2030", None, "it has 7 fields"),
+            ("0 */6 * *", None, "it has 4 fields"),
             ("0 0 31 2 *", None, "never fires"),
             ("@daily", Some("Mars/Olympus"), "IANA time zone"),
         ] {
