@@ -641,4 +641,7 @@ fn bad_query_values_are_refused_naming_the_parameter_and_what_it_takes() {
     );
     let stderr = daemon.fails(&["feed", "--follow", "--since", "soon"]);
     assert!(stderr.contains("`--since`: `soon` is neither"), "{stderr}");
+    // A stream from --since sends all after it: a count with it is refused, not ignored.
+    let stderr = daemon.fails(&["feed", "--follow", "--since", "2h", "--last", "3"]);
+    assert!(stderr.contains("--last does not apply there"), "{stderr}");
 }

@@ -173,6 +173,20 @@ fn a_commit_and_a_tag_fire_once_each_and_a_restart_fires_only_what_it_missed() {
     assert_eq!(updates[0]["project"], real(repo.path()));
     assert_eq!(updates[0]["target"], "web");
     assert_eq!(updates[0]["actor"], "user");
+    // `feed --project` takes the project's name; an unknown one is refused, naming those known.
+    let by_name = daemon.json(&[
+        "feed",
+        "--project",
+        "web",
+        "--event",
+        "project.checkout_updated",
+    ]);
+    assert_eq!(by_name["events"], Value::Array(updates.clone()));
+    let err = daemon.fails(&["feed", "--project", "nosuch"]);
+    assert!(
+        err.contains("no project is named `nosuch` (projects: web)"),
+        "{err}"
+    );
     let ended = feed_events(&daemon, "hook.run.completed");
     assert!(
         ended

@@ -182,12 +182,48 @@ fn query_of(params: &FeedParams) -> Result<FeedQuery, ApiError> {
     })
 }
 
+/// A `project` filter as the feed records projects (a workdir): a configured project's name
+/// stands for its checkout; any other value must be an absolute path.
+fn project_workdir(state: &AppState, project: String) -> Result<String, ApiError> {
+    if std::path::Path::new(&project).is_absolute() {
+        return Ok(project);
+    }
+    let projects = state.bus.project_hooks();
+    match projects.projects.iter().find(|p| p.name == project) {
+        // Events name the checkout as the watcher resolved it.
+        Some(known) => Ok(std::fs::canonicalize(&known.checkout)
+            .unwrap_or_else(|_| known.checkout.clone())
+            .to_string_lossy()
+            .into_owned()),
+        None => Err(ApiError::bad_request(format!(
+            "query parameter `project`: no project is named `{project}`{}; give a project's name (`[projects.NAME]` in canopy.toml) or a workdir (an absolute path)",
+            if projects.projects.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (projects: {})",
+                    projects
+                        .projects
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ))),
+    }
+}
+
 async fn feed(
     State(state): State<AppState>,
     headers: HeaderMap,
     ApiQuery(params): ApiQuery<FeedParams>,
 ) -> Result<Response, ApiError> {
-    let query = query_of(&params)?;
+    let mut query = query_of(&params)?;
+    query.project = query
+        .project
+        .map(|project| project_workdir(&state, project))
+        .transpose()?;
     if !params.follow {
         let (events, head) = state
             .store

@@ -34,15 +34,16 @@ pub struct FeedArgs {
     /// Only this family's events: graph, spec, node, hook, session, plugin, cron, webhook or project.
     #[arg(long, value_name = "FAMILY")]
     family: Option<String>,
-    /// Only the events of this project (a graph's workdir).
-    #[arg(long, value_name = "DIR")]
+    /// Only the events of this project: its name (`[projects.NAME]`), or a workdir (a
+    /// project's checkout, a graph's workdir).
+    #[arg(long, value_name = "NAME|DIR")]
     project: Option<String>,
     /// The events after this cursor (the number before an event), since this time (RFC 3339)
     /// or this long ago (10m, 2h). Without --last, every one of them.
     #[arg(long, value_name = "CURSOR|TIME")]
     since: Option<String>,
-    /// The newest N events (with --since: the first N after it; at most 1000) [default: 100,
-    /// or 10 with --follow]
+    /// The newest N events (with --since: the first N after it; at most 1000; not with both
+    /// --since and --follow) [default: 100, or 10 with --follow]
     #[arg(long, value_name = "N")]
     last: Option<usize>,
     /// JSON: the answer as the API gives it; with --follow one event per line.
@@ -77,8 +78,12 @@ pub async fn run(data: &DataDir, args: FeedArgs) -> Result<ExitCode> {
 fn filters(args: &FeedArgs) -> String {
     let mut query = String::new();
     let project = args.project.as_deref().map(|dir| {
-        // A directory given as on the command line (`.`, relative) is the canonical workdir
-        // the events name; a project that is gone is taken as written.
+        // A bare word is a project's name (the daemon knows them). A directory given as on
+        // the command line (`.`, relative) is the canonical workdir the events name; a
+        // project that is gone is taken as written.
+        if !dir.contains('/') && dir != "." && dir != ".." {
+            return dir.to_string();
+        }
         std::fs::canonicalize(dir)
             .map(|path| path.to_string_lossy().into_owned())
             .unwrap_or_else(|_| dir.to_string())
@@ -173,7 +178,10 @@ fn print_answer(answer: &Value, json: bool) -> Result<()> {
 /// the last event printed (`Last-Event-ID`), so the stream resumes without a gap.
 async fn follow(data: &DataDir, first: Client, args: &FeedArgs) -> Result<ExitCode> {
     let start = match (args.since.as_deref(), args.last) {
-        (Some(since), Some(last)) => format!("since={}&last={last}", encode(since)),
+        // A stream from --since sends every event after it, and goes on: a count has no place.
+        (Some(_), Some(_)) => anyhow::bail!(
+            "--follow --since streams every event after --since; --last does not apply there. Drop --last, or drop --since to start with the newest N"
+        ),
         (Some(since), None) => format!("since={}", encode(since)),
         (None, last) => format!("last={}", last.unwrap_or(FOLLOW_LAST)),
     };
