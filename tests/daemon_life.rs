@@ -252,7 +252,15 @@ fn run_list_show_and_output_tell_what_each_run_and_node_run_did() {
 
 #[test]
 fn graph_run_wait_streams_progress_and_waits_for_the_runs_hooks() {
-    let daemon = Daemon::start();
+    // A daemon hook on the run's failure too: its line names it.
+    let daemon = Daemon::start_with_config(
+        r#"
+[[hooks]]
+name = "announce-failed"
+event = "graph.run.failed"
+action = { command = "true" }
+"#,
+    );
     let repo = git_repo();
     let out = tempfile::tempdir().unwrap();
     let marker = out.path().join("hook-done");
@@ -298,6 +306,11 @@ fn graph_run_wait_streams_progress_and_waits_for_the_runs_hooks() {
         .find(|l| l.contains("Failed node check (Beta)"))
         .unwrap();
     assert!(failed_line.contains(": "), "the reason: {failed_line}");
+    // The daemon hook is named as `hooks runs` names it.
+    assert!(
+        stderr.contains("Finished hook announce-failed (command) in "),
+        "{stderr}"
+    );
 
     // --quiet: nothing on stderr.
     daemon.ok(&["graph", "reset", "web"]);

@@ -17,8 +17,9 @@ use crate::logfile;
 pub enum DaemonCommand {
     /// Stop the running daemon as planned and wait until it has exited: admission closes at
     /// once, work in flight (cron firings, node runs, hooks, webhook handlers) gets --timeout
-    /// seconds to end, what is left is forced (its processes killed) and recorded
-    /// interrupted_by_restart with its partial output.
+    /// seconds to end, what is left is forced (its processes killed) and recorded with its
+    /// partial output: a cron receipt interrupted_by_restart, a node run, hook run or webhook
+    /// delivery interrupted.
     #[command(after_help = "Example:\n  canopy daemon stop --timeout 60")]
     Stop {
         /// Seconds work in flight may run on before it is forced (at most 3600).
@@ -57,8 +58,9 @@ async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
     let running = answer["running"].as_u64().unwrap_or_default();
     if running > 0 {
         eprintln!(
-            "draining: {running} piece{} of work in flight get up to {budget_secs}s to end",
-            if running == 1 { "" } else { "s" }
+            "draining: {running} piece{} of work in flight {} up to {budget_secs}s to end",
+            if running == 1 { "" } else { "s" },
+            if running == 1 { "has" } else { "have" }
         );
     }
     let timeout = Duration::from_secs(budget_secs) + STOP_MARGIN;

@@ -100,12 +100,23 @@ struct Seen {
 
 /// A hook run as `hook on_completed[0] (command)`.
 fn hook_label(hook: &Value) -> String {
-    format!(
-        "hook {}[{}] ({})",
-        str_at(hook, "/event"),
-        hook["hook_index"],
-        hook["mode"].as_str().unwrap_or("?")
-    )
+    let mode = hook["mode"].as_str().unwrap_or("?");
+    // A named hook (a daemon or project hook: `announce-blocked`) by its name, as `hooks runs`
+    // shows it; a graph's by its event and place.
+    let named = hook["source"]
+        .as_str()
+        .is_some_and(|source| source != "graph");
+    match hook["hook_name"]
+        .as_str()
+        .filter(|name| named && !name.is_empty())
+    {
+        Some(name) => format!("hook {name} ({mode})"),
+        None => format!(
+            "hook {}[{}] ({mode})",
+            str_at(hook, "/event"),
+            hook["hook_index"]
+        ),
+    }
 }
 
 /// The run's hook runs that have not ended (test runs of `hooks test --execute` aside).
