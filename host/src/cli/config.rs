@@ -106,12 +106,13 @@ async fn reload(client: &Client, json: bool) -> Result<ExitCode> {
     );
     let applied = super::list_at(report, "/applied");
     if applied != "-" {
-        println!("in force now: {applied}");
+        println!("in force now: {}", applied.replace(',', ", "));
     }
     let restart = super::list_at(report, "/needs_restart");
     if restart != "-" {
         println!(
-            "changed, in force after a restart (`canopy daemon stop`, then start it): {restart}"
+            "changed, in force after a restart (`canopy daemon stop`, then start it): {}",
+            restart.replace(',', ", ")
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -12,7 +12,7 @@ use super::{Client, encode, items, print_json, short, str_at};
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {
-    /// Hook runs of every source (graph hooks and daemon hooks), newest first.
+    /// Hook runs of every source (graph hooks, daemon hooks, project hooks), newest first.
     #[command(
         after_help = "Examples:\n  canopy hooks runs --graph web --since 2h\n  canopy hooks runs --event on_completed --status failed --last 5\n  canopy hooks runs --source config --hook announce-blocked --outcome failed"
     )]
@@ -30,7 +30,8 @@ pub enum HooksCommand {
         /// applied, failed or dropped (denied, skipped, rejected: sync hooks, which come later).
         #[arg(long)]
         outcome: Option<String>,
-        /// graph (a graph's hooks) or config (daemon hooks in canopy.toml).
+        /// graph (a graph's hooks), config (daemon hooks in canopy.toml) or project (a
+        /// project's hooks).
         #[arg(long)]
         source: Option<String>,
         /// Only the runs of this hook (its name: `web.on_completed[0]`, `announce-blocked`).
@@ -45,8 +46,8 @@ pub enum HooksCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Every configured hook (the catalog): graphs' hooks and the daemon hooks in force, with
-    /// the executor that would run each.
+    /// Every configured hook (the catalog): graphs' hooks, the daemon hooks and the projects'
+    /// hooks in force, with the executor that would run each.
     #[command(
         after_help = "Examples:\n  canopy hooks list\n  canopy hooks list --graph web --mode command\n  canopy hooks list --source config --event graph.run.blocked\n  canopy hooks list --workspace ~/src/web"
     )]
@@ -61,7 +62,7 @@ pub enum HooksCommand {
         /// A graph hook key, or a taxonomy event or glob.
         #[arg(long)]
         event: Option<String>,
-        /// graph or config.
+        /// graph, config (daemon hooks) or project.
         #[arg(long)]
         source: Option<String>,
         /// sync or async; or an executor mode (command, agent, docs-maintenance, ...).

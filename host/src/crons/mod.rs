@@ -125,7 +125,7 @@ pub fn compile(entries: &[CronConfig]) -> Result<Vec<Cron>, Vec<String>> {
         let before = problems.len();
         if !crate::hooks::daemon::is_name(&entry.name) {
             problems.push(format!(
-                "{}: `{}` is not a cron name (letters, digits, `-`, `_`, `.`; at most 100)",
+                "{}: `{}` is not a cron name (ASCII letters, digits, `-`, `_`, `.`; at most 100)",
                 at("name"),
                 entry.name
             ));

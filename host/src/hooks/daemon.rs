@@ -218,7 +218,7 @@ pub fn compile(
     let node = match node {
         Some(name) if !is_name(name) => {
             problems.push(format!(
-                "node: `{name}` is not a node name (letters, digits, `-`, `_`, `.`; at most 100)"
+                "node: `{name}` is not a node name (ASCII letters, digits, `-`, `_`, `.`; at most 100)"
             ));
             String::new()
         }
@@ -228,7 +228,7 @@ pub fn compile(
     for (i, role) in roles.iter().enumerate() {
         if !is_name(role) {
             problems.push(format!(
-                "roles[{i}]: `{role}` is not a role name (letters, digits, `-`, `_`, `.`)"
+                "roles[{i}]: `{role}` is not a role name (ASCII letters, digits, `-`, `_`, `.`)"
             ));
         }
     }
@@ -239,7 +239,7 @@ pub fn compile(
         let before = problems.len();
         if !is_name(&entry.name) {
             problems.push(format!(
-                "{}: `{}` is not a hook name (letters, digits, `-`, `_`, `.`; at most 100)",
+                "{}: `{}` is not a hook name (ASCII letters, digits, `-`, `_`, `.`; at most 100)",
                 at("name"),
                 entry.name
             ));

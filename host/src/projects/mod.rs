@@ -240,7 +240,7 @@ pub fn compile(projects: &BTreeMap<String, ProjectConfig>) -> Result<Projects, V
         let at = |field: &str| format!("projects.{name}.{field}");
         if !is_name(name) {
             problems.push(format!(
-                "projects.{name}: `{name}` is not a project name (letters, digits, `-`, `_`, `.`; at most 100)"
+                "projects.{name}: `{name}` is not a project name (ASCII letters, digits, `-`, `_`, `.`; at most 100)"
             ));
             continue;
         }

@@ -628,7 +628,7 @@ fn compile_one(
     let field = |name: &str| format!("{at}.{name}");
     if !crate::hooks::daemon::is_name(id) {
         problems.push(format!(
-            "{at}: `{id}` is not a hook id (letters, digits, `-`, `_`, `.`; at most 100)"
+            "{at}: `{id}` is not a hook id (ASCII letters, digits, `-`, `_`, `.`; at most 100)"
         ));
     }
     for (i, name) in entry.nodes.iter().enumerate() {
