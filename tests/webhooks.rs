@@ -207,8 +207,9 @@ command = "true"
     );
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(answer.json()["status"], "completed", "{}", answer.body);
+    // A sender that also puts the token in the query string: it is not recorded there either.
     let answer = post(
-        &url("inline"),
+        &format!("{}?token={INLINE_TOKEN}&x=1", url("inline")),
         &[("X-Canopy-Hook-Token", INLINE_TOKEN)],
         b"x",
     );
@@ -226,6 +227,7 @@ command = "true"
     );
     assert!(!env.to_ascii_lowercase().contains("authorization"), "{env}");
     assert!(!env.contains("HOOK_TOKEN"), "{env}");
+    assert!(env.contains("token=%28redacted%29&x=1"), "{env}");
 
     // A token from the daemon's environment.
     assert_eq!(
@@ -605,6 +607,14 @@ command = "echo mode $CANOPY_HOOK_ID >> {mode_log}; exit 3"
     assert!(failed.contains("global/mode"), "{failed}");
     let handled = daemon.ok(&["feed", "--event", "webhook.handled", "--json"]);
     assert!(handled.contains("global/triage"), "{handled}");
+
+    // Removing the plugin a webhook runs warns, naming the webhook.
+    let removed = daemon.cli(&["plugin", "remove", "noop"]);
+    let warned = String::from_utf8_lossy(&removed.stderr);
+    assert!(
+        removed.status.success() && warned.contains("webhook global/noop still uses mode `noop`"),
+        "{removed:?}"
+    );
 }
 
 #[test]
@@ -855,6 +865,14 @@ command = "pwd"
             ("global/here".to_string(), true),
             ("web/build".to_string(), true),
         ])
+    );
+    // Narrowed to a project; one without webhooks (a typo) is said, naming those that have some.
+    let web = daemon.json(&["webhooks", "list", "--project", "web"]);
+    assert_eq!(web["hooks"].as_array().map(Vec::len), Some(1), "{web}");
+    let err = daemon.fails(&["webhooks", "list", "--project", "wbe"]);
+    assert!(
+        err.contains("project `wbe` has no webhooks; projects with webhooks: web"),
+        "{err}"
     );
 
     // A project's hook, under /hooks/<project>/, with the project's token, in its checkout.

@@ -51,7 +51,13 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn list(State(state): State<AppState>) -> ApiJson<Value> {
-    ApiJson(serde_json::json!({ "plugins": state.plugins.list() }))
+    let not_loaded: Vec<Value> = state
+        .plugins
+        .skipped()
+        .into_iter()
+        .map(|(name, why)| serde_json::json!({ "name": name, "why": why }))
+        .collect();
+    ApiJson(serde_json::json!({ "plugins": state.plugins.list(), "not_loaded": not_loaded }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +130,27 @@ async fn remove(
         .filter(|mode| state.plugins.plugin_ref(mode).is_err())
         .collect();
     let mut used_by = Vec::new();
+    // What canopy.toml configures: webhooks, daemon hooks, project hooks, crons.
+    let mut configured = |owner: String, mode: &str| {
+        if orphaned.iter().any(|m| m.as_str() == mode) {
+            used_by
+                .push(serde_json::json!({ "owner": owner, "where": "canopy.toml", "mode": mode }));
+        }
+    };
+    for hook in state.webhooks.webhooks().hooks.values() {
+        if let crate::webhooks::config::Handler::Work { work, .. } = &hook.handler {
+            configured(format!("webhook {}", hook.key()), &work.mode);
+        }
+    }
+    for hook in &state.bus.daemon_hooks().hooks {
+        configured(format!("daemon hook {}", hook.name()), &hook.work.mode);
+    }
+    for hook in &state.bus.project_hooks().hooks {
+        configured(format!("project hook {}", hook.name), &hook.work.mode);
+    }
+    for cron in state.crons.all() {
+        configured(format!("cron {}", cron.name()), &cron.work.mode);
+    }
     for view in state.engine.list_graphs().await? {
         let graph = &view.graph;
         let mut uses = |place: String, config: &Map<String, Value>| {
@@ -132,6 +159,7 @@ async fn remove(
             {
                 used_by.push(serde_json::json!({
                     "graph": graph.name,
+                    "owner": format!("graph {}", graph.name),
                     "where": place,
                     "mode": work.mode,
                 }));
@@ -160,10 +188,10 @@ async fn remove(
                     .into_iter()
                     .collect::<Vec<_>>()
             };
-            let graphs = names("graph");
-            let who = match graphs.as_slice() {
-                [one] => format!("graph {one} still uses"),
-                several => format!("graphs {} still use", several.join(", ")),
+            let owners = names("owner");
+            let who = match owners.as_slice() {
+                [one] => format!("{one} still uses"),
+                several => format!("{} still use", several.join(", ")),
             };
             let modes: Vec<String> = names("mode").iter().map(|m| format!("`{m}`")).collect();
             let warning = format!(

@@ -64,7 +64,7 @@ struct ListQuery {
 async fn list(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> ApiJson<Value> {
+) -> Result<ApiJson<Value>, ApiError> {
     let ingress = &state.webhooks;
     let hooks: Vec<Value> = ingress
         .webhooks()
@@ -73,7 +73,28 @@ async fn list(
         .filter(|h| query.project.as_ref().is_none_or(|p| &h.scope == p))
         .map(|h| hook_view(h, ingress.listen()))
         .collect();
-    ApiJson(json!({
+    // A project with no webhook (a typo, say) is said, not answered with an empty list.
+    if let Some(project) = &query.project
+        && hooks.is_empty()
+    {
+        let mut projects: Vec<&str> = ingress
+            .webhooks()
+            .hooks
+            .values()
+            .map(|h| h.scope.as_str())
+            .filter(|scope| *scope != "global")
+            .collect();
+        projects.dedup();
+        return Err(ApiError::bad_request(format!(
+            "query parameter `project`: project `{project}` has no webhooks; {}",
+            if projects.is_empty() {
+                "no project has any (`[projects.NAME.webhooks]` in canopy.toml)".to_string()
+            } else {
+                format!("projects with webhooks: {}", projects.join(", "))
+            }
+        )));
+    }
+    Ok(ApiJson(json!({
         "listen": ingress.listen(),
         "node": ingress.node(),
         "max_connections": ingress.webhooks().max_connections,
@@ -81,7 +102,7 @@ async fn list(
         "flood_rate": ingress.webhooks().flood_rate,
         "flood": ingress.flood_on(),
         "hooks": hooks,
-    }))
+    })))
 }
 
 fn find(
@@ -194,7 +215,10 @@ async fn test(
     let received = Received {
         method: "POST".to_string(),
         path: hook.url_path(),
-        query: input.query.clone(),
+        query: input
+            .query
+            .as_deref()
+            .map(crate::webhooks::auth::recorded_query),
         content_type: headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())

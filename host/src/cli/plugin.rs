@@ -185,6 +185,13 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                         &rows
                     )
                 );
+                for skipped in items(&answer["not_loaded"]) {
+                    eprintln!(
+                        "warning: plugin {} is installed but was not loaded: {}",
+                        str_at(skipped, "/name"),
+                        str_at(skipped, "/why")
+                    );
+                }
             }
         }
         PluginCommand::Inspect { name, json } => {
@@ -268,7 +275,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             for user in items(&info["used_by"]) {
                 eprintln!(
                     "  {}: {} ({} mode)",
-                    str_at(user, "/graph"),
+                    str_at(user, "/owner"),
                     str_at(user, "/where"),
                     str_at(user, "/mode")
                 );

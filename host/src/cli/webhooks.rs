@@ -53,7 +53,9 @@ pub enum WebhooksCommand {
         json: bool,
     },
     /// One delivery: its request (selected headers, body) and how its handler ended.
-    #[command(after_help = "Example:\n  canopy webhooks delivery 3f2a")]
+    #[command(
+        after_help = "Example:\n  canopy webhooks delivery 0195c3e2a41f    # the short id `webhooks deliveries` shows"
+    )]
     Delivery {
         /// The delivery's id or a unique prefix.
         #[arg(value_parser = non_empty)]
@@ -64,7 +66,7 @@ pub enum WebhooksCommand {
     /// Run a delivery's request again, as a new delivery (the hook's rules are not applied
     /// again).
     #[command(
-        after_help = "Examples:\n  canopy webhooks redeliver 3f2a\n  canopy webhooks redeliver 3f2a --wait"
+        after_help = "Examples:\n  canopy webhooks redeliver 0195c3e2a41f\n  canopy webhooks redeliver 0195c3e2a41f --wait"
     )]
     Redeliver {
         /// The delivery's id or a unique prefix.

@@ -228,7 +228,8 @@ impl Crons {
         }
     }
 
-    fn all(&self) -> Vec<Arc<Cron>> {
+    /// The crons in force, served on this node or not.
+    pub fn all(&self) -> Vec<Arc<Cron>> {
         self.inner
             .crons
             .read()
