@@ -63,7 +63,7 @@ async fn runs(
     let last = query.last.unwrap_or(DEFAULT_LAST);
     if !(1..=MAX_LAST).contains(&last) {
         return Err(ApiError::bad_request(format!(
-            "parameter `last` must be from 1 to {MAX_LAST}, got {last}"
+            "query parameter `last` must be from 1 to {MAX_LAST}, got {last}"
         )));
     }
     let receipts = state.crons.receipts(&name, last).await?;

@@ -31,9 +31,9 @@ pub enum CronCommand {
         /// The cron's name.
         #[arg(long, value_parser = non_empty)]
         name: String,
-        /// How many receipts.
-        #[arg(long, default_value_t = 20)]
-        last: usize,
+        /// How many receipts (1 to 100000).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        last: u64,
         /// Print each receipt's output tail under its row.
         #[arg(long)]
         output: bool,
