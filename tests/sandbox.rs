@@ -497,8 +497,25 @@ fn reinstalling_repairs_a_tampered_stored_component() {
     std::fs::write(&stored, b"\0asm tampered").unwrap();
 
     let mut daemon = Daemon::start_on(&data_dir);
-    daemon.fails(&["plugin", "inspect", "hostile"]);
+    // Not loaded, and said so wherever one looks for it.
+    let err = daemon.fails(&["plugin", "inspect", "hostile"]);
+    assert!(
+        err.contains("plugin `hostile` is installed but was not loaded when the daemon started")
+            && err.contains("changed on disk since it was installed"),
+        "{err}"
+    );
+    let listed = daemon.cli(&["plugin", "list"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stderr)
+            .contains("warning: plugin hostile is installed but was not loaded"),
+        "{listed:?}"
+    );
     install_hostile(&daemon, "fs-read");
+    assert_eq!(
+        daemon.json(&["plugin", "list"])["not_loaded"],
+        json!([]),
+        "reinstalled, it is loaded"
+    );
     daemon.stop();
 
     let daemon = Daemon::start_on(&data_dir);

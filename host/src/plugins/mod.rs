@@ -84,11 +84,13 @@ pub trait HostServices: Send + Sync + 'static {
 /// Errors at the plugin host's boundary.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
-    /// No plugin of that name.
-    #[error("no plugin named `{name}`; installed: {}", list_or_none(.installed))]
+    /// No plugin of that name (`skipped`: why the daemon did not load it at start, when it is
+    /// installed but could not be).
+    #[error("{}", not_found(.name, .installed, .skipped.as_deref()))]
     NotFound {
         name: String,
         installed: Vec<String>,
+        skipped: Option<String>,
     },
     /// No enabled plugin serves that mode.
     #[error("unknown mode `{mode}`; installed modes: {}", list_or_none(.installed))]
@@ -121,6 +123,18 @@ pub enum PluginError {
 impl From<StoreError> for PluginError {
     fn from(err: StoreError) -> Self {
         Self::Internal(err.into())
+    }
+}
+
+fn not_found(name: &str, installed: &[String], skipped: Option<&str>) -> String {
+    match skipped {
+        Some(why) => format!(
+            "plugin `{name}` is installed but was not loaded when the daemon started: {why}"
+        ),
+        None => format!(
+            "no plugin named `{name}`; installed: {}",
+            list_or_none(installed)
+        ),
     }
 }
 
@@ -217,6 +231,8 @@ struct Inner {
     runtime: engine::PluginRuntime,
     default_timeout: Duration,
     plugins: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
+    /// Installed plugins the daemon could not load at start, and why (until reinstalled).
+    skipped: std::sync::Mutex<BTreeMap<String, String>>,
     install_lock: tokio::sync::Mutex<()>,
     /// Fired by [`PluginHost::force_stop`].
     force: process::StopSwitch,
@@ -275,6 +291,7 @@ impl PluginHost {
                 runtime: engine::PluginRuntime::new()?,
                 default_timeout: Duration::from_secs(config.limits.default_timeout_seconds),
                 plugins: RwLock::new(BTreeMap::new()),
+                skipped: std::sync::Mutex::new(BTreeMap::new()),
                 install_lock: tokio::sync::Mutex::new(()),
                 force: process::StopSwitch::default(),
             }),
@@ -347,11 +364,22 @@ impl PluginHost {
                 Ok(bytes) => bytes,
                 Err(err) => {
                     tracing::error!(plugin = %record.name, path = %path.display(), %err, "installed plugin's component is missing; skipping it");
+                    self.skip(
+                        &record.name,
+                        format!(
+                            "its component {} cannot be read ({err}); reinstall it",
+                            path.display()
+                        ),
+                    );
                     continue;
                 }
             };
             if sha256_hex(&bytes) != record.sha256 {
                 tracing::error!(plugin = %record.name, "installed plugin's component changed on disk; its grant no longer applies, skipping it (reinstall it)");
+                self.skip(
+                    &record.name,
+                    format!("its component {} changed on disk since it was installed, so its grant no longer applies; reinstall it (`canopy plugin install FILE --replace`)", path.display()),
+                );
                 continue;
             }
             match self.prepare(&record.sha256, Some(bytes)).await {
@@ -369,11 +397,32 @@ impl PluginHost {
                     );
                 }
                 Err(err) => {
-                    tracing::error!(plugin = %record.name, %err, "cannot load installed plugin; skipping it")
+                    tracing::error!(plugin = %record.name, %err, "cannot load installed plugin; skipping it");
+                    self.skip(&record.name, format!("{err}; reinstall it"));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Notes an installed plugin the daemon could not load, and why.
+    fn skip(&self, name: &str, why: String) {
+        self.inner
+            .skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_string(), why);
+    }
+
+    /// Installed plugins the daemon could not load at start (name, why), until reinstalled.
+    pub fn skipped(&self) -> Vec<(String, String)> {
+        self.inner
+            .skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(name, why)| (name.clone(), why.clone()))
+            .collect()
     }
 
     /// Every installed plugin.
@@ -403,6 +452,13 @@ impl PluginHost {
             .ok_or_else(|| PluginError::NotFound {
                 name: name.to_string(),
                 installed: plugins.keys().cloned().collect(),
+                skipped: self
+                    .inner
+                    .skipped
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get(name)
+                    .cloned(),
             })
     }
 
