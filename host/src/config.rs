@@ -45,6 +45,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+mod shape;
+
 /// The default address of the HTTP API.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7461";
 
@@ -244,18 +246,51 @@ impl Config {
     }
 
     /// Parses and checks a configuration; every problem found, each naming its TOML path.
+    ///
+    /// A value of the wrong shape (a missing field, an unknown one, a string for a number) is
+    /// reported and taken out, and the rest is read again, so one run lists every such problem.
+    /// The checks of meaning (an unknown event, a bad schedule) then run on the sections that
+    /// had none: a section's own are reported once its shape is right.
     pub fn parse(text: &str) -> Result<Self, Vec<String>> {
-        let de = toml::Deserializer::parse(text).map_err(|err| vec![err.to_string()])?;
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|err| {
-            let path = err.path().to_string();
-            let inner = err.into_inner();
-            let message = inner.message().to_string();
-            vec![if path == "." {
-                message
-            } else {
-                format!("{path}: {message}")
-            }]
-        })?;
+        let mut table: toml::Table = toml::from_str(text).map_err(|err| vec![err.to_string()])?;
+        let mut problems = Vec::new();
+        let mut pruned = shape::Pruned::default();
+        let config: Config = loop {
+            match serde_path_to_error::deserialize(toml::Value::Table(table.clone())) {
+                Ok(config) => break config,
+                Err(err) => {
+                    let path: Vec<serde_path_to_error::Segment> =
+                        err.path().iter().cloned().collect();
+                    let message = shape::readable(err.into_inner().message());
+                    let shown = pruned.original(&path);
+                    problems.push(if shown.is_empty() {
+                        message
+                    } else {
+                        format!("{shown}: {message}")
+                    });
+                    if problems.len() >= shape::MAX_PROBLEMS || !pruned.remove(&mut table, &path) {
+                        return Err(problems);
+                    }
+                }
+            }
+        };
+        if !problems.is_empty() {
+            // The checks of meaning, for the sections whose shape was right.
+            let broken = pruned.sections();
+            let mut more = config.all_problems();
+            more.retain(|problem| !broken.iter().any(|s| shape::in_section(problem, s)));
+            problems.extend(more);
+            return Err(problems);
+        }
+        match config.all_problems() {
+            problems if problems.is_empty() => Ok(config),
+            problems => Err(problems),
+        }
+    }
+
+    /// Every problem of meaning in a configuration of the right shape.
+    fn all_problems(&self) -> Vec<String> {
+        let config = self;
         let mut problems = config.check();
         if let Err(more) = config.daemon_hooks() {
             problems.extend(more);
@@ -264,12 +299,8 @@ impl Config {
             problems.extend(more);
         }
         problems.extend(crate::projects::check(&config.projects));
-        problems.extend(crate::webhooks::config::check(&config));
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(problems)
-        }
+        problems.extend(crate::webhooks::config::check(config));
+        problems
     }
 
     /// The daemon hooks and identity this configuration sets.
