@@ -362,7 +362,7 @@ fn an_unknown_platform_names_the_canopy_toml_the_daemon_read_and_when() {
     );
     let daemon = Daemon::start_with_config("[platforms.other]\ncommand = [\"other\"]\n");
     let config = format!("{}/canopy.toml", real(&daemon.data_dir));
-    // Added after the daemon read the file: no effect until a restart, and the error says why.
+    // Added after the daemon read the file: no effect until a reload, and the error says why.
     std::fs::write(
         daemon.data_dir.join("canopy.toml"),
         "[platforms.other]\ncommand = [\"other\"]\n[platforms.mine]\ncommand = [\"mine\"]\n",
@@ -373,7 +373,7 @@ fn an_unknown_platform_names_the_canopy_toml_the_daemon_read_and_when() {
         err.contains("unknown agent platform `mine`")
             && err.contains(&format!("The daemon read {config} when it started ("))
             && err.contains("had no [platforms.mine] section then")
-            && err.contains("restart the daemon"),
+            && err.contains("run `canopy config reload` if you added it since"),
         "{err}"
     );
     let when = err
@@ -385,6 +385,9 @@ fn an_unknown_platform_names_the_canopy_toml_the_daemon_read_and_when() {
         when.len() == 20 && when.ends_with('Z') && when.as_bytes()[10] == b'T',
         "an RFC 3339 time: {when}"
     );
+    // The reload it names puts the platform in force.
+    daemon.ok(&["config", "reload"]);
+    daemon.ok(&["graph", "create", &graph]);
 
     // No file at all.
     let bare = Daemon::start();

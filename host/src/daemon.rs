@@ -28,7 +28,7 @@ struct DaemonServices {
     /// The agent platforms in force (a config reload replaces them).
     platforms: crate::reload::Platforms,
     /// Where the platforms were read from, and when: errors name them, since an edit of the
-    /// file after that has no effect until a restart.
+    /// file after that has no effect until a reload.
     config: ConfigSource,
 }
 
@@ -49,7 +49,7 @@ impl ConfigSource {
             "did not exist".to_string()
         };
         format!(
-            "The daemon read {} when it started ({when}), and the file {found} then: add [platforms.{name}] there, and restart the daemon if you added it since (an edit takes effect at the next start)",
+            "The daemon read {} when it started ({when}), and the file {found} then: add [platforms.{name}] there, and run `canopy config reload` if you added it since (a reload puts an edit in force)",
             self.path.display()
         )
     }
