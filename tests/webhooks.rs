@@ -228,6 +228,16 @@ command = "true"
     assert!(!env.to_ascii_lowercase().contains("authorization"), "{env}");
     assert!(!env.contains("HOOK_TOKEN"), "{env}");
     assert!(env.contains("token=%28redacted%29&x=1"), "{env}");
+    let shown = daemon.ok(&[
+        "webhooks",
+        "delivery",
+        accepted["delivery_id"].as_str().unwrap(),
+    ]);
+    assert!(
+        shown.contains("webhook   global/inline")
+            && shown.contains("request   POST /hooks/global/inline?token=%28redacted%29&x=1"),
+        "{shown}"
+    );
 
     // A token from the daemon's environment.
     assert_eq!(

@@ -289,6 +289,21 @@ async fn delivery(client: &Client, id: &str, json: bool) -> Result<ExitCode> {
     }
     print_outcome(&answer);
     println!(
+        "webhook   {}/{}",
+        str_at(&answer, "/scope"),
+        str_at(&answer, "/hook")
+    );
+    let query = answer["query"]
+        .as_str()
+        .filter(|q| !q.is_empty())
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    println!(
+        "request   {} {}{query}",
+        str_at(&answer, "/method"),
+        str_at(&answer, "/path")
+    );
+    println!(
         "received  {} UTC",
         utc_cell(str_at(&answer, "/received_at"))
     );
