@@ -158,6 +158,10 @@ pub struct Member {
     #[serde(default)]
     pub group: Option<String>,
     pub status: String,
+    /// Still to be run by a run on the queue (not completed or skipped by one): a member that
+    /// failed or blocked is pending too, as `queue list` counts it.
+    #[serde(default)]
+    pub pending: bool,
 }
 
 /// A queue (`GET /api/queues`).
@@ -427,6 +431,9 @@ pub struct App {
     pub scroll: u16,
     pub modal: Option<Modal>,
     pub status: Option<(Level, String)>,
+    /// The graph and action the status line reports on (`run web: now running`): kept up to
+    /// date as that graph's status changes.
+    announced: Option<(String, String)>,
     pub link: Link,
     pub quit: bool,
     /// The newest read asked for and applied, per resource.
@@ -457,6 +464,7 @@ impl App {
             scroll: 0,
             modal: None,
             status: None,
+            announced: None,
             link: Link::Connecting,
             quit: false,
             asked: HashMap::new(),
@@ -648,6 +656,19 @@ impl App {
 
     fn say(&mut self, level: Level, text: impl Into<String>) {
         self.status = Some((level, text.into()));
+        self.announced = None;
+    }
+
+    /// Brings an announced `{action} {graph}: now {status}` up to the graph's status.
+    fn refresh_announced(&mut self) {
+        if let Some((graph, action)) = &self.announced
+            && let Some(view) = self.graphs.get(graph)
+        {
+            self.status = Some((
+                Level::Info,
+                format!("{action} {graph}: now {}", view.status.word()),
+            ));
+        }
     }
 
     /// Applies one message; returns what to do about it.
@@ -696,6 +717,7 @@ impl App {
                         Level::Info,
                         format!("{action} {graph}: now {}", view.status.word()),
                     );
+                    self.announced = Some((graph.clone(), action));
                     self.loaded(Resource::Graph(graph), seq, Ok(Loaded::Graph(Some(view))))
                 }
                 Err(why) => {
@@ -837,6 +859,7 @@ impl App {
                 }
             }
         }
+        self.refresh_announced();
         commands.extend(self.focus_changed());
         commands
     }
@@ -941,11 +964,7 @@ impl App {
             KeyCode::Char('r') => self.with_graph("run", |app, graph| {
                 let mut options = vec![(None, "its bound specs".to_string())];
                 for queue in app.project_queues() {
-                    let pending = queue
-                        .members
-                        .iter()
-                        .filter(|m| m.status == "pending")
-                        .count();
+                    let pending = queue.members.iter().filter(|m| m.pending).count();
                     options.push((
                         Some(queue.id.clone()),
                         format!("queue {} ({pending} pending)", queue.name),
@@ -1000,7 +1019,17 @@ impl App {
     /// Opens `modal` for the focused graph, or says that a graph must be focused.
     fn with_graph(&mut self, what: &str, modal: impl FnOnce(&Self, String) -> Modal) {
         match self.focused_row() {
-            Some(Row::Graph(name)) => self.modal = Some(modal(self, name)),
+            Some(Row::Graph(name)) => {
+                // What the status line said before is not about this pop-up.
+                if self
+                    .status
+                    .as_ref()
+                    .is_some_and(|(level, _)| *level == Level::Error)
+                {
+                    self.status = None;
+                }
+                self.modal = Some(modal(self, name));
+            }
             _ => self.say(
                 Level::Error,
                 format!("to {what}, select a graph first (under Graphs)"),
@@ -1438,6 +1467,40 @@ mod tests {
             commands.as_slice(),
             [Command::Control { body, .. }] if *body == json!({"action": "reset"})
         ));
+    }
+
+    #[test]
+    fn a_run_announced_on_the_status_line_follows_its_graph() {
+        let mut app = two_projects();
+        app.update(Msg::Controlled {
+            graph: "web".into(),
+            action: "run".into(),
+            seq: 1,
+            answer: Ok(Box::new(graph(
+                "web",
+                "/src/web",
+                GraphStatus::Running,
+                None,
+            ))),
+        });
+        assert_eq!(
+            app.status,
+            Some((Level::Info, "run web: now running".into()))
+        );
+        loaded(
+            &mut app,
+            Resource::Graph("web".into()),
+            Loaded::Graph(Some(Box::new(graph(
+                "web",
+                "/src/web",
+                GraphStatus::Failed,
+                None,
+            )))),
+        );
+        assert_eq!(
+            app.status,
+            Some((Level::Info, "run web: now failed".into()))
+        );
     }
 
     #[test]

@@ -96,11 +96,15 @@ impl Data {
                         .call::<Value>(Call::Get(format!("/api/node-runs/{}", encode(&node_run))))
                         .await
                         .map(|run| {
+                            // Why it failed or blocked (whole: the table cuts it), then what it
+                            // printed.
+                            let reason = run["reason"].as_str().filter(|r| !r.is_empty());
                             let text = run["detail"].as_str().unwrap_or_default();
-                            if text.is_empty() {
-                                "(no output)".to_string()
-                            } else {
-                                text.to_string()
+                            match (reason, text.is_empty()) {
+                                (Some(reason), true) => format!("{reason}\n\n(no output)"),
+                                (Some(reason), false) => format!("{reason}\n\n{text}"),
+                                (None, true) => "(no output)".to_string(),
+                                (None, false) => text.to_string(),
                             }
                         });
                     let _ = this.tx.send(Msg::Output {

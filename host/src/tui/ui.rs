@@ -32,10 +32,15 @@ pub const KEYS: &[(&str, &str)] = &[
 
 /// Draws the whole screen; `now` is what elapsed times count to.
 pub fn draw(frame: &mut Frame, app: &App, now: jiff::Timestamp) {
+    // A long message (a refusal naming the ways out) takes up to 3 lines rather than being cut.
+    let width = usize::from(frame.area().width.max(1));
+    let status_lines = status_text(app).map_or(1, |(_, text)| {
+        u16::try_from((text.chars().count() + 1).div_ceil(width).clamp(1, 3)).unwrap_or(1)
+    });
     let [header, body, status, keys] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(3),
-        Constraint::Length(1),
+        Constraint::Length(status_lines),
         Constraint::Length(1),
     ])
     .areas(frame.area());
@@ -225,11 +230,7 @@ fn row_line<'a>(
             let Some(queue) = app.queues.iter().find(|q| &q.id == id) else {
                 return Line::raw("");
             };
-            let pending = queue
-                .members
-                .iter()
-                .filter(|m| m.status == "pending")
-                .count();
+            let pending = queue.members.iter().filter(|m| m.pending).count();
             let tail = format!(" {pending}/{} pending", queue.members.len());
             let room = width.saturating_sub(4 + tail.len()).max(6);
             Line::from(vec![
@@ -526,16 +527,25 @@ fn graph_lines<'a>(
     lines
 }
 
-fn draw_status(frame: &mut Frame, app: &App, area: Rect) {
-    let line = match &app.status {
-        Some((Level::Error, text)) => Line::styled(format!(" {text}"), Style::new().fg(Color::Red)),
-        Some((Level::Info, text)) => Line::raw(format!(" {text}")),
+/// The status line's text and style: the last message, else why the feed is down.
+fn status_text(app: &App) -> Option<(Style, String)> {
+    match &app.status {
+        Some((Level::Error, text)) => Some((Style::new().fg(Color::Red), format!(" {text}"))),
+        Some((Level::Info, text)) => Some((Style::new(), format!(" {text}"))),
         None => match &app.link {
-            Link::Down(why) => Line::styled(format!(" {why}"), Style::new().fg(Color::Red)),
-            _ => Line::raw(""),
+            Link::Down(why) => Some((Style::new().fg(Color::Red), format!(" {why}"))),
+            _ => None,
         },
-    };
-    frame.render_widget(Paragraph::new(line), area);
+    }
+}
+
+fn draw_status(frame: &mut Frame, app: &App, area: Rect) {
+    let line =
+        status_text(app).map_or_else(|| Line::raw(""), |(style, text)| Line::styled(text, style));
+    frame.render_widget(
+        Paragraph::new(line).wrap(ratatui::widgets::Wrap { trim: false }),
+        area,
+    );
 }
 
 /// A rectangle of `width`×`height` (at most the area's) in the middle of `area`.
