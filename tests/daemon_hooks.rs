@@ -301,6 +301,19 @@ fn config_reload_refuses_a_bad_file_whole_and_applies_a_good_one() {
     let runs = config_runs(&daemon, 2);
     assert_eq!(runs[1]["hook_name"], "second");
     assert_eq!(runs[1]["event"], "spec.created");
+
+    // Webhooks are read at start: an edit of them is named as needing a restart.
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"127.0.0.1:1\"\n[webhooks.entries.x]\ntype = \"command\"\ntoken = \"t0k3n-reload\"\ncommand = \"true\"\n{}",
+            hook("second", "spec.*")
+        ),
+    )
+    .unwrap();
+    let answer = daemon.json(&["config", "reload"]);
+    // (`listen` changed at the reload before; this one changes only the webhooks.)
+    assert_eq!(answer["report"]["needs_restart"], json!(["webhooks"]));
 }
 
 #[test]

@@ -175,6 +175,22 @@ impl Reloader {
         note(projects_changed, "projects", true);
         let crons_changed = old.crons != config.crons;
         note(crons_changed, "crons", true);
+        // Webhooks (their listener, hooks, tokens' sources, the actions they run) are read at
+        // start: an edit is named, to restart for.
+        let project_webhooks =
+            |c: &Config| -> Vec<(String, crate::webhooks::config::ProjectWebhooks)> {
+                c.projects
+                    .iter()
+                    .map(|(name, p)| (name.clone(), p.webhooks.clone()))
+                    .collect()
+            };
+        note(
+            old.webhooks != config.webhooks
+                || old.actions != config.actions
+                || project_webhooks(&old) != project_webhooks(&config),
+            "webhooks",
+            false,
+        );
         note(old.listen != config.listen, "listen", false);
         let mut old_limits = old.limits.clone();
         old_limits.max_dispatch_depth = config.limits.max_dispatch_depth;
