@@ -63,7 +63,9 @@ pub struct HookActivity {
 
 impl Rd<'_> {
     /// The deepest of project `name`'s hook runs (not test runs) that ran at some point since
-    /// `since` (RFC 3339): running now, or ended since.
+    /// `since` (RFC 3339): running now, or ended since. Of several as deep, one still running,
+    /// else the last to end (the one most likely to have made the change: two hooks of one
+    /// event fire together, and the one that commits ends after its commit).
     pub fn project_hook_activity(
         &self,
         name: &str,
@@ -76,7 +78,7 @@ impl Rd<'_> {
                 "SELECT hook_name, dispatch_depth FROM hook_runs
                   WHERE source = 'project' AND substr(hook_name, 1, length(?1)) = ?1
                     AND (status = 'running' OR (started_at IS NOT NULL AND finished_at >= ?2))
-                  ORDER BY dispatch_depth DESC, fired_at DESC LIMIT 1",
+                  ORDER BY dispatch_depth DESC, coalesce(finished_at, '9') DESC, fired_at DESC LIMIT 1",
             )?
             .query_row(params![prefix, since], |row| {
                 Ok(HookActivity {
@@ -190,6 +192,34 @@ mod tests {
         assert_eq!(
             store.read_blocking(|rd| rd.project_state("web")).unwrap(),
             Some(third)
+        );
+    }
+
+    #[test]
+    fn of_two_hooks_fired_together_the_last_to_end_is_taken_for_the_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::super::Store::open(&dir.path().join("db.sqlite")).unwrap();
+        store
+            .write_blocking(|tx| {
+                for (id, index, finished) in [
+                    ("a", 0, "2026-12-06T01:00:02Z"),
+                    ("b", 1, "2026-12-06T01:00:05Z"),
+                ] {
+                    tx.conn().execute(
+                        "INSERT INTO hook_runs (id, source, hook_name, event, hook_index, hook_config, status, fired_at, started_at, finished_at)
+                         VALUES (?1, 'project', ?2, 'project.checkout_updated', ?3, '{}', 'completed', '2026-12-06T01:00:00Z', '2026-12-06T01:00:00Z', ?4)",
+                        rusqlite::params![id, format!("web/checkout_updated[{index}]"), index, finished],
+                    )?;
+                }
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        let cause = store
+            .read_blocking(|rd| rd.project_hook_activity("web", "2026-12-06T00:59:00Z"))
+            .unwrap();
+        assert_eq!(
+            cause.map(|c| c.hook_name).as_deref(),
+            Some("web/checkout_updated[1]")
         );
     }
 
