@@ -148,6 +148,16 @@ fn command_mode_fails_with_exit_code_and_stderr_tail_and_reads_the_result_file()
         failed["outcome"]["reason"],
         "exited with exit code 7: disk full"
     );
+    // A command that says nothing on stderr: the code alone, no dangling colon.
+    let silent = run_json(
+        &daemon,
+        "command",
+        None,
+        json!({ "command": "exit 3" }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(silent["outcome"]["reason"], "exited with exit code 3");
 
     let blocked = run_json(
         &daemon,

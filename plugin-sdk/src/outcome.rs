@@ -136,10 +136,13 @@ impl Outcome {
                 code => {
                     let code =
                         code.map_or_else(|| "a signal".to_string(), |c| format!("exit code {c}"));
-                    Outcome::failed(format!(
-                        "exited with {code}: {}",
-                        tail(&exit.stderr, STDERR_TAIL)
-                    ))
+                    // Its stderr's last lines say why; without any, the code says it all.
+                    let said = tail(&exit.stderr, STDERR_TAIL);
+                    Outcome::failed(if said.trim().is_empty() {
+                        format!("exited with {code}")
+                    } else {
+                        format!("exited with {code}: {said}")
+                    })
                 }
             },
         };
