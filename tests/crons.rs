@@ -114,6 +114,14 @@ action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTO
     let json = daemon.json(&["cron", "list"]);
     assert_eq!(json["crons"][0]["served"], true);
     assert!(json["crons"][0]["next_at"].as_str().is_some(), "{json}");
+
+    // Taken out of the config, its receipts can still be read.
+    std::fs::write(data.join("canopy.toml"), "").unwrap();
+    daemon.ok(&["config", "reload"]);
+    let logs = daemon.ok(&["cron", "logs", "--name", "tick", "--last", "50"]);
+    assert!(logs.contains(&run_id[..8]), "{logs}");
+    let err = daemon.fails(&["cron", "logs", "--name", "never-was"]);
+    assert!(err.contains("no cron named `never-was`"), "{err}");
 }
 
 #[test]

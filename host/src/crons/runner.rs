@@ -727,13 +727,21 @@ impl Crons {
 
     /// A cron's receipts, newest first.
     pub async fn receipts(&self, name: &str, last: usize) -> Result<Vec<Receipt>, CronError> {
-        let cron = self.find(name)?;
-        let name = cron.name().to_string();
-        Ok(self
+        // A cron taken out of the config keeps its receipts: they are read all the same.
+        let known = self.find(name);
+        let key = match &known {
+            Ok(cron) => cron.name().to_string(),
+            Err(_) => name.to_string(),
+        };
+        let receipts = self
             .inner
             .store
-            .read(move |rd| rd.cron_receipts(&name, last))
-            .await?)
+            .read(move |rd| rd.cron_receipts(&key, last))
+            .await?;
+        match known {
+            Err(unknown) if receipts.is_empty() => Err(unknown),
+            _ => Ok(receipts),
+        }
     }
 
     /// Pauses or resumes a cron (kept across restarts).
