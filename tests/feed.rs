@@ -510,6 +510,19 @@ fn feed_follow_reconnects_across_a_daemon_restart_and_ctrl_c_ends_it() {
         .read_to_string(&mut stderr)
         .unwrap();
     assert!(!stderr.contains("error"), "{stderr}");
+    // The drop is said once, however many tries it took, and so is the return.
+    assert_eq!(
+        stderr
+            .matches("the feed stream from the daemon ended; reconnecting")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("reconnected to the feed stream").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -189,6 +189,8 @@ async fn follow(data: &DataDir, first: Client, args: &FeedArgs) -> Result<ExitCo
     let mut client = Some(first);
     let mut last_id: Option<String> = None;
     let mut connected_once = false;
+    // Reconnecting after a stream that ended: said once, and once more when it is back.
+    let mut reconnecting = false;
     let mut wait = Duration::from_millis(200);
     loop {
         // After a drop the daemon may have restarted elsewhere: read its address and token anew.
@@ -197,7 +199,16 @@ async fn follow(data: &DataDir, first: Client, args: &FeedArgs) -> Result<ExitCo
             None => Client::connect(data),
         };
         let outcome = match current {
-            Ok(client) => stream_once(&client, &path, last_id.as_deref(), args.json).await,
+            Ok(client) => {
+                stream_once(
+                    &client,
+                    &path,
+                    last_id.as_deref(),
+                    args.json,
+                    &mut reconnecting,
+                )
+                .await
+            }
             Err(err) => Err(Dropped::Unreachable(err)),
         };
         match outcome {
@@ -211,13 +222,16 @@ async fn follow(data: &DataDir, first: Client, args: &FeedArgs) -> Result<ExitCo
             Err(Dropped::Unreachable(err)) if !connected_once => return Err(err),
             Err(_) => {}
         }
-        eprintln!(
-            "canopy: the feed stream from the daemon ended; reconnecting{}",
-            last_id
-                .as_deref()
-                .map(|id| format!(" after event {id}"))
-                .unwrap_or_default()
-        );
+        if !reconnecting {
+            eprintln!(
+                "canopy: the feed stream from the daemon ended; reconnecting{}",
+                last_id
+                    .as_deref()
+                    .map(|id| format!(" after event {id}"))
+                    .unwrap_or_default()
+            );
+            reconnecting = true;
+        }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(RECONNECT_MAX);
     }
@@ -244,6 +258,7 @@ async fn stream_once(
     path: &str,
     last_id: Option<&str>,
     json: bool,
+    reconnecting: &mut bool,
 ) -> Result<Streamed, Dropped> {
     let mut request = client.stream(path);
     if let Some(id) = last_id {
@@ -254,6 +269,9 @@ async fn stream_once(
         Err(err) if err.is::<ApiFailure>() => return Err(Dropped::Refused(err)),
         Err(err) => return Err(Dropped::Unreachable(err)),
     };
+    if std::mem::take(reconnecting) {
+        eprintln!("canopy: reconnected to the feed stream");
+    }
     let mut last = last_id.map(str::to_string);
     loop {
         let frame = match events.next().await {
