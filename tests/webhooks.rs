@@ -401,6 +401,14 @@ command = "true"
     ] {
         assert!(!text.contains(secret), "`{secret}` leaked");
     }
+    // `show` prints one line per key, nested ones dotted.
+    let shown = daemon.ok(&["webhooks", "show", "global/inline"]);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("respond.mode") && l.trim_end().ends_with("async")),
+        "{shown}"
+    );
     // The listing names each token's source instead.
     let list = daemon.json(&["webhooks", "list"]);
     let token_of = |id: &str| {

@@ -203,18 +203,60 @@ async fn show(client: &Client, hook: &str, json: bool) -> Result<ExitCode> {
         print_json(&answer)?;
         return Ok(ExitCode::SUCCESS);
     }
-    // The view is already redacted; print it as TOML-ish lines, one key each.
-    if let Value::Object(map) = &answer {
-        for (key, value) in map {
-            let text = match value {
-                Value::String(s) => s.clone(),
-                Value::Null => "-".to_string(),
-                other => other.to_string(),
-            };
-            println!("{key:<16} {text}");
-        }
+    // The view is already redacted; print it as TOML-ish lines, one key each, nested tables
+    // as dotted keys (`respond.mode`).
+    let mut lines = Vec::new();
+    flatten("", &answer, &mut lines);
+    let width = lines
+        .iter()
+        .map(|(k, _)| k.len())
+        .max()
+        .unwrap_or(0)
+        .max(16);
+    for (key, text) in lines {
+        println!("{key:<width$} {text}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `value`'s scalars as (dotted key, text) lines; an empty table or list is `-`, a list of
+/// scalars one line.
+fn flatten(prefix: &str, value: &Value, lines: &mut Vec<(String, String)>) {
+    let key = |name: &str| {
+        if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}.{name}")
+        }
+    };
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (name, inner) in map {
+                flatten(&key(name), inner, lines);
+            }
+        }
+        Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
+            let text: Vec<String> = items.iter().map(scalar).collect();
+            lines.push((
+                prefix.to_string(),
+                if text.is_empty() {
+                    "-".to_string()
+                } else {
+                    text.join(", ")
+                },
+            ));
+        }
+        Value::Object(_) => lines.push((prefix.to_string(), "-".to_string())),
+        other => lines.push((prefix.to_string(), scalar(other))),
+    }
+}
+
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    }
 }
 
 async fn deliveries(
