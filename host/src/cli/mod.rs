@@ -39,7 +39,8 @@ pub use client::{ApiFailure, Client};
     after_help = "Example, a first run (the README walks through it):\n  canopy daemon &                                   # or in a terminal of its own\n  canopy spec add --name \"Login form\" --file login.md\n  canopy graph create web.json\n  canopy graph run web --wait"
 )]
 pub struct Cli {
-    /// Data dir of the daemon to run or talk to [default: $XDG_DATA_HOME/canopy]
+    /// Data dir of the daemon to run or talk to [default: $CANOPY_HOME, else
+    /// $XDG_DATA_HOME/canopy, else ~/.local/share/canopy]
     #[arg(long, global = true, env = "CANOPY_HOME", value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
