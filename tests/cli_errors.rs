@@ -246,6 +246,13 @@ fn a_disabled_plugin_is_named_once_and_graphs_using_it_are_listed() {
 
     // Removing a plugin no graph uses warns about nothing.
     daemon.ok(&["plugin", "enable", "docs-maintenance"]);
+    // Enabled again, the hook would fire; a config of Canopy's keys alone renders to `{}`, said.
+    let output = daemon.cli(&["hooks", "test", "web", "on_failed"]);
+    let out = text(&output.stdout);
+    assert!(
+        out.contains("rendered: {} (no fields of the executor's own to render)"),
+        "{out}"
+    );
     daemon.ok(&[
         "plugin",
         "install",

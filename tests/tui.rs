@@ -225,7 +225,7 @@ fn a_runs_progress_shows_without_a_keypress() {
     tmux.shows(&["feed: live", "slow idle"]);
     // Focus the graph: filter the sidebar to it and step onto it.
     tmux.keys(&["/", "slow", "Enter", "Down"]);
-    tmux.shows(&["Graph slow", "status: idle", "no run yet"]);
+    tmux.shows(&["Graph slow", "status: idle", "no current run: r runs it"]);
 
     // From here on, no key: the run's progress arrives through the live feed.
     daemon.control_ok("slow", json!({ "action": "run" }));

@@ -460,7 +460,10 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                     hook["mode"].as_str().unwrap_or("?")
                 );
                 println!("  config:   {}", hook["config"]);
-                if !hook["rendered"].is_null() {
+                if hook["rendered"].as_object().is_some_and(|o| o.is_empty()) {
+                    // A config of Canopy's own keys alone (`mode`, ...): the executor gets `{}`.
+                    println!("  rendered: {{}} (no fields of the executor's own to render)");
+                } else if !hook["rendered"].is_null() {
                     println!("  rendered: {}", hook["rendered"]);
                 }
                 for problem in items(&hook["problems"]) {

@@ -454,8 +454,9 @@ fn graph_lines<'a>(
                 lines.push(Line::raw(format!("summary: {summary}")));
             }
         }
+        // Idle: never run, or reset (its runs stay in its history: `canopy graph info`).
         None => lines.push(Line::styled(
-            "no run yet: r runs it",
+            "no current run: r runs it",
             Style::new().dark_gray(),
         )),
     }
