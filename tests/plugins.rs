@@ -433,6 +433,14 @@ fn the_sdk_example_installs_and_appends_rendered_markers() {
         installed.starts_with("installed plugin append-file 0.1.0"),
         "{installed}"
     );
+    // The same file again, with the same grant: it is there already; no --replace needed.
+    daemon.ok(&[
+        "plugin",
+        "install",
+        APPEND_FILE_WASM,
+        "--grant",
+        "fs-write:.",
+    ]);
 
     let workdir = tempfile::tempdir().unwrap();
     let report = run_json(

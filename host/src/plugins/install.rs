@@ -125,6 +125,23 @@ impl PluginHost {
         // Compiling and asking the component who it is happen before the lock: a plugin whose
         // `describe` hangs runs into its own deadline without holding up anyone else's install.
         let _serialised = self.inner.install_lock.lock().await;
+        // The very file already installed under its name, with the same grants: nothing to do
+        // (installing it again is how a tampered copy is repaired; an intact one needs no
+        // --replace for it).
+        if !builtin {
+            let grants: std::collections::BTreeSet<String> =
+                granted.iter().map(ToString::to_string).collect();
+            if let Some(existing) = self.plugins().get(&manifest.name).cloned()
+                && existing.record.sha256 == sha256
+                && existing.record.granted == grants
+                && !existing.record.builtin
+            {
+                return Ok(PluginInfo {
+                    record: existing.record.clone(),
+                    load: existing.load,
+                });
+            }
+        }
         let displaced = self.check_conflicts(&manifest, builtin, replace)?;
         // A built-in keeps the enabled state the operator gave it, and stays disabled while an
         // operator's plugin serves one of its modes.
