@@ -13,6 +13,11 @@ const CHUNK: usize = 4096;
 
 /// The preopened directory holding `path` (the longest matching one) and the path inside it.
 fn locate(path: &str) -> Result<(Descriptor, String), String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "`{path}` is a relative path; give an absolute one inside a granted directory (for a file in the workdir: format!(\"{{}}/{path}\", invocation.workdir()))"
+        ));
+    }
     let mut best: Option<(Descriptor, String, usize)> = None;
     for (dir, guest) in get_directories() {
         let root = guest.trim_end_matches('/');
