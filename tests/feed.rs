@@ -600,6 +600,10 @@ fn bad_query_values_are_refused_naming_the_parameter_and_what_it_takes() {
         ),
         ("since=-4", "query parameter `since`"),
         (
+            "since=9223372036854775808",
+            "query parameter `since`: `9223372036854775808` is past the largest cursor there can be (9223372036854775807)",
+        ),
+        (
             "family=grph",
             "query parameter `family`: unknown family `grph`; did you mean `graph`? (the families are graph, spec, node, hook, session, plugin, cron, webhook, project)",
         ),

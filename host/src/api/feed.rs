@@ -90,6 +90,12 @@ fn parse_since(text: &str) -> Result<Since, ApiError> {
             Err(bad())
         };
     }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::bad_request(format!(
+            "query parameter `since`: `{text}` is past the largest cursor there can be ({})",
+            i64::MAX
+        )));
+    }
     let instant = match humantime::parse_rfc3339_weak(text) {
         Ok(instant) => instant,
         Err(_) => {
