@@ -246,10 +246,14 @@ pub fn compile(projects: &BTreeMap<String, ProjectConfig>) -> Result<Projects, V
         }
         let checkout = match &project.checkout {
             Some(path) if !path.is_absolute() => {
+                // Written as from the home folder, most likely: say it in full.
+                let home = std::env::var_os("HOME")
+                    .map_or_else(|| PathBuf::from("/home/me"), PathBuf::from);
                 problems.push(format!(
-                    "{}: `{}` is not an absolute path; give the checkout's full path (/home/me/src/{name})",
+                    "{}: `{}` is not an absolute path; give the checkout's full path (such as {})",
                     at("checkout"),
-                    path.display()
+                    path.display(),
+                    home.join(path).display()
                 ));
                 None
             }
@@ -445,7 +449,8 @@ command = "true"
         .unwrap_err()
         .join("\n");
         for expected in [
-            "projects.web.checkout: `src/web` is not an absolute path",
+            "projects.web.checkout: `src/web` is not an absolute path; give the checkout's full path (such as /",
+            "/src/web)",
             "projects.web.poll_secs: must be from 1 to 3600",
             "projects.web.hooks.tag_pushed[0]: unknown field `comand`; did you mean `command`?",
             "projects.web.hooks.tag_pushed[1].timeout_secs: must be from 1 to",
