@@ -148,6 +148,13 @@ fn an_agent_drives_a_graph_over_a_queue_through_the_daemons_mcp_endpoint() {
         hook_file.to_str().unwrap(),
     ]);
     check(&seen, &daemon, &hook_file);
+    // A client that ends its session as clients do leaves no error in the daemon's log (which
+    // `canopy status` would list as a recent problem).
+    let log = daemon.log();
+    assert!(
+        !log.lines().any(|l| l.contains("ERROR")),
+        "an error logged for a normal MCP session:\n{log}"
+    );
 }
 
 /// The headers of an MCP client's POST to `host`, and `extra`.
