@@ -28,6 +28,9 @@ pub enum DaemonCommand {
     },
 }
 
+/// How often `daemon stop` says it is still waiting for a drain.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
 /// How often `daemon stop` looks whether the daemon is gone, and `logs --follow` for new lines.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -64,9 +67,19 @@ async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
         );
     }
     let timeout = Duration::from_secs(budget_secs) + STOP_MARGIN;
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut said = started;
     // The daemon holds its data dir's lock until its process has exited.
     while crate::daemon::holder(data).is_some() {
+        // A drain can take its whole budget: say it is still going every few seconds.
+        if running > 0 && said.elapsed() >= PROGRESS_EVERY {
+            said = Instant::now();
+            eprintln!(
+                "still draining: {}s of up to {budget_secs}s",
+                started.elapsed().as_secs()
+            );
+        }
         if Instant::now() >= deadline {
             bail!(
                 "the canopy daemon (pid {pid}) is still shutting down after {}s; `canopy logs` shows what it is doing. Wait, or `kill -KILL {pid}`: runs in flight are then marked interrupted at its next start",
