@@ -493,6 +493,11 @@ config = {{}}
 [webhooks.entries.mode]
 type = "command"
 command = "echo mode $CANOPY_HOOK_ID >> {mode_log}; exit 3"
+
+[webhooks.entries.nowhere]
+type = "command"
+command = "echo ran >> {mode_log}"
+cwd = "/nonexistent/canopy-webhook-cwd"
 "#,
         agent = agent.display(),
         action_log = action_log.display(),
@@ -625,6 +630,26 @@ command = "echo mode $CANOPY_HOOK_ID >> {mode_log}; exit 3"
     assert!(failed.contains("global/mode"), "{failed}");
     let handled = daemon.ok(&["feed", "--event", "webhook.handled", "--json"]);
     assert!(handled.contains("global/triage"), "{handled}");
+
+    // A cwd that is not there fails the run naming it; the command does not run elsewhere.
+    let answer = call("nowhere", "", &[]);
+    assert_eq!(answer.status, 500, "{}", answer.body);
+    assert!(
+        answer.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(
+                "the hook's cwd `/nonexistent/canopy-webhook-cwd` is not an existing directory"
+            ),
+        "{}",
+        answer.body
+    );
+    assert!(
+        !std::fs::read_to_string(&mode_log)
+            .unwrap_or_default()
+            .contains("ran"),
+        "the command ran somewhere else"
+    );
 
     // Removing the plugin a webhook runs warns, naming the webhook.
     let removed = daemon.cli(&["plugin", "remove", "noop"]);
