@@ -660,5 +660,11 @@ fn bad_query_values_are_refused_naming_the_parameter_and_what_it_takes() {
     assert!(stderr.contains("`--since`: `soon` is neither"), "{stderr}");
     // A stream from --since sends all after it: a count with it is refused, not ignored.
     let stderr = daemon.fails(&["feed", "--follow", "--since", "2h", "--last", "3"]);
-    assert!(stderr.contains("--last does not apply there"), "{stderr}");
+    assert!(
+        stderr.contains("`--last`: a stream from `since` sends every event after it, so `last` does not apply there"),
+        "{stderr}"
+    );
+    // Over HTTP too: the daemon refuses it, it does not ignore `last`.
+    let (status, answer) = daemon.get("/api/feed?follow=true&since=0&last=3");
+    assert_eq!(status, 400, "{answer}");
 }

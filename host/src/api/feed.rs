@@ -237,6 +237,13 @@ async fn feed(
             .await?;
         return Ok(ApiJson(json!({ "events": events, "head": head })).into_response());
     }
+    // A stream from `since` sends every event after it, then the live ones: a count has no
+    // place there (it was ignored).
+    if params.since.is_some() && params.last.is_some() {
+        return Err(ApiError::bad_request(
+            "query parameter `last`: a stream from `since` sends every event after it, so `last` does not apply there; give `since` or `last`, not both",
+        ));
+    }
     // A reconnecting client's Last-Event-ID wins over the `since` of the URL it reconnects to.
     let since = match last_event_id(&headers)? {
         Some(cursor) => Some(Since::Cursor(cursor)),

@@ -178,10 +178,8 @@ fn print_answer(answer: &Value, json: bool) -> Result<()> {
 /// the last event printed (`Last-Event-ID`), so the stream resumes without a gap.
 async fn follow(data: &DataDir, first: Client, args: &FeedArgs) -> Result<ExitCode> {
     let start = match (args.since.as_deref(), args.last) {
-        // A stream from --since sends every event after it, and goes on: a count has no place.
-        (Some(_), Some(_)) => anyhow::bail!(
-            "--follow --since streams every event after --since; --last does not apply there. Drop --last, or drop --since to start with the newest N"
-        ),
+        // Both: the daemon refuses it, saying why.
+        (Some(since), Some(last)) => format!("since={}&last={last}", encode(since)),
         (Some(since), None) => format!("since={}", encode(since)),
         (None, last) => format!("last={}", last.unwrap_or(FOLLOW_LAST)),
     };
