@@ -241,11 +241,7 @@ impl PluginHost {
             plugins.insert(loaded.record.name.clone(), loaded.clone());
         }
         // Installed again: no longer one the daemon skipped at start.
-        self.inner
-            .skipped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&loaded.record.name);
+        self.skipped_map().remove(&loaded.record.name);
         if let Some(old) = previous.filter(|old| *old != sha256) {
             self.forget_component(&old).await;
         }

@@ -405,21 +405,22 @@ impl PluginHost {
         Ok(())
     }
 
-    /// Notes an installed plugin the daemon could not load, and why.
-    fn skip(&self, name: &str, why: String) {
+    /// The installed plugins the daemon could not load at start, by name, with why.
+    fn skipped_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
         self.inner
             .skipped
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_string(), why);
+    }
+
+    /// Notes an installed plugin the daemon could not load, and why.
+    fn skip(&self, name: &str, why: String) {
+        self.skipped_map().insert(name.to_string(), why);
     }
 
     /// Installed plugins the daemon could not load at start (name, why), until reinstalled.
     pub fn skipped(&self) -> Vec<(String, String)> {
-        self.inner
-            .skipped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.skipped_map()
             .iter()
             .map(|(name, why)| (name.clone(), why.clone()))
             .collect()
@@ -452,13 +453,7 @@ impl PluginHost {
             .ok_or_else(|| PluginError::NotFound {
                 name: name.to_string(),
                 installed: plugins.keys().cloned().collect(),
-                skipped: self
-                    .inner
-                    .skipped
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .get(name)
-                    .cloned(),
+                skipped: self.skipped_map().get(name).cloned(),
             })
     }
 
