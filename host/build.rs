@@ -45,6 +45,7 @@ fn main() {
         .to_path_buf();
     for watched in [
         "wit",
+        "crates/shell-words",
         "plugin-sdk",
         "plugins",
         "tests/plugins",

@@ -616,9 +616,10 @@ fn hook_runs_record_what_fired_and_can_be_queried() {
     assert_eq!(spec_run["plugin"], "command");
     assert_eq!(spec_run["plugin_version"], "0.1.0");
     assert_eq!(spec_run["plugin_sha256"].as_str().unwrap().len(), 64);
+    // The command as it ran: a shell line references the value, which only its variable holds.
     assert_eq!(
         spec_run["rendered"]["config"]["command"],
-        "echo spec A done; echo warn >&2"
+        "echo spec \"${CANOPY_MARKER_SPEC_NAME}\" done; echo warn >&2"
     );
     assert_eq!(spec_run["rendered"]["markers"]["spec_name"], "A");
     assert_eq!(spec_run["output"], "spec A done\nwarn\n");
@@ -764,7 +765,10 @@ fn hooks_test_renders_an_events_hooks_and_execute_records_test_runs() {
         "the latest completed spec by default"
     );
     assert_eq!(dry["hooks"][0]["would_fire"], true);
-    assert_eq!(dry["hooks"][0]["rendered"]["command"], append(&log, "beta"));
+    assert_eq!(
+        dry["hooks"][0]["rendered"]["command"],
+        append(&log, "\"${CANOPY_MARKER_SPEC_NAME}\"")
+    );
     assert_eq!(dry["hooks"][1]["would_fire"], false);
     assert!(
         dry["hooks"][1]["reason"]

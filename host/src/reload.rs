@@ -102,6 +102,8 @@ impl Reloader {
         let projects = crate::projects::compile(&config.projects)?;
         problems.extend(crate::projects::check_actions(&self.plugins, &projects).await);
         problems.extend(crate::crons::check_actions(&self.plugins, &config.crons()?).await);
+        let webhooks = crate::webhooks::config::compile(&config)?;
+        problems.extend(crate::webhooks::config::check_actions(&self.plugins, &webhooks).await);
         if problems.is_empty() {
             Ok((config, hooks))
         } else {

@@ -29,18 +29,41 @@ impl Command {
         }
     }
 
-    /// A shell command line, run as `sh -c` would run it. A line of plain words (letters, digits,
-    /// `-_./,:@+%=` and blanks: no quoting, expansion, redirection or operator, and not a shell
-    /// builtin or keyword) runs directly, with those words as program and arguments, saving
-    /// the shell's exec (about 0.7 ms); anything else runs under `sh -c`. See
-    /// [`Command::is_direct`] for falling back to the shell when the direct run fails.
+    /// A shell command line, run as `sh -c` would run it. A line that needs no shell runs
+    /// directly, saving the shell's exec (about 0.7 ms): plain words (letters, digits,
+    /// `-_./,:@+%=` and blanks), not starting with a shell builtin, keyword or assignment, in
+    /// which the words after the first may hold single-quoted values (`'…'`, `\'`) as the host
+    /// renders markers into such a line ([`canopy_shell_words::direct_words`]). Anything else
+    /// runs under `sh -c`. See [`Command::is_direct`] for falling back to the shell when the
+    /// direct run fails.
     pub fn shell(line: &str) -> Self {
-        match plain_words(line) {
+        match canopy_shell_words::direct_words(line) {
             Some(words) => Self {
                 direct: true,
-                ..Self::new(words[0]).args(words[1..].iter().copied())
+                ..Self::new(words[0].clone()).args(words[1..].iter().cloned())
             },
             None => Self::new("sh").arg("-c").arg(line),
+        }
+    }
+
+    /// The same program and arguments run by `sh` without the shell parsing any of them
+    /// (`sh -c '"$0" "$@"' program args…`): how a direct line the host could not start is run
+    /// after all, so its failure reads as the shell's (`sh: 1: deploy: not found`, exit 127)
+    /// while every argument stays data.
+    pub fn under_sh(&self) -> Self {
+        let mut inner = self.inner.clone();
+        inner.program = "sh".to_string();
+        inner.args = [
+            "-c".to_string(),
+            r#""$0" "$@""#.to_string(),
+            self.inner.program.clone(),
+        ]
+        .into_iter()
+        .chain(self.inner.args.iter().cloned())
+        .collect();
+        Self {
+            inner,
+            direct: false,
         }
     }
 
@@ -98,32 +121,8 @@ impl Command {
     }
 }
 
-/// Shell builtins and keywords: a line starting with one means what the shell makes of it (some
-/// have a program of the same name that behaves differently, such as `echo`).
-const SHELL_WORDS: &[&str] = &[
-    ".", ":", "[", "[[", "alias", "bg", "break", "case", "cd", "command", "continue", "do", "done",
-    "echo", "elif", "else", "esac", "eval", "exec", "exit", "export", "false", "fc", "fg", "fi",
-    "for", "function", "getopts", "hash", "if", "in", "jobs", "kill", "local", "printf", "pwd",
-    "read", "readonly", "return", "select", "set", "shift", "source", "test", "then", "time",
-    "times", "trap", "true", "type", "ulimit", "umask", "unalias", "unset", "until", "wait",
-    "while",
-];
-
-/// The words of a shell command line that needs no shell to run (see [`Command::shell`]),
-/// or `None`.
-pub fn plain_words(line: &str) -> Option<Vec<&str>> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./,:@+%=".contains(c);
-    if !line.chars().all(|c| plain(c) || c == ' ' || c == '\t') {
-        return None;
-    }
-    let words: Vec<&str> = line.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
-    let first = *words.first()?;
-    // `NAME=value cmd` is an assignment; a builtin or keyword is the shell's.
-    if first.contains('=') || SHELL_WORDS.contains(&first) {
-        return None;
-    }
-    Some(words)
-}
+/// The words of a line of plain words that needs no shell to run, or `None`.
+pub use canopy_shell_words::plain_words;
 
 /// Runs a process and waits for it. `Err` when the host refused (missing `process` capability,
 /// cwd outside the workdir) or the spawn failed; a process that ran and failed is an `Ok(Exit)`
@@ -144,45 +143,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_words_run_directly_and_anything_shell_runs_under_sh() {
-        assert_eq!(plain_words("/bin/true"), Some(vec!["/bin/true"]));
-        assert_eq!(
-            plain_words("  cargo test --release -p web=1  "),
-            Some(vec!["cargo", "test", "--release", "-p", "web=1"])
-        );
-        for line in [
-            "",
-            "   ",
-            "echo hi",
-            "true",
-            "exit 3",
-            "cd src",
-            "FOO=1 make",
-            "ls *.rs",
-            "ls ~",
-            "echo $HOME",
-            "a | b",
-            "a && b",
-            "a; b",
-            "a > out",
-            "sleep 30 &",
-            "git commit -m 'x y'",
-            "printf \"%s\" x",
-            "a\\ b",
-            "a\nb",
-            "cmd # note",
-            "$(cmd)",
-            "`cmd`",
-            "ls [ab]",
-            "ls {a,b}",
-            "! cmd",
-            "echo é",
-        ] {
-            assert_eq!(plain_words(line), None, "{line:?}");
-        }
+    fn direct_lines_run_without_sh_and_anything_shell_runs_under_sh() {
         assert!(Command::shell("/bin/true").is_direct());
         assert!(!Command::shell("true").is_direct());
         assert!(!Command::shell("a | b").is_direct());
         assert!(!Command::new("/bin/true").is_direct());
+        let tagged = Command::shell("git tag -m 'it'\\''s $(id)' v1");
+        assert!(tagged.is_direct());
+        assert_eq!(tagged.inner.program, "git");
+        assert_eq!(tagged.inner.args, ["tag", "-m", "it's $(id)", "v1"]);
+        let fallback = tagged.under_sh();
+        assert!(!fallback.is_direct());
+        assert_eq!(fallback.inner.program, "sh");
+        assert_eq!(
+            fallback.inner.args,
+            [
+                "-c",
+                "\"$0\" \"$@\"",
+                "git",
+                "tag",
+                "-m",
+                "it's $(id)",
+                "v1"
+            ]
+        );
     }
 }

@@ -20,7 +20,7 @@ use crate::events::{self, Actor, Cause, Envelope, Event};
 use crate::hooks::Firing;
 use crate::hooks::daemon::{DATA_MARKER, DaemonHook};
 use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
-use crate::markers::{Escape, HOOK_MARKERS, MarkerValues};
+use crate::markers::{HOOK_MARKERS, MarkerValues};
 use crate::plugins::{
     CallError, CallReport, CallRequest, PluginError, PluginRef, Provenance, Status, WorkConfig,
 };
@@ -440,7 +440,7 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
             };
             let workdir = hook
                 .and_then(|h| h.config.cwd.as_deref())
-                .map(|cwd| PathBuf::from(crate::markers::render(cwd, &markers, Escape::Plain)))
+                .map(|cwd| PathBuf::from(crate::markers::render_plain(cwd, &markers)))
                 .or_else(|| project.map(|p| p.checkout.clone()))
                 .or_else(|| {
                     envelope

@@ -635,7 +635,7 @@ impl PluginHost {
         markers::check_config(config, &plugin.templates, supported_markers)
             .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
         let mut rendered = config.clone();
-        markers::render_config(&mut rendered, &plugin.templates, &MarkerValues::new());
+        let _ = markers::render_config(&mut rendered, &plugin.templates, &MarkerValues::new());
         let call = Call::Validate {
             mode: mode.to_string(),
             config: Value::Object(rendered).to_string(),
@@ -654,7 +654,7 @@ impl PluginHost {
     pub fn render(&self, work: &WorkConfig, values: &MarkerValues) -> Result<Value, PluginError> {
         let plugin = self.for_mode(&work.mode)?;
         let mut rendered = work.config().clone();
-        markers::render_config(&mut rendered, &plugin.templates, values);
+        let _ = markers::render_config(&mut rendered, &plugin.templates, values);
         Ok(Value::Object(rendered))
     }
 
@@ -725,7 +725,7 @@ impl PluginHost {
         values
             .entry("workdir".to_string())
             .or_insert_with(|| workdir.to_string_lossy().into_owned());
-        markers::render_config(&mut config, &plugin.templates, &values);
+        let marker_env = markers::render_config(&mut config, &plugin.templates, &values);
         let rendered = Value::Object(config);
         let marker_list: Vec<(String, String)> = request
             .supported_markers
@@ -761,7 +761,7 @@ impl PluginHost {
             detach,
             env: self.inner.call_env.clone(),
             commands: commands.clone(),
-            host_env: Arc::from(request.env),
+            host_env: request.env.into_iter().chain(marker_env).collect(),
             stdin: request.stdin,
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));

@@ -407,6 +407,23 @@ pub fn check(config: &crate::config::Config) -> Vec<String> {
     compile(config).err().unwrap_or_default()
 }
 
+/// Checks every executor handler against its plugin, as a delivery would run it (markers only
+/// where the mode renders them, only the webhook markers, none inside quotes of a shell line).
+pub async fn check_actions(
+    plugins: &crate::plugins::PluginHost,
+    webhooks: &Webhooks,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for hook in webhooks.hooks.values() {
+        if let Handler::Work { work, .. } = &hook.handler
+            && let Err(err) = plugins.validate(work, super::run::WEBHOOK_MARKERS).await
+        {
+            problems.push(format!("{}: {err}", hook.toml_path));
+        }
+    }
+    problems
+}
+
 /// This configuration's node name (the host name unless `node` says).
 fn node_of(config: &crate::config::Config) -> String {
     config

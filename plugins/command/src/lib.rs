@@ -2,9 +2,11 @@
 //! words (`/bin/true`, `cargo test --release`) runs directly, as the shell would run it, without
 //! the shell's own exec; any other runs under `sh -c`.
 //!
-//! The `command` field is a template with shell escaping, so every marker value the host renders
-//! into it is one quoted, inert word. Every marker is also exported to the process as
-//! `CANOPY_HOOK_<MARKER>` (`CANOPY_HOOK_WORKDIR`, `CANOPY_HOOK_SPEC_NAME`, ...).
+//! The `command` field is a template with shell escaping: the host renders a marker into a line
+//! that needs no shell as a single-quoted value, which [`Command::shell`] splits back out as
+//! part of one argument, and into any other line as a reference to a `CANOPY_MARKER_<NAME>`
+//! variable the host sets. No value is ever parsed by a shell. Every marker is also exported to
+//! the process as `CANOPY_HOOK_<MARKER>` (`CANOPY_HOOK_WORKDIR`, `CANOPY_HOOK_SPEC_NAME`, ...).
 //!
 //! The command is killed at the call's deadline, which the host derives from the config's
 //! `timeout_seconds` / `timeout_minutes` (reserved keys: this plugin never sees them).
@@ -41,7 +43,7 @@ impl Executor for CommandExecutor {
                 "properties": {
                     "command": {
                         "type": "string",
-                        "description": "shell command, run with sh -c in the workdir; marker values are shell-quoted"
+                        "description": "shell command, run as sh -c runs it, in the workdir; a marker's value is never parsed by the shell"
                     }
                 }
             }))
@@ -70,14 +72,13 @@ impl Executor for CommandExecutor {
             }
             command
         };
-        // Plain words run without a shell (one exec, not two); a direct run the host could not
-        // start (no such program) runs under `sh -c` after all, so the error is the shell's own
-        // (`sh: 1: deploy: not found`, exit 127), as for any other line.
+        // A line that needs no shell runs directly (one exec, not two), its quoted values split
+        // out as single arguments. A direct run the host could not start (no such program)
+        // runs under `sh` after all, its words passed as arguments the shell never parses, so
+        // the error is the shell's own (`sh: 1: deploy: not found`, exit 127).
         let command = prepare(Command::shell(&config.command));
         let exit = match canopy_plugin_sdk::run_command(&command) {
-            Err(_) if command.is_direct() => canopy_plugin_sdk::run_command(&prepare(
-                Command::new("sh").arg("-c").arg(config.command.as_str()),
-            ))?,
+            Err(_) if command.is_direct() => canopy_plugin_sdk::run_command(&command.under_sh())?,
             ran => ran?,
         };
         Outcome::from_exit(&exit)
