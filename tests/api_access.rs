@@ -580,6 +580,87 @@ fn query_string_errors_are_json_naming_the_parameter() {
     }
 }
 
+/// POSTs `size` bytes of `content_type` (a JSON string body for JSON) on a raw connection,
+/// writing from a thread that stops at the first error (the daemon may answer and close before
+/// it has read everything); returns the status and the JSON answer.
+fn send_big(daemon: &Daemon, path: &str, content_type: &str, size: usize) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(daemon.host()).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nContent-Type: {content_type}\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n",
+        daemon.host(),
+        bearer(daemon)
+    );
+    let mut writer = stream.try_clone().unwrap();
+    let body_start = if content_type == "application/json" {
+        b"\"".to_vec()
+    } else {
+        Vec::new()
+    };
+    let sender = std::thread::spawn(move || {
+        let _ = writer.write_all(head.as_bytes());
+        let _ = writer.write_all(&body_start);
+        let chunk = vec![b'a'; 64 * 1024];
+        let mut left = size - body_start.len();
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if writer.write_all(&chunk[..n]).is_err() {
+                return;
+            }
+            left -= n;
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+    let _ = sender.join();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no answer: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[test]
+fn errors_axum_writes_itself_answer_in_the_apis_json_too() {
+    let daemon = Daemon::start();
+    let auth = bearer(&daemon);
+    // A path that does not decode.
+    let answer = daemon.raw(
+        "GET",
+        "/api/specs/%ff%fe",
+        &[("Host", daemon.host()), ("Authorization", &auth)],
+        b"",
+    );
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert_eq!(error_of(&answer.body).0, "bad_request", "{answer:?}");
+    // A JSON body over the limit: 413, not 400; a component over the plugin limit too.
+    let (status, body) = send_big(&daemon, "/api/specs", "application/json", 3_600_000);
+    assert_eq!(status, 413, "{body}");
+    let (code, message) = error_of(&body);
+    assert_eq!(code, "payload_too_large");
+    assert!(message.contains("larger than the API takes"), "{message}");
+    let (status, body) = send_big(&daemon, "/api/plugins", "application/wasm", 65 << 20);
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(error_of(&body).0, "payload_too_large");
+    let (status, _) = daemon.get("/api/health");
+    assert_eq!(status, 200);
+}
+
 #[test]
 fn unknown_routes_and_methods_answer_json() {
     let daemon = Daemon::start();

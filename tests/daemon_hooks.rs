@@ -165,7 +165,8 @@ fn a_hook_loop_stops_at_the_dispatch_depth_limit_with_dropped_records() {
     let data = data_dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     // Each completed run of `loop` starts it again, from inside the hook: every run is one
-    // dispatch level deeper than the one before.
+    // dispatch level deeper than the one before, whatever the hook's process claims (it strips
+    // and forges the variables it was handed; its call token says who it is).
     let config = format!(
         r#"
 [limits]
@@ -176,7 +177,7 @@ name = "again"
 event = "graph.run.completed"
 match = {{ graph_name = "loop" }}
 timeout_secs = 30
-action = {{ command = "{canopy} --data-dir {data} graph run loop" }}
+action = {{ command = "env -u CANOPY_DISPATCH_DEPTH CANOPY_ACTOR=user {canopy} --data-dir {data} graph run loop" }}
 "#,
         canopy = CANOPY,
         data = data.display()
@@ -350,62 +351,26 @@ fn on_spec_failed_fires_for_a_failing_spec_with_its_node_and_reason() {
 }
 
 #[test]
-fn a_request_naming_a_bad_actor_or_depth_is_refused_and_nothing_is_recorded() {
+fn a_fifo_in_place_of_the_config_is_refused_and_the_api_keeps_answering() {
     let daemon = Daemon::start();
-    let auth = format!("Bearer {}", daemon.token());
-    let host = daemon.host().to_string();
-    let body = json!({ "name": "s", "body": support::spec_body("s") }).to_string();
-    for (header, value, expected) in [
-        (
-            "X-Canopy-Dispatch-Depth",
-            "9223372036854775808",
-            "not a dispatch depth",
-        ),
-        ("X-Canopy-Dispatch-Depth", "-1", "not a dispatch depth"),
-        ("X-Canopy-Dispatch-Depth", "1001", "not a dispatch depth"),
-        ("X-Canopy-Actor", "root", "is not one of user, agent"),
-        ("X-Canopy-Actor", "hook:a b", "is not one of user, agent"),
-        ("X-Canopy-Actor", "hook:", "is not one of user, agent"),
-    ] {
-        let answer = daemon.raw(
-            "POST",
-            "/api/specs",
-            &[
-                ("Host", &host),
-                ("Authorization", &auth),
-                ("Content-Type", "application/json"),
-                (header, value),
-            ],
-            body.as_bytes(),
-        );
-        assert_eq!(answer.status, 400, "{header}: {value}: {}", answer.body);
-        let message = answer.body["error"]["message"].as_str().unwrap();
-        assert!(
-            message.contains(&format!("header `{}`", header.to_ascii_lowercase()))
-                && message.contains(expected),
-            "{header}: {value}: {message}"
-        );
-    }
-    // Nothing was written, and the daemon still answers.
-    let (_, specs) = daemon.get("/api/specs");
-    assert_eq!(specs["specs"].as_array().unwrap().len(), 0, "{specs}");
-    let (_, feed) = daemon.get("/api/feed");
-    assert_eq!(feed["events"], json!([]));
-    // A good one is recorded as that actor.
-    let answer = daemon.raw(
-        "POST",
-        "/api/specs",
-        &[
-            ("Host", &host),
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-            ("X-Canopy-Actor", "hook:web.on_completed[0]"),
-            ("X-Canopy-Dispatch-Depth", "3"),
-        ],
-        body.as_bytes(),
+    let file = daemon.data_dir.join("canopy.toml");
+    let _ = std::fs::remove_file(&file);
+    let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a path of our own.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    // A reader of a FIFO waits for a writer: none ever comes.
+    let err = daemon.fails(&["config", "reload"]);
+    assert!(err.contains("is not a regular file"), "{err}");
+    let err = daemon.fails(&["config", "validate"]);
+    assert!(err.contains("is not a regular file"), "{err}");
+    let (status, _) = daemon.get("/api/health");
+    assert_eq!(status, 200);
+    // A file too large to be a configuration.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, vec![b'#'; 5 * 1024 * 1024]).unwrap();
+    let err = daemon.fails(&["config", "reload"]);
+    assert!(
+        err.contains("a configuration may be at most 4 MiB"),
+        "{err}"
     );
-    assert_eq!(answer.status, 201, "{}", answer.body);
-    let (_, feed) = daemon.get("/api/feed");
-    assert_eq!(feed["events"][0]["actor"], "hook:web.on_completed[0]");
-    assert_eq!(feed["events"][0]["dispatch_depth"], 3);
 }

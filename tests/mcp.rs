@@ -344,3 +344,52 @@ fn canopy_mcp_starts_before_the_daemon_and_outlives_its_restart() {
     let specs: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(specs["specs"][0]["name"], "Login form", "{specs}");
 }
+
+#[test]
+fn one_token_holds_a_bounded_number_of_mcp_sessions() {
+    let daemon = Daemon::start();
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": { "name": "cap-test", "version": "1" } }
+    });
+    let open = || {
+        client
+            .post(format!("{}/mcp", daemon.url))
+            .bearer_auth(daemon.token())
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+            .unwrap()
+    };
+    let mut ids = Vec::new();
+    for _ in 0..64 {
+        let answer = open();
+        assert_eq!(answer.status().as_u16(), 200);
+        ids.push(
+            answer.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let refused = open();
+    assert_eq!(refused.status().as_u16(), 429);
+    let body: Value = refused.json().unwrap();
+    assert_eq!(body["error"]["code"], "too_many_sessions", "{body}");
+    // Closing one makes room.
+    let closed = client
+        .delete(format!("{}/mcp", daemon.url))
+        .bearer_auth(daemon.token())
+        .header("mcp-session-id", &ids[0])
+        .send()
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    assert_eq!(open().status().as_u16(), 200);
+    let (status, _) = daemon.get("/api/health");
+    assert_eq!(status, 200);
+}

@@ -123,7 +123,20 @@ fn a_process_gets_a_clean_environment_and_only_the_variables_passed_on_purpose()
     let passing =
         Daemon::start_with_env("[process]\npass_env = [\"CANOPY_TEST_PASSED\"]\n", &secrets);
     install_hostile(&passing, "fs-read,process");
+    // What it printed is recorded masked (a passed value is a secret of the process's)...
     let env = exec(&passing, "env", &[], workdir.path()).unwrap();
+    assert!(
+        env.lines().any(|l| l == "CANOPY_TEST_PASSED=[masked]"),
+        "{env}"
+    );
+    // ... but the process had it.
+    let report = command(
+        &passing,
+        json!({ "command": "env > env.txt" }),
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    let env = std::fs::read_to_string(workdir.path().join("env.txt")).unwrap();
     assert!(
         env.lines().any(|l| l == "CANOPY_TEST_PASSED=passed-value"),
         "{env}"
@@ -418,7 +431,12 @@ fn a_program_grant_runs_only_that_program() {
 
 /// A loopback listener answering every connection with `pong`; counts connections.
 fn pong_listener() -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    pong_listener_on("127.0.0.1")
+}
+
+/// A listener on `host` that answers a line with `pong`; its port and how many it accepted.
+fn pong_listener_on(host: &str) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind((host, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let accepted = Arc::new(AtomicUsize::new(0));
     let counter = accepted.clone();
@@ -497,6 +515,85 @@ fn network_grants_reach_what_they_name_and_loopback_only_when_named() {
         "--replace",
     ]);
     assert!(refused.contains("network:127.0.0.1"), "{refused}");
+}
+
+/// A non-loopback IPv4 address of this machine's interfaces, if it has one.
+fn own_address() -> Option<std::net::Ipv4Addr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates the list it writes to `list`; freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut next = list;
+    while !next.is_null() && found.is_none() {
+        // SAFETY: a node of the list getifaddrs returned.
+        let entry = unsafe { &*next };
+        // SAFETY: ifa_addr, when set, is a sockaddr whose family names its type.
+        if !entry.ifa_addr.is_null()
+            && i32::from(unsafe { (*entry.ifa_addr).sa_family }) == libc::AF_INET
+        {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let v4 = unsafe { &*entry.ifa_addr.cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(v4.sin_addr.s_addr.to_ne_bytes());
+            if !ip.is_loopback() {
+                found = Some(ip);
+            }
+        }
+        next = entry.ifa_next;
+    }
+    // SAFETY: freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+#[test]
+fn plain_network_reaches_neither_this_machines_other_addresses_nor_link_local_or_private_ones() {
+    let daemon = Daemon::start();
+    let workdir = tempfile::tempdir().unwrap();
+    let connect_to = |addr: String| {
+        run(
+            &daemon,
+            "hostile",
+            Some("hostile-connect"),
+            &json!({ "addr": addr }),
+            workdir.path(),
+        )
+        .map(|report| report["outcome"]["summary"].as_str().unwrap().to_string())
+    };
+    install_hostile(&daemon, "fs-read,network");
+    // The cloud metadata address, link-local and private ranges: refused before any packet.
+    for addr in [
+        "169.254.169.254:80",
+        "10.0.0.1:80",
+        "192.168.1.1:80",
+        "[fe80::1]:80",
+    ] {
+        let err = connect_to(addr.to_string()).unwrap_err();
+        assert!(
+            err.to_lowercase().contains("permission denied"),
+            "{addr}: {err}"
+        );
+    }
+    // This machine's own address, with a service listening on every interface.
+    let Some(ip) = own_address() else {
+        eprintln!("no non-loopback address on this machine: the own-address check is not run");
+        return;
+    };
+    let (port, accepted) = pong_listener_on("0.0.0.0");
+    let err = connect_to(format!("{ip}:{port}")).unwrap_err();
+    assert!(
+        err.to_lowercase().contains("permission denied"),
+        "{ip}: {err}"
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "plain network reached {ip}"
+    );
+    // Named, it is reached.
+    install_hostile(&daemon, &format!("fs-read,network:{ip}:{port}"));
+    assert_eq!(connect_to(format!("{ip}:{port}")).as_deref(), Ok("pong"));
 }
 
 #[test]

@@ -91,23 +91,6 @@ fn assert_values_arrived_as_data(out: &Path, values: &[String], pwns: &[&Path]) 
     }
 }
 
-/// Waits until `count` hook runs of `source` have ended; returns them.
-fn ended_runs(daemon: &Daemon, source: &str, count: usize) -> Vec<Value> {
-    wait_for(
-        &format!("{count} ended {source} hook runs"),
-        Duration::from_secs(90),
-        || {
-            let (_, answer) = daemon.get(&format!("/api/hook-runs?source={source}&last=1000"));
-            let runs = answer["runs"].as_array().cloned().unwrap_or_default();
-            (runs.len() >= count
-                && runs
-                    .iter()
-                    .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running"))))
-            .then_some(runs)
-        },
-    )
-}
-
 fn assert_all_completed(runs: &[Value]) {
     for run in runs {
         assert_eq!(run["status"], "completed", "{run:#}");
@@ -152,7 +135,7 @@ fn a_spec_name_in_a_graph_hook_is_data_in_every_shape() {
     daemon.control_ok("g", json!({ "action": "run" }));
     let view = daemon.settled("g");
     assert_eq!(view["status"], "completed", "{view:#}");
-    let runs = ended_runs(&daemon, "graph", names.len() * 3);
+    let runs = daemon.ended_hook_runs("graph", names.len() * 3);
     assert_all_completed(&runs);
     assert_values_arrived_as_data(out.path(), &names, &[&pwn, &out.path().join("PWN")]);
 }
@@ -174,7 +157,7 @@ fn a_spec_name_in_a_daemon_hook_is_data_in_every_shape() {
     for name in &names {
         daemon.add_spec(name);
     }
-    let runs = ended_runs(&daemon, "config", names.len() * 3);
+    let runs = daemon.ended_hook_runs("config", names.len() * 3);
     assert_all_completed(&runs);
     assert_values_arrived_as_data(out.path(), &names, &[&out.path().join("PWN")]);
 
@@ -236,7 +219,7 @@ fn a_git_tag_in_a_project_hook_is_data_in_every_shape() {
             .unwrap();
         assert!(status.success(), "git tag {tag}");
     }
-    let runs = ended_runs(&daemon, "project", tags.len() * 3);
+    let runs = daemon.ended_hook_runs("project", tags.len() * 3);
     assert_all_completed(&runs);
     let tags: Vec<String> = tags.iter().map(|t| (*t).to_string()).collect();
     assert_values_arrived_as_data(out.path(), &tags, &[&repo.path().join("PWN")]);

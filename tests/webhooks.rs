@@ -718,7 +718,7 @@ respond = {{ status = 200 }}
     assert_eq!(dev.json()["status"], "ignored");
     assert_eq!(
         dev.json()["reason"],
-        "`ref` is `refs/heads/dev`, which does not match `refs/heads/main`"
+        "`ref` is `refs/heads/dev`, which does not match this hook's rule"
     );
     let ping = send("push", "", "ping", r#"{"ref": "refs/heads/main"}"#);
     assert_eq!(ping.json()["status"], "ignored");

@@ -42,7 +42,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 mod shape;
@@ -166,6 +166,11 @@ pub struct Limits {
     pub max_concurrent_calls: u32,
     /// Dispatch depth past which hooks no longer fire (a hook loop ends here).
     pub max_dispatch_depth: u32,
+    /// A hook (graph, daemon or project hook) fired more than this many times within
+    /// `breaker_window_secs` is tripped: its further firings are dropped until a reload or
+    /// `canopy hooks reset NAME`. 0 turns the breaker off.
+    pub breaker_firings: u32,
+    pub breaker_window_secs: u64,
 }
 
 impl Default for Limits {
@@ -175,6 +180,8 @@ impl Default for Limits {
             default_timeout_seconds: 600,
             max_concurrent_calls: 128,
             max_dispatch_depth: crate::hooks::daemon::DEFAULT_MAX_DEPTH,
+            breaker_firings: crate::hooks::breaker::DEFAULT_FIRINGS,
+            breaker_window_secs: crate::hooks::breaker::DEFAULT_WINDOW.as_secs(),
         }
     }
 }
@@ -232,13 +239,60 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
     ])
 }
 
+/// The largest `canopy.toml` read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a configuration file: `None` when there is none. Only a regular file is read, and at
+/// most [`MAX_CONFIG_BYTES`]: a FIFO put in its place would block the reader until someone
+/// writes to it, a device could be read for ever. It is opened without blocking and checked
+/// again once open, so nothing swapped in between can block either. Blocking I/O: call it off
+/// the async runtime.
+pub fn read_file(path: &Path) -> Result<Option<String>, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let not_a_file = || {
+        format!(
+            "{} is not a regular file (a FIFO, a folder or a device); the configuration must be a file",
+            path.display()
+        )
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => return Err(not_a_file()),
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(format!("cannot read {}: {err}", path.display())),
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    if !meta.is_file() {
+        return Err(not_a_file());
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "{} is {} bytes; a configuration may be at most {} MiB",
+            path.display(),
+            meta.len(),
+            MAX_CONFIG_BYTES >> 20
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    Ok(Some(text))
+}
+
 impl Config {
     /// Reads `canopy.toml` if it exists; a missing file is the default configuration.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
+        let Some(text) = read_file(path).map_err(|err| anyhow::anyhow!(err))? else {
+            return Ok(Self::default());
         };
         let config = Self::parse(&text)
             .map_err(|problems| anyhow::anyhow!("{}: {}", path.display(), problems.join("\n  ")))?;
@@ -246,6 +300,8 @@ impl Config {
     }
 
     /// Parses and checks a configuration; every problem found, each naming its TOML path.
+    ///
+    /// (Read the file with [`read_file`]: never a FIFO, never without bound.)
     ///
     /// A value of the wrong shape (a missing field, an unknown one, a string for a number) is
     /// reported and taken out, and the rest is read again, so one run lists every such problem.
@@ -305,12 +361,15 @@ impl Config {
 
     /// The daemon hooks and identity this configuration sets.
     pub fn daemon_hooks(&self) -> Result<crate::hooks::daemon::DaemonHooks, Vec<String>> {
-        crate::hooks::daemon::compile(
+        let mut hooks = crate::hooks::daemon::compile(
             self.node.as_deref(),
             &self.roles,
             self.limits.max_dispatch_depth,
             &self.hooks,
-        )
+        )?;
+        hooks.breaker_firings = self.limits.breaker_firings;
+        hooks.breaker_window = std::time::Duration::from_secs(self.limits.breaker_window_secs);
+        Ok(hooks)
     }
 
     /// The crons this configuration sets, checked.
@@ -349,6 +408,15 @@ impl Config {
         }
         if config.limits.max_dispatch_depth > 64 {
             problems.push("limits.max_dispatch_depth: must be at most 64".to_string());
+        }
+        if config.limits.breaker_firings > 1_000_000 {
+            problems.push(
+                "limits.breaker_firings: must be at most 1000000 (0 turns the breaker off)"
+                    .to_string(),
+            );
+        }
+        if !(1..=3600).contains(&config.limits.breaker_window_secs) {
+            problems.push("limits.breaker_window_secs: must be from 1 to 3600".to_string());
         }
         if !(1..=36_500).contains(&config.feed.keep_days) {
             problems.push("feed.keep_days: must be from 1 to 36500".to_string());

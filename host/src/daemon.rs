@@ -17,10 +17,12 @@ use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
 use crate::sessions::{self, Delivery};
 use crate::store::Store;
 
-/// How long the API waits for a request's headers, and an idle connection for its next
-/// request, before it closes the connection (see [`crate::listener`]). The CLI's clients drop
+/// How long the API waits for a request's line and headers once their first byte arrived
+/// (see [`crate::listener`]).
+const API_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long an idle API connection may wait for its next request. The CLI's clients drop
 /// their idle connections sooner ([`crate::cli::client::IDLE_TIMEOUT`]).
-const API_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const API_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What the daemon provides to plugins behind the `host` interface.
 struct DaemonServices {
@@ -201,6 +203,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     }
     // After the lock: a second daemon refused on this data dir must not replace the token.
     let token = write_token(&data)?;
+    crate::secrets::register(&token);
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     crate::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
@@ -317,14 +320,23 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             data_dir: data.root().to_path_buf(),
             daemon: info.clone(),
         },
-        api::Access::new(bound.port(), token, data.token_file()),
+        api::Access::new(
+            bound.port(),
+            token,
+            data.token_file(),
+            plugins.credentials().clone(),
+        ),
     );
     let limits = crate::listener::Limits {
         name: "API",
         settings: "a quarter of the daemon's open-file limit, up to 1024: raise `ulimit -n`",
         max_connections: usize::try_from(crate::listener::default_max_connections())
             .unwrap_or(1024),
+        // Every client of the loopback API is the same address: no cap per peer; at the cap
+        // the connection reading its headers longest makes room.
+        max_per_peer: None,
         header_timeout: API_HEADER_TIMEOUT,
+        idle_timeout: API_IDLE_TIMEOUT,
     };
     crate::listener::serve(
         listener,

@@ -114,9 +114,12 @@ impl Reloader {
     /// Re-reads the file and puts it in force, or changes nothing and returns every problem.
     pub async fn reload(&self) -> Result<ReloadReport, Vec<String>> {
         let _one = self.gate.lock().await;
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        // Off the runtime: a file system can be slow, and nothing read may block a worker.
+        let path = self.path.clone();
+        let text = match tokio::task::spawn_blocking(move || crate::config::read_file(&path)).await
+        {
+            Ok(Ok(text)) => text.unwrap_or_default(),
+            Ok(Err(err)) => return Err(vec![err]),
             Err(err) => return Err(vec![format!("cannot read {}: {err}", self.path.display())]),
         };
         let (config, hooks) = self.check(&text).await?;
@@ -199,6 +202,14 @@ impl Reloader {
         note(
             old.limits.max_dispatch_depth != config.limits.max_dispatch_depth,
             "limits.max_dispatch_depth",
+            true,
+        );
+        old_limits.breaker_firings = config.limits.breaker_firings;
+        old_limits.breaker_window_secs = config.limits.breaker_window_secs;
+        note(
+            old.limits.breaker_firings != config.limits.breaker_firings
+                || old.limits.breaker_window_secs != config.limits.breaker_window_secs,
+            "limits.breaker",
             true,
         );
         note(old_limits != config.limits, "limits", false);

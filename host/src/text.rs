@@ -68,6 +68,14 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
         .unwrap_or_default()
 }
 
+/// Whether `text` is an RFC 3339 time before 1970-01-01T00:00:00Z: a time, but one outside the
+/// range the store's times hold (said as such, not as "not a time").
+pub fn rfc3339_before_epoch(text: &str) -> bool {
+    text.trim()
+        .parse::<jiff::Timestamp>()
+        .is_ok_and(|t| t < jiff::Timestamp::UNIX_EPOCH)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -336,6 +336,25 @@ impl Daemon {
         view
     }
 
+    /// The hook runs of `source` (`graph`, `config`, `project`), oldest first, once `count` of
+    /// them have ended (none queued or running); waits at most 90 s.
+    pub fn ended_hook_runs(&self, source: &str, count: usize) -> Vec<Value> {
+        wait_for(
+            &format!("{count} ended {source} hook runs"),
+            Duration::from_secs(90),
+            || {
+                let (_, answer) = self.get(&format!("/api/hook-runs?source={source}&last=1000"));
+                let mut runs = answer["runs"].as_array().cloned().unwrap_or_default();
+                let done = runs.len() >= count
+                    && runs
+                        .iter()
+                        .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running")));
+                runs.reverse();
+                done.then_some(runs)
+            },
+        )
+    }
+
     /// Waits until the graph is no longer running; returns `graph get`.
     pub fn settled(&self, graph: &str) -> Value {
         wait_for(

@@ -133,14 +133,74 @@ impl From<JsonRejection> for ApiError {
         while let Some(source) = cause.source() {
             cause = source;
         }
-        let message = match &rejection {
+        match &rejection {
             JsonRejection::JsonSyntaxError(_) | JsonRejection::JsonDataError(_) => {
-                format!("the request body is not valid JSON: {cause}")
+                Self::bad_request(format!("the request body is not valid JSON: {cause}"))
             }
-            _ => format!("invalid JSON body: {}", rejection.body_text()),
-        };
-        Self::bad_request(message)
+            _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+            _ => Self::bad_request(format!("invalid JSON body: {}", rejection.body_text())),
+        }
     }
+}
+
+/// The largest JSON body a request may send (axum's default body limit).
+pub const MAX_JSON_BODY: usize = 2 * 1024 * 1024;
+
+/// 413 for a body over its limit.
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!(
+            "the request body is larger than the API takes ({} MiB for JSON; a plugin component may be larger)",
+            MAX_JSON_BODY / (1024 * 1024)
+        ),
+    )
+}
+
+/// Makes every error answer the API's JSON shape (`{"error": {"code", "message"}}`), also those
+/// axum writes itself in plain text: a path that does not decode (`/api/specs/%ff`), a body
+/// over its limit. The text becomes the message.
+pub async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = match axum::body::to_bytes(body, 64 * 1024).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let error = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+        StatusCode::BAD_REQUEST => ApiError::bad_request(if text.is_empty() {
+            "bad request".to_string()
+        } else {
+            text
+        }),
+        _ => ApiError::new(
+            status,
+            "error",
+            if text.is_empty() {
+                status.canonical_reason().unwrap_or("error").to_string()
+            } else {
+                text
+            },
+        ),
+    };
+    let mut answer = error.into_response();
+    // Keep what the answer said besides (WWW-Authenticate on a 401, say).
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    answer
 }
 
 /// `axum::Json`, but a bad body answers with our JSON error (400), which names the field it is

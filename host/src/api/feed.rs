@@ -98,6 +98,11 @@ fn parse_since(text: &str) -> Result<Since, ApiError> {
     }
     let instant = match humantime::parse_rfc3339_weak(text) {
         Ok(instant) => instant,
+        Err(_) if crate::text::rfc3339_before_epoch(text) => {
+            return Err(ApiError::bad_request(format!(
+                "query parameter `since`: `{text}` is before 1970-01-01T00:00:00Z, the earliest time it takes"
+            )));
+        }
         Err(_) => {
             let span = humantime::parse_duration(text).map_err(|_| bad())?;
             SystemTime::now()

@@ -8,7 +8,8 @@
 //! 2. come from no web page but this daemon's own origin: an `Origin` header, when there is one,
 //!    is `http://` + one of those (else 403 `forbidden_origin`);
 //! 3. carry the daemon's token, `Authorization: Bearer <token>`, read from `daemon.token` in the
-//!    data dir (0600, new at every start; else 401 `unauthorized`);
+//!    data dir (0600, new at every start), or the token of a call running now (a hook's, a
+//!    cron's, a node's process finds it in `CANOPY_CALL_TOKEN`); else 401 `unauthorized`;
 //! 4. send a body, if it has one, as `application/json`, or `application/wasm` for the component
 //!    of a plugin install (else 415 `unsupported_media_type`).
 
@@ -22,12 +23,23 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq as _;
 
 use super::ApiError;
+use crate::events::{Actor, Cause};
+use crate::plugins::credentials::{CallCredentials, Presented};
 
-/// Who may use the API: requests to this port carrying this token.
+/// Who may use the API: requests to this port carrying this token, or a live call's.
 pub struct Access {
     port: u16,
     token: String,
     token_file: PathBuf,
+    calls: CallCredentials,
+}
+
+/// Whose token a request carries.
+enum Caller {
+    /// The daemon's own: a person, or a tool acting for one.
+    Daemon,
+    /// A running call's: its processes act as this, whatever they claim.
+    Call(Cause),
 }
 
 impl std::fmt::Debug for Access {
@@ -41,12 +53,14 @@ impl std::fmt::Debug for Access {
 }
 
 impl Access {
-    /// The daemon listening on `port`, whose token is `token`, written to `token_file`.
-    pub fn new(port: u16, token: String, token_file: PathBuf) -> Self {
+    /// The daemon listening on `port`, whose token is `token`, written to `token_file`, which
+    /// also accepts the tokens of the calls in `calls` while they run.
+    pub fn new(port: u16, token: String, token_file: PathBuf, calls: CallCredentials) -> Self {
         Self {
             port,
             token,
             token_file,
+            calls,
         }
     }
 
@@ -60,11 +74,12 @@ impl Access {
         ]
     }
 
-    fn check(&self, request: &Request) -> Result<(), ApiError> {
+    fn check(&self, request: &Request) -> Result<Caller, ApiError> {
         self.check_host(request.headers(), request.uri())?;
         self.check_origin(request.headers())?;
-        self.check_token(request.headers())?;
-        check_content_type(request.method(), request.uri(), request.headers())
+        let caller = self.check_token(request.headers())?;
+        check_content_type(request.method(), request.uri(), request.headers())?;
+        Ok(caller)
     }
 
     fn check_host(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError> {
@@ -116,7 +131,7 @@ impl Access {
         }
     }
 
-    fn check_token(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    fn check_token(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
@@ -127,9 +142,19 @@ impl Access {
         let problem = match presented {
             None => "missing API token",
             Some(token) if bool::from(token.as_bytes().ct_eq(self.token.as_bytes())) => {
-                return Ok(());
+                return Ok(Caller::Daemon);
             }
-            Some(_) => "wrong API token",
+            Some(token) => match self.calls.lookup(token) {
+                Presented::Live(cause) => return Ok(Caller::Call(cause)),
+                Presented::Ended => {
+                    return Err(ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        "unauthorized",
+                        "this call token's call has ended: a process's `CANOPY_CALL_TOKEN` is valid only while the hook, cron, webhook handler or node that started it runs",
+                    ));
+                }
+                Presented::Other => "wrong API token",
+            },
         };
         Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -202,7 +227,8 @@ fn shown(value: &HeaderValue) -> String {
 /// The middleware: refuses what [`Access`] does not allow, before any handler runs.
 pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
     match access.check(&request) {
-        Ok(()) => match cause_of(&request) {
+        Ok(Caller::Call(cause)) => cause.scope(next.run(request)).await,
+        Ok(Caller::Daemon) => match cause_of(&request) {
             Ok(cause) => cause.scope(next.run(request)).await,
             Err(err) => err.into_response(),
         },
@@ -226,37 +252,27 @@ pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Ne
     }
 }
 
-/// Who a request acts as: the `X-Canopy-Actor` and `X-Canopy-Dispatch-Depth` headers a CLI
-/// inside a hook's or cron's process sends; the user when there are none.
-fn cause_of(request: &Request) -> Result<crate::events::Cause, ApiError> {
-    let header = |name: &str| {
-        request
-            .headers()
-            .get(name)
-            .map(|v| {
-                v.to_str()
-                    .map_err(|_| ApiError::bad_request(format!("header `{name}` is not text")))
-            })
-            .transpose()
+/// Who a request made with the daemon's token acts as: the user, or an agent when its
+/// `X-Canopy-Actor` says so (an MCP client). An automation actor (`hook:`, `cron:`, `webhook:`)
+/// claimed here is ignored: only a call's own token acts as its automation, so a process cannot
+/// pass its requests off as another's, nor escape the dispatch depth by leaving a header out.
+fn cause_of(request: &Request) -> Result<Cause, ApiError> {
+    let actor = match request.headers().get(super::ACTOR_HEADER) {
+        None => Actor::User,
+        Some(value) => {
+            let text = value.to_str().map_err(|_| {
+                ApiError::bad_request(format!("header `{}` is not text", super::ACTOR_HEADER))
+            })?;
+            let actor = Actor::parse(text).map_err(|err| {
+                ApiError::bad_request(format!("header `{}`: {err}", super::ACTOR_HEADER))
+            })?;
+            if actor.is_automation() {
+                tracing::debug!(claimed = %actor, "an automation actor claimed with the daemon token is ignored");
+                Actor::User
+            } else {
+                actor
+            }
+        }
     };
-    let actor = match header(super::ACTOR_HEADER)? {
-        Some(text) => crate::events::Actor::parse(text).map_err(|err| {
-            ApiError::bad_request(format!("header `{}`: {err}", super::ACTOR_HEADER))
-        })?,
-        None => crate::events::Actor::User,
-    };
-    let depth = match header(super::DEPTH_HEADER)? {
-        Some(text) => text
-            .parse::<u32>()
-            .ok()
-            .filter(|d| *d <= 1000)
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "header `{}`: `{text}` is not a dispatch depth (a whole number from 0 to 1000)",
-                    super::DEPTH_HEADER
-                ))
-            })?,
-        None => 0,
-    };
-    Ok(crate::events::Cause { actor, depth })
+    Ok(Cause { actor, depth: 0 })
 }

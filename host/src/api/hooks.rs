@@ -1,13 +1,15 @@
 //! The hooks API: hook-run history (`/api/hook-runs`, and one workspace's in the terms of seed
 //! 004), the event taxonomy (`/api/hooks/events`), the hook catalog resolved across every source
-//! (`/api/hooks/catalog`: graphs' hooks and the daemon hooks of `canopy.toml`), and dry runs
-//! (`/api/graphs/{name}/hooks/test`).
+//! (`/api/hooks/catalog`: graphs' hooks and the daemon hooks of `canopy.toml`), dry runs
+//! (`/api/graphs/{name}/hooks/test`), and the firing breaker (`/api/hooks/tripped`,
+//! `/api/hooks/reset`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -29,6 +31,8 @@ pub fn router() -> Router<AppState> {
         .route("/workspaces/{workspace_id}/hooks/runs", get(workspace_runs))
         .route("/hooks/events", get(events))
         .route("/hooks/catalog", get(catalog))
+        .route("/hooks/tripped", get(tripped))
+        .route("/hooks/reset", post(reset))
         .route("/graphs/{name}/hooks/test", post(test))
 }
 
@@ -190,6 +194,9 @@ fn parse_since(text: &str) -> Result<String, ApiError> {
     let now = SystemTime::now();
     let instant = match humantime::parse_rfc3339_weak(text) {
         Ok(instant) => instant,
+        Err(_) if crate::text::rfc3339_before_epoch(text) => {
+            return Err(since_out_of_range(text, now));
+        }
         Err(_) => {
             let span = humantime::parse_duration(text).map_err(|_| {
                 ApiError::bad_request(format!(
@@ -620,6 +627,48 @@ fn project_entry(state: &AppState, hook: &crate::projects::ProjectHook) -> Value
 /// Every configured hook, resolved across its sources: each graph's hooks (or one graph's),
 /// in firing order per key, then the daemon hooks of `canopy.toml` in force, in their order,
 /// then the projects' hooks; each with the executor that would run it now.
+/// The hooks their firing breaker has tripped (see [`crate::hooks::breaker`]).
+async fn tripped(State(state): State<AppState>) -> ApiJson<Value> {
+    ApiJson(json!({ "tripped": state.bus.tripped_hooks() }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResetBody {
+    /// The hook's name, as `hooks runs` shows it.
+    name: String,
+}
+
+/// Puts a tripped hook back: its next firing runs.
+async fn reset(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ResetBody>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let reset = state.bus.reset_hook(&body.name);
+    if reset.is_empty() {
+        let tripped: Vec<String> = state
+            .bus
+            .tripped_hooks()
+            .into_iter()
+            .map(|t| t.hook_name)
+            .collect();
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "field `name`: hook `{}` is not tripped; {}",
+                body.name,
+                if tripped.is_empty() {
+                    "no hook is".to_string()
+                } else {
+                    format!("tripped now: {}", tripped.join(", "))
+                }
+            ),
+        ));
+    }
+    Ok(ApiJson(json!({ "reset": reset })))
+}
+
 async fn catalog(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<CatalogQuery>,

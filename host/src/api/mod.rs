@@ -36,10 +36,9 @@ use crate::plugins::PluginHost;
 use crate::sessions::Delivery;
 use crate::store::Store;
 
-/// The header naming who a request acts as (`hook:<name>`, `cron:<name>`, ...).
+/// The header a client made with the daemon's token sends to say it is an agent
+/// (`X-Canopy-Actor: agent`, as `canopy mcp` does). Automations are known by their call token.
 pub const ACTOR_HEADER: &str = "x-canopy-actor";
-/// The header giving the dispatch depth of a request made by a hook's process.
-pub const DEPTH_HEADER: &str = "x-canopy-dispatch-depth";
 
 /// What every handler can reach. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -77,10 +76,12 @@ pub fn router(state: AppState, access: Access) -> Router {
     // `/mcp` already.
     let inner = finish(routes(), state.clone());
     let mcp = crate::mcp::http_service(inner, state.daemon.stopped());
-    finish(routes().route_service("/mcp", mcp), state).layer(axum::middleware::from_fn_with_state(
-        Arc::new(access),
-        guard::guard,
-    ))
+    finish(routes().route("/mcp", mcp), state)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(access),
+            guard::guard,
+        ))
+        .layer(axum::middleware::map_response(error::json_errors))
 }
 
 /// Every route of the API.

@@ -290,6 +290,7 @@ async fn run(
             },
             timeout: None,
             resume_session: None,
+            cause: None,
             env: Vec::new(),
         })
         .await?;

@@ -58,7 +58,7 @@ impl Trigger {
         }
     }
 
-    fn project(&self) -> Option<String> {
+    pub(super) fn project(&self) -> Option<String> {
         match self {
             Self::Graph { firing, .. } => Some(firing.run.workdir.clone()),
             Self::Config { envelope } => envelope.project.clone(),
@@ -387,23 +387,26 @@ fn hook_event(
     }
 }
 
-/// The environment a hook's processes run with: who they act as, one dispatch level deeper.
-fn automation_env(hook_name: &str, depth: u32) -> Vec<(String, String)> {
-    let actor = Actor::Hook(hook_name.to_string()).to_string();
+/// Who a hook's processes act as: the hook, one dispatch level deeper than its event.
+fn automation_cause(hook_name: &str, depth: u32) -> Cause {
+    Cause {
+        actor: Actor::Hook(hook_name.to_string()),
+        depth: depth.saturating_add(1),
+    }
+}
+
+/// The variables that say what kind of automation a hook's processes run for.
+fn automation_env(cause: &Cause) -> Vec<(String, String)> {
     vec![
-        ("CANOPY_ACTOR".to_string(), actor.clone()),
         ("CANOPY_AUTOMATION_KIND".to_string(), "hook".to_string()),
-        ("CANOPY_AUTOMATION_ID".to_string(), actor),
-        (
-            "CANOPY_DISPATCH_DEPTH".to_string(),
-            depth.saturating_add(1).to_string(),
-        ),
+        ("CANOPY_AUTOMATION_ID".to_string(), cause.actor.to_string()),
     ]
 }
 
 /// The call one queued hook run makes.
 fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> CallRequest {
-    let env = automation_env(&queued.hook_name, trigger.depth());
+    let cause = automation_cause(&queued.hook_name, trigger.depth());
+    let env = automation_env(&cause);
     match (trigger, &queued.kind) {
         (Trigger::Graph { firing, .. }, _) => CallRequest {
             stdin: None,
@@ -421,6 +424,7 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
             },
             timeout: None,
             resume_session: None,
+            cause: Some(cause),
             env,
         },
         (Trigger::Config { envelope }, kind) => {
@@ -472,6 +476,7 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
                     .and_then(|h| h.timeout)
                     .or_else(|| project.and_then(|p| p.timeout)),
                 resume_session: None,
+                cause: Some(cause),
                 env,
                 markers,
             }

@@ -99,6 +99,8 @@ struct Inner {
     drain: crate::drain::Drain,
     /// Graphs' hooks maps as last parsed, by graph id (see [`select::GraphHooksCache`]).
     graph_hooks: select::GraphHooksCache,
+    /// Each hook's recent firings: a hook firing too often is tripped.
+    breakers: crate::hooks::breaker::Breakers,
 }
 
 impl std::fmt::Debug for Bus {
@@ -116,6 +118,8 @@ impl Bus {
         fallback_dir: std::path::PathBuf,
     ) -> Self {
         let (live, _) = broadcast::channel(LIVE_BUFFER);
+        let breakers =
+            crate::hooks::breaker::Breakers::new(daemon.breaker_firings, daemon.breaker_window);
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -128,6 +132,7 @@ impl Bus {
                 fallback_dir,
                 drain: crate::drain::Drain::default(),
                 graph_hooks: select::GraphHooksCache::default(),
+                breakers,
             }),
         }
     }
@@ -142,12 +147,34 @@ impl Bus {
     }
 
     /// Puts new daemon hooks in force (a config reload); events recorded from now on use them.
+    /// Every tripped hook is put back.
     pub fn set_daemon_hooks(&self, hooks: DaemonHooks) {
+        for hook in self
+            .inner
+            .breakers
+            .reset_all(hooks.breaker_firings, hooks.breaker_window)
+        {
+            tracing::info!(source = %hook.source, hook = %hook.hook_name, dropped = hook.dropped, "a tripped hook is put back by the config reload");
+        }
         *self
             .inner
             .daemon
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(hooks);
+    }
+
+    /// The hooks tripped now (see [`crate::hooks::breaker`]).
+    pub fn tripped_hooks(&self) -> Vec<crate::hooks::breaker::TrippedHook> {
+        self.inner.breakers.tripped()
+    }
+
+    /// Puts back the tripped hooks named `name`; returns them.
+    pub fn reset_hook(&self, name: &str) -> Vec<crate::hooks::breaker::TrippedHook> {
+        let reset = self.inner.breakers.reset(name);
+        for hook in &reset {
+            tracing::info!(source = %hook.source, hook = %hook.hook_name, dropped = hook.dropped, "a tripped hook is put back");
+        }
+        reset
     }
 
     /// The project hooks in force.

@@ -14,8 +14,9 @@ use serde_json::{Map, Value};
 
 use super::Bus;
 use super::batch::{HookKind, Queued, Trigger, Unstarted};
-use crate::events::Envelope;
+use crate::events::{Actor, Cause, Envelope, Event};
 use crate::hooks::Firing;
+use crate::hooks::breaker::Admit;
 use crate::hooks::config::{HookMap, hooks_of};
 use crate::hooks::daemon::DaemonHooks;
 use crate::hooks::runs::Fired;
@@ -228,7 +229,8 @@ fn select_project(
         .collect()
 }
 
-/// Records the selected hook runs; returns the batch that runs those not dropped.
+/// Records the selected hook runs; returns the batch that runs those not dropped: past the
+/// dispatch-depth limit every one is dropped, and a hook tripped by its firing breaker is.
 fn record(
     bus: &Bus,
     tx: &Tx<'_>,
@@ -240,8 +242,8 @@ fn record(
         return Ok(None);
     }
     let depth = trigger.depth();
-    let dropped = depth > max_depth;
-    if dropped {
+    let mut tripped = Vec::new();
+    if depth > max_depth {
         let why = format!(
             "not run: its event is at dispatch depth {depth}, past the limit of {max_depth} (a chain of hooks causing events that fire hooks stops here)"
         );
@@ -249,16 +251,36 @@ fn record(
             one.fired.dropped = Some(why.clone());
         }
         tracing::warn!(event = %trigger.event_name(), depth, max_depth, "hook dispatch dropped past the depth limit");
+    } else {
+        for one in selected.iter_mut().filter(|one| !one.fired.test) {
+            match bus
+                .inner
+                .breakers
+                .admit(one.fired.source.as_str(), &one.fired.hook_name)
+            {
+                Admit::Run => {}
+                Admit::Tripped(why) => {
+                    tracing::warn!(source = %one.fired.source, hook = %one.fired.hook_name, event = %one.fired.event, "a hook fired too often and is tripped; its firings are dropped until a reload or `canopy hooks reset`");
+                    tripped.push((one.fired.source, one.fired.hook_name.clone()));
+                    one.fired.dropped = Some(why);
+                }
+                Admit::Dropped(why) => one.fired.dropped = Some(why),
+            }
+        }
+    }
+    if !tripped.is_empty() {
+        announce_tripped(bus, &trigger, tripped);
     }
     // With a slot free now, the batch starts the moment it is recorded: its first hook is
     // recorded as running (one write fewer than marking it running later).
-    let slot = if dropped {
-        None
-    } else {
+    let runs_any = selected.iter().any(|one| one.fired.dropped.is_none());
+    let slot = if runs_any {
         bus.inner.slots.clone().try_acquire_owned().ok()
+    } else {
+        None
     };
     if slot.is_some()
-        && let Some(first) = selected.first_mut()
+        && let Some(first) = selected.iter_mut().find(|one| one.fired.dropped.is_none())
     {
         first.fired.running = true;
         first.fired.plugin = first
@@ -271,18 +293,55 @@ fn record(
     }
     let fired: Vec<&Fired> = selected.iter().map(|s| &s.fired).collect();
     let ids = tx.insert_hook_runs(&fired)?;
-    if dropped {
+    if !runs_any {
         return Ok(None);
     }
     let queued = selected
         .into_iter()
         .zip(ids)
+        .filter(|(one, _)| one.fired.dropped.is_none())
         .map(|(one, record_id)| Queued {
             record_id,
             ..one.queued
         })
         .collect();
     Ok(Some(Unstarted::new(bus.clone(), trigger, queued, slot)))
+}
+
+/// Emits `hook.tripped` for each hook just tripped, off the write that tripped it (one
+/// dispatch level deeper than the event that fired it, so hooks on it cannot loop either).
+fn announce_tripped(bus: &Bus, trigger: &Trigger, tripped: Vec<(HookSource, String)>) {
+    let daemon = bus.daemon_hooks();
+    let (firings, window_secs) = (daemon.breaker_firings, daemon.breaker_window.as_secs());
+    let fired_by = trigger.event_name();
+    let depth = trigger.depth().saturating_add(1);
+    let project = trigger.project();
+    let events: Vec<(Event, Cause)> = tripped
+        .into_iter()
+        .map(|(source, hook_name)| {
+            let event = Event::new(&crate::events::hook::HookTripped {
+                source: source.as_str().to_string(),
+                hook_name: hook_name.clone(),
+                fired_by: fired_by.clone(),
+                firings,
+                window_secs,
+                project: project.clone(),
+            });
+            let cause = Cause {
+                actor: Actor::Hook(hook_name),
+                depth,
+            };
+            (event, cause)
+        })
+        .collect();
+    let bus_for_task = bus.clone();
+    bus.inner.runtime.spawn(async move {
+        for (event, cause) in events {
+            if let Err(err) = bus_for_task.emit(vec![event], cause).await {
+                tracing::error!(error = %err, "cannot record hook.tripped");
+            }
+        }
+    });
 }
 
 /// Records the hook runs an event fires, from every source (inside the event's write).

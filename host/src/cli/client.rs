@@ -35,8 +35,7 @@ impl Client {
         if base.is_empty() {
             return Err(no_daemon(data.root()));
         }
-        let mut headers = auth_headers(data)?;
-        add_cause_headers(&mut headers);
+        let headers = auth_headers(data)?;
         let http = reqwest::Client::builder()
             .no_proxy()
             .default_headers(headers.clone())
@@ -120,23 +119,6 @@ impl Client {
     }
 }
 
-/// When this CLI runs inside a hook's or cron's process, every request says so: the actor and
-/// dispatch depth the daemon handed that process (`CANOPY_ACTOR`, `CANOPY_DISPATCH_DEPTH`), so
-/// the events the request causes are recorded as that automation's.
-fn add_cause_headers(headers: &mut reqwest::header::HeaderMap) {
-    for (variable, header) in [
-        ("CANOPY_ACTOR", crate::api::ACTOR_HEADER),
-        ("CANOPY_DISPATCH_DEPTH", crate::api::DEPTH_HEADER),
-    ] {
-        if let Some(value) = std::env::var(variable)
-            .ok()
-            .and_then(|v| reqwest::header::HeaderValue::from_str(&v).ok())
-        {
-            headers.insert(header, value);
-        }
-    }
-}
-
 /// An error answer from the daemon: its HTTP status, its code and its message (what the CLI
 /// prints, and what an MCP tool error carries).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,7 +196,23 @@ pub fn in_cli_terms(err: anyhow::Error, arguments: &[(&str, &str)]) -> anyhow::E
 }
 
 /// `Authorization: Bearer <token>` with the token the running daemon wrote to the data dir.
+/// The token every request carries: the call's own (`CANOPY_CALL_TOKEN`) when this CLI runs in
+/// a process the daemon of this data dir started for a hook, cron, webhook handler or node, so
+/// the daemon knows which automation asks; else the daemon's, from the data dir.
 fn auth_headers(data: &DataDir) -> Result<reqwest::header::HeaderMap> {
+    if let Some(token) = call_token(data) {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .with_context(|| {
+                format!(
+                    "`{}` is not a valid token",
+                    crate::plugins::credentials::ENV
+                )
+            })?;
+        value.set_sensitive(true);
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        return Ok(headers);
+    }
     let path = data.token_file();
     let token = std::fs::read_to_string(&path).map_err(|err| {
         anyhow!(
@@ -237,6 +235,18 @@ fn auth_headers(data: &DataDir) -> Result<reqwest::header::HeaderMap> {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(reqwest::header::AUTHORIZATION, value);
     Ok(headers)
+}
+
+/// `CANOPY_CALL_TOKEN`, when the daemon that set it serves `data` (its `CANOPY_HOME` is this
+/// data dir): a call token means nothing to another daemon.
+fn call_token(data: &DataDir) -> Option<String> {
+    let token = std::env::var(crate::plugins::credentials::ENV).ok()?;
+    let home = std::env::var_os("CANOPY_HOME")?;
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
+    };
+    (!token.trim().is_empty() && same(std::path::Path::new(&home), data.root()))
+        .then(|| token.trim().to_string())
 }
 
 fn no_daemon(data_dir: &std::path::Path) -> anyhow::Error {

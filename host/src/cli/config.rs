@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
@@ -41,8 +41,9 @@ pub async fn run(data: &DataDir, command: ConfigCommand) -> Result<ExitCode> {
 
 async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     let path = file.unwrap_or_else(|| data.config_file());
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text = crate::config::read_file(&path)
+        .map_err(|err| anyhow::anyhow!(err))?
+        .ok_or_else(|| anyhow::anyhow!("cannot read {}: there is no such file", path.display()))?;
     // With a daemon, the executors check the hooks' actions too; without one, only the file.
     let (mut answer, full) = match Client::connect(data) {
         Ok(client) => match client

@@ -86,6 +86,24 @@ pub enum HooksCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The hooks their firing breaker tripped: each fired more than `[limits] breaker_firings`
+    /// times within `breaker_window_secs` (a loop?), and its firings are dropped since.
+    #[command(after_help = "Examples:\n  canopy hooks tripped\n  canopy hooks reset announce")]
+    Tripped {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a tripped hook back: its next firing runs (a config reload puts back every one).
+    #[command(
+        after_help = "Examples:\n  canopy hooks reset announce\n  canopy hooks reset 'web.on_spec_completed[0]'"
+    )]
+    Reset {
+        /// The hook's name, as `canopy hooks tripped` shows it.
+        #[arg(value_name = "NAME", value_parser = non_empty)]
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Render an event's hooks against the graph's latest run (or --run): which would fire,
     /// with what values, and what is wrong with them. --execute runs them, as test runs.
     #[command(
@@ -319,6 +337,46 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                         "no hooks configured; a graph's `hooks` field or `[[hooks]]` in canopy.toml adds them"
                     },
                 );
+            }
+        }
+        HooksCommand::Tripped { json } => {
+            let answer: Value = client.get("/api/hooks/tripped").await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                let rows: Vec<Vec<String>> = items(&answer["tripped"])
+                    .iter()
+                    .map(|t| {
+                        vec![
+                            str_at(t, "/hook_name").to_string(),
+                            str_at(t, "/source").to_string(),
+                            utc_cell(str_at(t, "/tripped_at")),
+                            t["dropped"].to_string(),
+                        ]
+                    })
+                    .collect();
+                table_or(
+                    &["HOOK", "SOURCE", "TRIPPED", "DROPPED"],
+                    &rows,
+                    "no hook is tripped",
+                );
+            }
+        }
+        HooksCommand::Reset { name, json } => {
+            let answer: Value = client
+                .post("/api/hooks/reset", &json!({ "name": name }))
+                .await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                for hook in items(&answer["reset"]) {
+                    println!(
+                        "{} ({}) is back: its next firing runs ({} dropped while tripped)",
+                        str_at(hook, "/hook_name"),
+                        str_at(hook, "/source"),
+                        hook["dropped"]
+                    );
+                }
             }
         }
         HooksCommand::Events {

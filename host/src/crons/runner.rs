@@ -554,10 +554,8 @@ impl Crons {
         let env = vec![
             ("CANOPY_CRON_NAME".to_string(), name.clone()),
             ("CANOPY_CRON_RUN_ID".to_string(), receipt.run_id.clone()),
-            ("CANOPY_ACTOR".to_string(), actor.clone()),
             ("CANOPY_AUTOMATION_KIND".to_string(), "cron".to_string()),
             ("CANOPY_AUTOMATION_ID".to_string(), actor),
-            ("CANOPY_DISPATCH_DEPTH".to_string(), "1".to_string()),
         ];
         let request = CallRequest {
             stdin: None,
@@ -575,6 +573,10 @@ impl Crons {
             },
             timeout: cron.timeout,
             resume_session: None,
+            cause: Some(Cause {
+                actor: Actor::Cron(name.clone()),
+                depth: 1,
+            }),
             env,
         };
         // Timed from the mark when the firing was prepared ahead of it.

@@ -370,24 +370,29 @@ async fn run_node(
             .collect();
             let cause = run.cause.clone();
             cause
-                .scope(engine.plugins().execute(CallRequest {
-                    stdin: None,
-                    work,
-                    markers,
-                    supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
-                    workdir: PathBuf::from(&run.workdir),
-                    provenance: Provenance {
-                        graph_id: run.graph_id.clone(),
-                        graph_name: run.graph_name.clone(),
-                        run_id: run.run_id.clone(),
-                        event: "node".to_string(),
-                        hook_index: None,
-                        spec_id: Some(spec_id.clone()),
-                    },
-                    timeout: None,
-                    resume_session,
-                    env: cause_env(&run.cause),
-                }))
+                .scope(
+                    engine.plugins().execute(CallRequest {
+                        stdin: None,
+                        work,
+                        markers,
+                        supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
+                        workdir: PathBuf::from(&run.workdir),
+                        provenance: Provenance {
+                            graph_id: run.graph_id.clone(),
+                            graph_name: run.graph_name.clone(),
+                            run_id: run.run_id.clone(),
+                            event: "node".to_string(),
+                            hook_index: None,
+                            spec_id: Some(spec_id.clone()),
+                        },
+                        timeout: None,
+                        resume_session,
+                        // A run a hook or cron started: its nodes act for that automation.
+                        cause: (run.cause.actor.is_automation() || run.cause.depth > 0)
+                            .then(|| run.cause.clone()),
+                        env: Vec::new(),
+                    }),
+                )
                 .await
         }
         Err(message) => Err(PluginError::InvalidConfig(format!(
@@ -537,18 +542,6 @@ async fn run_node(
             Ok((recorded, next, hint))
         })
         .await
-}
-
-/// What a node's processes are told of who their run acts for, when it is an automation (a
-/// hook or cron started the run): a `canopy` call they make carries that actor and depth.
-fn cause_env(cause: &taxonomy::Cause) -> Vec<(String, String)> {
-    if !cause.actor.is_automation() && cause.depth == 0 {
-        return Vec::new();
-    }
-    vec![
-        ("CANOPY_ACTOR".to_string(), cause.actor.to_string()),
-        ("CANOPY_DISPATCH_DEPTH".to_string(), cause.depth.to_string()),
-    ]
 }
 
 /// Pauses the run and its graph with a blocker.

@@ -34,7 +34,25 @@ pub struct HookRunCompleted(pub HookRunEnded);
 #[serde(transparent)]
 pub struct HookRunFailed(pub HookRunEnded);
 
+/// `hook.tripped`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HookTripped {
+    /// Where the hook is declared: `graph`, `config` or `project`.
+    pub source: String,
+    pub hook_name: String,
+    /// The event whose firing tripped it.
+    pub fired_by: String,
+    /// The rate it went past: more than `firings` in `window_secs`.
+    pub firings: u32,
+    pub window_secs: u64,
+    pub project: Option<String>,
+}
+
 declare_events! { Family::Hook;
+    HookTripped => "hook.tripped", false,
+        "a hook fired too often and is tripped: its further firings are dropped until a reload or `canopy hooks reset`",
+        ["source", "hook_name", "fired_by", "firings", "window_secs"],
+        target: |e| Some(e.hook_name.clone()), project: |e| e.project.clone();
     HookRunCompleted => "hook.run.completed", false,
         "a hook run completed",
         ["hook_run_id", "source", "hook_name", "fired_by", "status", "duration_ms"],

@@ -175,6 +175,10 @@ pub struct DaemonHooks {
     pub roles: Vec<String>,
     /// Dispatch depth past which hooks no longer fire.
     pub max_depth: u32,
+    /// A hook firing more than this many times within [`Self::breaker_window`] trips (see
+    /// [`crate::hooks::breaker`]); 0 never trips.
+    pub breaker_firings: u32,
+    pub breaker_window: std::time::Duration,
     pub hooks: Vec<Arc<DaemonHook>>,
 }
 
@@ -184,6 +188,8 @@ impl Default for DaemonHooks {
             node: host_name(),
             roles: Vec::new(),
             max_depth: DEFAULT_MAX_DEPTH,
+            breaker_firings: crate::hooks::breaker::DEFAULT_FIRINGS,
+            breaker_window: crate::hooks::breaker::DEFAULT_WINDOW,
             hooks: Vec::new(),
         }
     }
@@ -330,6 +336,7 @@ pub fn compile(
             roles: roles.to_vec(),
             max_depth,
             hooks,
+            ..DaemonHooks::default()
         })
     } else {
         Err(problems)

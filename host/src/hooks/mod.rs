@@ -11,6 +11,7 @@
 //! - [`dry_run`]: `canopy hooks test`, rendering (and optionally running) an event's hooks against
 //!   a past run.
 
+pub mod breaker;
 pub mod config;
 pub mod daemon;
 pub mod dry_run;

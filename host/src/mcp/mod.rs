@@ -42,13 +42,18 @@ pub async fn serve_stdio(data: &DataDir, _args: McpArgs) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
+/// MCP sessions over HTTP one token may hold at once (each keeps ~60 KiB for up to five idle
+/// minutes); past that a new session is refused until one closes or expires.
+pub const MAX_SESSIONS_PER_TOKEN: usize = 64;
+
 /// The `/mcp` endpoint: streamable HTTP whose tools call `routes` (the daemon's API without its
 /// guard; `/mcp` itself sits behind it) in-process. Sessions end when `stopped` resolves (the
-/// daemon is stopping), so their open streams do not hold up its shutdown.
-pub fn http_service(
+/// daemon is stopping), so their open streams do not hold up its shutdown. A token holds at
+/// most [`MAX_SESSIONS_PER_TOKEN`] sessions.
+pub fn http_service<S: Clone + Send + Sync + 'static>(
     routes: axum::Router,
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
-) -> StreamableHttpService<CanopyMcp<api::RouterApi>, LocalSessionManager> {
+) -> axum::routing::MethodRouter<S> {
     let api = Arc::new(api::RouterApi::new(routes));
     // The guard in front checks Host and Origin against this daemon's port.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
@@ -57,9 +62,84 @@ pub fn http_service(
         stopped.await;
         cancel.cancel();
     });
-    StreamableHttpService::new(
+    let sessions: Arc<LocalSessionManager> = Arc::default();
+    let service = StreamableHttpService::new(
         move || Ok(CanopyMcp::new(api.clone())),
-        Arc::default(),
+        sessions.clone(),
         config,
-    )
+    );
+    let owners = Arc::new(SessionOwners {
+        sessions,
+        owners: tokio::sync::Mutex::default(),
+    });
+    axum::routing::any(move |request: axum::extract::Request| {
+        let (service, owners) = (service.clone(), owners.clone());
+        async move { owners.serve(service, request).await }
+    })
+}
+
+/// Which token opened each live MCP session.
+struct SessionOwners {
+    sessions: Arc<LocalSessionManager>,
+    /// Session id → a digest of the token that opened it.
+    owners: tokio::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>,
+}
+
+impl SessionOwners {
+    async fn serve(
+        &self,
+        service: StreamableHttpService<CanopyMcp<api::RouterApi>, LocalSessionManager>,
+        request: axum::extract::Request,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse as _;
+        use sha2::Digest as _;
+        use tower::ServiceExt as _;
+        const SESSION_HEADER: &str = "mcp-session-id";
+        let opens = request.method() == axum::http::Method::POST
+            && !request.headers().contains_key(SESSION_HEADER);
+        let token: [u8; 32] = sha2::Sha256::digest(
+            request
+                .headers()
+                .get(axum::http::header::AUTHORIZATION)
+                .map(axum::http::HeaderValue::as_bytes)
+                .unwrap_or_default(),
+        )
+        .into();
+        if opens {
+            let live: std::collections::HashSet<String> = self
+                .sessions
+                .sessions
+                .read()
+                .await
+                .keys()
+                .map(ToString::to_string)
+                .collect();
+            let mut owners = self.owners.lock().await;
+            owners.retain(|id, _| live.contains(id));
+            let held = owners.values().filter(|owner| **owner == token).count();
+            if held >= MAX_SESSIONS_PER_TOKEN {
+                return crate::api::ApiError::new(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_sessions",
+                    format!(
+                        "this token holds {held} MCP sessions, the most it may; close one (DELETE /mcp with its Mcp-Session-Id) or let an idle one expire (5 minutes)"
+                    ),
+                )
+                .into_response();
+            }
+        }
+        let response = match service.oneshot(request).await {
+            Ok(response) => response.map(axum::body::Body::new),
+            Err(never) => match never {},
+        };
+        if opens
+            && let Some(id) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+        {
+            self.owners.lock().await.insert(id.to_string(), token);
+        }
+        response
+    }
 }

@@ -156,6 +156,7 @@ impl PluginHost {
             },
             timeout: None,
             resume_session: None,
+            cause: None,
             env: Vec::new(),
         };
         let mut last_status = String::new();

@@ -99,6 +99,26 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The outcome with every known secret, and each of `also`, masked (see
+    /// [`crate::secrets`]): what the plugin says is recorded and emitted.
+    pub(crate) fn masked(self, also: &[&str]) -> Self {
+        let mask = |text: String| crate::secrets::mask_owned(text, also);
+        Self {
+            status: match self.status {
+                Status::Completed => Status::Completed,
+                Status::Failed { reason } => Status::Failed {
+                    reason: mask(reason),
+                },
+                Status::Blocked { blocker } => Status::Blocked {
+                    blocker: mask(blocker),
+                },
+            },
+            summary: self.summary.map(mask),
+            detail: mask(self.detail),
+            harness_session: self.harness_session,
+        }
+    }
+
     pub(crate) fn from_wit(wit: types::Outcome) -> Self {
         Self {
             status: match wit.status {
@@ -197,6 +217,14 @@ pub(crate) struct CallState {
 }
 
 impl CallState {
+    /// The call's own token, when it has one (see [`super::credentials`]).
+    fn call_token(&self) -> Option<&str> {
+        self.host_env
+            .iter()
+            .find(|(name, _)| name == super::credentials::ENV)
+            .map(|(_, value)| value.as_str())
+    }
+
     /// The plugin's name and version, for logs.
     pub(crate) fn plugin_label(&self) -> &str {
         &self.plugin
@@ -297,7 +325,13 @@ pub(crate) struct CallSetup {
 
 impl CallSetup {
     fn plugin_label(&self) -> String {
-        format!("{} {}", self.plugin.record.name, self.plugin.record.version)
+        let record = &self.plugin.record;
+        // A component whose describe() has not answered yet has no version.
+        if record.version.is_empty() {
+            record.name.clone()
+        } else {
+            format!("{} {}", record.name, record.version)
+        }
     }
 
     /// A fresh store for one attempt at the call. `deadline` is the call's own deadline: the
@@ -612,13 +646,16 @@ impl host::Host for CallState {
             .await
             .map_err(|err| format!("cannot run `{}`: {err}", cmd.program))?;
         self.commands.exited(&exit);
+        // What a process printed reaches records and the feed: no known secret goes with it.
+        let own = self.call_token();
+        let also: Vec<&str> = own.into_iter().collect();
         Ok(types::Exit {
             code: exit.code,
             timed_out: exit.timed_out,
-            stdout: exit.stdout,
-            stderr: exit.stderr,
+            stdout: crate::secrets::mask_owned(exit.stdout, &also),
+            stderr: crate::secrets::mask_owned(exit.stderr, &also),
+            result: exit.result.map(|r| crate::secrets::mask_owned(r, &also)),
             duration_ms: u64::try_from(exit.duration.as_millis()).unwrap_or(u64::MAX),
-            result: exit.result,
         })
     }
 

@@ -9,6 +9,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One capability.
@@ -432,6 +433,8 @@ pub struct NetAccess {
     anywhere: bool,
     loopback: bool,
     allowed: Vec<(IpAddr, Option<u16>)>,
+    /// This machine's own addresses (its interfaces'), reached only through a grant naming them.
+    own: Arc<[IpAddr]>,
 }
 
 impl NetPolicy {
@@ -474,14 +477,17 @@ impl NetPolicy {
             anywhere: self.anywhere,
             loopback: self.loopback,
             allowed,
+            own: own_addresses(),
         }
     }
 }
 
 impl NetAccess {
     /// Whether the plugin may use `addr` for `usage`. Binding is only the implicit bind to an
-    /// ephemeral port; serving is never allowed; a remote address must be on the grant (this
-    /// machine's own addresses only through an explicit loopback entry).
+    /// ephemeral port; serving is never allowed; a remote address must be on the grant. Plain
+    /// `network` reaches the internet only: loopback needs `network:loopback` (or a loopback
+    /// entry), and this machine's other addresses, link-local ones (169.254.169.254, the cloud
+    /// metadata service, among them) and private ranges need an entry naming them.
     pub fn permits(&self, addr: SocketAddr, usage: NetUse) -> bool {
         let ip = canonical_ip(addr.ip());
         match usage {
@@ -497,6 +503,8 @@ impl NetAccess {
                 }
                 if on_this_machine(ip) {
                     self.loopback && !ip.is_unspecified()
+                } else if self.own.contains(&ip) || not_public(ip) {
+                    false
                 } else {
                     self.anywhere
                 }
@@ -521,6 +529,75 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
 /// Loopback, or the unspecified address (which a connect takes as this machine).
 fn on_this_machine(ip: IpAddr) -> bool {
     ip.is_loopback() || ip.is_unspecified()
+}
+
+/// Addresses plain `network` does not reach: link-local (169.254.0.0/16, fe80::/10: the cloud
+/// metadata service), private (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10),
+/// multicast and broadcast.
+fn not_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_private()
+                || v4.is_link_local()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_multicast() || (first & 0xffc0) == 0xfe80 || (first & 0xfe00) == 0xfc00
+        }
+    }
+}
+
+/// This machine's interface addresses, read at most every 30 s.
+fn own_addresses() -> Arc<[IpAddr]> {
+    type Cached = (std::time::Instant, Arc<[IpAddr]>);
+    static CACHE: std::sync::Mutex<Option<Cached>> = std::sync::Mutex::new(None);
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((read_at, addresses)) = cache.as_ref()
+        && read_at.elapsed() < std::time::Duration::from_secs(30)
+    {
+        return addresses.clone();
+    }
+    let addresses: Arc<[IpAddr]> = interface_addresses().into();
+    *cache = Some((std::time::Instant::now(), addresses.clone()));
+    addresses
+}
+
+/// The addresses of this machine's interfaces (`getifaddrs`); none when it fails.
+fn interface_addresses() -> Vec<IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list it allocates into `list`; freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Vec::new();
+    }
+    let mut addresses = Vec::new();
+    let mut next = list;
+    while !next.is_null() {
+        // SAFETY: `next` is a node of the list getifaddrs returned, not freed yet.
+        let entry = unsafe { &*next };
+        if !entry.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr whose family says its real type.
+            let family = i32::from(unsafe { (*entry.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let v4 = unsafe { &*entry.ifa_addr.cast::<libc::sockaddr_in>() };
+                addresses.push(IpAddr::from(v4.sin_addr.s_addr.to_ne_bytes()));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let v6 = unsafe { &*entry.ifa_addr.cast::<libc::sockaddr_in6>() };
+                addresses.push(IpAddr::from(v6.sin6_addr.s6_addr));
+            }
+        }
+        next = entry.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    addresses
 }
 
 /// Creates `sub` (a normalised relative path) under `workdir` one folder at a time, resolving

@@ -333,6 +333,7 @@ enum InstallMode {
 
 fn placeholder_record(sha256: &str) -> PluginRecord {
     PluginRecord {
+        // Its label in messages before its name is known (`component 92d2734d64b0`).
         name: format!("component {}", &sha256[..12.min(sha256.len())]),
         version: String::new(),
         sha256: sha256.to_string(),

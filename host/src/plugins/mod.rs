@@ -18,6 +18,7 @@ mod bindings;
 mod bounds;
 mod call;
 mod capabilities;
+pub mod credentials;
 mod engine;
 mod fs_guard;
 mod install;
@@ -186,8 +187,14 @@ pub struct CallRequest {
     /// Overrides the timeout the config names (or the default).
     pub timeout: Option<Duration>,
     pub resume_session: Option<String>,
+    /// Who the call's processes act as, when it is an automation: the events their `canopy`
+    /// requests cause are this actor's, at this dispatch depth. The call gets a token of its
+    /// own for it (see [`credentials`]), in `CANOPY_CALL_TOKEN`, with `CANOPY_ACTOR` and
+    /// `CANOPY_DISPATCH_DEPTH` beside it for scripts to read. `None`: what its processes ask
+    /// acts as whoever's token they use (a node of a run a person started).
+    pub cause: Option<crate::events::Cause>,
     /// Variables the host sets on every process the call runs, after the plugin's own (so the
-    /// plugin cannot choose them): who the work acts as (`CANOPY_ACTOR`, ...).
+    /// plugin cannot choose them): what kind of automation runs it, and its inputs.
     pub env: Vec<(String, String)>,
     /// A file every process the call starts without input of its own reads as its stdin (a
     /// webhook's body, for its `command` handler).
@@ -236,6 +243,8 @@ struct Inner {
     install_lock: tokio::sync::Mutex<()>,
     /// Fired by [`PluginHost::force_stop`].
     force: process::StopSwitch,
+    /// The tokens of the calls running now (see [`credentials`]).
+    credentials: credentials::CallCredentials,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -294,6 +303,7 @@ impl PluginHost {
                 skipped: std::sync::Mutex::new(BTreeMap::new()),
                 install_lock: tokio::sync::Mutex::new(()),
                 force: process::StopSwitch::default(),
+                credentials: credentials::CallCredentials::default(),
             }),
         };
         host.load_installed().await?;
@@ -337,7 +347,8 @@ impl PluginHost {
         })
         .await
         .context("the compile task panicked")?
-        .map_err(|err| PluginError::Refused(format!("cannot compile the component: {err:#}")))?;
+        // The cache's own error says "cannot compile the component" already.
+        .map_err(|err| PluginError::Refused(format!("{err:#}")))?;
         check_contract(&self.inner.engine, &component).map_err(PluginError::Refused)?;
         let pre = self
             .inner
@@ -753,6 +764,18 @@ impl PluginHost {
             .chain(stop)
             .collect();
         let commands = Arc::new(call::CommandRecord::new(stops, not_before));
+        // Live until this call returns: what its processes ask of the API acts as its cause.
+        let credential = request
+            .cause
+            .as_ref()
+            .map(|cause| (self.inner.credentials.mint(cause.clone()), cause));
+        let cause_env = credential.iter().flat_map(|(credential, cause)| {
+            [
+                (credentials::ENV.to_string(), credential.token().to_string()),
+                ("CANOPY_ACTOR".to_string(), cause.actor.to_string()),
+                ("CANOPY_DISPATCH_DEPTH".to_string(), cause.depth.to_string()),
+            ]
+        });
         let setup = CallSetup {
             plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
@@ -761,12 +784,19 @@ impl PluginHost {
             detach,
             env: self.inner.call_env.clone(),
             commands: commands.clone(),
-            host_env: request.env.into_iter().chain(marker_env).collect(),
+            host_env: request
+                .env
+                .into_iter()
+                .chain(cause_env)
+                .chain(marker_env)
+                .collect(),
             stdin: request.stdin,
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));
-        let outcome = match self.on_plugin_threads(call).await? {
-            Reply::Outcome(outcome) => Outcome::from_wit(outcome),
+        let reply = self.on_plugin_threads(call).await;
+        let own_token: Vec<&str> = credential.iter().map(|(c, _)| c.token()).collect();
+        let outcome = match reply? {
+            Reply::Outcome(outcome) => Outcome::from_wit(outcome).masked(&own_token),
             Reply::Manifest(_) | Reply::Valid => {
                 return Err(PluginError::Internal(anyhow::anyhow!(
                     "execute returned no outcome"
@@ -794,6 +824,11 @@ impl PluginHost {
 
     pub(crate) fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    /// The tokens of the calls running now, which the API accepts in place of its own.
+    pub fn credentials(&self) -> &credentials::CallCredentials {
+        &self.inner.credentials
     }
 
     pub(crate) fn tmp_dir(&self) -> &Path {

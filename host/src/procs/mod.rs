@@ -99,6 +99,12 @@ pub async fn start(data_root: &Path, config: &ProcessConfig) -> Result<()> {
             );
         }
     }
+    // What `pass_env` hands the processes is theirs, not the record's.
+    for name in &config.pass_env {
+        if let Ok(value) = std::env::var(name) {
+            crate::secrets::register(&value);
+        }
+    }
     let supervisor = Supervisor {
         pass_env: config.pass_env.clone(),
         ledger: Some(ledger),

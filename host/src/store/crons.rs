@@ -281,20 +281,33 @@ impl Tx<'_> {
         Ok(ended)
     }
 
-    /// Keeps a cron's newest `keep` receipts, and none older than `before` (RFC 3339).
+    /// Keeps a cron's newest `keep` receipts (and those created in the same instant as the
+    /// oldest of them), and none older than `before` (RFC 3339). Both are one range of the
+    /// `(cron, created_at)` index: it reads the receipts it deletes, not every one it keeps.
     pub fn prune_cron_receipts(
         &self,
         cron: &str,
         keep: u32,
         before: &str,
     ) -> Result<usize, StoreError> {
+        let kept_from: Option<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT created_at FROM cron_receipts WHERE cron = ?1
+                 ORDER BY created_at DESC LIMIT 1 OFFSET ?2",
+            )?
+            .query_row(params![cron, keep.saturating_sub(1)], |row| row.get(0))
+            .optional()?;
+        let cutoff = match kept_from {
+            Some(oldest_kept) if oldest_kept.as_str() > before => oldest_kept,
+            _ => before.to_string(),
+        };
         let removed = self
             .conn()
             .prepare_cached(
-                "DELETE FROM cron_receipts WHERE cron = ?1 AND status != 'running' AND (created_at < ?3 OR run_id NOT IN (
-                    SELECT run_id FROM cron_receipts WHERE cron = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2))",
+                "DELETE FROM cron_receipts WHERE cron = ?1 AND created_at < ?2 AND status != 'running'",
             )?
-            .execute(params![cron, keep, before])?;
+            .execute(params![cron, cutoff])?;
         Ok(removed)
     }
 

@@ -64,6 +64,12 @@ impl<'a> Rd<'a> {
         self.conn
     }
 
+    /// Reads over a connection of a test's own.
+    #[cfg(test)]
+    pub(super) fn over(conn: &'a Connection) -> Self {
+        Self { conn }
+    }
+
     /// Runs one statement through the connection's statement cache: parsed once per
     /// connection, not at every call (parsing was an eighth of the writer's time).
     pub(super) fn execute<P: rusqlite::Params>(
@@ -89,6 +95,14 @@ impl<'a> Rd<'a> {
 /// one `Tx` are committed together or not at all.
 pub struct Tx<'a> {
     rd: Rd<'a>,
+}
+
+impl<'a> Tx<'a> {
+    /// Writes over a connection of a test's own (no savepoint: the test owns the connection).
+    #[cfg(test)]
+    pub(super) fn over(conn: &'a Connection) -> Self {
+        Self { rd: Rd::over(conn) }
+    }
 }
 
 impl<'a> std::ops::Deref for Tx<'a> {

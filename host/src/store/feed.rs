@@ -74,37 +74,54 @@ impl FeedQuery {
 impl Rd<'_> {
     /// Feed rows matching the query, oldest first.
     pub fn feed(&self, query: &FeedQuery) -> Result<Vec<Envelope>, StoreError> {
-        let (after, from_time) = match &query.since {
-            Some(Since::Cursor(id)) => (Some(*id), None),
-            Some(Since::Time(at)) => (None, Some(at.as_str())),
-            None => (None, None),
+        // A time becomes the cursor just before it (found on the time index), so every read
+        // with a `since` seeks the primary key.
+        let after = match &query.since {
+            Some(Since::Cursor(id)) => Some(*id),
+            Some(Since::Time(at)) => Some(self.feed_cursor_at(at)?),
+            None => None,
         };
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-        let filter = "(?1 IS NULL OR id > ?1) AND (?2 IS NULL OR timestamp >= ?2)
-             AND (?3 IS NULL OR event IN (SELECT value FROM json_each(?3)))
-             AND (?4 IS NULL OR family = ?4) AND (?5 IS NULL OR project = ?5)";
         let family = query.family.map(Family::as_str);
         let events = query
             .events
             .as_ref()
             .map(serde_json::to_string)
             .transpose()?;
-        let args = params![after, from_time, events, family, query.project, limit];
-        let mut rows: Vec<Envelope> = if query.since.is_some() {
-            self.conn()
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM feed WHERE {filter} ORDER BY id LIMIT ?6"
-                ))?
-                .query_map(args, from_row)?
-                .collect::<rusqlite::Result<_>>()?
+        // Only the filters given are written into the statement, so the planner can seek with
+        // them: `(?1 IS NULL OR id > ?1)` kept the primary key out of reach, and a follower
+        // catching up read the whole feed (96 ms at 588k rows, against 0.2 ms).
+        let mut terms: Vec<&str> = Vec::new();
+        let mut args: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":limit", &limit)];
+        if let Some(after) = &after {
+            terms.push("id > :after");
+            args.push((":after", after));
+        }
+        if let Some(events) = &events {
+            terms.push("event IN (SELECT value FROM json_each(:events))");
+            args.push((":events", events));
+        }
+        if let Some(family) = &family {
+            terms.push("family = :family");
+            args.push((":family", family));
+        }
+        if let Some(project) = &query.project {
+            terms.push("project = :project");
+            args.push((":project", project));
+        }
+        let filter = if terms.is_empty() {
+            String::new()
         } else {
-            self.conn()
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM feed WHERE {filter} ORDER BY id DESC LIMIT ?6"
-                ))?
-                .query_map(args, from_row)?
-                .collect::<rusqlite::Result<_>>()?
+            format!("WHERE {}", terms.join(" AND "))
         };
+        let order = if query.since.is_some() { "" } else { " DESC" };
+        let mut rows: Vec<Envelope> = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM feed {filter} ORDER BY id{order} LIMIT :limit"
+            ))?
+            .query_map(args.as_slice(), from_row)?
+            .collect::<rusqlite::Result<_>>()?;
         if query.since.is_none() {
             rows.reverse();
         }

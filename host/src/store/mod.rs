@@ -16,6 +16,8 @@ pub mod hook_runs;
 pub mod ids;
 pub mod messages;
 mod migrations;
+#[cfg(test)]
+mod plans;
 pub mod plugins;
 pub mod projects;
 pub mod queues;

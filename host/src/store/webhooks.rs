@@ -355,17 +355,34 @@ impl Rd<'_> {
     /// Deliveries, newest first.
     pub fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
         let limit = i64::try_from(filter.last.clamp(1, 10_000)).unwrap_or(10_000);
+        // Only the filters given, so the planner can seek the `(scope, hook, received_at)`
+        // index with them (see [`super::feed`]).
+        let mut terms: Vec<&str> = Vec::new();
+        let mut args: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":limit", &limit)];
+        if let Some(scope) = &filter.scope {
+            terms.push("scope = :scope");
+            args.push((":scope", scope));
+        }
+        if let Some(hook) = &filter.hook {
+            terms.push("hook = :hook");
+            args.push((":hook", hook));
+        }
+        if let Some(status) = &filter.status {
+            terms.push("status = :status");
+            args.push((":status", status));
+        }
+        let clause = if terms.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", terms.join(" AND "))
+        };
         Ok(self
             .conn()
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM webhook_deliveries
-                 WHERE (?1 IS NULL OR scope = ?1) AND (?2 IS NULL OR hook = ?2) AND (?3 IS NULL OR status = ?3)
-                 ORDER BY received_at DESC, rowid DESC LIMIT ?4"
+                "SELECT {COLUMNS} FROM webhook_deliveries {clause}
+                 ORDER BY received_at DESC, rowid DESC LIMIT :limit"
             ))?
-            .query_map(
-                params![filter.scope, filter.hook, filter.status, limit],
-                from_row,
-            )?
+            .query_map(args.as_slice(), from_row)?
             .collect::<rusqlite::Result<_>>()?)
     }
 

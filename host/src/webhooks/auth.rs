@@ -61,14 +61,17 @@ const SECRET_WORDS: [&str; 8] = [
     "credential",
 ];
 
+/// Whether a header or query parameter named `name` looks like it carries a credential
+/// (`x-gitlab-token`, `x-api-key`, `api_key`): its value is never recorded or quoted.
+pub fn looks_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_WORDS.iter().any(|word| name.contains(word))
+}
+
 /// The query string as a delivery records it (and hands to its handler as `{{query}}`): each
 /// parameter whose name looks like a credential has its value replaced by `(redacted)`. The
 /// hook's rules see the query as it came.
 pub fn recorded_query(query: &str) -> String {
-    let looks_secret = |name: &str| {
-        let name = name.to_ascii_lowercase();
-        SECRET_WORDS.iter().any(|word| name.contains(word))
-    };
     if !form_urlencoded::parse(query.as_bytes()).any(|(name, _)| looks_secret(&name)) {
         return query.to_string();
     }

@@ -7,7 +7,9 @@
 //! bind_port = 11300                # 0: any free port (written to webhooks.addr in the data dir)
 //! token_env = "CANOPY_HOOK_TOKEN"  # a section token: every hook here without its own uses it
 //! max_connections = 256            # open at once (default: a quarter of the fd limit, 16 to 1024)
-//! header_timeout_secs = 10         # for a request's headers, and an idle connection's next one
+//! max_connections_per_peer = 128   # of one address (default: half of max_connections)
+//! header_timeout_secs = 5          # for a request's line and headers, from their first byte
+//! idle_timeout_secs = 10           # for an idle connection's next request
 //! flood_rate = 640                 # requests/s answered at once past which each hook runs one
 //!                                  # handler at a time (0: never)
 //!
@@ -51,7 +53,9 @@ pub fn default_concurrency() -> u32 {
 /// The most `webhooks.max_connections` may be.
 pub const MAX_CONNECTIONS: u32 = 65_536;
 /// `webhooks.header_timeout_secs` unless set.
-pub const DEFAULT_HEADER_TIMEOUT_SECS: u32 = 10;
+pub const DEFAULT_HEADER_TIMEOUT_SECS: u32 = 5;
+/// `webhooks.idle_timeout_secs` unless set.
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u32 = 10;
 /// The most `webhooks.header_timeout_secs` may be.
 pub const MAX_HEADER_TIMEOUT_SECS: u32 = 3_600;
 /// The most a hook's `concurrency` may be.
@@ -92,9 +96,13 @@ pub struct WebhooksConfig {
     /// Connections the listener keeps open at once (default: a quarter of the daemon's file
     /// descriptor limit, from 16 to 1024); more wait to be accepted.
     pub max_connections: Option<u32>,
-    /// Seconds a request's headers, or an idle connection's next request, may take to arrive
-    /// (default 10).
+    /// Seconds a request's line and headers may take once their first byte arrived (default 5).
     pub header_timeout_secs: Option<u32>,
+    /// Seconds an idle connection may wait for its next request (default 10).
+    pub idle_timeout_secs: Option<u32>,
+    /// Connections one peer address may hold at once (default: half of `max_connections`).
+    /// Behind a proxy every connection comes from its address: set it to `max_connections`.
+    pub max_connections_per_peer: Option<u32>,
     /// Requests a second answered at once (202, nobody waiting) past which the listener is
     /// taking in a flood, and each hook runs one handler at a time until it ends (default
     /// 640; 0: never).
@@ -291,6 +299,10 @@ impl Secret {
         if trimmed.is_empty() {
             return Err(SecretError::Empty(self.describe()));
         }
+        // Known from now on: a handler printing it has it masked in the record.
+        if let Ok(text) = std::str::from_utf8(trimmed) {
+            crate::secrets::register(text);
+        }
         Ok(trimmed.to_vec())
     }
 }
@@ -394,8 +406,12 @@ pub struct Webhooks {
     pub keep_days: u32,
     /// Connections the listener keeps open at once (see [`crate::listener`]).
     pub max_connections: usize,
-    /// How long a request's headers may take to arrive.
+    /// How long a request's line and headers may take once their first byte arrived.
     pub header_timeout: Duration,
+    /// How long an idle connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// Connections one peer address may hold at once.
+    pub max_per_peer: usize,
     /// Requests a second answered at once that make a flood (see [`super::flood`]); 0: none.
     pub flood_rate: u32,
     /// Every hook, served here or not, in `scope/id` order.
@@ -483,6 +499,22 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
             "webhooks.header_timeout_secs: must be from 1 to {MAX_HEADER_TIMEOUT_SECS}"
         ));
     }
+    let idle_timeout_secs = section
+        .idle_timeout_secs
+        .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECS);
+    if !(1..=MAX_HEADER_TIMEOUT_SECS).contains(&idle_timeout_secs) {
+        problems.push(format!(
+            "webhooks.idle_timeout_secs: must be from 1 to {MAX_HEADER_TIMEOUT_SECS}"
+        ));
+    }
+    let max_per_peer = section
+        .max_connections_per_peer
+        .unwrap_or_else(|| (max_connections / 2).max(1));
+    if !(1..=max_connections.max(1)).contains(&max_per_peer) {
+        problems.push(format!(
+            "webhooks.max_connections_per_peer: must be from 1 to max_connections ({max_connections})"
+        ));
+    }
     let mut hooks = BTreeMap::new();
     let global = secrets("webhooks", section.auth(), &mut problems);
     for (id, entry) in &section.entries {
@@ -541,6 +573,8 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
             keep_days,
             max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
             header_timeout: Duration::from_secs(u64::from(header_timeout_secs)),
+            idle_timeout: Duration::from_secs(u64::from(idle_timeout_secs)),
+            max_per_peer: usize::try_from(max_per_peer).unwrap_or(usize::MAX),
             flood_rate,
             hooks,
         })

@@ -78,6 +78,14 @@ impl FieldPath {
         Ok(Self::Body(parts))
     }
 
+    /// Whether the field is a header or query parameter whose name looks like a credential.
+    pub fn looks_secret(&self) -> bool {
+        match self {
+            Self::Header(name) | Self::Query(name) => super::auth::looks_secret(name),
+            Self::Body(_) => false,
+        }
+    }
+
     /// The field's value in a request: text as is, numbers and booleans as their text, a
     /// nested object or list as JSON.
     pub fn get(&self, request: &Request<'_>) -> Option<String> {
@@ -234,6 +242,28 @@ impl Rule {
         Ok(Self::All(rules))
     }
 
+    /// The headers the rules read (lowercase names).
+    pub fn header_names(&self) -> Vec<&str> {
+        let mut names = Vec::new();
+        self.collect_headers(&mut names);
+        names
+    }
+
+    fn collect_headers<'a>(&'a self, into: &mut Vec<&'a str>) {
+        match self {
+            Self::All(rules) | Self::Any(rules) => {
+                rules.iter().for_each(|rule| rule.collect_headers(into));
+            }
+            Self::Not(rule) => rule.collect_headers(into),
+            Self::Field(FieldPath::Header(name), _) => {
+                if !into.contains(&name.as_str()) {
+                    into.push(name);
+                }
+            }
+            Self::Field(FieldPath::Query(_) | FieldPath::Body(_), _) => {}
+        }
+    }
+
     /// Ok when the request passes; else why not, in a sentence.
     pub fn check(&self, request: &Request<'_>) -> Result<(), String> {
         match self {
@@ -258,14 +288,14 @@ impl Rule {
                 }
                 None => Err(format!("`{path}` is missing")),
                 Some(value) if patterns.iter().any(|p| p.matches(&value)) => Ok(()),
+                // A reason is recorded, answered and put in the feed: it never quotes what the
+                // rule expects (it may be a secret), nor a value sent in a credential's place.
+                Some(_) if path.looks_secret() => Err(format!(
+                    "`{path}` does not match this hook's rule (its value is not shown: the name looks like a credential)"
+                )),
                 Some(value) => Err(format!(
-                    "`{path}` is {}, which does not match {}",
-                    quoted(&value),
-                    patterns
-                        .iter()
-                        .map(|p| format!("`{p}`"))
-                        .collect::<Vec<_>>()
-                        .join(" or ")
+                    "`{path}` is {}, which does not match this hook's rule",
+                    quoted(&value)
                 )),
             },
         }
@@ -339,7 +369,7 @@ mod tests {
         let dev = serde_json::json!({ "ref": "refs/heads/dev", "n": 3 });
         assert_eq!(
             check(rule.clone(), dev, &[("x-github-event", "push")], &[]),
-            Err("`ref` is `refs/heads/dev`, which does not match `refs/heads/main`".to_string())
+            Err("`ref` is `refs/heads/dev`, which does not match this hook's rule".to_string())
         );
         let bot =
             serde_json::json!({ "ref": "refs/heads/main", "sender": { "login": "bot-1" }, "n": 3 });

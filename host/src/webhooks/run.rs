@@ -509,10 +509,8 @@ async fn run_work(
     markers.insert("body".into(), shown.to_string());
     let actor = Actor::Webhook(hook.key()).to_string();
     let mut env = vec![
-        ("CANOPY_ACTOR".to_string(), actor.clone()),
         ("CANOPY_AUTOMATION_KIND".to_string(), "webhook".to_string()),
         ("CANOPY_AUTOMATION_ID".to_string(), actor),
-        ("CANOPY_DISPATCH_DEPTH".to_string(), "1".to_string()),
         ("CANOPY_HOOK_SCOPE".to_string(), hook.scope.clone()),
         ("CANOPY_HOOK_ID".to_string(), hook.id.clone()),
         ("CANOPY_HOOK_BODY_SIZE".to_string(), body.len().to_string()),
@@ -579,6 +577,7 @@ async fn run_work(
         },
         timeout: None,
         resume_session: None,
+        cause: Some(cause(hook)),
         env,
         // The `command` handler reads the body on stdin.
         stdin: body_file.as_ref().map(|f| f.path().to_path_buf()),

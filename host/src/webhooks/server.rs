@@ -77,9 +77,11 @@ pub fn spawn(
     tracing::info!(%url, hooks = ingress.webhooks().hooks.values().filter(|h| h.served).count(), "webhook listener listening");
     let limits = crate::listener::Limits {
         name: "webhook",
-        settings: "webhooks.max_connections, webhooks.header_timeout_secs",
+        settings: "webhooks.max_connections, max_connections_per_peer, header_timeout_secs",
         max_connections: ingress.webhooks().max_connections,
+        max_per_peer: Some(ingress.webhooks().max_per_peer),
         header_timeout: ingress.webhooks().header_timeout,
+        idle_timeout: ingress.webhooks().idle_timeout,
     };
     let app = router(ingress);
     Ok(tokio::spawn(async move {
@@ -187,6 +189,21 @@ async fn receive(
     if let Err(refusal) = auth::check_signature(&hook, &headers, &body, &base) {
         tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
         return unauthorized();
+    }
+    // A header the rules read, sent twice (`X-GitHub-Event: push` and `: ping`), could pass a
+    // rule on one value and be handled as the other: refused.
+    if let Some(name) = hook.rule.as_ref().and_then(|rule| {
+        rule.header_names()
+            .into_iter()
+            .find(|name| headers.get_all(*name).iter().nth(1).is_some())
+    }) {
+        tracing::info!(webhook = %hook.key(), %peer, header = name, "webhook request refused (400): a header its rules read was sent more than once");
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "header `{name}` is sent more than once; this webhook's rules read it, and take it once"
+            ),
+        );
     }
     let query: Vec<(String, String)> = uri
         .query()
@@ -376,10 +393,15 @@ async fn discard(mut body: Body, read: usize) {
 }
 
 /// The headers of `wanted` (lowercase names) the request has, each value at most
-/// [`MAX_HEADER_VALUE`] bytes. Auth headers are never among `wanted`.
+/// [`MAX_HEADER_VALUE`] bytes. Auth headers are never among `wanted`; one whose name looks like
+/// a credential (`x-gitlab-token`, `x-api-key`) is recorded `(redacted)`.
 pub(crate) fn recorded_headers(wanted: &[String], headers: &HeaderMap) -> Vec<(String, String)> {
     let mut recorded = Vec::new();
     for name in wanted {
+        if headers.contains_key(name.as_str()) && auth::looks_secret(name) {
+            recorded.push((name.clone(), "(redacted)".to_string()));
+            continue;
+        }
         if let Some(value) = headers.get(name.as_str()) {
             let text = String::from_utf8_lossy(value.as_bytes());
             let mut end = text.len().min(MAX_HEADER_VALUE);
