@@ -53,11 +53,12 @@ match = {{ "header.x-github-event" = "push" }}
 fn post(address: &str, hook: &str, extra: &str, limit: Duration) -> Result<u16, String> {
     let mut stream = TcpStream::connect(address).map_err(|e| e.to_string())?;
     stream.set_read_timeout(Some(limit)).unwrap();
-    write!(
+    // The daemon may answer (431) and close before it has read all of an oversized request:
+    // a write that fails then is not the answer; the read is.
+    let _ = write!(
         stream,
         "POST /hooks/global/{hook}?wait=true HTTP/1.1\r\nHost: {address}\r\nX-Canopy-Hook-Token: {TOKEN}\r\n{extra}Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
-    )
-    .map_err(|e| e.to_string())?;
+    );
     let mut answer = Vec::new();
     stream
         .read_to_end(&mut answer)
@@ -183,8 +184,13 @@ fn headers_must_arrive_soon_after_their_first_byte_while_an_idle_connection_may_
 fn oversized_headers_get_431_and_a_header_the_rules_read_twice_is_refused() {
     let daemon = daemon_with("");
     let address = webhooks_address(&daemon);
-    let big = format!("X-Pad: {}\r\n", "a".repeat(100 * 1024));
-    assert_eq!(post(&address, "x", &big, Duration::from_secs(30)), Ok(431));
+    // Just over the 64 KiB limit, in one write. When the daemon closes with bytes unread the
+    // kernel resets the connection, and the answer can be lost with it: then it is asked again.
+    let big = format!("X-Pad: {}\r\n", "a".repeat(70 * 1024));
+    let answered = (0..5)
+        .map(|_| post(&address, "x", &big, Duration::from_secs(30)))
+        .find(Result::is_ok);
+    assert_eq!(answered, Some(Ok(431)));
     let fair = format!("X-Pad: {}\r\n", "a".repeat(8 * 1024));
     assert_eq!(post(&address, "x", &fair, Duration::from_secs(30)), Ok(200));
     assert_eq!(
@@ -216,13 +222,26 @@ fn oversized_headers_get_431_and_a_header_the_rules_read_twice_is_refused() {
         Ok(200)
     );
     // The API port refuses oversized headers the same way.
-    let answer = daemon.raw(
-        "GET",
-        "/api/specs",
-        &[("Host", daemon.host()), ("X-Pad", &"a".repeat(100 * 1024))],
-        b"",
-    );
-    assert_eq!(answer.status, 431);
+    let api = |_| -> Result<u16, String> {
+        let mut stream = TcpStream::connect(daemon.host()).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let _ = write!(
+            stream,
+            "GET /api/specs HTTP/1.1\r\nHost: {}\r\nX-Pad: {}\r\n\r\n",
+            daemon.host(),
+            "a".repeat(70 * 1024)
+        );
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| format!("no answer: {answer:?}"))
+    };
+    assert_eq!((0..5).map(api).find(Result::is_ok), Some(Ok(431)));
 }
 
 #[test]

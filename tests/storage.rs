@@ -258,3 +258,56 @@ fn continues_from_many_clients_never_leave_a_run_without_a_driver() {
         );
     }
 }
+
+#[test]
+fn retention_caps_every_growing_table_keeps_a_graphs_current_run_and_status_shows_the_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("canopy.toml"),
+        "[retention]\nhook_runs_rows = 5\nfeed_rows = 20\nruns_rows = 2\n\n[[hooks]]\nname = \"each\"\nevent = \"spec.created\"\naction = { command = \"true\" }\n",
+    )
+    .unwrap();
+    let mut daemon = Daemon::start_on(&data);
+    for i in 0..12 {
+        daemon.add_spec(&format!("s{i}"));
+    }
+    let repo = git_repo();
+    let spec = daemon.add_spec("run me");
+    daemon.create_graph(json!({
+        "name": "g", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "n", "command": "true" }],
+    }));
+    for _ in 0..4 {
+        daemon.control_ok("g", json!({ "action": "run" }));
+        daemon.settled("g");
+        daemon.control_ok("g", json!({ "action": "reset" }));
+    }
+    daemon.control_ok("g", json!({ "action": "run" }));
+    let view = daemon.settled("g");
+    let current = view["current_run"]["id"]
+        .as_str()
+        .expect("the graph has a current run")
+        .to_string();
+    daemon.ended_hook_runs("config", 13);
+    // A pass runs when the daemon starts.
+    daemon.stop();
+    let daemon = Daemon::start_on(&data);
+    let status = wait_for("the retention pass", Duration::from_secs(60), || {
+        let status = daemon.json(&["status"]);
+        (status["storage"]["hook_runs"] == 5).then_some(status)
+    });
+    let storage = &status["storage"];
+    assert!(storage["feed_rows"].as_u64().unwrap() <= 25, "{storage}");
+    assert_eq!(storage["runs"], 2, "{storage}");
+    assert!(storage["file_bytes"].as_u64().unwrap() > 0, "{storage}");
+    // The graph's current run is one of those kept, and it reads back whole.
+    let (code, run) = daemon.get(&format!("/api/runs/{current}"));
+    assert_eq!(code, 200, "{run}");
+    let text = daemon.ok(&["status"]);
+    assert!(
+        text.contains("database:") && text.contains("hook runs 5"),
+        "{text}"
+    );
+}

@@ -32,6 +32,10 @@
 //! [feed]
 //! keep_days = 30                 # rows older than this are pruned
 //!
+//! # How long the growing tables keep their rows: see `crate::retention`.
+//! [retention]
+//! hook_runs_rows = 500000
+//!
 //! # Daemon hooks: see `crate::hooks::daemon`.
 //! [[hooks]]
 //! name = "announce-blocked"
@@ -91,6 +95,9 @@ pub struct Config {
     /// The daemon's log file.
     #[serde(default)]
     pub log: LogConfig,
+    /// How long rows of the growing tables are kept (see [`crate::retention`]).
+    #[serde(default)]
+    pub retention: crate::retention::RetentionConfig,
 }
 
 /// The event feed (`[feed]`).
@@ -421,6 +428,7 @@ impl Config {
         if !(1..=36_500).contains(&config.feed.keep_days) {
             problems.push("feed.keep_days: must be from 1 to 36500".to_string());
         }
+        problems.extend(config.retention.check());
         problems
     }
 

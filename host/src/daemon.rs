@@ -305,7 +305,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let delivery = Delivery::new(bus.clone());
     outbox.bind(bus.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
-    crate::bus::retention::spawn(store.clone(), config.feed.keep_days);
+    crate::retention::spawn(store.clone(), crate::retention::Policy::of(&config));
     let app = api::router(
         AppState {
             delivery,

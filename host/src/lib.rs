@@ -23,6 +23,7 @@ pub mod plugins;
 pub mod procs;
 pub mod projects;
 pub mod reload;
+pub mod retention;
 pub mod secrets;
 pub mod sessions;
 pub mod store;

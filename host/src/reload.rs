@@ -216,6 +216,7 @@ impl Reloader {
         note(old.process != config.process, "process", false);
         note(old.log != config.log, "log", false);
         note(old.feed != config.feed, "feed", false);
+        note(old.retention != config.retention, "retention", false);
         *self
             .platforms
             .write()

@@ -77,6 +77,7 @@ pub fn router() -> Router<AppState> {
 async fn status(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
     let info = &state.daemon;
     let active_runs = state.store.read(|rd| rd.active_runs_summary()).await?;
+    let storage = state.store.read(|rd| rd.sizes()).await?;
     let plugins = state.plugins.list();
     let enabled = plugins.iter().filter(|p| p.record.enabled).count();
     let problems = crate::logfile::recent_problems(&info.log_file, RECENT_PROBLEMS);
@@ -91,6 +92,7 @@ async fn status(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiErro
         "active_runs": active_runs,
         "plugins": { "installed": plugins.len(), "enabled": enabled },
         "recent_problems": problems,
+        "storage": storage,
     })))
 }
 

@@ -18,7 +18,6 @@
 //! ends by itself.
 
 mod batch;
-pub mod retention;
 mod select;
 
 use std::sync::{Arc, RwLock};

@@ -133,6 +133,22 @@ pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
         "plugins:      {} installed, {} enabled",
         status["plugins"]["installed"], status["plugins"]["enabled"]
     );
+    let storage = &status["storage"];
+    let count = |field: &str| storage[field].as_u64().unwrap_or_default();
+    println!(
+        "database:     {} ({} free, returned as it is pruned; [retention] in canopy.toml)",
+        bytes(count("file_bytes")),
+        bytes(count("free_bytes"))
+    );
+    println!(
+        "  rows:       feed {}, hook runs {}, runs {} ({} node runs), deliveries {}, cron receipts {}",
+        count("feed_rows"),
+        count("hook_runs"),
+        count("runs"),
+        count("node_runs"),
+        count("deliveries"),
+        count("cron_receipts")
+    );
     let runs = items(&status["active_runs"]);
     if runs.is_empty() {
         println!("active runs:  none");
@@ -168,6 +184,18 @@ fn print_problems(problems: &[String], log_file: &Path) {
         for line in problems {
             println!("  {line}");
         }
+    }
+}
+
+/// `512 B`, `3.4 MiB`, `1.2 GiB`.
+fn bytes(count: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let value = count as f64;
+    match count {
+        0..1024 => format!("{count} B"),
+        1024..1_048_576 => format!("{:.1} KiB", value / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1} MiB", value / 1_048_576.0),
+        _ => format!("{:.2} GiB", value / 1_073_741_824.0),
     }
 }
 

@@ -536,6 +536,9 @@ fn checks_without_in_lists(tx: &Transaction) -> Result<()> {
 
 /// Applies every migration the database has not seen yet.
 pub fn apply(conn: &mut Connection) -> Result<()> {
+    // Before the first table of a new database (or by one rewrite of an older one): pruned
+    // rows give their space back (see `store::retention`).
+    super::retention::ensure_incremental_vacuum(conn)?;
     apply_until(conn, MIGRATIONS.len())
 }
 

@@ -21,6 +21,7 @@ mod plans;
 pub mod plugins;
 pub mod projects;
 pub mod queues;
+pub mod retention;
 pub mod runs;
 pub mod sessions;
 pub mod specs;

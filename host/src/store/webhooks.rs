@@ -284,14 +284,6 @@ impl Tx<'_> {
         )?;
         ids.iter().map(|id| self.delivery(id)).collect()
     }
-
-    /// Removes finished deliveries received before `before` (RFC 3339); returns how many.
-    pub fn prune_deliveries(&self, before: &str) -> Result<usize, StoreError> {
-        Ok(self.execute(
-            "DELETE FROM webhook_deliveries WHERE received_at < ?1 AND status NOT IN ('accepted', 'running')",
-            params![before],
-        )?)
-    }
 }
 
 impl Rd<'_> {

@@ -949,27 +949,12 @@ async fn refill(ingress: &Ingress, queue: &Arc<HookQueue>) {
     queue.ready.notify_waiters();
 }
 
-/// Prunes finished deliveries past `keep_days`, and empties idle body files, hourly.
+/// Empties idle body files, hourly (old deliveries are pruned by [`crate::retention`]).
 async fn retention(ingress: Ingress) {
-    let keep = Duration::from_secs(u64::from(ingress.inner.webhooks.keep_days) * 86_400);
     let mut interval = tokio::time::interval(Duration::from_secs(3600));
     loop {
         interval.tick().await;
         ingress.inner.bodies.clear_idle();
-        let Some(cutoff) = std::time::SystemTime::now().checked_sub(keep) else {
-            continue;
-        };
-        let before = humantime::format_rfc3339_micros(cutoff).to_string();
-        match ingress
-            .inner
-            .store
-            .write(move |tx| tx.prune_deliveries(&before))
-            .await
-        {
-            Ok(0) => {}
-            Ok(pruned) => tracing::info!(pruned, "old webhook deliveries pruned"),
-            Err(err) => tracing::warn!(error = %err, "cannot prune old webhook deliveries"),
-        }
     }
 }
 
