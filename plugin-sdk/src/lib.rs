@@ -245,7 +245,7 @@ pub mod __private {
     #[allow(missing_docs, clippy::all)]
     pub mod bindings {
         wit_bindgen::generate!({
-            path: "../wit",
+            path: "../wit/since_v0.1.0",
             world: "executor",
             pub_export_macro: true,
             export_macro_name: "__export_executor_bindings",

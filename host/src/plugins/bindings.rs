@@ -1,11 +1,11 @@
-//! Host-side bindings of the `canopy:hooks@0.1.0` WIT package (`wit/` at the workspace root).
+//! Host-side bindings of the `canopy:hooks@0.1.0` WIT package (`wit/since_v0.1.0/` at the workspace root).
 //!
 //! One module per supported contract version; a second version would get a sibling module and
 //! its own linker, chosen by the version in the component's export name.
 
 wasmtime::component::bindgen!({
     world: "executor",
-    path: "../wit",
+    path: "../wit/since_v0.1.0",
     imports: { default: async },
     exports: { default: async },
 });
