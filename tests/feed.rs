@@ -55,8 +55,8 @@ fn send_message(daemon: &Daemon, workdir: &Path, session: &str, text: &str) {
 
 /// The errors of `payload` against the payload schema the taxonomy gives `event`.
 fn schema_errors(event: &str, payload: &Value) -> Vec<String> {
-    let def =
-        canopy::events::find(event).unwrap_or_else(|| panic!("{event} is not in the taxonomy"));
+    let def = canopy_model::events::find(event)
+        .unwrap_or_else(|| panic!("{event} is not in the taxonomy"));
     let schema = (def.payload_schema)();
     let validator = jsonschema::validator_for(schema.as_value())
         .unwrap_or_else(|err| panic!("the schema of {event} does not compile: {err}"));
@@ -184,7 +184,7 @@ fn every_family_reaches_the_feed_with_its_envelope_and_a_payload_its_schema_acce
         last_id = id;
         assert_eq!(event["node"], node.as_str(), "{event}");
         let name = event["event"].as_str().unwrap();
-        let def = canopy::events::find(name).unwrap();
+        let def = canopy_model::events::find(name).unwrap();
         assert_eq!(event["family"], def.family.as_str(), "{event}");
         let timestamp = event["timestamp"].as_str().unwrap();
         assert!(

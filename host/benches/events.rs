@@ -21,8 +21,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use canopy::bus::Bus;
 use canopy::config::Config;
-use canopy::events::spec::SpecCreated;
-use canopy::events::{Cause, Event};
+use canopy_model::events::spec::SpecCreated;
+use canopy_model::events::{Cause, Event};
 
 const FEED_EVENTS: usize = 100_000;
 const HOOK_EVENTS: usize = 2_000;

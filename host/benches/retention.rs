@@ -15,12 +15,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use canopy::events::spec::SpecCreated;
-use canopy::events::{Cause, Event};
 use canopy::retention::{Policy, prune};
 use canopy::store::Store;
 use canopy::store::hook_runs::{Finished, Fired, HookRunStatus, HookSource};
 use canopy::store::webhooks::{DeliveryStatus, NewDelivery};
+use canopy_model::events::spec::SpecCreated;
+use canopy_model::events::{Cause, Event};
 
 const HOOK_RUNS_PER_SEC: usize = 210;
 const DELIVERIES_PER_SEC: usize = 100;

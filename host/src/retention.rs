@@ -228,9 +228,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::events::plugin::{PluginEnabled, PluginRef};
-    use crate::events::{Cause, Event};
     use crate::store::feed::FeedQuery;
+    use canopy_model::events::plugin::{PluginEnabled, PluginRef};
+    use canopy_model::events::{Cause, Event};
 
     fn event() -> Event {
         Event::new(&PluginEnabled(PluginRef {

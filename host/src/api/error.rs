@@ -255,7 +255,7 @@ fn body_problem(path: &str, problem: &str) -> String {
             .step_by(2)
             .filter(|k| !k.is_empty())
             .collect();
-        let hint = crate::text::did_you_mean(name, known.iter().copied());
+        let hint = canopy_model::text::did_you_mean(name, known.iter().copied());
         let list = if known.is_empty() {
             String::new()
         } else {

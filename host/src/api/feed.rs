@@ -31,9 +31,9 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::events::{Envelope, EventPattern, Family};
 use crate::store::feed::{FeedQuery, Since};
 use crate::store::{Store, StoreError};
+use canopy_model::events::{Envelope, EventPattern, Family};
 
 /// Events a read returns without `last`.
 pub const DEFAULT_LAST: usize = 100;
@@ -98,7 +98,7 @@ fn parse_since(text: &str) -> Result<Since, ApiError> {
     }
     let instant = match humantime::parse_rfc3339_weak(text) {
         Ok(instant) => instant,
-        Err(_) if crate::text::rfc3339_before_epoch(text) => {
+        Err(_) if canopy_model::text::rfc3339_before_epoch(text) => {
             return Err(ApiError::bad_request(format!(
                 "query parameter `since`: `{text}` is before 1970-01-01T00:00:00Z, the earliest time it takes"
             )));
@@ -129,7 +129,10 @@ fn parse_family(text: &str) -> Result<Family, ApiError> {
     Family::parse(text.trim()).ok_or_else(|| {
         ApiError::bad_request(format!(
             "query parameter `family`: unknown family `{text}`{} (the families are {})",
-            crate::text::did_you_mean(text, crate::events::FAMILIES.iter().map(|f| f.as_str())),
+            canopy_model::text::did_you_mean(
+                text,
+                canopy_model::events::FAMILIES.iter().map(|f| f.as_str())
+            ),
             Family::names()
         ))
     })
@@ -466,9 +469,9 @@ mod tests {
         assert!(message(parse_last("5000")).contains("more than 1000"));
     }
 
-    use crate::events::plugin::{PluginEnabled, PluginRef};
-    use crate::events::session::{SessionCreated, SessionRef};
-    use crate::events::{Cause, Event};
+    use canopy_model::events::plugin::{PluginEnabled, PluginRef};
+    use canopy_model::events::session::{SessionCreated, SessionRef};
+    use canopy_model::events::{Cause, Event};
 
     fn plugin_event() -> Event {
         Event::new(&PluginEnabled(PluginRef {

@@ -23,8 +23,8 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq as _;
 
 use super::ApiError;
-use crate::events::{Actor, Cause};
 use crate::plugins::credentials::{CallCredentials, Presented};
+use canopy_model::events::{Actor, Cause};
 
 /// Who may use the API: requests to this port carrying this token, or a live call's.
 pub struct Access {

@@ -16,14 +16,14 @@ use serde_json::{Map, Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::engine::EngineError;
-use crate::events::{EventPattern, FAMILIES, Family};
 use crate::hooks::daemon::{DaemonHook, FieldMatch};
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{HookRunFilter, HookRunStatus};
 use crate::hooks::{EVENTS, HookEvent};
-use crate::markers::HOOK_MARKERS;
 use crate::store::graphs::Graph;
 use crate::store::hook_runs::{ASYNC_MODE, HookOutcome, HookSource};
+use canopy_model::events::{EventPattern, FAMILIES, Family};
+use canopy_model::markers::HOOK_MARKERS;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -70,7 +70,7 @@ fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
     HookEvent::parse(text).ok_or_else(|| {
         ApiError::bad_request(format!(
             "field `event`: unknown event `{text}`{}; the events are {}",
-            crate::text::did_you_mean(text, EVENTS.iter().map(|e| e.as_str())),
+            canopy_model::text::did_you_mean(text, EVENTS.iter().map(|e| e.as_str())),
             HookEvent::names()
         ))
     })
@@ -95,10 +95,10 @@ impl EventFilter {
                 let names = EVENTS
                     .iter()
                     .map(|e| e.as_str())
-                    .chain(crate::events::all().map(|def| def.name));
+                    .chain(canopy_model::events::all().map(|def| def.name));
                 ApiError::bad_request(format!(
                     "query parameter `event`: unknown event `{text}`{}; give a graph hook key ({}) or an event of the taxonomy, or a glob of them (graph.run.completed, spec.*; `canopy hooks events` lists them)",
-                    crate::text::did_you_mean(text, names),
+                    canopy_model::text::did_you_mean(text, names),
                     HookEvent::names()
                 ))
             } else {
@@ -194,7 +194,7 @@ fn parse_since(text: &str) -> Result<String, ApiError> {
     let now = SystemTime::now();
     let instant = match humantime::parse_rfc3339_weak(text) {
         Ok(instant) => instant,
-        Err(_) if crate::text::rfc3339_before_epoch(text) => {
+        Err(_) if canopy_model::text::rfc3339_before_epoch(text) => {
             return Err(since_out_of_range(text, now));
         }
         Err(_) => {
@@ -355,16 +355,16 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>
             Family::parse(text).ok_or_else(|| {
                 ApiError::bad_request(format!(
                     "query parameter `family`: unknown family `{text}`{}; the families are {}",
-                    crate::text::did_you_mean(text, FAMILIES.iter().map(|f| f.as_str())),
+                    canopy_model::text::did_you_mean(text, FAMILIES.iter().map(|f| f.as_str())),
                     Family::names()
                 ))
             })
         })
         .transpose()?;
-    let wanted = |def: &crate::events::EventDef| {
+    let wanted = |def: &canopy_model::events::EventDef| {
         family.is_none_or(|f| f == def.family) && (!query.sync_only || def.sync_eligible)
     };
-    let events: Vec<Value> = crate::events::all()
+    let events: Vec<Value> = canopy_model::events::all()
         .filter(|def| wanted(def))
         .map(|def| {
             json!({
@@ -383,7 +383,7 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>
         .iter()
         .filter(|key| {
             !query.sync_only
-                && crate::events::find(key.taxonomy_event())
+                && canopy_model::events::find(key.taxonomy_event())
                     .is_some_and(|def| family.is_none_or(|f| f == def.family))
         })
         .map(|key| {
@@ -415,11 +415,11 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>
         .collect();
     Ok(ApiJson(json!({
         "events": events,
-        "envelope_markers": crate::events::ENVELOPE_MARKERS,
+        "envelope_markers": canopy_model::events::ENVELOPE_MARKERS,
         "graph_hooks": graph_hooks,
         "project_hooks": project_hooks,
         "markers": HOOK_MARKERS,
-        "unset_marker_value": crate::markers::NONE,
+        "unset_marker_value": canopy_model::markers::NONE,
     })))
 }
 

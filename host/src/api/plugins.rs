@@ -15,12 +15,12 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::events::Event;
-use crate::events::plugin::{
-    PluginDisabled, PluginEnabled, PluginInstalled, PluginRef as PluginEventRef, PluginRemoved,
-};
 use crate::plugins::{
     BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, Provenance, WorkConfig,
+};
+use canopy_model::events::Event;
+use canopy_model::events::plugin::{
+    PluginDisabled, PluginEnabled, PluginInstalled, PluginRef as PluginEventRef, PluginRemoved,
 };
 
 /// Largest component accepted for install.
@@ -260,7 +260,7 @@ async fn run(
     ApiJson(body): ApiJson<RunBody>,
 ) -> Result<ApiJson<CallReport>, ApiError> {
     let mode = mode_of(&state, &name, body.mode)?;
-    let supported = crate::markers::NODE_MARKERS;
+    let supported = canopy_model::markers::NODE_MARKERS;
     if let Some(unknown) = body
         .markers
         .keys()

@@ -16,16 +16,16 @@ use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Bus, Recorded};
-use crate::events::{self, Actor, Cause, Envelope, Event};
 use crate::hooks::Firing;
 use crate::hooks::daemon::{DATA_MARKER, DaemonHook};
 use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
-use crate::markers::{HOOK_MARKERS, MarkerValues};
 use crate::plugins::{
     CallError, CallReport, CallRequest, PluginError, PluginRef, Provenance, Status, WorkConfig,
 };
 use crate::store::StoreError;
 use crate::store::hook_runs::HookSource;
+use canopy_model::events::{self, Actor, Cause, Envelope, Event};
+use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
 
 /// What fired a batch.
 pub(crate) enum Trigger {
@@ -444,7 +444,7 @@ fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> C
             };
             let workdir = hook
                 .and_then(|h| h.config.cwd.as_deref())
-                .map(|cwd| PathBuf::from(crate::markers::render_plain(cwd, &markers)))
+                .map(|cwd| PathBuf::from(canopy_model::markers::render_plain(cwd, &markers)))
                 .or_else(|| project.map(|p| p.checkout.clone()))
                 .or_else(|| {
                     envelope
@@ -548,7 +548,10 @@ fn finished_of(
                 "markers": markers_json,
                 "deadline_ms": report.deadline_ms,
             }));
-            let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
+            let output = Some(canopy_model::text::tail(
+                &report.outcome.detail,
+                OUTPUT_LIMIT,
+            ));
             let (status, error) = match report.outcome.status {
                 _ if report.interrupted => (
                     HookRunStatus::Interrupted,

@@ -25,11 +25,11 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::{Semaphore, broadcast};
 
 use crate::engine::events::EngineEvent;
-use crate::events::{Cause, Envelope, Event};
 use crate::hooks::Firing;
 use crate::hooks::daemon::DaemonHooks;
 use crate::plugins::PluginHost;
 use crate::store::{Store, StoreError, Tx};
+use canopy_model::events::{Cause, Envelope, Event};
 
 pub use batch::Unstarted;
 

@@ -14,7 +14,6 @@ use serde_json::{Map, Value};
 
 use super::Bus;
 use super::batch::{HookKind, Queued, Trigger, Unstarted};
-use crate::events::{Actor, Cause, Envelope, Event};
 use crate::hooks::Firing;
 use crate::hooks::breaker::Admit;
 use crate::hooks::config::{HookMap, hooks_of};
@@ -23,6 +22,7 @@ use crate::hooks::runs::Fired;
 use crate::plugins::split_work_config;
 use crate::store::hook_runs::{HookSource, graph_hook_name};
 use crate::store::{Rd, StoreError, Tx};
+use canopy_model::events::{Actor, Cause, Envelope, Event};
 
 /// Graphs' hooks maps as last parsed, by graph id, with the text they were parsed from. The
 /// map is read inside every event's write (so an edit applies from the next event on); parsing
@@ -319,7 +319,7 @@ fn announce_tripped(bus: &Bus, trigger: &Trigger, tripped: Vec<(HookSource, Stri
     let events: Vec<(Event, Cause)> = tripped
         .into_iter()
         .map(|(source, hook_name)| {
-            let event = Event::new(&crate::events::hook::HookTripped {
+            let event = Event::new(&canopy_model::events::hook::HookTripped {
                 source: source.as_str().to_string(),
                 hook_name: hook_name.clone(),
                 fired_by: fired_by.clone(),
@@ -374,7 +374,7 @@ pub(super) fn record_hooks(
         });
         batches.extend(record(bus, tx, trigger, selected, daemon.max_depth)?);
     }
-    if envelope.family == crate::events::Family::Project {
+    if envelope.family == canopy_model::events::Family::Project {
         let selected = select_project(&bus.project_hooks(), envelope, fired_at);
         let trigger = Arc::new(Trigger::Config {
             envelope: envelope.clone(),

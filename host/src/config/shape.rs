@@ -145,7 +145,7 @@ pub fn readable(message: &str) -> String {
             && let Some((word, expected)) = rest.split_once('`')
         {
             let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-            let hint = crate::text::did_you_mean(word, known);
+            let hint = canopy_model::text::did_you_mean(word, known);
             message.push_str(&hint);
         }
     }

@@ -14,10 +14,10 @@ use tokio::task::AbortHandle;
 
 use super::{CatchUp, Cron, Overlap};
 use crate::bus::Bus;
-use crate::events::{self, Actor, Cause, Event};
 use crate::plugins::{CallError, CallRequest, PluginError, Provenance, Status, StopSwitch};
 use crate::store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
 use crate::store::{Store, StoreError};
+use canopy_model::events::{self, Actor, Cause, Event};
 
 /// The markers a cron's action may use.
 pub const CRON_MARKERS: &[&str] = &["cron_name", "run_id", "scheduled_at", "node", "workdir"];
@@ -780,7 +780,10 @@ fn ending(
 ) -> ReceiptEnd {
     match result {
         Ok(report) => {
-            let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
+            let output = Some(canopy_model::text::tail(
+                &report.outcome.detail,
+                OUTPUT_LIMIT,
+            ));
             let (status, error) = if report.interrupted {
                 match replaced_by {
                     Some(by) => (

@@ -15,11 +15,11 @@ use super::graphs::{Graph, GraphStatus};
 use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
 use crate::bus::Recorded;
-use crate::events::{self as taxonomy, Event};
-use crate::markers::{MarkerValues, NODE_MARKERS};
 use crate::plugins::{CallRequest, PluginError, Provenance, Status, split_work_config};
 use crate::store::runs::{NewNodeRun, NodeRunEnd};
 use crate::store::{Rd, Tx, ids};
+use canopy_model::events::{self as taxonomy, Event};
+use canopy_model::markers::{MarkerValues, NODE_MARKERS};
 
 /// Bytes of a node's detail kept in its record.
 const DETAIL_LIMIT: usize = 16 * 1024;
@@ -418,7 +418,10 @@ async fn run_node(
                 status,
                 report.outcome.summary.clone(),
                 reason,
-                Some(crate::text::tail(&report.outcome.detail, DETAIL_LIMIT)),
+                Some(canopy_model::text::tail(
+                    &report.outcome.detail,
+                    DETAIL_LIMIT,
+                )),
                 report.outcome.harness_session.clone(),
                 Some(report.plugin.clone()),
             )

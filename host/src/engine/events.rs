@@ -1,12 +1,12 @@
 //! What the engine reports as it goes: the events graph hooks react to, and how each maps onto
-//! the taxonomy ([`crate::events`]).
+//! the taxonomy ([`canopy_model::events`]).
 //!
 //! The engine records an event inside the transaction that makes it true (its feed row and the
 //! hook runs it fires commit with it), and publishes it once that has committed.
 
 use serde::Serialize;
 
-use crate::events::{Cause, Event, graph, spec};
+use canopy_model::events::{Cause, Event, graph, spec};
 
 /// A spec this run completed, for `{{completed_specs}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

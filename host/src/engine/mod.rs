@@ -36,12 +36,12 @@ use control::{continue_run, interrupt_active, reset, start_run};
 use view::remaining_events;
 
 use crate::bus::{Bus, Recorded};
-use crate::events::{self as taxonomy, Cause, Event};
 use crate::hooks::{HookEvent, HookMap, SpecScope, validate_hooks};
+use canopy_model::events::{self as taxonomy, Cause, Event};
 
-use crate::markers::NODE_MARKERS;
 use crate::plugins::{PluginError, PluginHost, WorkConfig, split_work_config};
 use crate::store::{Rd, Store, Tx, ids};
+use canopy_model::markers::NODE_MARKERS;
 
 /// The engine. Cheap to clone.
 #[derive(Clone)]

@@ -48,7 +48,7 @@ pub fn list(rd: &Rd<'_>) -> Result<Vec<Queue>, EngineError> {
 fn check_group(group: Option<&str>) -> Result<Option<String>, EngineError> {
     match group.map(str::trim) {
         None | Some("") => Ok(None),
-        Some(g) => match crate::text::one_line(g, 1, 100) {
+        Some(g) => match canopy_model::text::one_line(g, 1, 100) {
             Some(g) => Ok(Some(g.to_string())),
             None => invalid(
                 "field `group` must be one line of at most 100 characters, without control characters",
@@ -75,7 +75,7 @@ fn order_of(members: &[Member]) -> Vec<(String, Option<String>)> {
 
 /// Creates a queue, with optional initial members.
 pub fn create(tx: &Tx<'_>, new: NewQueue) -> Result<Queue, EngineError> {
-    let Some(name) = crate::text::one_line(&new.name, 1, 200) else {
+    let Some(name) = canopy_model::text::one_line(&new.name, 1, 200) else {
         return invalid(
             "field `name` must be one line of 1 to 200 characters, without control characters",
         );

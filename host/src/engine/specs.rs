@@ -66,7 +66,7 @@ mod double_option {
 }
 
 fn check_name(name: &str) -> Result<String, EngineError> {
-    match crate::text::one_line(name, 1, 200) {
+    match canopy_model::text::one_line(name, 1, 200) {
         Some(name) => Ok(name.to_string()),
         None => invalid(
             "field `name` must be one line of 1 to 200 characters, without control characters",

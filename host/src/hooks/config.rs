@@ -9,8 +9,8 @@
 use serde_json::{Map, Value};
 
 use super::HookEvent;
-use crate::markers::HOOK_MARKERS;
 use crate::plugins::{PluginHost, split_work_config};
+use canopy_model::markers::HOOK_MARKERS;
 
 /// A validated hooks map: event name → array of hook config objects (`spec_ids` resolved to
 /// full ids).
@@ -83,7 +83,7 @@ pub async fn validate_hooks(
         let Some(event) = HookEvent::parse(key) else {
             return Err(format!(
                 "field `hooks`: unknown event `{key}`{}; the events are {}",
-                crate::text::did_you_mean(key, super::EVENTS.iter().map(|e| e.as_str())),
+                canopy_model::text::did_you_mean(key, super::EVENTS.iter().map(|e| e.as_str())),
                 HookEvent::names()
             ));
         };

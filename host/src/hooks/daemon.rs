@@ -26,8 +26,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
 use crate::plugins::{PluginHost, WorkConfig, split_work_config};
+use canopy_model::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
 
 /// The marker holding the whole event as JSON (`CANOPY_HOOK_DATA` in a command).
 pub const DATA_MARKER: &str = "data";
@@ -164,7 +164,7 @@ fn field_text(envelope: &Envelope, field: &str) -> Option<String> {
     for part in field.split('.') {
         value = value.get(part)?;
     }
-    crate::events::scalar_text(value)
+    canopy_model::events::scalar_text(value)
 }
 
 /// The daemon's hooks and identity, as configured.
@@ -309,7 +309,7 @@ pub fn compile(
             }
         }
         if let Some(cwd) = &entry.cwd {
-            for used in crate::markers::used(cwd) {
+            for used in canopy_model::markers::used(cwd) {
                 if !markers.contains(&used) {
                     problems.push(format!(
                         "{}: marker {{{{{used}}}}} is not offered by {}; it offers {}",
@@ -371,7 +371,7 @@ mod tests {
             project: Some("/w".into()),
             target: None,
             event: event.into(),
-            family: crate::events::find(event).unwrap().family,
+            family: canopy_model::events::find(event).unwrap().family,
             timestamp: "2026-01-01T00:00:00Z".into(),
             actor: "user".into(),
             dispatch_depth: 0,

@@ -8,8 +8,8 @@ use serde_json::Value;
 use super::HookEvent;
 use super::config::{HookMap, hooks_of};
 use super::firing::{Firing, matches};
-use crate::markers::{HOOK_MARKERS, MarkerValues};
 use crate::plugins::{PluginError, PluginHost, split_work_config};
+use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
 
 /// What `hooks test` says about one hook.
 #[derive(Debug, Clone, Serialize)]

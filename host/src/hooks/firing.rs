@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use super::config::spec_ids;
 use super::{HookEvent, completed_specs_text};
 use crate::engine::events::{EngineEvent, RunContext};
-use crate::markers::MarkerValues;
+use canopy_model::markers::MarkerValues;
 
 /// One event, ready to fire: which event, its run, its marker values, and the spec it is about.
 #[derive(Debug, Clone)]

@@ -18,7 +18,7 @@ use tower::ServiceExt as _;
 
 use crate::cli::sse::{SseEvents, SseFrame};
 use crate::datadir::DataDir;
-use crate::events::{Actor, Cause};
+use canopy_model::events::{Actor, Cause};
 
 pub use crate::cli::ApiFailure;
 

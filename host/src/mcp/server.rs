@@ -187,7 +187,7 @@ impl<A: Api> ServerHandler for CanopyMcp<A> {
                 format!(
                     "unknown tool `{}`{}; the tools are {}",
                     request.name,
-                    crate::text::did_you_mean(&request.name, names.iter().copied()),
+                    canopy_model::text::did_you_mean(&request.name, names.iter().copied()),
                     names.join(", ")
                 ),
                 None,

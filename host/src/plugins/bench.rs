@@ -148,7 +148,7 @@ impl PluginHost {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-            supported_markers: std::borrow::Cow::Borrowed(crate::markers::HOOK_MARKERS),
+            supported_markers: std::borrow::Cow::Borrowed(canopy_model::markers::HOOK_MARKERS),
             workdir,
             provenance: Provenance {
                 event: "bench".into(),

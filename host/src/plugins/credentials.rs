@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::events::Cause;
+use canopy_model::events::Cause;
 
 /// Every call token starts with this, so an expired one can be told from a wrong one.
 pub const PREFIX: &str = "canopy-call-";
@@ -109,7 +109,7 @@ impl Drop for Credential {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::Actor;
+    use canopy_model::events::Actor;
 
     #[test]
     fn a_token_acts_as_its_call_while_the_call_runs_and_never_after() {

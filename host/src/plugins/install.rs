@@ -15,7 +15,7 @@ use super::{
     LoadedPlugin, Manifest, PluginError, PluginHost, PluginInfo, PluginRecord, TemplateField,
     bindings, sha256_hex, templates_of,
 };
-use crate::markers::Escape;
+use canopy_model::markers::Escape;
 
 /// A built-in plugin: embedded in the binary, installed on first start with its requested
 /// capabilities granted, re-installed when the binary carries a new build.

@@ -7,7 +7,7 @@
 //!   which takes out the host's own keys ([`RESERVED_KEYS`]: mode, `spec_ids`, deadline,
 //!   `detach`); the host reads them and the plugin never sees them.
 //! - A call ([`PluginHost::execute`]) renders the config's template fields (see
-//!   [`crate::markers`]), gets a fresh store with a memory cap and an epoch deadline, preopens only
+//!   [`canopy_model::markers`]), gets a fresh store with a memory cap and an epoch deadline, preopens only
 //!   what the plugin's grant allows, and maps a trap, timeout or memory blow-up to a
 //!   [`CallError`] that fails that call only.
 //! - [`HostServices`] is what the daemon provides behind the `host` interface (queued session
@@ -48,9 +48,9 @@ pub use work::{HostKeys, RESERVED_KEYS, WorkConfig, split as split_work_config};
 
 use crate::config::{Config, Platform};
 use crate::datadir::DataDir;
-use crate::markers::{self, Escape, MarkerValues};
 use crate::store::{Store, StoreError};
 use call::{Call, CallEnv, CallSetup, CallState, Reply};
+use canopy_model::markers::{self, Escape, MarkerValues};
 use capabilities::Grants;
 use engine::{Admission, ComponentCache};
 use install::check_contract;
@@ -192,7 +192,7 @@ pub struct CallRequest {
     /// own for it (see [`credentials`]), in `CANOPY_CALL_TOKEN`, with `CANOPY_ACTOR` and
     /// `CANOPY_DISPATCH_DEPTH` beside it for scripts to read. `None`: what its processes ask
     /// acts as whoever's token they use (a node of a run a person started).
-    pub cause: Option<crate::events::Cause>,
+    pub cause: Option<canopy_model::events::Cause>,
     /// Variables the host sets on every process the call runs, after the plugin's own (so the
     /// plugin cannot choose them): what kind of automation runs it, and its inputs.
     pub env: Vec<(String, String)>,

@@ -199,7 +199,7 @@ fn misspelt_mode_field(config: &Map<String, Value>) -> Option<(&str, &'static st
         if MODE_FIELDS.contains(&key.as_str()) {
             return None;
         }
-        crate::text::closest(key, MODE_FIELDS).map(|field| (key.as_str(), field))
+        canopy_model::text::closest(key, MODE_FIELDS).map(|field| (key.as_str(), field))
     })
 }
 
@@ -261,8 +261,10 @@ pub fn check_schema(mode: &str, schema: &Value, config: &Map<String, Value>) -> 
                     .map(String::as_str)
                     .filter(|field| !RESERVED_KEYS.contains(field))
                     .collect();
-                let hint =
-                    crate::text::did_you_mean(key, known.iter().copied().chain(RESERVED_KEYS));
+                let hint = canopy_model::text::did_you_mean(
+                    key,
+                    known.iter().copied().chain(RESERVED_KEYS),
+                );
                 return Err(format!(
                     "unknown field `{key}`{hint} (the {mode} mode's fields are {}; Canopy's own are {})",
                     known.join(", "),

@@ -35,9 +35,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::events::{ENVELOPE_MARKERS, Envelope, Payload};
 use crate::hooks::daemon::{DATA_MARKER, is_name};
 use crate::plugins::{PluginHost, WorkConfig, split_work_config};
+use canopy_model::events::{ENVELOPE_MARKERS, Envelope, Payload};
 
 /// How often a checkout is re-read when no filesystem notification came, by default.
 pub const DEFAULT_POLL_SECS: u64 = 30;
@@ -129,10 +129,10 @@ impl ProjectEvent {
     }
 
     /// The taxonomy event it is.
-    pub fn def(self) -> &'static crate::events::EventDef {
+    pub fn def(self) -> &'static canopy_model::events::EventDef {
         match self {
-            Self::CheckoutUpdated => crate::events::project::CheckoutUpdated::DEF,
-            Self::TagPushed => crate::events::project::TagPushed::DEF,
+            Self::CheckoutUpdated => canopy_model::events::project::CheckoutUpdated::DEF,
+            Self::TagPushed => canopy_model::events::project::TagPushed::DEF,
         }
     }
 

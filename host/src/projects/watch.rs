@@ -30,9 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Project;
 use crate::bus::Bus;
-use crate::events::project::{CheckoutUpdated, TagPushed};
-use crate::events::{Actor, Cause, Event};
 use crate::store::projects::CheckoutState;
+use canopy_model::events::project::{CheckoutUpdated, TagPushed};
+use canopy_model::events::{Actor, Cause, Event};
 
 /// How long one `git` call may take.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -28,12 +28,12 @@ use std::sync::{Arc, OnceLock};
 
 use crate::bus::Bus;
 use crate::engine::{EngineError, invalid};
-use crate::events::session::{
-    MessageQueued, MessageRef, SessionCreated, SessionFinished, SessionRef,
-};
-use crate::events::{Cause, Event};
 use crate::plugins::{MessageTarget, Provenance};
 use crate::store::{Rd, Store, StoreError, Tx, ids};
+use canopy_model::events::session::{
+    MessageQueued, MessageRef, SessionCreated, SessionFinished, SessionRef,
+};
+use canopy_model::events::{Cause, Event};
 
 /// A write that also records the events it returns (as [`Cause::current`]), published once it
 /// has committed.
@@ -100,7 +100,7 @@ pub(crate) fn message_ref(
 }
 
 fn check_name(name: &str) -> Result<String, EngineError> {
-    match crate::text::one_line(name, 1, 100) {
+    match canopy_model::text::one_line(name, 1, 100) {
         Some(name) => Ok(name.to_string()),
         None => invalid(
             "field `name` must be one line of 1 to 100 characters, without control characters",

@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::{Rd, StoreError, Tx};
-use crate::events::{Cause, Envelope, Event, Family};
+use canopy_model::events::{Cause, Envelope, Event, Family};
 
 const COLUMNS: &str =
     "id, node, project, target, event, family, timestamp, actor, dispatch_depth, payload";
@@ -223,9 +223,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::events::plugin::{PluginDisabled, PluginEnabled, PluginRef};
-    use crate::events::session::{SessionCreated, SessionRef};
     use crate::store::Store;
+    use canopy_model::events::plugin::{PluginDisabled, PluginEnabled, PluginRef};
+    use canopy_model::events::session::{SessionCreated, SessionRef};
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();

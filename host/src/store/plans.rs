@@ -99,7 +99,7 @@ fn a_feed_follower_catching_up_seeks_the_primary_key() {
             "after a cursor, one family",
             FeedQuery {
                 since: Some(Since::Cursor(5)),
-                family: Some(crate::events::Family::Graph),
+                family: Some(canopy_model::events::Family::Graph),
                 limit: 500,
                 ..FeedQuery::default()
             },

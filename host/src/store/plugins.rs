@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::states::state_enum;
 use super::{Rd, StoreError, Tx};
-use crate::markers::Escape;
 use crate::plugins::Capability;
+use canopy_model::markers::Escape;
 
 state_enum! {
     /// Whether a plugin serves its modes (stored as the `enabled` flag).

@@ -86,9 +86,9 @@ pub struct Run {
 
 impl Run {
     /// What the run's events are caused by.
-    pub fn cause(&self) -> crate::events::Cause {
-        crate::events::Cause {
-            actor: crate::events::Actor::parse(&self.actor).unwrap_or_default(),
+    pub fn cause(&self) -> canopy_model::events::Cause {
+        canopy_model::events::Cause {
+            actor: canopy_model::events::Actor::parse(&self.actor).unwrap_or_default(),
             depth: self.dispatch_depth,
         }
     }
@@ -571,7 +571,7 @@ impl Tx<'_> {
     pub fn set_run_cause(
         &self,
         run_id: &str,
-        cause: &crate::events::Cause,
+        cause: &canopy_model::events::Cause,
     ) -> Result<(), StoreError> {
         self.conn()
             .prepare_cached("UPDATE runs SET actor = ?2, dispatch_depth = ?3 WHERE id = ?1")?

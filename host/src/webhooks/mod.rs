@@ -42,11 +42,11 @@ use tokio::sync::{Notify, oneshot};
 use crate::bus::Bus;
 use crate::drain::Drain;
 use crate::engine::Engine;
-use crate::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
-use crate::events::{Actor, Cause, Event};
 use crate::plugins::PluginHost;
 use crate::store::webhooks::{Delivery, DeliveryStatus, NewDelivery};
 use crate::store::{Store, StoreError};
+use canopy_model::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
+use canopy_model::events::{Actor, Cause, Event};
 pub use config::{Hook, Webhooks};
 
 /// Delivery ids a hook's queue holds in memory; past that they wait in the database only and

@@ -15,15 +15,15 @@ use super::rules::{FieldPath, Request};
 use super::{Ingress, MAX_ARG_VALUE, MAX_BODY_MARKER, Outcome};
 use crate::engine::NewSpec;
 use crate::engine::spec_format;
-use crate::events::webhook::{
-    Delivery as DeliveryRef, HandlerEnded, WebhookFailed, WebhookHandled,
-};
-use crate::events::{Actor, Cause, Event};
 use crate::hooks::runs::OUTPUT_LIMIT;
-use crate::markers::MarkerValues;
 use crate::plugins::{CallError, CallRequest, PluginError, Provenance, Status, WorkConfig};
 use crate::store::StoreError;
 use crate::store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus, NewDelivery};
+use canopy_model::events::webhook::{
+    Delivery as DeliveryRef, HandlerEnded, WebhookFailed, WebhookHandled,
+};
+use canopy_model::events::{Actor, Cause, Event};
+use canopy_model::markers::MarkerValues;
 
 /// The markers a webhook handler's config may use (`{{body}}` in an agent's prompt, say); a
 /// command also gets each as `$CANOPY_HOOK_<MARKER>`.
@@ -589,7 +589,10 @@ async fn run_work(
     drop(body_file);
     match result {
         Ok(report) => {
-            let output = Some(crate::text::tail(&report.outcome.detail, OUTPUT_LIMIT));
+            let output = Some(canopy_model::text::tail(
+                &report.outcome.detail,
+                OUTPUT_LIMIT,
+            ));
             let result = Some(json!({
                 "mode": report.mode,
                 "plugin": format!("{}@{}", report.plugin.name, report.plugin.version),

@@ -1,0 +1,14 @@
+//! Canopy's domain model: what every other crate speaks.
+//!
+//! - [`events`]: the event taxonomy (one file per family), the feed's envelope, who caused an
+//!   event and how deep in a chain of hooks it is.
+//! - [`markers`]: the `{{name}}` placeholders of executor configs and the one place they are
+//!   rendered (a value is never parsed by a shell).
+//! - [`text`]: "did you mean", bounded tails, time checks shared by messages.
+//!
+//! This crate depends on no other Canopy crate but `canopy-shell-words`: a wrong import into it
+//! is a build error (see `ARCHITECTURE.md`).
+
+pub mod events;
+pub mod markers;
+pub mod text;
