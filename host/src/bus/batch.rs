@@ -20,7 +20,7 @@ use crate::hooks::Firing;
 use crate::hooks::daemon::{DATA_MARKER, DaemonHook};
 use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
 use crate::plugins::{
-    CallError, CallReport, CallRequest, PluginError, PluginRef, Provenance, Status, WorkConfig,
+    CallReport, CallRequest, Ending, PluginError, PluginRef, Provenance, WorkConfig,
 };
 use crate::store::StoreError;
 use crate::store::hook_runs::HookSource;
@@ -541,59 +541,47 @@ fn finished_of(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let markers_json = json!(shown);
+    let (status, error) = match Ending::of(&result) {
+        Ending::Completed => (HookRunStatus::Completed, None),
+        Ending::Failed(reason) => (HookRunStatus::Failed, Some(reason)),
+        Ending::TimedOut(reason) => (HookRunStatus::TimedOut, Some(reason)),
+        Ending::Interrupted(_) => (
+            HookRunStatus::Interrupted,
+            Some(
+                "a planned stop forced it after its drain budget; the output is what it printed until then"
+                    .to_string(),
+            ),
+        ),
+        Ending::Blocked(blocker) => (
+            HookRunStatus::Failed,
+            Some(format!(
+                "the hook reported blocked (hooks cannot block a graph): {blocker}"
+            )),
+        ),
+    };
     match result {
-        Ok(report) => {
-            let rendered = Some(json!({
+        Ok(report) => Finished {
+            status,
+            summary: report.outcome.summary,
+            error,
+            output: Some(canopy_model::text::tail(
+                &report.outcome.detail,
+                OUTPUT_LIMIT,
+            )),
+            rendered: Some(json!({
                 "config": report.rendered_config,
                 "markers": markers_json,
                 "deadline_ms": report.deadline_ms,
-            }));
-            let output = Some(canopy_model::text::tail(
-                &report.outcome.detail,
-                OUTPUT_LIMIT,
-            ));
-            let (status, error) = match report.outcome.status {
-                _ if report.interrupted => (
-                    HookRunStatus::Interrupted,
-                    Some(
-                        "a planned stop forced it after its drain budget; the output is what it printed until then"
-                            .to_string(),
-                    ),
-                ),
-                Status::Completed => (HookRunStatus::Completed, None),
-                Status::Failed { reason } if report.timed_out => {
-                    (HookRunStatus::TimedOut, Some(reason))
-                }
-                Status::Failed { reason } => (HookRunStatus::Failed, Some(reason)),
-                Status::Blocked { blocker } => (
-                    HookRunStatus::Failed,
-                    Some(format!(
-                        "the hook reported blocked (hooks cannot block a graph): {blocker}"
-                    )),
-                ),
-            };
-            Finished {
-                status,
-                summary: report.outcome.summary,
-                error,
-                output,
-                rendered,
-                duration_ms,
-            }
-        }
-        Err(err) => {
-            let status = match &err {
-                PluginError::Call(CallError::Timeout { .. }) => HookRunStatus::TimedOut,
-                _ => HookRunStatus::Failed,
-            };
-            Finished {
-                status,
-                summary: None,
-                error: Some(err.to_string()),
-                output: None,
-                rendered: Some(json!({ "markers": markers_json })),
-                duration_ms,
-            }
-        }
+            })),
+            duration_ms,
+        },
+        Err(_) => Finished {
+            status,
+            summary: None,
+            error,
+            output: None,
+            rendered: Some(json!({ "markers": markers_json })),
+            duration_ms,
+        },
     }
 }

@@ -14,7 +14,7 @@ use tokio::task::AbortHandle;
 
 use super::{CatchUp, Cron, Overlap};
 use crate::bus::Bus;
-use crate::plugins::{CallError, CallRequest, PluginError, Provenance, Status, StopSwitch};
+use crate::plugins::{CallRequest, Ending, PluginError, Provenance, StopSwitch};
 use crate::store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
 use crate::store::{Store, StoreError};
 use canopy_model::events::{self, Actor, Cause, Event};
@@ -778,59 +778,46 @@ fn ending(
     replaced_by: Option<String>,
     duration_ms: i64,
 ) -> ReceiptEnd {
-    match result {
-        Ok(report) => {
-            let output = Some(canopy_model::text::tail(
+    let (status, error) = match Ending::of(&result) {
+        Ending::Completed => (ReceiptStatus::Completed, None),
+        Ending::Failed(reason) => (ReceiptStatus::Failed, Some(reason)),
+        Ending::TimedOut(reason) => (ReceiptStatus::TimedOut, Some(reason)),
+        Ending::Interrupted(_) => match replaced_by {
+            Some(by) => (
+                ReceiptStatus::Failed,
+                Some(format!(
+                    "replaced by the next firing (run {by}; overlap = \"replace\")"
+                )),
+            ),
+            None => (
+                ReceiptStatus::InterruptedByRestart,
+                Some(
+                    "a planned stop forced it after its drain budget; the output is what it printed until then"
+                        .to_string(),
+                ),
+            ),
+        },
+        Ending::Blocked(blocker) => (
+            ReceiptStatus::Failed,
+            Some(format!("the action reported blocked: {blocker}")),
+        ),
+    };
+    let (exit_code, output) = match &result {
+        Ok(report) => (
+            report.exit_code,
+            Some(canopy_model::text::tail(
                 &report.outcome.detail,
                 OUTPUT_LIMIT,
-            ));
-            let (status, error) = if report.interrupted {
-                match replaced_by {
-                    Some(by) => (
-                        ReceiptStatus::Failed,
-                        Some(format!(
-                            "replaced by the next firing (run {by}; overlap = \"replace\")"
-                        )),
-                    ),
-                    None => (
-                        ReceiptStatus::InterruptedByRestart,
-                        Some(
-                            "a planned stop forced it after its drain budget; the output is what it printed until then"
-                                .to_string(),
-                        ),
-                    ),
-                }
-            } else {
-                match report.outcome.status {
-                    Status::Completed => (ReceiptStatus::Completed, None),
-                    Status::Failed { reason } if report.timed_out => {
-                        (ReceiptStatus::TimedOut, Some(reason))
-                    }
-                    Status::Failed { reason } => (ReceiptStatus::Failed, Some(reason)),
-                    Status::Blocked { blocker } => (
-                        ReceiptStatus::Failed,
-                        Some(format!("the action reported blocked: {blocker}")),
-                    ),
-                }
-            };
-            ReceiptEnd {
-                status,
-                exit_code: report.exit_code,
-                output,
-                error,
-                duration_ms,
-            }
-        }
-        Err(err) => ReceiptEnd {
-            status: match &err {
-                PluginError::Call(CallError::Timeout { .. }) => ReceiptStatus::TimedOut,
-                _ => ReceiptStatus::Failed,
-            },
-            exit_code: None,
-            output: None,
-            error: Some(err.to_string()),
-            duration_ms,
-        },
+            )),
+        ),
+        Err(_) => (None, None),
+    };
+    ReceiptEnd {
+        status,
+        exit_code,
+        output,
+        error,
+        duration_ms,
     }
 }
 

@@ -15,7 +15,7 @@ use super::graphs::{Graph, GraphStatus};
 use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
 use crate::bus::Recorded;
-use crate::plugins::{CallRequest, PluginError, Provenance, Status, split_work_config};
+use crate::plugins::{CallRequest, Ending, PluginError, Provenance, split_work_config};
 use crate::store::runs::{NewNodeRun, NodeRunEnd};
 use crate::store::{Rd, Tx, ids};
 use canopy_model::events::{self as taxonomy, Event};
@@ -400,40 +400,29 @@ async fn run_node(
         ))),
     };
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    if result.as_ref().is_ok_and(|report| report.interrupted) {
-        // A planned stop forced the node: what it reports is not its outcome. The node run
-        // stays running; the stop records it and its run interrupted.
-        tracing::info!(graph = %run.graph_name, node = %node_name, "the node run was forced by a planned stop");
-        return Ok((Recorded::default(), Next::Stop, hint));
-    }
-
-    let (status, summary, reason, detail, session, plugin) = match &result {
-        Ok(report) => {
-            let (status, reason) = match &report.outcome.status {
-                Status::Completed => (NodeRunStatus::Completed, None),
-                Status::Failed { reason } => (NodeRunStatus::Failed, Some(reason.clone())),
-                Status::Blocked { blocker } => (NodeRunStatus::Blocked, Some(blocker.clone())),
-            };
-            (
-                status,
-                report.outcome.summary.clone(),
-                reason,
-                Some(canopy_model::text::tail(
-                    &report.outcome.detail,
-                    DETAIL_LIMIT,
-                )),
-                report.outcome.harness_session.clone(),
-                Some(report.plugin.clone()),
-            )
+    let (status, reason) = match Ending::of(&result) {
+        Ending::Interrupted(_) => {
+            // A planned stop forced the node: what it reports is not its outcome. The node run
+            // stays running; the stop records it and its run interrupted.
+            tracing::info!(graph = %run.graph_name, node = %node_name, "the node run was forced by a planned stop");
+            return Ok((Recorded::default(), Next::Stop, hint));
         }
-        Err(err) => (
-            NodeRunStatus::Failed,
-            None,
-            Some(err.to_string()),
-            None,
-            None,
-            None,
+        Ending::Completed => (NodeRunStatus::Completed, None),
+        // A node past its deadline failed: the reason says it timed out.
+        Ending::Failed(reason) | Ending::TimedOut(reason) => (NodeRunStatus::Failed, Some(reason)),
+        Ending::Blocked(blocker) => (NodeRunStatus::Blocked, Some(blocker)),
+    };
+    let (summary, detail, session, plugin) = match &result {
+        Ok(report) => (
+            report.outcome.summary.clone(),
+            Some(canopy_model::text::tail(
+                &report.outcome.detail,
+                DETAIL_LIMIT,
+            )),
+            report.outcome.harness_session.clone(),
+            Some(report.plugin.clone()),
         ),
+        Err(_) => (None, None, None, None),
     };
     let end = NodeRunEnd {
         status,

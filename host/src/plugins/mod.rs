@@ -201,6 +201,49 @@ pub struct CallRequest {
     pub stdin: Option<PathBuf>,
 }
 
+/// How a piece of automation work ended, in the terms every record of it uses (hook runs,
+/// cron receipts, webhook deliveries, node runs): the one mapping from an executor call's
+/// result to an ending. Each record maps these to its own statuses with an exhaustive match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    Completed,
+    /// The work failed, with the reason.
+    Failed(String),
+    /// The call was stopped at its deadline, with what it said.
+    TimedOut(String),
+    /// A stop signal (a planned stop forcing it, a firing replacing it) killed its processes:
+    /// what the outcome says is what it did until then, with its reason when it failed.
+    Interrupted(Option<String>),
+    /// The work reported blocked, with the blocker.
+    Blocked(String),
+}
+
+impl Ending {
+    /// The ending of an `execute` call's result: an interruption first (what the work said
+    /// after it is not its outcome), then a failure at the deadline, then the outcome.
+    pub fn of(result: &Result<CallReport, PluginError>) -> Self {
+        match result {
+            Ok(report) => match &report.outcome.status {
+                Status::Completed if report.interrupted => Self::Interrupted(None),
+                Status::Failed { reason } if report.interrupted => {
+                    Self::Interrupted(Some(reason.clone()))
+                }
+                Status::Blocked { blocker } if report.interrupted => {
+                    Self::Interrupted(Some(blocker.clone()))
+                }
+                Status::Completed => Self::Completed,
+                Status::Failed { reason } if report.timed_out => Self::TimedOut(reason.clone()),
+                Status::Failed { reason } => Self::Failed(reason.clone()),
+                Status::Blocked { blocker } => Self::Blocked(blocker.clone()),
+            },
+            Err(err @ PluginError::Call(CallError::Timeout { .. })) => {
+                Self::TimedOut(err.to_string())
+            }
+            Err(err) => Self::Failed(err.to_string()),
+        }
+    }
+}
+
 /// What an `execute` call produced.
 #[derive(Debug, Clone, Serialize)]
 pub struct CallReport {

@@ -16,7 +16,7 @@ use super::{Ingress, MAX_ARG_VALUE, MAX_BODY_MARKER, Outcome};
 use crate::engine::NewSpec;
 use crate::engine::spec_format;
 use crate::hooks::runs::OUTPUT_LIMIT;
-use crate::plugins::{CallError, CallRequest, PluginError, Provenance, Status, WorkConfig};
+use crate::plugins::{CallRequest, Ending, Provenance, WorkConfig};
 use crate::store::StoreError;
 use crate::store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus, NewDelivery};
 use canopy_model::events::webhook::{
@@ -587,57 +587,45 @@ async fn run_work(
         .await;
     // Nothing of the run reads it any more (what it left running was killed).
     drop(body_file);
+    let (status, error) = match Ending::of(&result) {
+        Ending::Completed => (DeliveryStatus::Completed, None),
+        Ending::Failed(reason) => (DeliveryStatus::Failed, Some(reason)),
+        Ending::TimedOut(reason) => (DeliveryStatus::TimedOut, Some(reason)),
+        Ending::Interrupted(None) => (
+            DeliveryStatus::Interrupted,
+            Some("a planned stop ended the handler".to_string()),
+        ),
+        Ending::Interrupted(Some(reason)) => (
+            DeliveryStatus::Interrupted,
+            Some(format!(
+                "a planned stop killed the handler's processes: {reason}"
+            )),
+        ),
+        Ending::Blocked(blocker) => (
+            DeliveryStatus::Failed,
+            Some(format!("the handler reported blocked: {blocker}")),
+        ),
+    };
     match result {
-        Ok(report) => {
-            let output = Some(canopy_model::text::tail(
+        Ok(report) => Ended {
+            status,
+            error,
+            output: Some(canopy_model::text::tail(
                 &report.outcome.detail,
                 OUTPUT_LIMIT,
-            ));
-            let result = Some(json!({
+            )),
+            result: Some(json!({
                 "mode": report.mode,
                 "plugin": format!("{}@{}", report.plugin.name, report.plugin.version),
                 "summary": report.outcome.summary,
-            }));
-            let (status, error) = match report.outcome.status {
-                Status::Completed if report.interrupted => (
-                    DeliveryStatus::Interrupted,
-                    Some("a planned stop ended the handler".to_string()),
-                ),
-                Status::Completed => (DeliveryStatus::Completed, None),
-                Status::Failed { reason } if report.interrupted => (
-                    DeliveryStatus::Interrupted,
-                    Some(format!(
-                        "a planned stop killed the handler's processes: {reason}"
-                    )),
-                ),
-                Status::Failed { reason } if report.timed_out => {
-                    (DeliveryStatus::TimedOut, Some(reason))
-                }
-                Status::Failed { reason } => (DeliveryStatus::Failed, Some(reason)),
-                Status::Blocked { blocker } => (
-                    DeliveryStatus::Failed,
-                    Some(format!("the handler reported blocked: {blocker}")),
-                ),
-            };
-            Ended {
-                status,
-                error,
-                output,
-                result,
-            }
-        }
-        Err(err) => {
-            let status = match &err {
-                PluginError::Call(CallError::Timeout { .. }) => DeliveryStatus::TimedOut,
-                _ => DeliveryStatus::Failed,
-            };
-            Ended {
-                status,
-                error: Some(err.to_string()),
-                output: None,
-                result: None,
-            }
-        }
+            })),
+        },
+        Err(_) => Ended {
+            status,
+            error,
+            output: None,
+            result: None,
+        },
     }
 }
 
