@@ -4,6 +4,7 @@
 //!   event and how deep in a chain of hooks it is.
 //! - [`markers`]: the `{{name}}` placeholders of executor configs and the one place they are
 //!   rendered (a value is never parsed by a shell).
+//! - [`pattern`]: the one matcher of configured values (exact, glob, `re:` regex).
 //! - [`text`]: "did you mean", bounded tails, time checks shared by messages.
 //!
 //! This crate depends on no other Canopy crate but `canopy-shell-words`: a wrong import into it
@@ -11,4 +12,5 @@
 
 pub mod events;
 pub mod markers;
+pub mod pattern;
 pub mod text;

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::engine::EngineError;
-use crate::hooks::daemon::{DaemonHook, FieldMatch};
+use crate::hooks::daemon::DaemonHook;
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{HookRunFilter, HookRunStatus};
 use crate::hooks::{EVENTS, HookEvent};
@@ -473,15 +473,6 @@ impl ModeFilter {
     }
 }
 
-/// Whether a `match` field of a daemon hook accepts this value.
-fn field_accepts(matcher: &FieldMatch, value: &str) -> bool {
-    match matcher {
-        FieldMatch::Exact(text) => text == value,
-        FieldMatch::Glob(glob) => glob.is_match(value),
-        FieldMatch::Regex(regex) => regex.is_match(value),
-    }
-}
-
 /// Whether a daemon hook may fire for events with these field values: none of its `match`
 /// fields on one of them refuses the value.
 fn daemon_hook_allows(hook: &DaemonHook, facts: &[(&str, &str)]) -> bool {
@@ -489,7 +480,7 @@ fn daemon_hook_allows(hook: &DaemonHook, facts: &[(&str, &str)]) -> bool {
         facts
             .iter()
             .filter(|(name, _)| name == field)
-            .all(|(_, value)| field_accepts(matcher, value))
+            .all(|(_, value)| matcher.matches(value))
     })
 }
 

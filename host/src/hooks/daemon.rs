@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 
 use crate::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
+use canopy_model::pattern::Pattern;
 
 /// The marker holding the whole event as JSON (`CANOPY_HOOK_DATA` in a command).
 pub const DATA_MARKER: &str = "data";
@@ -52,53 +53,6 @@ pub struct DaemonHookConfig {
     pub action: Map<String, Value>,
 }
 
-/// How one `match` field is compared.
-#[derive(Debug, Clone)]
-pub enum FieldMatch {
-    Exact(String),
-    Glob(globset::GlobMatcher),
-    Regex(regex::Regex),
-}
-
-impl FieldMatch {
-    fn parse(value: &Value) -> Result<Self, String> {
-        let text = match value {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            Value::Bool(b) => b.to_string(),
-            _ => {
-                return Err(
-                    "must be a string (exact, a glob, or `re:` and a regex), a number or a boolean"
-                        .to_string(),
-                );
-            }
-        };
-        if let Some(pattern) = text.strip_prefix("re:") {
-            return regex::RegexBuilder::new(pattern)
-                .size_limit(1 << 20)
-                .build()
-                .map(Self::Regex)
-                .map_err(|err| format!("`{pattern}` is not a valid regex: {err}"));
-        }
-        if text.contains(['*', '?', '[']) {
-            return globset::GlobBuilder::new(&text)
-                .literal_separator(false)
-                .build()
-                .map(|g| Self::Glob(g.compile_matcher()))
-                .map_err(|err| format!("`{text}` is not a valid glob: {err}"));
-        }
-        Ok(Self::Exact(text))
-    }
-
-    fn matches(&self, value: &str) -> bool {
-        match self {
-            Self::Exact(text) => text == value,
-            Self::Glob(glob) => glob.is_match(value),
-            Self::Regex(regex) => regex.is_match(value),
-        }
-    }
-}
-
 /// A checked daemon hook, ready to match events.
 #[derive(Debug, Clone)]
 pub struct DaemonHook {
@@ -106,7 +60,7 @@ pub struct DaemonHook {
     pub index: usize,
     pub config: DaemonHookConfig,
     pub pattern: EventPattern,
-    pub matchers: Vec<(String, FieldMatch)>,
+    pub matchers: Vec<(String, Pattern)>,
     pub timeout: Option<Duration>,
     /// The executor work of `action`.
     pub work: WorkConfig,
@@ -261,7 +215,7 @@ pub fn compile(
             .ok();
         let mut matchers = Vec::new();
         for (field, value) in &entry.matcher {
-            match FieldMatch::parse(value) {
+            match Pattern::parse(value) {
                 Ok(matcher) => matchers.push((field.clone(), matcher)),
                 Err(err) => problems.push(format!("{}: {err}", at(&format!("match.{field}")))),
             }

@@ -14,6 +14,7 @@
 //! matches.
 
 use axum::http::HeaderMap;
+use canopy_model::pattern::Pattern;
 use serde_json::Value;
 
 /// Where a field is read from.
@@ -119,62 +120,6 @@ impl FieldPath {
     }
 }
 
-/// How one field is compared.
-#[derive(Debug, Clone)]
-pub enum Pattern {
-    Exact(String),
-    Glob(String, globset::GlobMatcher),
-    Regex(regex::Regex),
-}
-
-impl std::fmt::Display for Pattern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Exact(text) | Self::Glob(text, _) => f.write_str(text),
-            Self::Regex(regex) => write!(f, "re:{}", regex.as_str()),
-        }
-    }
-}
-
-impl Pattern {
-    fn parse(value: &Value) -> Result<Self, String> {
-        let text = match value {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            Value::Bool(b) => b.to_string(),
-            _ => {
-                return Err(
-                    "must be a string (exact, a glob, or `re:` and a regex), a number, a boolean, or a list of them"
-                        .to_string(),
-                );
-            }
-        };
-        if let Some(pattern) = text.strip_prefix("re:") {
-            return regex::RegexBuilder::new(pattern)
-                .size_limit(1 << 20)
-                .build()
-                .map(Self::Regex)
-                .map_err(|err| format!("`{pattern}` is not a valid regex: {err}"));
-        }
-        if text.contains(['*', '?', '[']) {
-            return globset::GlobBuilder::new(&text)
-                .literal_separator(false)
-                .build()
-                .map(|g| Self::Glob(text.clone(), g.compile_matcher()))
-                .map_err(|err| format!("`{text}` is not a valid glob: {err}"));
-        }
-        Ok(Self::Exact(text))
-    }
-
-    fn matches(&self, value: &str) -> bool {
-        match self {
-            Self::Exact(text) => text == value,
-            Self::Glob(_, glob) => glob.is_match(value),
-            Self::Regex(regex) => regex.is_match(value),
-        }
-    }
-}
-
 /// A hook's trigger rules.
 #[derive(Debug, Clone)]
 pub enum Rule {
@@ -232,7 +177,10 @@ impl Rule {
                             .iter()
                             .map(Pattern::parse)
                             .collect::<Result<Vec<_>, _>>(),
-                        other => Pattern::parse(other).map(|p| vec![p]),
+                        Value::String(_) | Value::Number(_) | Value::Bool(_) => {
+                            Pattern::parse(value).map(|p| vec![p])
+                        }
+                        _ => Err("must be a string (exact, a glob, or `re:` and a regex), a number, a boolean, or a list of them".to_string()),
                     }
                     .map_err(|e| format!(".{key}: {e}"))?;
                     rules.push(Self::Field(path, patterns));

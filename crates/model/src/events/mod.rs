@@ -202,7 +202,7 @@ pub fn find(name: &str) -> Option<&'static EventDef> {
 #[derive(Debug, Clone)]
 pub struct EventPattern {
     text: String,
-    glob: Option<globset::GlobMatcher>,
+    pattern: crate::pattern::Pattern,
 }
 
 impl EventPattern {
@@ -212,20 +212,9 @@ impl EventPattern {
         if text.is_empty() {
             return Err("an event pattern cannot be empty".to_string());
         }
-        let glob = if text.contains(['*', '?', '[', '{']) {
-            Some(
-                globset::GlobBuilder::new(text)
-                    .literal_separator(false)
-                    .build()
-                    .map_err(|err| format!("`{text}` is not a valid glob: {err}"))?
-                    .compile_matcher(),
-            )
-        } else {
-            None
-        };
         let pattern = Self {
             text: text.to_string(),
-            glob,
+            pattern: crate::pattern::Pattern::glob_or_exact(text, &['*', '?', '[', '{'])?,
         };
         if !all().any(|def| pattern.matches(def.name)) {
             return Err(format!(
@@ -236,10 +225,7 @@ impl EventPattern {
     }
 
     pub fn matches(&self, event: &str) -> bool {
-        match &self.glob {
-            Some(glob) => glob.is_match(event),
-            None => self.text == event,
-        }
+        self.pattern.matches(event)
     }
 
     pub fn as_str(&self) -> &str {
