@@ -5,6 +5,7 @@
 //! - [`markers`]: the `{{name}}` placeholders of executor configs and the one place they are
 //!   rendered (a value is never parsed by a shell).
 //! - [`pattern`]: the one matcher of configured values (exact, glob, `re:` regex).
+//! - [`since`]: the one parser of `since` (a time, or a duration back from now).
 //! - [`text`]: "did you mean", bounded tails, time checks shared by messages.
 //!
 //! This crate depends on no other Canopy crate but `canopy-shell-words`: a wrong import into it
@@ -13,4 +14,5 @@
 pub mod events;
 pub mod markers;
 pub mod pattern;
+pub mod since;
 pub mod text;

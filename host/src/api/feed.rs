@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use axum::Router;
 use axum::extract::State;
@@ -96,33 +96,12 @@ fn parse_since(text: &str) -> Result<Since, ApiError> {
             i64::MAX
         )));
     }
-    let instant = match humantime::parse_rfc3339_weak(text) {
-        Ok(instant) => instant,
-        Err(_) if canopy_model::text::rfc3339_before_epoch(text) => {
-            return Err(ApiError::bad_request(format!(
-                "query parameter `since`: `{text}` is before 1970-01-01T00:00:00Z, the earliest time it takes"
-            )));
-        }
-        Err(_) => {
-            let span = humantime::parse_duration(text).map_err(|_| bad())?;
-            SystemTime::now()
-                .checked_sub(span)
-                .filter(|at| *at >= UNIX_EPOCH)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "query parameter `since`: `{text}` reaches back before 1970-01-01T00:00:00Z"
-                    ))
-                })?
-        }
-    };
-    if instant < UNIX_EPOCH {
-        return Err(ApiError::bad_request(format!(
-            "query parameter `since`: `{text}` is before 1970-01-01T00:00:00Z"
-        )));
-    }
-    Ok(Since::Time(
-        humantime::format_rfc3339_micros(instant).to_string(),
-    ))
+    canopy_model::since::instant(text, SystemTime::now())
+        .map(Since::Time)
+        .map_err(|err| match err {
+            canopy_model::since::SinceError::NotATime => bad(),
+            other => ApiError::bad_request(other.message("query parameter `since`", text, "")),
+        })
 }
 
 fn parse_family(text: &str) -> Result<Family, ApiError> {

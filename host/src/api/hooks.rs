@@ -5,7 +5,7 @@
 //! `/api/hooks/reset`).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -191,36 +191,13 @@ fn parse_source(text: &str) -> Result<HookSource, ApiError> {
 /// Parses `since`: an instant (RFC 3339) or a span back from now, which may reach back no
 /// further than 1970-01-01 (the times the store can hold).
 fn parse_since(text: &str) -> Result<String, ApiError> {
-    let now = SystemTime::now();
-    let instant = match humantime::parse_rfc3339_weak(text) {
-        Ok(instant) => instant,
-        Err(_) if canopy_model::text::rfc3339_before_epoch(text) => {
-            return Err(since_out_of_range(text, now));
-        }
-        Err(_) => {
-            let span = humantime::parse_duration(text).map_err(|_| {
-                ApiError::bad_request(format!(
-                    "query parameter `since`: `{text}` is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration (10m, 2h)"
-                ))
-            })?;
-            now.checked_sub(span)
-                .ok_or_else(|| since_out_of_range(text, now))?
-        }
-    };
-    if instant < UNIX_EPOCH {
-        return Err(since_out_of_range(text, now));
-    }
-    Ok(humantime::format_rfc3339_micros(instant).to_string())
-}
-
-fn since_out_of_range(text: &str, now: SystemTime) -> ApiError {
-    // humantime's year is 365.25 days.
-    let years = now
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs() / 31_557_600);
-    ApiError::bad_request(format!(
-        "query parameter `since`: `{text}` reaches back before 1970-01-01T00:00:00Z; give a duration of at most {years}y or a time from 1970 on"
-    ))
+    canopy_model::since::instant(text, SystemTime::now()).map_err(|err| {
+        ApiError::bad_request(err.message(
+            "query parameter `since`",
+            text,
+            "an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration (10m, 2h)",
+        ))
+    })
 }
 
 /// How many hook runs a listing returns at most: `last`, 50 by default.
