@@ -15,26 +15,7 @@ use support::{CANOPY, Daemon, git_repo, wait_for};
 
 /// The daemon hooks' runs (source `config`), oldest first, once `count` of them have ended.
 fn config_runs(daemon: &Daemon, count: usize) -> Vec<Value> {
-    wait_for(
-        &format!("{count} finished daemon-hook runs"),
-        Duration::from_secs(60),
-        || {
-            let (_, answer) = daemon.get("/api/hook-runs?last=1000");
-            let mut runs: Vec<Value> = answer["runs"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|r| r["source"] == "config")
-                .collect();
-            let done = runs.len() >= count
-                && runs
-                    .iter()
-                    .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running")));
-            runs.reverse();
-            done.then_some(runs)
-        },
-    )
+    daemon.ended_hook_runs("config", count)
 }
 
 /// `KEY=value` lines a hook wrote with `env`, as a map.

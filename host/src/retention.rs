@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::retention::Growing;
 use crate::store::{Store, StoreError};
 
 /// Rows deleted by one write at most.
@@ -178,16 +179,44 @@ pub async fn run(store: Store, policy: Policy) {
 pub async fn prune(store: &Store, policy: &Policy, now: SystemTime) -> Result<Pruned, StoreError> {
     let mut pruned = Pruned::default();
     let before = cutoff(policy.feed_days, now);
-    pruned.feed = batches(store, move |tx| tx.prune_feed(&before, BATCH)).await?;
+    pruned.feed = batches(store, BATCH, move |tx| tx.prune_feed(&before, BATCH)).await?;
     let rows = policy.feed_rows;
-    pruned.feed += batches(store, move |tx| tx.prune_feed_rows(rows, BATCH)).await?;
-    let (before, rows) = (cutoff(policy.hook_runs_days, now), policy.hook_runs_rows);
-    pruned.hook_runs = batches(store, move |tx| tx.prune_hook_runs(&before, rows, BATCH)).await?;
+    pruned.feed += batches(store, BATCH, move |tx| tx.prune_feed_rows(rows, BATCH)).await?;
     // A run carries its specs' and nodes' rows: fewer per write.
-    let (before, rows) = (cutoff(policy.runs_days, now), policy.runs_rows);
-    pruned.runs = batches(store, move |tx| tx.prune_runs(&before, rows, BATCH / 10)).await?;
-    let (before, rows) = (cutoff(policy.deliveries_days, now), policy.deliveries_rows);
-    pruned.deliveries = batches(store, move |tx| tx.prune_deliveries(&before, rows, BATCH)).await?;
+    for (table, days, rows, limit) in [
+        (
+            Growing::HookRuns,
+            policy.hook_runs_days,
+            policy.hook_runs_rows,
+            BATCH,
+        ),
+        (
+            Growing::Runs,
+            policy.runs_days,
+            policy.runs_rows,
+            BATCH / 10,
+        ),
+        (
+            Growing::Deliveries,
+            policy.deliveries_days,
+            policy.deliveries_rows,
+            BATCH,
+        ),
+    ] {
+        let before = cutoff(days, now);
+        let until = store
+            .read(move |rd| rd.prune_cutoff(table, &before, rows))
+            .await?;
+        let deleted = batches(store, limit, move |tx| {
+            tx.prune_before(table, &until, limit)
+        })
+        .await?;
+        match table {
+            Growing::HookRuns => pruned.hook_runs = deleted,
+            Growing::Runs => pruned.runs = deleted,
+            Growing::Deliveries => pruned.deliveries = deleted,
+        }
+    }
     loop {
         let free = store.write(|tx| tx.vacuum_step(VACUUM_PAGES)).await?;
         pruned.free_pages = pruned.free_pages.max(free);
@@ -197,8 +226,8 @@ pub async fn prune(store: &Store, policy: &Policy, now: SystemTime) -> Result<Pr
     }
 }
 
-/// Runs a batched delete until a batch deletes fewer than a full one; the total.
-async fn batches<F>(store: &Store, delete: F) -> Result<usize, StoreError>
+/// Runs a delete of at most `limit` rows per write until one deletes fewer; the total.
+async fn batches<F>(store: &Store, limit: usize, delete: F) -> Result<usize, StoreError>
 where
     F: Fn(&crate::store::Tx<'_>) -> Result<usize, StoreError> + Clone + Send + 'static,
 {
@@ -207,7 +236,7 @@ where
         let one = delete.clone();
         let deleted = store.write(move |tx| one(tx)).await?;
         total += deleted;
-        if deleted == 0 || deleted < BATCH / 10 {
+        if deleted < limit {
             return Ok(total);
         }
     }

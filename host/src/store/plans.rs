@@ -182,3 +182,29 @@ fn cron_receipt_reads_and_their_cleanup_seek_an_index() {
             .unwrap();
     });
 }
+
+#[test]
+fn retention_seeks_the_time_index_of_every_table_it_prunes() {
+    use super::retention::Growing;
+    let (_dir, conn) = database();
+    for (what, table, name) in [
+        ("hook runs", Growing::HookRuns, "hook_runs"),
+        ("deliveries", Growing::Deliveries, "webhook_deliveries"),
+    ] {
+        assert_seeks(what, name, &conn, |conn| {
+            Tx::over(conn)
+                .prune_before(table, "2026-01-01T00:00:00Z", 1000)
+                .unwrap();
+        });
+        // The row cap's cutoff walks the time index from the newest end (once a pass).
+        let plans = plans_of(&conn, |conn| {
+            Rd::over(conn)
+                .prune_cutoff(table, "2026-01-01T00:00:00Z", 1000)
+                .unwrap();
+        });
+        assert!(
+            plans.iter().all(|(_, plan)| plan.contains("INDEX")),
+            "{what}: {plans:#?}"
+        );
+    }
+}

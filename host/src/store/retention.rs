@@ -40,33 +40,39 @@ pub(super) fn ensure_incremental_vacuum(conn: &Connection) -> rusqlite::Result<(
     Ok(())
 }
 
-/// The newest value of `column` past which a table keeps `keep` rows: the `keep`-th newest.
-fn cap_cutoff(
-    rd: &Rd<'_>,
-    table: &str,
-    column: &str,
-    keep: u64,
-) -> Result<Option<String>, StoreError> {
-    if keep == 0 {
-        return Ok(None);
-    }
-    Ok(rd
-        .conn()
-        .prepare_cached(&format!(
-            "SELECT {column} FROM {table} ORDER BY {column} DESC LIMIT 1 OFFSET ?1"
-        ))?
-        .query_row([i64::try_from(keep - 1).unwrap_or(i64::MAX)], |row| {
-            row.get(0)
-        })
-        .optional()?)
+/// A table that grows with use and is pruned oldest first: by a time column it has an index
+/// on, never a row still in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Growing {
+    /// Hook runs by `fired_at`; never one queued or running.
+    HookRuns,
+    /// Graph runs by `started_at`, with their specs' and nodes' rows (cascaded); never one
+    /// running or paused, never a graph's current run.
+    Runs,
+    /// Webhook deliveries by `received_at`; never one accepted or running.
+    Deliveries,
 }
 
-/// The later of an age cutoff and a row-cap cutoff (times as the store writes them sort as
-/// text).
-fn later(age: &str, cap: Option<String>) -> String {
-    match cap {
-        Some(cap) if cap.as_str() > age => cap,
-        _ => age.to_string(),
+impl Growing {
+    /// Table, time column, and the condition a prunable row meets.
+    fn parts(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::HookRuns => (
+                "hook_runs",
+                "fired_at",
+                "status != 'queued' AND status != 'running'",
+            ),
+            Self::Runs => (
+                "runs",
+                "started_at",
+                "status != 'running' AND status != 'paused' AND id NOT IN (SELECT current_run_id FROM graphs WHERE current_run_id IS NOT NULL)",
+            ),
+            Self::Deliveries => (
+                "webhook_deliveries",
+                "received_at",
+                "status != 'accepted' AND status != 'running'",
+            ),
+        }
     }
 }
 
@@ -86,6 +92,34 @@ pub struct StoreSizes {
 }
 
 impl Rd<'_> {
+    /// The time before which a pass prunes `table`: `before` (its age limit), or later when the
+    /// table holds more than `keep_rows` (0: no cap), the time of its `keep_rows`-th newest row
+    /// (rows of that same instant are kept too). Read once per pass, not per batch.
+    pub fn prune_cutoff(
+        &self,
+        table: Growing,
+        before: &str,
+        keep_rows: u64,
+    ) -> Result<String, StoreError> {
+        if keep_rows == 0 {
+            return Ok(before.to_string());
+        }
+        let (name, column, _) = table.parts();
+        let newest_kept: Option<String> = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {column} FROM {name} ORDER BY {column} DESC LIMIT 1 OFFSET ?1"
+            ))?
+            .query_row([i64::try_from(keep_rows - 1).unwrap_or(i64::MAX)], |row| {
+                row.get(0)
+            })
+            .optional()?;
+        Ok(match newest_kept {
+            Some(cap) if cap.as_str() > before => cap,
+            _ => before.to_string(),
+        })
+    }
+
     /// The sizes `canopy status` shows.
     pub fn sizes(&self) -> Result<StoreSizes, StoreError> {
         let pragma = |name: &str| -> Result<u64, StoreError> {
@@ -137,71 +171,22 @@ impl Tx<'_> {
             ])?)
     }
 
-    /// Deletes up to `limit` of the oldest finished hook runs fired before `before`, or past
-    /// the newest `keep_rows` (0: no cap).
-    pub fn prune_hook_runs(
+    /// Deletes up to `limit` of the oldest prunable rows of `table` older than `cutoff` (see
+    /// [`Rd::prune_cutoff`]); returns how many.
+    pub fn prune_before(
         &self,
-        before: &str,
-        keep_rows: u64,
+        table: Growing,
+        cutoff: &str,
         limit: usize,
     ) -> Result<usize, StoreError> {
-        let cutoff = later(
-            before,
-            cap_cutoff(self, "hook_runs", "fired_at", keep_rows)?,
-        );
+        let (name, column, prunable) = table.parts();
         Ok(self
             .conn()
-            .prepare_cached(
-                "DELETE FROM hook_runs WHERE rowid IN (
-                    SELECT rowid FROM hook_runs WHERE fired_at < ?1
-                    AND status != 'queued' AND status != 'running'
-                    ORDER BY fired_at LIMIT ?2)",
-            )?
-            .execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)])?)
-    }
-
-    /// Deletes up to `limit` of the oldest finished graph runs (with their specs' and nodes'
-    /// rows) started before `before`, or past the newest `keep_rows`; never a graph's current
-    /// run.
-    pub fn prune_runs(
-        &self,
-        before: &str,
-        keep_rows: u64,
-        limit: usize,
-    ) -> Result<usize, StoreError> {
-        let cutoff = later(before, cap_cutoff(self, "runs", "started_at", keep_rows)?);
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "DELETE FROM runs WHERE id IN (
-                    SELECT id FROM runs WHERE started_at < ?1
-                    AND status != 'running' AND status != 'paused'
-                    AND id NOT IN (SELECT current_run_id FROM graphs WHERE current_run_id IS NOT NULL)
-                    ORDER BY started_at LIMIT ?2)",
-            )?
-            .execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)])?)
-    }
-
-    /// Deletes up to `limit` of the oldest finished webhook deliveries received before
-    /// `before`, or past the newest `keep_rows`.
-    pub fn prune_deliveries(
-        &self,
-        before: &str,
-        keep_rows: u64,
-        limit: usize,
-    ) -> Result<usize, StoreError> {
-        let cutoff = later(
-            before,
-            cap_cutoff(self, "webhook_deliveries", "received_at", keep_rows)?,
-        );
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "DELETE FROM webhook_deliveries WHERE rowid IN (
-                    SELECT rowid FROM webhook_deliveries WHERE received_at < ?1
-                    AND status != 'accepted' AND status != 'running'
-                    ORDER BY received_at LIMIT ?2)",
-            )?
+            .prepare_cached(&format!(
+                "DELETE FROM {name} WHERE rowid IN (
+                    SELECT rowid FROM {name} WHERE {column} < ?1 AND {prunable}
+                    ORDER BY {column} LIMIT ?2)"
+            ))?
             .execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)])?)
     }
 
