@@ -14,9 +14,9 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use canopy::plugins::{MessageTarget, Provenance};
 use canopy::store::Store;
 use canopy::store::messages::NewMessage;
+use canopy_model::work::{MessageTarget, Provenance};
 use serde_json::{Value, json};
 use support::{Daemon, script, wait_for};
 

@@ -336,7 +336,7 @@ fn interactive_mode_stores_the_message_durably_with_its_provenance() {
     );
     assert_eq!(
         message.target,
-        canopy::plugins::MessageTarget::Name("reviewer".to_string())
+        canopy_model::work::MessageTarget::Name("reviewer".to_string())
     );
     assert_eq!(message.text, "graph nightly is done; blocker (none)");
     assert_eq!(message.origin, "hook");

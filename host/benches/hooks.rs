@@ -31,7 +31,7 @@ const FIRINGS: usize = 10_000;
 
 fn body() -> String {
     let mut body = "<spec>\n<objective>\nbench\n</objective>\n".to_string();
-    for tag in &canopy::engine::spec_format::SECTIONS[1..] {
+    for tag in &canopy_model::spec_format::SECTIONS[1..] {
         body.push_str(&format!("<{tag}>\n-\n</{tag}>\n"));
     }
     body + "</spec>\n"

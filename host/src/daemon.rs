@@ -13,9 +13,10 @@ use crate::bus::Bus;
 use crate::config::{self, Config, Platform};
 use crate::datadir::DataDir;
 use crate::engine::Engine;
-use crate::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
+use crate::plugins::{HostServices, PluginHost};
 use crate::sessions::{self, Delivery};
 use crate::store::Store;
+use canopy_model::work::{MessageTarget, Provenance};
 
 /// How long the API waits for a request's line and headers once their first byte arrived
 /// (see [`crate::listener`]).

@@ -488,7 +488,7 @@ pub fn plugin_run(
 /// A spec body in the tagged format, with `objective` as its objective.
 pub fn spec_body(objective: &str) -> String {
     let mut body = format!("<spec>\n<objective>\n{objective}\n</objective>\n");
-    for tag in &canopy::engine::spec_format::SECTIONS[1..] {
+    for tag in &canopy_model::spec_format::SECTIONS[1..] {
         body.push_str(&format!("<{tag}>\n- {tag}\n</{tag}>\n"));
     }
     body + "</spec>\n"

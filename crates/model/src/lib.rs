@@ -6,13 +6,21 @@
 //!   rendered (a value is never parsed by a shell).
 //! - [`pattern`]: the one matcher of configured values (exact, glob, `re:` regex).
 //! - [`since`]: the one parser of `since` (a time, or a duration back from now).
+//! - [`capabilities`]: what a plugin may be granted, parsed and printed.
+//! - [`hook_keys`]: the keys of a graph's `hooks` map and the events they fire on.
+//! - [`spec_format`]: the spec body format (`<spec>` and its seven sections).
+//! - [`work`]: what a piece of work carries into its records (provenance, plugin identity).
 //! - [`text`]: "did you mean", bounded tails, time checks shared by messages.
 //!
 //! This crate depends on no other Canopy crate but `canopy-shell-words`: a wrong import into it
 //! is a build error (see `ARCHITECTURE.md`).
 
+pub mod capabilities;
 pub mod events;
+pub mod hook_keys;
 pub mod markers;
 pub mod pattern;
 pub mod since;
+pub mod spec_format;
 pub mod text;
+pub mod work;

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use canopy::config::{Config, Platform};
 use canopy::datadir::DataDir;
-use canopy::plugins::{HostServices, MessageTarget, PluginHost, Provenance};
+use canopy::plugins::{HostServices, PluginHost};
 use canopy::store::Store;
+use canopy_model::work::{MessageTarget, Provenance};
 
 struct NoServices;
 

@@ -19,10 +19,10 @@ use crate::engine::EngineError;
 use crate::hooks::daemon::DaemonHook;
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{HookRunFilter, HookRunStatus};
-use crate::hooks::{EVENTS, HookEvent};
 use crate::store::graphs::Graph;
 use crate::store::hook_runs::{ASYNC_MODE, HookOutcome, HookSource};
 use canopy_model::events::{EventPattern, FAMILIES, Family};
+use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 
 pub fn router() -> Router<AppState> {

@@ -15,13 +15,12 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::plugins::{
-    BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, Provenance, WorkConfig,
-};
+use crate::plugins::{BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, WorkConfig};
 use canopy_model::events::Event;
 use canopy_model::events::plugin::{
     PluginDisabled, PluginEnabled, PluginInstalled, PluginRef as PluginEventRef, PluginRemoved,
 };
+use canopy_model::work::Provenance;
 
 /// Largest component accepted for install.
 const MAX_COMPONENT: usize = 64 * 1024 * 1024;
@@ -168,7 +167,7 @@ async fn remove(
         for (index, node) in graph.nodes.iter().enumerate() {
             uses(format!("nodes[{index}] (`{}`)", node.name), &node.config);
         }
-        for event in crate::hooks::EVENTS {
+        for event in canopy_model::hook_keys::EVENTS {
             for (index, hook) in crate::hooks::config::hooks_of(&graph.hooks, event)
                 .iter()
                 .enumerate()

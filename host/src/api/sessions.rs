@@ -125,10 +125,10 @@ async fn send(
     let message_id = sessions::enqueue(
         &state.bus,
         "api",
-        crate::plugins::MessageTarget::Id(session.id.clone()),
+        canopy_model::work::MessageTarget::Id(session.id.clone()),
         &body.text,
         // Not a graph's hook: the provenance says it came through the API.
-        &crate::plugins::Provenance {
+        &canopy_model::work::Provenance {
             event: "api".to_string(),
             ..Default::default()
         },

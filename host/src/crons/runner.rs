@@ -14,10 +14,11 @@ use tokio::task::AbortHandle;
 
 use super::{CatchUp, Cron, Overlap};
 use crate::bus::Bus;
-use crate::plugins::{CallRequest, Ending, PluginError, Provenance, StopSwitch};
+use crate::plugins::{CallRequest, Ending, PluginError, StopSwitch};
 use crate::store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
 use crate::store::{Store, StoreError};
 use canopy_model::events::{self, Actor, Cause, Event};
+use canopy_model::work::Provenance;
 
 /// The markers a cron's action may use.
 pub const CRON_MARKERS: &[&str] = &["cron_name", "run_id", "scheduled_at", "node", "workdir"];

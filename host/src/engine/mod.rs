@@ -14,7 +14,6 @@ pub(crate) mod git;
 pub mod graphs;
 pub mod queues;
 pub mod runs;
-pub mod spec_format;
 pub mod specs;
 mod view;
 
@@ -36,8 +35,9 @@ use control::{continue_run, interrupt_active, reset, start_run};
 use view::remaining_events;
 
 use crate::bus::{Bus, Recorded};
-use crate::hooks::{HookEvent, HookMap, SpecScope, validate_hooks};
+use crate::hooks::{HookMap, SpecScope, validate_hooks};
 use canopy_model::events::{self as taxonomy, Cause, Event};
+use canopy_model::hook_keys::HookEvent;
 
 use crate::plugins::{PluginError, PluginHost, WorkConfig, split_work_config};
 use crate::store::{Rd, Store, Tx, ids};

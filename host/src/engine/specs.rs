@@ -2,10 +2,10 @@
 
 use serde::Deserialize;
 
-use super::spec_format;
 use super::{EngineError, invalid};
 use crate::store::ids;
 use crate::store::{Rd, Tx};
+use canopy_model::spec_format;
 
 pub use crate::store::specs::Spec;
 

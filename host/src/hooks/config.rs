@@ -8,8 +8,8 @@
 
 use serde_json::{Map, Value};
 
-use super::HookEvent;
 use crate::plugins::{PluginHost, split_work_config};
+use canopy_model::hook_keys::HookEvent;
 use canopy_model::markers::HOOK_MARKERS;
 
 /// A validated hooks map: event name → array of hook config objects (`spec_ids` resolved to
@@ -83,7 +83,10 @@ pub async fn validate_hooks(
         let Some(event) = HookEvent::parse(key) else {
             return Err(format!(
                 "field `hooks`: unknown event `{key}`{}; the events are {}",
-                canopy_model::text::did_you_mean(key, super::EVENTS.iter().map(|e| e.as_str())),
+                canopy_model::text::did_you_mean(
+                    key,
+                    canopy_model::hook_keys::EVENTS.iter().map(|e| e.as_str())
+                ),
                 HookEvent::names()
             ));
         };

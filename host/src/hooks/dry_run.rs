@@ -5,10 +5,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::HookEvent;
 use super::config::{HookMap, hooks_of};
 use super::firing::{Firing, matches};
 use crate::plugins::{PluginError, PluginHost, split_work_config};
+use canopy_model::hook_keys::HookEvent;
 use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
 
 /// What `hooks test` says about one hook.

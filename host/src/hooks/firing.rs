@@ -3,9 +3,10 @@
 
 use serde_json::{Map, Value};
 
+use super::completed_specs_text;
 use super::config::spec_ids;
-use super::{HookEvent, completed_specs_text};
 use crate::engine::events::{EngineEvent, RunContext};
+use canopy_model::hook_keys::HookEvent;
 use canopy_model::markers::MarkerValues;
 
 /// One event, ready to fire: which event, its run, its marker values, and the spec it is about.

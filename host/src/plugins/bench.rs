@@ -9,7 +9,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use wasmtime::component::Component;
 
-use super::{CallRequest, PluginError, PluginHost, PluginRef, Provenance, WorkConfig, sha256_hex};
+use super::{CallRequest, PluginError, PluginHost, WorkConfig, sha256_hex};
+use canopy_model::work::{PluginRef, Provenance};
 
 /// What to measure.
 #[derive(Debug, Clone)]

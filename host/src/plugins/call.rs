@@ -15,10 +15,12 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::canopy::hooks::{host, types};
 use super::bounds::{self, LogBudget};
-use super::capabilities::{Capability, Grants, inside_workdir};
+use super::capabilities::{Grants, inside_workdir};
 use super::engine::Admission;
 use super::process::{self, ProcessSpec};
 use super::{HostServices, LoadedPlugin};
+use canopy_model::capabilities::Capability;
+use canopy_model::work::Provenance;
 
 /// Resources (open files, streams, pollables, sockets) one call may hold at once. Far below the
 /// daemon's file-descriptor limit, so a plugin that hoards handles fails its own call only.
@@ -44,38 +46,25 @@ pub(crate) enum Reply {
     Outcome(types::Outcome),
 }
 
-/// Where a piece of work came from.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Provenance {
-    pub graph_id: String,
-    pub graph_name: String,
-    pub run_id: String,
-    pub event: String,
-    pub hook_index: Option<u32>,
-    pub spec_id: Option<String>,
+pub(crate) fn provenance_to_wit(provenance: &Provenance) -> types::Provenance {
+    types::Provenance {
+        graph_id: provenance.graph_id.clone(),
+        graph_name: provenance.graph_name.clone(),
+        run_id: provenance.run_id.clone(),
+        event: provenance.event.clone(),
+        hook_index: provenance.hook_index,
+        spec_id: provenance.spec_id.clone(),
+    }
 }
 
-impl Provenance {
-    pub(crate) fn to_wit(&self) -> types::Provenance {
-        types::Provenance {
-            graph_id: self.graph_id.clone(),
-            graph_name: self.graph_name.clone(),
-            run_id: self.run_id.clone(),
-            event: self.event.clone(),
-            hook_index: self.hook_index,
-            spec_id: self.spec_id.clone(),
-        }
-    }
-
-    pub(crate) fn from_wit(wit: types::Provenance) -> Self {
-        Self {
-            graph_id: wit.graph_id,
-            graph_name: wit.graph_name,
-            run_id: wit.run_id,
-            event: wit.event,
-            hook_index: wit.hook_index,
-            spec_id: wit.spec_id,
-        }
+pub(crate) fn provenance_from_wit(wit: types::Provenance) -> Provenance {
+    Provenance {
+        graph_id: wit.graph_id,
+        graph_name: wit.graph_name,
+        run_id: wit.run_id,
+        event: wit.event,
+        hook_index: wit.hook_index,
+        spec_id: wit.spec_id,
     }
 }
 
@@ -448,7 +437,7 @@ impl CallSetup {
         let deadline = started + self.timeout;
         let hard_stop = tokio::time::Instant::from_std(deadline + REPORT_GRACE);
         let provenance = match &call {
-            Call::Execute(invocation) => Some(Provenance::from_wit(invocation.provenance.clone())),
+            Call::Execute(invocation) => Some(provenance_from_wit(invocation.provenance.clone())),
             Call::Describe | Call::Validate { .. } => None,
         };
         let Some(_permit) = self.env.admission.enter(deadline).await else {
@@ -671,13 +660,13 @@ impl host::Host for CallState {
         let Some(stamped) = self.provenance.clone() else {
             return Err("enqueue-message is only available inside `execute`".to_string());
         };
-        let claimed = Provenance::from_wit(provenance);
+        let claimed = provenance_from_wit(provenance);
         if claimed != stamped {
             tracing::warn!(plugin = &*self.plugin, claimed_graph = %bounds::log_line(&claimed.graph_name), claimed_run = %bounds::log_line(&claimed.run_id), "plugin claimed another provenance for a message; using the invocation's");
         }
         let target = match target {
-            types::SessionTarget::Id(id) => super::MessageTarget::Id(id),
-            types::SessionTarget::Name(name) => super::MessageTarget::Name(name),
+            types::SessionTarget::Id(id) => canopy_model::work::MessageTarget::Id(id),
+            types::SessionTarget::Name(name) => canopy_model::work::MessageTarget::Name(name),
         };
         self.services
             .enqueue_message(&self.plugin, target, &text, &stamped)

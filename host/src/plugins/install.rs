@@ -10,11 +10,11 @@ use serde_json::Value;
 use wasmtime::Engine;
 
 use super::call::{Call, Reply};
-use super::capabilities::{self, Capability};
 use super::{
     LoadedPlugin, Manifest, PluginError, PluginHost, PluginInfo, PluginRecord, TemplateField,
     bindings, sha256_hex, templates_of,
 };
+use canopy_model::capabilities::{self, Capability};
 use canopy_model::markers::Escape;
 
 /// A built-in plugin: embedded in the binary, installed on first start with its requested

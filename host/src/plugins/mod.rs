@@ -40,8 +40,8 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 pub use bench::{BenchReport, BenchRequest};
-pub use call::{CallError, Outcome, Provenance, Status};
-pub use capabilities::{Capability, KNOWN as KNOWN_CAPABILITIES};
+pub use call::{CallError, Outcome, Status};
+
 pub use engine::{LoadInfo, LoadSource};
 pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};
 pub use work::{HostKeys, RESERVED_KEYS, WorkConfig, split as split_work_config};
@@ -51,17 +51,10 @@ use crate::datadir::DataDir;
 use crate::store::{Store, StoreError};
 use call::{Call, CallEnv, CallSetup, CallState, Reply};
 use canopy_model::markers::{self, Escape, MarkerValues};
+use canopy_model::work::{MessageTarget, PluginRef, Provenance};
 use capabilities::Grants;
 use engine::{Admission, ComponentCache};
 use install::check_contract;
-
-/// Which session a queued message is for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
-pub enum MessageTarget {
-    Id(String),
-    Name(String),
-}
 
 /// The future a [`HostServices`] method returns: awaited inside the plugin's host call.
 pub type ServiceFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -162,14 +155,6 @@ pub struct PluginInfo {
     pub record: PluginRecord,
     /// How the component was loaded by this daemon.
     pub load: LoadInfo,
-}
-
-/// A plugin's identity, as recorded with every run it made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct PluginRef {
-    pub name: String,
-    pub version: String,
-    pub sha256: String,
 }
 
 /// One `execute` call to make.
@@ -798,7 +783,7 @@ impl PluginHost {
             config: rendered.to_string(),
             markers: marker_list,
             workdir: workdir.to_string_lossy().into_owned(),
-            provenance: request.provenance.to_wit(),
+            provenance: call::provenance_to_wit(&request.provenance),
             deadline_ms,
             resume_session: request.resume_session,
         };

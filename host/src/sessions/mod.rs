@@ -28,12 +28,12 @@ use std::sync::{Arc, OnceLock};
 
 use crate::bus::Bus;
 use crate::engine::{EngineError, invalid};
-use crate::plugins::{MessageTarget, Provenance};
 use crate::store::{Rd, Store, StoreError, Tx, ids};
 use canopy_model::events::session::{
     MessageQueued, MessageRef, SessionCreated, SessionFinished, SessionRef,
 };
 use canopy_model::events::{Cause, Event};
+use canopy_model::work::{MessageTarget, Provenance};
 
 /// A write that also records the events it returns (as [`Cause::current`]), published once it
 /// has committed.

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::states::state_enum;
 use super::{Rd, StoreError, Tx};
-use crate::plugins::PluginRef;
+use canopy_model::work::PluginRef;
 
 state_enum! {
     /// Where a hook run is: waiting its turn, running, or how it ended.
@@ -159,7 +159,7 @@ impl HookRun {
     /// (`on_completed` is `graph.run.completed`), a daemon hook's event as it is.
     pub fn taxonomy_event(&self) -> &str {
         match self.source {
-            HookSource::Graph => match crate::hooks::HookEvent::parse(&self.event) {
+            HookSource::Graph => match canopy_model::hook_keys::HookEvent::parse(&self.event) {
                 Some(key) => key.taxonomy_event(),
                 None => &self.event,
             },

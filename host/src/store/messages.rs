@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::states::state_enum;
 use super::{Rd, StoreError, Tx};
-use crate::plugins::{MessageTarget, Provenance};
+use canopy_model::work::{MessageTarget, Provenance};
 
 state_enum! {
     /// Where a message is in its delivery.

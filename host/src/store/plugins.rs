@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::states::state_enum;
 use super::{Rd, StoreError, Tx};
-use crate::plugins::Capability;
+use canopy_model::capabilities::Capability;
 use canopy_model::markers::Escape;
 
 state_enum! {

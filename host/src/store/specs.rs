@@ -4,7 +4,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::{Rd, StoreError, Tx};
-use crate::engine::spec_format::{self, SpecFormat};
+use canopy_model::spec_format::{self, SpecFormat};
 
 /// A spec as the API returns it.
 #[derive(Debug, Clone, Serialize)]

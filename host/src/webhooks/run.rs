@@ -14,9 +14,8 @@ use super::config::{Handler, Hook};
 use super::rules::{FieldPath, Request};
 use super::{Ingress, MAX_ARG_VALUE, MAX_BODY_MARKER, Outcome};
 use crate::engine::NewSpec;
-use crate::engine::spec_format;
 use crate::hooks::runs::OUTPUT_LIMIT;
-use crate::plugins::{CallRequest, Ending, Provenance, WorkConfig};
+use crate::plugins::{CallRequest, Ending, WorkConfig};
 use crate::store::StoreError;
 use crate::store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus, NewDelivery};
 use canopy_model::events::webhook::{
@@ -24,6 +23,8 @@ use canopy_model::events::webhook::{
 };
 use canopy_model::events::{Actor, Cause, Event};
 use canopy_model::markers::MarkerValues;
+use canopy_model::spec_format;
+use canopy_model::work::Provenance;
 
 /// The markers a webhook handler's config may use (`{{body}}` in an agent's prompt, say); a
 /// command also gets each as `$CANOPY_HOOK_<MARKER>`.

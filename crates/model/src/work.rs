@@ -1,0 +1,32 @@
+//! What a piece of work carries through the executors and into its records: where it came from
+//! ([`Provenance`]), which plugin ran it ([`PluginRef`]), and where a queued message goes
+//! ([`MessageTarget`]).
+
+use serde::{Deserialize, Serialize};
+
+/// Where a piece of work came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub graph_id: String,
+    pub graph_name: String,
+    pub run_id: String,
+    pub event: String,
+    pub hook_index: Option<u32>,
+    pub spec_id: Option<String>,
+}
+
+/// Which session a queued message is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum MessageTarget {
+    Id(String),
+    Name(String),
+}
+
+/// A plugin's identity, as recorded with every run it made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginRef {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+}
