@@ -702,9 +702,9 @@ fn a_second_daemon_on_a_taken_port_fails_before_touching_its_data_dir() {
         std::fs::read_to_string(dir.join("daemon.log")).unwrap(),
         log
     );
-    let store = canopy::store::Store::open(&dir.join("canopy.db")).unwrap();
+    let store = canopy_store::Store::open(&dir.join("canopy.db")).unwrap();
     let status = store
-        .read_blocking(|rd| Ok::<_, canopy::store::StoreError>(rd.runs(None, 1)?.remove(0).status))
+        .read_blocking(|rd| Ok::<_, canopy_store::StoreError>(rd.runs(None, 1)?.remove(0).status))
         .unwrap();
     drop(store);
     assert_eq!(

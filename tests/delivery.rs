@@ -14,9 +14,9 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use canopy::store::Store;
-use canopy::store::messages::NewMessage;
 use canopy_model::work::{MessageTarget, Provenance};
+use canopy_store::Store;
+use canopy_store::messages::NewMessage;
 use serde_json::{Value, json};
 use support::{Daemon, script, wait_for};
 
@@ -388,7 +388,7 @@ fn a_follower_that_falls_behind_gets_a_lagged_event_naming_what_it_missed() {
                         plugin: "test".to_string(),
                     })?;
                 }
-                Ok::<_, canopy::store::StoreError>(())
+                Ok::<_, canopy_store::StoreError>(())
             })
             .unwrap();
     }

@@ -81,7 +81,7 @@ async fn main() {
             for i in 0..CRONS {
                 n += rd.cron_receipts(&format!("c{i}"), 1_000_000)?.len();
             }
-            Ok::<_, canopy::store::StoreError>(n)
+            Ok::<_, canopy_store::StoreError>(n)
         })
         .await
         .unwrap();

@@ -78,14 +78,14 @@ fn main() {
             .duration_since(at("started_at"))
             .unwrap()
             .as_secs_f64();
-        let store = canopy::store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+        let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
         let run = run_id.clone();
         let recorded = store
             .read_blocking(move |rd| {
-                Ok::<_, canopy::store::StoreError>(
+                Ok::<_, canopy_store::StoreError>(
                     rd.node_runs(&run)?
                         .iter()
-                        .filter(|n| n.status == canopy::store::runs::NodeRunStatus::Completed)
+                        .filter(|n| n.status == canopy_store::runs::NodeRunStatus::Completed)
                         .count(),
                 )
             })

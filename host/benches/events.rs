@@ -103,7 +103,7 @@ async fn main() {
 /// named by the event's spec id) the time it runs, in ns since 1970; `HOOK_EVENTS` events at
 /// `HOOK_RATE`/s; latency = that time less the time the event was emitted.
 async fn command_hook_line(
-    store: &canopy::store::Store,
+    store: &canopy_store::Store,
     plugins: &canopy::plugins::PluginHost,
     dir: &std::path::Path,
     shell: bool,
@@ -215,7 +215,7 @@ fn read_marks(marks: &std::path::Path) -> Vec<(usize, u128)> {
 }
 
 /// How many runs of hook `name` have finished.
-async fn finished_runs(store: &canopy::store::Store, name: &str) -> usize {
+async fn finished_runs(store: &canopy_store::Store, name: &str) -> usize {
     let filter = canopy::hooks::runs::HookRunFilter {
         hook: Some(name.to_string()),
         status: Some(canopy::hooks::runs::HookRunStatus::Completed),
@@ -228,7 +228,7 @@ async fn finished_runs(store: &canopy::store::Store, name: &str) -> usize {
 }
 
 /// (event index, time printed) from the finished hook runs of hook `name`.
-async fn recorded_marks(store: &canopy::store::Store, name: &str) -> Vec<(usize, u128)> {
+async fn recorded_marks(store: &canopy_store::Store, name: &str) -> Vec<(usize, u128)> {
     let filter = canopy::hooks::runs::HookRunFilter {
         hook: Some(name.to_string()),
         status: Some(canopy::hooks::runs::HookRunStatus::Completed),

@@ -24,7 +24,7 @@ use canopy::engine::events::{CompletedSpec, EngineEvent, RunContext};
 use canopy::engine::{Engine, GraphInput, NewSpec};
 use canopy::hooks::daemon::DaemonHooks;
 use canopy::hooks::runs::{HookRunFilter, HookRunStatus};
-use canopy::store::{Store, StoreError};
+use canopy_store::{Store, StoreError};
 use serde_json::json;
 
 const FIRINGS: usize = 10_000;

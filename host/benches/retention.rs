@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use canopy::retention::{Policy, prune};
-use canopy::store::Store;
-use canopy::store::hook_runs::{Finished, Fired, HookRunStatus, HookSource};
-use canopy::store::webhooks::{DeliveryStatus, NewDelivery};
 use canopy_model::events::spec::SpecCreated;
 use canopy_model::events::{Cause, Event};
+use canopy_store::Store;
+use canopy_store::hook_runs::{Finished, Fired, HookRunStatus, HookSource};
+use canopy_store::webhooks::{DeliveryStatus, NewDelivery};
 
 const HOOK_RUNS_PER_SEC: usize = 210;
 const DELIVERIES_PER_SEC: usize = 100;
@@ -120,7 +120,7 @@ async fn main() {
                     }
                     for i in 0..DELIVERIES_PER_SEC {
                         tx.insert_delivery(&NewDelivery {
-                            id: canopy::store::new_ordered_id(),
+                            id: canopy_store::new_ordered_id(),
                             scope: "global".into(),
                             hook: "push".into(),
                             handler: "command".into(),
@@ -140,7 +140,7 @@ async fn main() {
                         })?;
                     }
                 }
-                Ok::<_, canopy::store::StoreError>(())
+                Ok::<_, canopy_store::StoreError>(())
             })
             .await
             .unwrap();

@@ -15,8 +15,8 @@ use crate::datadir::DataDir;
 use crate::engine::Engine;
 use crate::plugins::{HostServices, PluginHost};
 use crate::sessions::{self, Delivery};
-use crate::store::Store;
 use canopy_model::work::{MessageTarget, Provenance};
+use canopy_store::Store;
 
 /// How long the API waits for a request's line and headers once their first byte arrived
 /// (see [`crate::listener`]).

@@ -24,7 +24,6 @@ pub mod reload;
 pub mod retention;
 pub mod secrets;
 pub mod sessions;
-pub mod store;
 pub mod tui;
 pub mod webhooks;
 

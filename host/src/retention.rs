@@ -25,8 +25,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::retention::Growing;
-use crate::store::{Store, StoreError};
+use canopy_store::retention::Growing;
+use canopy_store::{Store, StoreError};
 
 /// Rows deleted by one write at most.
 pub const BATCH: usize = 1_000;
@@ -229,7 +229,7 @@ pub async fn prune(store: &Store, policy: &Policy, now: SystemTime) -> Result<Pr
 /// Runs a delete of at most `limit` rows per write until one deletes fewer; the total.
 async fn batches<F>(store: &Store, limit: usize, delete: F) -> Result<usize, StoreError>
 where
-    F: Fn(&crate::store::Tx<'_>) -> Result<usize, StoreError> + Clone + Send + 'static,
+    F: Fn(&canopy_store::Tx<'_>) -> Result<usize, StoreError> + Clone + Send + 'static,
 {
     let mut total = 0;
     loop {
@@ -257,9 +257,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::store::feed::FeedQuery;
     use canopy_model::events::plugin::{PluginEnabled, PluginRef};
     use canopy_model::events::{Cause, Event};
+    use canopy_store::feed::FeedQuery;
 
     fn event() -> Event {
         Event::new(&PluginEnabled(PluginRef {
@@ -339,11 +339,11 @@ mod pass_tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::store::webhooks::{DeliveryStatus, NewDelivery};
+    use canopy_store::webhooks::{DeliveryStatus, NewDelivery};
 
     fn delivery(status: DeliveryStatus, received_at: &str) -> NewDelivery {
         NewDelivery {
-            id: crate::store::new_ordered_id(),
+            id: canopy_store::new_ordered_id(),
             scope: "global".into(),
             hook: "h".into(),
             handler: "command".into(),

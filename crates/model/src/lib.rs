@@ -22,5 +22,6 @@ pub mod markers;
 pub mod pattern;
 pub mod since;
 pub mod spec_format;
+pub mod states;
 pub mod text;
 pub mod work;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use canopy::config::{Config, Platform};
 use canopy::datadir::DataDir;
 use canopy::plugins::{HostServices, PluginHost};
-use canopy::store::Store;
 use canopy_model::work::{MessageTarget, Provenance};
+use canopy_store::Store;
 
 struct NoServices;
 

@@ -40,7 +40,7 @@ impl DaemonInfo {
         Self {
             pid: std::process::id(),
             url,
-            started_at: crate::store::now(),
+            started_at: canopy_store::now(),
             started: Instant::now(),
             log_file,
             shutdown: tokio::sync::Notify::new(),

@@ -119,8 +119,8 @@ impl From<EngineError> for ApiError {
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(err: crate::store::StoreError) -> Self {
+impl From<canopy_store::StoreError> for ApiError {
+    fn from(err: canopy_store::StoreError) -> Self {
         EngineError::from(err).into()
     }
 }

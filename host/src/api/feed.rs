@@ -31,9 +31,9 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::store::feed::{FeedQuery, Since};
-use crate::store::{Store, StoreError};
 use canopy_model::events::{Envelope, EventPattern, Family};
+use canopy_store::feed::{FeedQuery, Since};
+use canopy_store::{Store, StoreError};
 
 /// Events a read returns without `last`.
 pub const DEFAULT_LAST: usize = 100;

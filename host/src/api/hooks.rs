@@ -19,11 +19,11 @@ use crate::engine::EngineError;
 use crate::hooks::daemon::DaemonHook;
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{HookRunFilter, HookRunStatus};
-use crate::store::graphs::Graph;
-use crate::store::hook_runs::{ASYNC_MODE, HookOutcome, HookSource};
 use canopy_model::events::{EventPattern, FAMILIES, Family};
 use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
+use canopy_store::graphs::Graph;
+use canopy_store::hook_runs::{ASYNC_MODE, HookOutcome, HookSource};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -487,7 +487,7 @@ fn graph_entry(
         ("workdir", graph.workdir.clone()),
     ]);
     json!({
-        "name": crate::store::hook_runs::graph_hook_name(&graph.name, key.as_str(), index),
+        "name": canopy_store::hook_runs::graph_hook_name(&graph.name, key.as_str(), index),
         "source": HookSource::Graph,
         "event": key.taxonomy_event(),
         "key": key.as_str(),

@@ -34,7 +34,7 @@ use crate::bus::Bus;
 use crate::engine::Engine;
 use crate::plugins::PluginHost;
 use crate::sessions::Delivery;
-use crate::store::Store;
+use canopy_store::Store;
 
 /// The header a client made with the daemon's token sends to say it is an agent
 /// (`X-Canopy-Actor: agent`, as `canopy mcp` does). Automations are known by their call token.

@@ -20,10 +20,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::store::StoreError;
-use crate::store::webhooks::{DeliveryFilter, DeliveryStatus};
 use crate::webhooks::rules::Request;
 use crate::webhooks::{IngressError, Received, RedeliverError, hook_view};
+use canopy_store::StoreError;
+use canopy_store::webhooks::{DeliveryFilter, DeliveryStatus};
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -20,11 +20,11 @@ use crate::hooks::Firing;
 use crate::hooks::daemon::{DATA_MARKER, DaemonHook};
 use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
 use crate::plugins::{CallReport, CallRequest, Ending, PluginError, WorkConfig};
-use crate::store::StoreError;
-use crate::store::hook_runs::HookSource;
 use canopy_model::events::{self, Actor, Cause, Envelope, Event};
 use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
 use canopy_model::work::{PluginRef, Provenance};
+use canopy_store::StoreError;
+use canopy_store::hook_runs::HookSource;
 
 /// What fired a batch.
 pub(crate) enum Trigger {

@@ -28,8 +28,8 @@ use crate::engine::events::EngineEvent;
 use crate::hooks::Firing;
 use crate::hooks::daemon::DaemonHooks;
 use crate::plugins::PluginHost;
-use crate::store::{Store, StoreError, Tx};
 use canopy_model::events::{Cause, Envelope, Event};
+use canopy_store::{Store, StoreError, Tx};
 
 pub use batch::Unstarted;
 

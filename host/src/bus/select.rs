@@ -20,9 +20,9 @@ use crate::hooks::config::{HookMap, hooks_of};
 use crate::hooks::daemon::DaemonHooks;
 use crate::hooks::runs::Fired;
 use crate::plugins::split_work_config;
-use crate::store::hook_runs::{HookSource, graph_hook_name};
-use crate::store::{Rd, StoreError, Tx};
 use canopy_model::events::{Actor, Cause, Envelope, Event};
+use canopy_store::hook_runs::{HookSource, graph_hook_name};
+use canopy_store::{Rd, StoreError, Tx};
 
 /// Graphs' hooks maps as last parsed, by graph id, with the text they were parsed from. The
 /// map is read inside every event's write (so an edit applies from the next event on); parsing
@@ -391,7 +391,7 @@ pub(super) fn record_graph_test(
     firing: Firing,
     only: Option<usize>,
 ) -> Result<Option<Unstarted>, StoreError> {
-    let fired_at = crate::store::now();
+    let fired_at = canopy_store::now();
     let map = bus.inner.graph_hooks.stored(tx, &firing.run.graph_id)?;
     let selected = select_graph(
         hooks_of(&map, firing.event),

@@ -15,10 +15,10 @@ use tokio::task::AbortHandle;
 use super::{CatchUp, Cron, Overlap};
 use crate::bus::Bus;
 use crate::plugins::{CallRequest, Ending, PluginError, StopSwitch};
-use crate::store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
-use crate::store::{Store, StoreError};
 use canopy_model::events::{self, Actor, Cause, Event};
 use canopy_model::work::Provenance;
+use canopy_store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
+use canopy_store::{Store, StoreError};
 
 /// The markers a cron's action may use.
 pub const CRON_MARKERS: &[&str] = &["cron_name", "run_id", "scheduled_at", "node", "workdir"];
@@ -303,7 +303,7 @@ impl Crons {
                     return Ok(crate::bus::Recorded::default());
                 };
                 let receipt = tx.insert_cron_receipt(&NewReceipt {
-                    run_id: crate::store::new_id(),
+                    run_id: canopy_store::new_id(),
                     cron: name.clone(),
                     node,
                     trigger: Trigger::Schedule,
@@ -403,7 +403,7 @@ impl Crons {
         not_before: Option<(tokio::time::Instant, std::time::SystemTime)>,
     ) -> Result<Receipt, StoreError> {
         let name = cron.name().to_string();
-        let run_id = crate::store::new_id();
+        let run_id = canopy_store::new_id();
         let admitted = self.inner.bus.drain().admit();
         // Decided and registered under one lock, so two firings cannot both see none running.
         let (status, error, firing) = {

@@ -7,7 +7,7 @@ use super::events::{self, EngineEvent};
 use super::graphs::{self, GraphStatus};
 use super::runs::{RunStatus, SpecResult};
 use super::{EngineError, invalid, queues};
-use crate::store::{Tx, ids};
+use canopy_store::{Tx, ids};
 
 /// A `graph_control` request.
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]

@@ -16,11 +16,11 @@ use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
 use crate::bus::Recorded;
 use crate::plugins::{CallRequest, Ending, PluginError, split_work_config};
-use crate::store::runs::{NewNodeRun, NodeRunEnd};
-use crate::store::{Rd, Tx, ids};
 use canopy_model::events::{self as taxonomy, Event};
 use canopy_model::markers::{MarkerValues, NODE_MARKERS};
 use canopy_model::work::Provenance;
+use canopy_store::runs::{NewNodeRun, NodeRunEnd};
+use canopy_store::{Rd, Tx, ids};
 
 /// Bytes of a node's detail kept in its record.
 const DETAIL_LIMIT: usize = 16 * 1024;

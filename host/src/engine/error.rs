@@ -9,7 +9,7 @@ pub enum EngineError {
     #[error("no {kind} matches `{id}`")]
     NotFound { kind: &'static str, id: String },
     /// An id prefix (or a name) matches several.
-    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}; {}", .candidates.join(", "), crate::store::ids::ambiguity_hint(by))]
+    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}; {}", .candidates.join(", "), canopy_store::ids::ambiguity_hint(by))]
     Ambiguous {
         kind: &'static str,
         /// What `prefix` was taken as: `id prefix` or `name`.
@@ -41,9 +41,9 @@ pub enum EngineError {
     Internal(#[from] anyhow::Error),
 }
 
-impl From<crate::store::StoreError> for EngineError {
-    fn from(err: crate::store::StoreError) -> Self {
-        use crate::store::StoreError;
+impl From<canopy_store::StoreError> for EngineError {
+    fn from(err: canopy_store::StoreError) -> Self {
+        use canopy_store::StoreError;
         match err {
             StoreError::NotFound { kind, id } => Self::NotFound { kind, id },
             StoreError::Ambiguous {

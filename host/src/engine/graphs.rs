@@ -5,11 +5,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{EngineError, invalid, specs};
-use crate::store::graphs::Replaced;
-use crate::store::ids;
-use crate::store::{Rd, Tx};
+use canopy_store::graphs::Replaced;
+use canopy_store::ids;
+use canopy_store::{Rd, Tx};
 
-pub use crate::store::graphs::{BoundSpec, Graph, GraphStatus, GraphWrite, Node};
+pub use canopy_store::graphs::{BoundSpec, Graph, GraphStatus, GraphWrite, Node};
 
 /// A graph to create, or a partial update (only the fields present change). Field names are
 /// the API's.

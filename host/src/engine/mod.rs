@@ -40,8 +40,8 @@ use canopy_model::events::{self as taxonomy, Cause, Event};
 use canopy_model::hook_keys::HookEvent;
 
 use crate::plugins::{PluginError, PluginHost, WorkConfig, split_work_config};
-use crate::store::{Rd, Store, Tx, ids};
 use canopy_model::markers::NODE_MARKERS;
+use canopy_store::{Rd, Store, Tx, ids};
 
 /// The engine. Cheap to clone.
 #[derive(Clone)]

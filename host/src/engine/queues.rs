@@ -8,10 +8,10 @@
 use serde::Deserialize;
 
 use super::{EngineError, invalid, specs};
-use crate::store::ids;
-use crate::store::{Rd, Tx};
+use canopy_store::ids;
+use canopy_store::{Rd, Tx};
 
-pub use crate::store::queues::{Member, MemberStatus, Queue};
+pub use canopy_store::queues::{Member, MemberStatus, Queue};
 
 /// A new queue.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]

@@ -3,11 +3,11 @@
 use serde::Deserialize;
 
 use super::{EngineError, invalid};
-use crate::store::ids;
-use crate::store::{Rd, Tx};
 use canopy_model::spec_format;
+use canopy_store::ids;
+use canopy_store::{Rd, Tx};
 
-pub use crate::store::specs::Spec;
+pub use canopy_store::specs::Spec;
 
 /// A new spec.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]

@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 use super::runs::SpecResult;
 use super::{EngineError, Graph, GraphStatus, NodeRun, Run, RunSpec};
 use crate::hooks::runs::{HookRun, HookRunFilter};
-use crate::store::Rd;
-use crate::store::queues::MemberStatus;
-use crate::store::states::state_enum;
 use canopy_model::hook_keys::HookEvent;
+use canopy_model::state_enum;
+use canopy_store::Rd;
+use canopy_store::queues::MemberStatus;
 
 /// A graph with what `graph get` adds: the current run, progress, warnings.
 #[derive(Debug, Clone, Serialize)]

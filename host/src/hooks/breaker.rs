@@ -135,7 +135,7 @@ impl Breakers {
         state.tripped = Some(TrippedHook {
             source: source.to_string(),
             hook_name: name.to_string(),
-            tripped_at: crate::store::now(),
+            tripped_at: canopy_store::now(),
             dropped: 1,
             reason: reason.clone(),
         });

@@ -7,7 +7,7 @@
 //!   come, nothing is retroactive), records a hook run per matching hook (durably, before the
 //!   engine goes on), and runs them in declaration order off the engine's path. A failing hook
 //!   is recorded; it never changes the graph and never stops the hooks after it.
-//! - [`runs`]: the hook-run records (kept by the store, [`crate::store::hook_runs`]).
+//! - [`runs`]: the hook-run records (kept by the store, [`canopy_store::hook_runs`]).
 //! - [`dry_run`]: `canopy hooks test`, rendering (and optionally running) an event's hooks against
 //!   a past run.
 

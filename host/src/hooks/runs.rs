@@ -1,8 +1,8 @@
 //! Hook-run records: one row per hook that fired, with the exact config that fired, the executor
 //! that ran it, the rendered values, and how it ended. The records and their queries live in
-//! the store ([`crate::store::hook_runs`]); this module names them for the hooks code.
+//! the store ([`canopy_store::hook_runs`]); this module names them for the hooks code.
 
-pub use crate::store::hook_runs::{Finished, Fired, HookRun, HookRunFilter, HookRunStatus};
+pub use canopy_store::hook_runs::{Finished, Fired, HookRun, HookRunFilter, HookRunStatus};
 
 /// Bytes of a hook's output kept in its record.
 pub const OUTPUT_LIMIT: usize = 16 * 1024;

@@ -605,7 +605,7 @@ impl host::Host for CallState {
         let timeout = Duration::from_millis(cmd.timeout_ms).min(remaining);
         let result_file = cmd.capture_result.then(|| {
             self.tmp_dir
-                .join(format!("result-{}.json", crate::store::new_id()))
+                .join(format!("result-{}.json", canopy_store::new_id()))
         });
         let spec = ProcessSpec {
             program,

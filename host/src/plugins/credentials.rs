@@ -45,7 +45,7 @@ impl CallCredentials {
         // process-unique id, which is still unguessable by a process that has not seen it.
         let token = match getrandom::fill(&mut bytes) {
             Ok(()) => format!("{PREFIX}{}", hex::encode(bytes)),
-            Err(_) => format!("{PREFIX}{}", crate::store::new_id()),
+            Err(_) => format!("{PREFIX}{}", canopy_store::new_id()),
         };
         self.live
             .lock()

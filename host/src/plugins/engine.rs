@@ -12,7 +12,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::store::Store;
+use canopy_store::Store;
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 pub const TICK: Duration = Duration::from_millis(5);

@@ -174,7 +174,7 @@ impl PluginHost {
             granted: granted.iter().map(ToString::to_string).collect(),
             builtin,
             enabled,
-            installed_at: crate::store::now(),
+            installed_at: canopy_store::now(),
             manifest,
         };
 

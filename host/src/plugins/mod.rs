@@ -48,10 +48,10 @@ pub use work::{HostKeys, RESERVED_KEYS, WorkConfig, split as split_work_config};
 
 use crate::config::{Config, Platform};
 use crate::datadir::DataDir;
-use crate::store::{Store, StoreError};
 use call::{Call, CallEnv, CallSetup, CallState, Reply};
 use canopy_model::markers::{self, Escape, MarkerValues};
 use canopy_model::work::{MessageTarget, PluginRef, Provenance};
+use canopy_store::{Store, StoreError};
 use capabilities::Grants;
 use engine::{Admission, ComponentCache};
 use install::check_contract;

@@ -1,5 +1,5 @@
 //! Installed plugins as rows of the `plugins` table. The records and their queries live in the
-//! store ([`crate::store::plugins`]); the component itself lives in the data dir as
+//! store ([`canopy_store::plugins`]); the component itself lives in the data dir as
 //! `<sha256>.wasm`.
 
-pub use crate::store::plugins::{Manifest, PluginRecord, PluginState, TemplateField};
+pub use canopy_store::plugins::{Manifest, PluginRecord, PluginState, TemplateField};

@@ -19,7 +19,7 @@
 //! the checkout as its workdir, and goes by `<project>/<event>[<index>]` in hook runs, the
 //! catalog and the feed (its actor is `hook:<project>/<event>[<index>]`). The watcher that
 //! fires them is [`watch`]; what it last saw is kept by the store
-//! ([`crate::store::projects`]).
+//! ([`canopy_store::projects`]).
 //!
 //! [`check`] reports every problem with its TOML path (`projects.web.hooks.tag_pushed[0].…`);
 //! the executors' own checks of each hook need the running plugins and are done by

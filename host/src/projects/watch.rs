@@ -5,7 +5,7 @@
 //! It reads the checkout with `git` (each call bounded by [`GIT_TIMEOUT`]) when a filesystem
 //! notification says the git dir's `HEAD`, `packed-refs` or `refs/` changed, and every
 //! `poll_secs` (30 s by default) in case a notification was missed. What it reads is compared
-//! with what the store says it last saw ([`crate::store::projects`]), and the difference is
+//! with what the store says it last saw ([`canopy_store::projects`]), and the difference is
 //! recorded as events **in the same write** that records what was seen, so the hooks an event
 //! fires and the state that made it are durable together:
 //!
@@ -30,9 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Project;
 use crate::bus::Bus;
-use crate::store::projects::CheckoutState;
 use canopy_model::events::project::{CheckoutUpdated, TagPushed};
 use canopy_model::events::{Actor, Cause, Event};
+use canopy_store::projects::CheckoutState;
 
 /// How long one `git` call may take.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -163,12 +163,12 @@ async fn watch(
     let mut last_problem: Option<String> = None;
     // When the previous look began: a hook of the project that ran since may have made what
     // this one sees.
-    let mut previous_look = crate::store::now();
+    let mut previous_look = canopy_store::now();
     // Whether setting up notifications failed (logged once until they work again).
     let mut notify_failed = false;
     loop {
         if !drain.is_closed() {
-            let look = crate::store::now();
+            let look = canopy_store::now();
             let since = std::mem::replace(&mut previous_look, look);
             let outcome = async {
                 let dirs = git_dirs(&project.checkout).await?;

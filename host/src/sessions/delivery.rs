@@ -29,9 +29,9 @@ use tokio::sync::{Semaphore, broadcast};
 
 use super::{Message, MessageStatus, NotificationKind, Session, SessionStatus, message_ref};
 use crate::bus::Bus;
-use crate::store::{Store, StoreError};
 use canopy_model::events::Event;
 use canopy_model::events::session::{MessageDelivered, MessageUndeliverable};
+use canopy_store::{Store, StoreError};
 
 /// How often the scheduler delivers.
 pub const TICK: Duration = Duration::from_millis(200);

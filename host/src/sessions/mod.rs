@@ -19,21 +19,21 @@ mod delivery;
 
 pub use delivery::{Delivery, FOLLOW_BUFFER, TICK, TMUX_TIMEOUT};
 
-pub use crate::store::messages::{
+pub use canopy_store::messages::{
     Message, MessageStatus, NewMessage, Notification, NotificationKind,
 };
-pub use crate::store::sessions::{NewSession, Session, SessionStatus};
+pub use canopy_store::sessions::{NewSession, Session, SessionStatus};
 
 use std::sync::{Arc, OnceLock};
 
 use crate::bus::Bus;
 use crate::engine::{EngineError, invalid};
-use crate::store::{Rd, Store, StoreError, Tx, ids};
 use canopy_model::events::session::{
     MessageQueued, MessageRef, SessionCreated, SessionFinished, SessionRef,
 };
 use canopy_model::events::{Cause, Event};
 use canopy_model::work::{MessageTarget, Provenance};
+use canopy_store::{Rd, Store, StoreError, Tx, ids};
 
 /// A write that also records the events it returns (as [`Cause::current`]), published once it
 /// has committed.
@@ -163,7 +163,7 @@ pub async fn finish(bus: &Bus, name_or_id: &str) -> Result<Session, EngineError>
 
 /// A fresh name for a session: `base-xxxx`.
 fn fresh_name(base: &str) -> String {
-    format!("{base}-{}", &crate::store::new_id()[..4])
+    format!("{base}-{}", &canopy_store::new_id()[..4])
 }
 
 /// Relaunches a finished session (inside a write): same id, same name -- unless another live

@@ -43,10 +43,10 @@ use crate::bus::Bus;
 use crate::drain::Drain;
 use crate::engine::Engine;
 use crate::plugins::PluginHost;
-use crate::store::webhooks::{Delivery, DeliveryStatus, NewDelivery};
-use crate::store::{Store, StoreError};
 use canopy_model::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
 use canopy_model::events::{Actor, Cause, Event};
+use canopy_store::webhooks::{Delivery, DeliveryStatus, NewDelivery};
+use canopy_store::{Store, StoreError};
 pub use config::{Hook, Webhooks};
 
 /// Delivery ids a hook's queue holds in memory; past that they wait in the database only and
@@ -500,9 +500,9 @@ impl Ingress {
         redelivery_of: Option<String>,
         test: bool,
     ) -> NewDelivery {
-        let received_at = crate::store::now();
+        let received_at = canopy_store::now();
         NewDelivery {
-            id: crate::store::new_ordered_id(),
+            id: canopy_store::new_ordered_id(),
             scope: hook.scope.clone(),
             hook: hook.id.clone(),
             handler: hook.kind.clone(),

@@ -16,8 +16,6 @@ use super::{Ingress, MAX_ARG_VALUE, MAX_BODY_MARKER, Outcome};
 use crate::engine::NewSpec;
 use crate::hooks::runs::OUTPUT_LIMIT;
 use crate::plugins::{CallRequest, Ending, WorkConfig};
-use crate::store::StoreError;
-use crate::store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus, NewDelivery};
 use canopy_model::events::webhook::{
     Delivery as DeliveryRef, HandlerEnded, WebhookFailed, WebhookHandled,
 };
@@ -25,6 +23,8 @@ use canopy_model::events::{Actor, Cause, Event};
 use canopy_model::markers::MarkerValues;
 use canopy_model::spec_format;
 use canopy_model::work::Provenance;
+use canopy_store::StoreError;
+use canopy_store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus, NewDelivery};
 
 /// The markers a webhook handler's config may use (`{{body}}` in an agent's prompt, say); a
 /// command also gets each as `$CANOPY_HOOK_<MARKER>`.
@@ -89,7 +89,7 @@ pub(super) async fn start(ingress: &Ingress, id: &str) -> Result<Running, NotSta
 
 /// Inside a write: marks `id` running and reads it back, or `None` when it was not accepted.
 fn start_in(
-    tx: &crate::store::Tx<'_>,
+    tx: &canopy_store::Tx<'_>,
     id: &str,
 ) -> Result<Option<(Delivery, Vec<u8>)>, StoreError> {
     if !tx.start_delivery(id)? {
@@ -343,7 +343,7 @@ impl SpecHandler<'_> {
             format!(
                 "webhook {} delivery {}",
                 hook.key(),
-                crate::store::ids::short(&delivery.id)
+                canopy_store::ids::short(&delivery.id)
             )
         };
         let name = match self.title_from {

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use super::config::{Hook, RespondMode};
 use super::rules::Request;
 use super::{Ingress, MAX_HEADER_VALUE, Outcome, Received, auth};
-use crate::store::webhooks::DeliveryStatus;
+use canopy_store::webhooks::DeliveryStatus;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -206,10 +206,10 @@ impl Tx<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl Tx<'_> {
     /// Sets the time of every row up to cursor `up_to` (retention tests).
-    pub(crate) fn backdate_feed_for_test(&self, up_to: i64, at: &str) -> Result<(), StoreError> {
+    pub fn backdate_feed_for_test(&self, up_to: i64, at: &str) -> Result<(), StoreError> {
         self.execute(
             "UPDATE feed SET timestamp = ?2 WHERE id <= ?1",
             params![up_to, at],
@@ -223,7 +223,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::store::Store;
+    use crate::Store;
     use canopy_model::events::plugin::{PluginDisabled, PluginEnabled, PluginRef};
     use canopy_model::events::session::{SessionCreated, SessionRef};
 

@@ -1,8 +1,10 @@
-//! Every state a stored thing can be in, as an enum with its serde and SQL spelling.
-//! The spelling is the one the API shows and the schema's `CHECK` constraints allow.
+//! How the model declares a state: an enum whose every value has one spelling, the one the API
+//! shows, the store keeps and the schema's `CHECK` constraints allow.
 
-/// Declares a state enum: `Serialize`/`Deserialize` as its snake-case name, `as_str`,
-/// `FromStr` (naming the allowed values), `Display`, and SQLite conversions.
+/// Declares a state enum: `Serialize`/`Deserialize` as its snake-case name, `ALL`, `as_str`,
+/// `FromStr` (naming the allowed values) and `Display`. The store adds its SQL conversions to the
+/// states it keeps.
+#[macro_export]
 macro_rules! state_enum {
     (
         $(#[$meta:meta])*
@@ -44,21 +46,5 @@ macro_rules! state_enum {
                 }
             }
         }
-
-        impl rusqlite::types::ToSql for $name {
-            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-                Ok(self.as_str().into())
-            }
-        }
-
-        impl rusqlite::types::FromSql for $name {
-            fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-                let text = value.as_str()?;
-                text.parse()
-                    .map_err(|err: String| rusqlite::types::FromSqlError::Other(err.into()))
-            }
-        }
     };
 }
-
-pub(crate) use state_enum;

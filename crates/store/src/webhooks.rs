@@ -399,14 +399,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::store::Store;
+    use crate::Store;
 
     #[test]
     fn a_delivery_as_recorded_is_what_the_store_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("canopy.db")).unwrap();
         let new = NewDelivery {
-            id: crate::store::new_ordered_id(),
+            id: crate::new_ordered_id(),
             scope: "global".into(),
             hook: "h".into(),
             handler: "command".into(),
@@ -421,8 +421,8 @@ mod tests {
             body: b"{\"ref\":\"main\"}".to_vec(),
             redelivery_of: None,
             test: false,
-            received_at: crate::store::now(),
-            started_at: Some(crate::store::now()),
+            received_at: crate::now(),
+            started_at: Some(crate::now()),
         };
         let expected = serde_json::to_value(Delivery::recorded(&new)).unwrap();
         let id = new.id.clone();

@@ -328,8 +328,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::store::Store;
-    use crate::store::sessions::NewSession;
+    use crate::Store;
+    use crate::sessions::NewSession;
 
     fn store_with_message() -> (tempfile::TempDir, Store, String) {
         let dir = tempfile::tempdir().unwrap();

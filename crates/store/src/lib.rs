@@ -1,6 +1,6 @@
 //! The database. The store owns all SQL: one module per group of tables adds its queries to
 //! [`Rd`] (reads) and [`Tx`] (writes), taking and returning domain types. Callers run a
-//! closure over them with [`Store::read`] or [`Store::write`]; nothing outside `store/` sees a
+//! closure over them with [`Store::read`] or [`Store::write`]; nothing outside this crate sees a
 //! connection, so another backend is a change inside this module only.
 //!
 //! SQLite in the data dir, WAL, foreign keys on, numbered migrations applied at open. Writes
@@ -42,7 +42,7 @@ pub enum StoreError {
     #[error("no {kind} matches `{id}`")]
     NotFound { kind: &'static str, id: String },
     /// An id prefix (or a name) matches several rows.
-    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}; {}", .candidates.join(", "), crate::store::ids::ambiguity_hint(by))]
+    #[error("{kind} {by} `{prefix}` is ambiguous; it matches {}; {}", .candidates.join(", "), crate::ids::ambiguity_hint(by))]
     Ambiguous {
         kind: &'static str,
         /// What `prefix` was taken as: `id prefix` or `name`.

@@ -54,7 +54,7 @@ const ANSWER_SPIN: Duration = Duration::from_micros(500);
 const WRITE_QUEUE: usize = 4096;
 
 /// Read access to the database, inside one read transaction or one write savepoint.
-/// The store's modules add their queries to it; nothing outside `store/` sees the connection.
+/// The store's modules add their queries to it; nothing outside this crate sees the connection.
 pub struct Rd<'a> {
     conn: &'a Connection,
 }
