@@ -11,9 +11,9 @@ mod in_process;
 
 use std::time::Duration;
 
-use canopy::bus::Bus;
-use canopy::config::Config;
-use canopy::crons::Crons;
+use canopy_daemon::bus::Bus;
+use canopy_daemon::config::Config;
+use canopy_daemon::crons::Crons;
 
 const CRONS: usize = 20;
 

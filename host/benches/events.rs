@@ -19,8 +19,8 @@ mod in_process;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use canopy::bus::Bus;
-use canopy::config::Config;
+use canopy_daemon::bus::Bus;
+use canopy_daemon::config::Config;
 use canopy_model::events::spec::SpecCreated;
 use canopy_model::events::{Cause, Event};
 
@@ -104,7 +104,7 @@ async fn main() {
 /// `HOOK_RATE`/s; latency = that time less the time the event was emitted.
 async fn command_hook_line(
     store: &canopy_store::Store,
-    plugins: &canopy::plugins::PluginHost,
+    plugins: &canopy_executors::plugins::PluginHost,
     dir: &std::path::Path,
     shell: bool,
 ) {
@@ -216,9 +216,9 @@ fn read_marks(marks: &std::path::Path) -> Vec<(usize, u128)> {
 
 /// How many runs of hook `name` have finished.
 async fn finished_runs(store: &canopy_store::Store, name: &str) -> usize {
-    let filter = canopy::hooks::runs::HookRunFilter {
+    let filter = canopy_daemon::hooks::runs::HookRunFilter {
         hook: Some(name.to_string()),
-        status: Some(canopy::hooks::runs::HookRunStatus::Completed),
+        status: Some(canopy_daemon::hooks::runs::HookRunStatus::Completed),
         ..Default::default()
     };
     store
@@ -229,9 +229,9 @@ async fn finished_runs(store: &canopy_store::Store, name: &str) -> usize {
 
 /// (event index, time printed) from the finished hook runs of hook `name`.
 async fn recorded_marks(store: &canopy_store::Store, name: &str) -> Vec<(usize, u128)> {
-    let filter = canopy::hooks::runs::HookRunFilter {
+    let filter = canopy_daemon::hooks::runs::HookRunFilter {
         hook: Some(name.to_string()),
-        status: Some(canopy::hooks::runs::HookRunStatus::Completed),
+        status: Some(canopy_daemon::hooks::runs::HookRunStatus::Completed),
         last: HOOK_EVENTS + 1,
         ..Default::default()
     };

@@ -19,11 +19,11 @@ mod in_process;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use canopy::bus::Bus;
-use canopy::engine::events::{CompletedSpec, EngineEvent, RunContext};
-use canopy::engine::{Engine, GraphInput, NewSpec};
-use canopy::hooks::daemon::DaemonHooks;
-use canopy::hooks::runs::{HookRunFilter, HookRunStatus};
+use canopy_daemon::bus::Bus;
+use canopy_daemon::engine::events::{CompletedSpec, EngineEvent, RunContext};
+use canopy_daemon::engine::{Engine, GraphInput, NewSpec};
+use canopy_daemon::hooks::daemon::DaemonHooks;
+use canopy_daemon::hooks::runs::{HookRunFilter, HookRunStatus};
 use canopy_store::{Store, StoreError};
 use serde_json::json;
 

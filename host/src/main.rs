@@ -1,5 +1,9 @@
-//! The `canopy` binary: the daemon and the CLI that talks to it.
+//! The `canopy` binary: the CLI, the terminal UI and MCP over stdio, all clients of the daemon's
+//! HTTP API (`canopy-client`); `canopy daemon` starts the daemon (`canopy-daemon`).
+
+mod cli;
+mod tui;
 
 fn main() -> std::process::ExitCode {
-    canopy::cli::main()
+    cli::main()
 }

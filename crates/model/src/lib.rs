@@ -6,6 +6,7 @@
 //!   rendered (a value is never parsed by a shell).
 //! - [`pattern`]: the one matcher of configured values (exact, glob, `re:` regex).
 //! - [`since`]: the one parser of `since` (a time, or a duration back from now).
+//! - [`call_env`]: the variables every process of an automation's call gets.
 //! - [`capabilities`]: what a plugin may be granted, parsed and printed.
 //! - [`hook_keys`]: the keys of a graph's `hooks` map and the events they fire on.
 //! - [`spec_format`]: the spec body format (`<spec>` and its seven sections).
@@ -15,6 +16,7 @@
 //! This crate depends on no other Canopy crate but `canopy-shell-words`: a wrong import into it
 //! is a build error (see `ARCHITECTURE.md`).
 
+pub mod call_env;
 pub mod capabilities;
 pub mod events;
 pub mod hook_keys;

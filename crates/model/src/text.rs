@@ -76,6 +76,16 @@ pub fn rfc3339_before_epoch(text: &str) -> bool {
         .is_ok_and(|t| t < jiff::Timestamp::UNIX_EPOCH)
 }
 
+/// True for a portable environment variable name: letters, digits and `_`, not starting with a
+/// digit.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

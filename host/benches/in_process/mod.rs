@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use canopy::config::{Config, Platform};
-use canopy::datadir::DataDir;
-use canopy::plugins::{HostServices, PluginHost};
+use canopy_daemon::config::Config;
+use canopy_datadir::DataDir;
+use canopy_executors::plugins::platforms::Platform;
+use canopy_executors::plugins::{HostServices, PluginHost};
 use canopy_model::work::{MessageTarget, Provenance};
 use canopy_store::Store;
 
@@ -20,7 +21,7 @@ impl HostServices for NoServices {
         _: MessageTarget,
         _: &'a str,
         _: &'a Provenance,
-    ) -> canopy::plugins::ServiceFuture<'a, Result<String, String>> {
+    ) -> canopy_executors::plugins::ServiceFuture<'a, Result<String, String>> {
         Box::pin(std::future::ready(Err("not in this benchmark".into())))
     }
     fn agent_platform(&self, name: &str) -> Result<Platform, String> {
@@ -32,7 +33,7 @@ impl HostServices for NoServices {
 pub async fn start(tmp: &std::path::Path) -> (Store, PluginHost) {
     // As the daemon does first: what it creates is private, and the processes it runs for the
     // user start from the spawner threads with the user's umask, not from a tokio worker.
-    canopy::datadir::private_umask();
+    canopy_executors::procs::umask::private_umask();
     let data = DataDir::resolve(Some(tmp.join("data")))
         .unwrap()
         .create()
@@ -40,13 +41,16 @@ pub async fn start(tmp: &std::path::Path) -> (Store, PluginHost) {
     let store = Store::open(&data.database()).unwrap();
     // As the daemon does before anything runs: without it a command's sweep would read every
     // process on the machine instead of the daemon's descendants, and keep no ledger.
-    canopy::procs::start(data.root(), &canopy::config::ProcessConfig::default())
-        .await
-        .unwrap();
+    canopy_executors::procs::start(
+        data.root(),
+        &canopy_executors::procs::ProcessConfig::default(),
+    )
+    .await
+    .unwrap();
     let plugins = PluginHost::start(
         &data,
         store.clone(),
-        &Config::default(),
+        &Config::default().limits.calls(),
         Arc::new(NoServices),
     )
     .await

@@ -10,8 +10,8 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::{Client, items, print_json, str_at};
-use crate::datadir::DataDir;
-use crate::logfile;
+use canopy_daemon::logfile;
+use canopy_datadir::DataDir;
 
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
@@ -47,7 +47,7 @@ pub async fn run(data: &DataDir, command: DaemonCommand) -> Result<ExitCode> {
 const STOP_MARGIN: Duration = Duration::from_secs(20);
 
 async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
-    if crate::daemon::holder(data).is_none() {
+    if canopy_daemon::daemon::holder(data).is_none() {
         println!(
             "no canopy daemon is running for data dir {}",
             data.root().display()
@@ -71,7 +71,7 @@ async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
     let deadline = started + timeout;
     let mut said = started;
     // The daemon holds its data dir's lock until its process has exited.
-    while crate::daemon::holder(data).is_some() {
+    while canopy_daemon::daemon::holder(data).is_some() {
         // A drain can take its whole budget: say it is still going every few seconds.
         if running > 0 && said.elapsed() >= PROGRESS_EVERY {
             said = Instant::now();
@@ -95,7 +95,7 @@ async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
 /// `canopy status`. Exit code 1 when no daemon runs (after saying so).
 pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
     let log_file = data.log_file();
-    if crate::daemon::holder(data).is_none() {
+    if canopy_daemon::daemon::holder(data).is_none() {
         let problems = logfile::recent_problems(&log_file, RECENT_PROBLEMS);
         if json {
             print_json(&json!({

@@ -8,10 +8,10 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::Value;
 
-use super::client::{ApiFailure, in_cli_terms};
-use super::sse::SseEvents;
 use super::{Client, encode, print_json, str_at};
-use crate::datadir::DataDir;
+use canopy_client::sse::SseEvents;
+use canopy_client::{ApiFailure, in_cli_terms};
+use canopy_datadir::DataDir;
 
 /// Events one read returns at most (the API's limit).
 const PAGE: usize = 1000;

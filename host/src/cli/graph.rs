@@ -7,10 +7,10 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::in_cli_terms;
 use super::output::{non_empty, print_warnings, table_or, utc, utc_cell};
 use super::progress::{self, WaitOptions};
 use super::{Client, encode, items, print_json, short, str_at, table};
+use canopy_client::in_cli_terms;
 
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
@@ -174,7 +174,7 @@ fn read_json(path: &PathBuf) -> Result<Value> {
 
 /// A refusal of the graph in `file` (400: a field of it is wrong) names the file.
 fn about_file(err: anyhow::Error, file: &std::path::Path) -> anyhow::Error {
-    match err.downcast_ref::<super::client::ApiFailure>() {
+    match err.downcast_ref::<canopy_client::ApiFailure>() {
         Some(failure) if failure.status == 400 => {
             anyhow::anyhow!("{}: {}", file.display(), failure.message)
         }

@@ -6,9 +6,9 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::in_cli_terms;
 use super::output::{non_empty, table_or, utc_cell};
 use super::{Client, encode, items, print_json, short, str_at};
+use canopy_client::in_cli_terms;
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {

@@ -1,7 +1,6 @@
 //! The command line. `canopy daemon` runs the daemon; every other command is a client of the
 //! daemon's HTTP API (one code path for people, scripts and agents).
 
-mod client;
 mod config;
 mod cron;
 mod daemon;
@@ -15,7 +14,6 @@ mod queue;
 mod run;
 mod session;
 mod spec;
-pub mod sse;
 mod table;
 mod webhooks;
 
@@ -25,8 +23,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 
-use crate::datadir::DataDir;
-pub use client::{ApiFailure, Client};
+use canopy_client::{Client, encode};
+use canopy_datadir::DataDir;
 
 /// Canopy runs agent work as graphs over specs and queues, and reacts with hooks.
 #[derive(Debug, Parser)]
@@ -158,11 +156,15 @@ enum Command {
     /// Serve MCP (Model Context Protocol) on stdin/stdout for an agent CLI: Canopy's graphs,
     /// specs, queues, hooks, sessions and feed as tools and resources.
     #[command(after_help = "Example (Claude Code):\n  claude mcp add canopy -- canopy mcp")]
-    Mcp(crate::mcp::McpArgs),
+    Mcp(McpArgs),
     /// The terminal UI: projects, backlog, graphs, queues and sessions, live.
     #[command(after_help = "Example:\n  canopy tui")]
     Tui(crate::tui::TuiArgs),
 }
+
+/// `canopy mcp`: serve MCP on stdin/stdout.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {}
 
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
 pub fn main() -> ExitCode {
@@ -211,7 +213,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             action: None,
             listen,
         } => {
-            crate::daemon::run(data, listen).await?;
+            canopy_daemon::daemon::run(data, listen).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Daemon {
@@ -231,7 +233,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Feed(args) => feed::run(&data, args).await,
         Command::Config(command) => config::run(&data, command).await,
         Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,
-        Command::Mcp(args) => crate::mcp::serve_stdio(&data, args).await,
+        Command::Mcp(McpArgs {}) => canopy_daemon::mcp::serve_stdio(&data).await,
         Command::Tui(args) => crate::tui::run(&data, args).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
@@ -250,11 +252,11 @@ fn init_tracing(daemon: bool) {
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .with_target(false);
-    // The daemon also writes daemon.log in its data dir, never in colour (see crate::logfile).
+    // The daemon also writes daemon.log in its data dir, never in colour (see canopy_daemon::logfile).
     let file = daemon.then(|| {
         tracing_subscriber::fmt::layer()
-            .fmt_fields(crate::logfile::PlainFields::default())
-            .with_writer(crate::logfile::FileWriter)
+            .fmt_fields(canopy_daemon::logfile::PlainFields::default())
+            .with_writer(canopy_daemon::logfile::FileWriter)
             .with_ansi(false)
             .with_target(false)
     });
@@ -300,15 +302,4 @@ pub(crate) fn list_at(value: &Value, pointer: &str) -> String {
 
 pub(crate) fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
-}
-
-/// Percent-encodes a path segment (plugin names are plain, but be safe).
-pub(crate) fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }

@@ -8,9 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::in_cli_terms;
 use super::output::{non_empty, print_warnings, utc};
 use super::{Client, encode, items, list_at, print_json, short, str_at, table};
+use canopy_client::in_cli_terms;
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -256,7 +256,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                 );
                 println!(
                     "Canopy's own keys (any mode; read by the daemon, never passed on): {}",
-                    crate::plugins::RESERVED_KEYS.join(", ")
+                    canopy_executors::plugins::RESERVED_KEYS.join(", ")
                 );
             }
         }

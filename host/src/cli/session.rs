@@ -6,9 +6,9 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::in_cli_terms;
 use super::output::{non_empty, table_or, utc};
 use super::{Client, encode, items, print_json, short, str_at};
+use canopy_client::in_cli_terms;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {

@@ -12,9 +12,9 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::app::{Command, FeedEvent, Graph, Loaded, Msg, Resource};
-use crate::cli::Client;
-use crate::cli::sse::SseEvents;
-use crate::datadir::DataDir;
+use canopy_client::Client;
+use canopy_client::sse::SseEvents;
+use canopy_datadir::DataDir;
 
 /// How long a read or an action may take before the TUI says so.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -180,7 +180,7 @@ impl Data {
                     Ok(graph) => Ok(Loaded::Graph(Some(Box::new(graph)))),
                     Err(err)
                         if err
-                            .downcast_ref::<crate::cli::ApiFailure>()
+                            .downcast_ref::<canopy_client::ApiFailure>()
                             .is_some_and(|f| f.status == 404) =>
                     {
                         Ok(Loaded::Graph(None))

@@ -35,8 +35,8 @@ use ratatui::crossterm::terminal::{
 use ratatui::crossterm::{execute, queue};
 use tokio::sync::mpsc;
 
-use crate::datadir::DataDir;
 use app::{App, Command, Msg, Resource};
+use canopy_datadir::DataDir;
 use data::Data;
 
 /// `canopy tui`.

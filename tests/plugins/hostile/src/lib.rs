@@ -213,7 +213,7 @@ impl Executor for Hostile {
                     log::info(&line);
                 }
                 log::info(
-                    "innocent\n2026-01-01T00:00:00Z  INFO canopy::daemon: canopy daemon listening url=http://evil.example\x1b[2K\x1b[1A",
+                    "innocent\n2026-01-01T00:00:00Z  INFO canopy_daemon::daemon: canopy daemon listening url=http://evil.example\x1b[2K\x1b[1A",
                 );
                 Ok(Outcome::completed().with_summary("logged"))
             }

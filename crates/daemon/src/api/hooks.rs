@@ -1,0 +1,851 @@
+//! The hooks API: hook-run history (`/api/hook-runs`, and one workspace's in the terms of seed
+//! 004), the event taxonomy (`/api/hooks/events`), the hook catalog resolved across every source
+//! (`/api/hooks/catalog`: graphs' hooks and the daemon hooks of `canopy.toml`), dry runs
+//! (`/api/graphs/{name}/hooks/test`), and the firing breaker (`/api/hooks/tripped`,
+//! `/api/hooks/reset`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{ApiError, ApiJson, ApiQuery, AppState};
+use crate::engine::EngineError;
+use crate::hooks::daemon::DaemonHook;
+use crate::hooks::dry_run::{DryRun, evaluate};
+use crate::hooks::runs::{HookRunFilter, HookRunStatus};
+use canopy_model::events::{EventPattern, FAMILIES, Family};
+use canopy_model::hook_keys::{EVENTS, HookEvent};
+use canopy_model::markers::HOOK_MARKERS;
+use canopy_store::graphs::Graph;
+use canopy_store::hook_runs::{ASYNC_MODE, HookOutcome, HookSource};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/hook-runs", get(list_runs))
+        .route("/workspaces/{workspace_id}/hooks/runs", get(workspace_runs))
+        .route("/hooks/events", get(events))
+        .route("/hooks/catalog", get(catalog))
+        .route("/hooks/tripped", get(tripped))
+        .route("/hooks/reset", post(reset))
+        .route("/graphs/{name}/hooks/test", post(test))
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunsQuery {
+    /// Only this graph's hook runs (its name, id or unique id prefix).
+    #[serde(default)]
+    graph: Option<String>,
+    /// A graph hook's key (`on_completed`), or a taxonomy event or glob (`graph.run.*`).
+    #[serde(default)]
+    event: Option<String>,
+    /// A run status: `queued`, `running`, `completed`, `failed`, `timed_out`, `interrupted`.
+    #[serde(default)]
+    status: Option<String>,
+    /// An outcome: `applied`, `denied`, `failed`, `skipped`, `dropped`, `rejected`.
+    #[serde(default)]
+    outcome: Option<String>,
+    /// `graph` (a graph's `hooks`), `config` (`[[hooks]]` in canopy.toml) or `project`.
+    #[serde(default)]
+    source: Option<String>,
+    /// A hook's name.
+    #[serde(default)]
+    hook: Option<String>,
+    /// RFC 3339 instant, or a duration back from now (`10m`, `2h`).
+    #[serde(default)]
+    since: Option<String>,
+    /// The newest this many (default 50, at most 10000).
+    #[serde(default)]
+    last: Option<usize>,
+}
+
+/// Parses a graph-hook key (the `hooks test` body's `event`); the error lists the keys.
+fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
+    HookEvent::parse(text).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "field `event`: unknown event `{text}`{}; the events are {}",
+            canopy_model::text::did_you_mean(text, EVENTS.iter().map(|e| e.as_str())),
+            HookEvent::names()
+        ))
+    })
+}
+
+/// An `event` filter: a graph hook's key (`on_completed`: that key's hooks), or a taxonomy
+/// event or glob (`graph.run.completed`, `spec.*`: every hook that fires on a matching event,
+/// graph hooks by their key's event included).
+#[derive(Debug, Clone)]
+enum EventFilter {
+    Key(HookEvent),
+    Pattern(EventPattern),
+}
+
+impl EventFilter {
+    fn parse(text: &str) -> Result<Self, ApiError> {
+        if let Some(key) = HookEvent::parse(text) {
+            return Ok(Self::Key(key));
+        }
+        EventPattern::parse(text).map(Self::Pattern).map_err(|err| {
+            if err.contains("matches no event") {
+                let names = EVENTS
+                    .iter()
+                    .map(|e| e.as_str())
+                    .chain(canopy_model::events::all().map(|def| def.name));
+                ApiError::bad_request(format!(
+                    "query parameter `event`: unknown event `{text}`{}; give a graph hook key ({}) or an event of the taxonomy, or a glob of them (graph.run.completed, spec.*; `canopy hooks events` lists them)",
+                    canopy_model::text::did_you_mean(text, names),
+                    HookEvent::names()
+                ))
+            } else {
+                ApiError::bad_request(format!("query parameter `event`: {err}"))
+            }
+        })
+    }
+
+    /// The events hook runs record that this filter names: the key itself, or the matching
+    /// taxonomy events (daemon hooks) and the keys firing on them (graph hooks).
+    fn recorded(&self) -> Vec<String> {
+        match self {
+            Self::Key(key) => vec![key.as_str().to_string()],
+            Self::Pattern(pattern) => pattern
+                .events()
+                .map(|def| def.name.to_string())
+                .chain(
+                    EVENTS
+                        .iter()
+                        .filter(|key| pattern.matches(key.taxonomy_event()))
+                        .map(|key| key.as_str().to_string()),
+                )
+                .collect(),
+        }
+    }
+
+    fn names_key(&self, key: HookEvent) -> bool {
+        match self {
+            Self::Key(wanted) => *wanted == key,
+            Self::Pattern(pattern) => pattern.matches(key.taxonomy_event()),
+        }
+    }
+
+    /// Whether a project hook fires on an event this filter names.
+    fn names_project_hook(&self, hook: &crate::projects::ProjectHook) -> bool {
+        match self {
+            Self::Key(_) => false,
+            Self::Pattern(pattern) => pattern.matches(hook.event.taxonomy_event()),
+        }
+    }
+
+    /// Whether a daemon hook fires on an event this filter names.
+    fn names_daemon_hook(&self, hook: &DaemonHook) -> bool {
+        match self {
+            Self::Key(_) => false,
+            Self::Pattern(pattern) => pattern.events().any(|def| hook.pattern.matches(def.name)),
+        }
+    }
+}
+
+/// The allowed values of a parameter, for its error.
+fn one_of(values: impl IntoIterator<Item = &'static str>) -> String {
+    values.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+/// Parses a query parameter that takes one of a state's values: `param` names it, `what` is
+/// (singular, plural), and the error lists the `allowed` values.
+fn parse_one_of<T: std::str::FromStr>(
+    param: &str,
+    what: (&str, &str),
+    text: &str,
+    allowed: String,
+) -> Result<T, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "query parameter `{param}`: unknown {} `{text}`; the {} are {allowed}",
+            what.0, what.1
+        ))
+    })
+}
+
+fn parse_status(text: &str) -> Result<HookRunStatus, ApiError> {
+    let allowed = one_of(HookRunStatus::ALL.iter().map(|s| s.as_str()));
+    parse_one_of("status", ("status", "statuses"), text, allowed)
+}
+
+fn parse_outcome(text: &str) -> Result<HookOutcome, ApiError> {
+    let allowed = one_of(HookOutcome::ALL.iter().map(|o| o.as_str()));
+    parse_one_of("outcome", ("outcome", "outcomes"), text, allowed)
+}
+
+fn parse_source(text: &str) -> Result<HookSource, ApiError> {
+    let allowed = format!(
+        "{} (graph: a graph's `hooks`; config: `[[hooks]]` in canopy.toml; project: `[projects.NAME.hooks]` in canopy.toml)",
+        one_of(HookSource::ALL.iter().map(|s| s.as_str()))
+    );
+    parse_one_of("source", ("source", "sources"), text, allowed)
+}
+
+/// Parses `since`: an instant (RFC 3339) or a span back from now, which may reach back no
+/// further than 1970-01-01 (the times the store can hold).
+fn parse_since(text: &str) -> Result<String, ApiError> {
+    canopy_model::since::instant(text, SystemTime::now()).map_err(|err| {
+        ApiError::bad_request(err.message(
+            "query parameter `since`",
+            text,
+            "an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration (10m, 2h)",
+        ))
+    })
+}
+
+/// How many hook runs a listing returns at most: `last`, 50 by default.
+fn last_of(last: Option<usize>) -> usize {
+    last.unwrap_or(50).clamp(1, 10_000)
+}
+
+async fn list_runs(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<RunsQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let graph_id = match query.graph.as_deref() {
+        Some(graph) => Some(state.engine.get_graph(graph).await?.graph.id),
+        None => None,
+    };
+    let filter = HookRunFilter {
+        graph_id,
+        events: query
+            .event
+            .as_deref()
+            .map(EventFilter::parse)
+            .transpose()?
+            .map(|e| e.recorded()),
+        status: query.status.as_deref().map(parse_status).transpose()?,
+        outcome: query.outcome.as_deref().map(parse_outcome).transpose()?,
+        source: query.source.as_deref().map(parse_source).transpose()?,
+        hook: query.hook,
+        since: query.since.as_deref().map(parse_since).transpose()?,
+        last: last_of(query.last),
+        ..HookRunFilter::default()
+    };
+    let found = state
+        .store
+        .read(move |rd| rd.hook_runs(&filter))
+        .await
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    Ok(ApiJson(json!({ "runs": found })))
+}
+
+/// Resolves a workspace: an absolute path (a project, canonical when it exists), or a graph's
+/// name, id or unique id prefix (its workdir). `None` when it is neither.
+async fn resolve_workspace(state: &AppState, text: &str) -> Result<Option<String>, ApiError> {
+    let text = text.trim();
+    if text.starts_with('/') {
+        let path = match tokio::fs::canonicalize(text).await {
+            Ok(real) => real.to_string_lossy().into_owned(),
+            Err(_) if text.len() > 1 => text.trim_end_matches('/').to_string(),
+            Err(_) => text.to_string(),
+        };
+        return Ok(Some(path));
+    }
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match state.engine.get_graph(text).await {
+        Ok(view) => Ok(Some(view.graph.workdir)),
+        Err(EngineError::NotFound { .. }) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// What a workspace is, for its errors.
+const WORKSPACE_IS: &str =
+    "a workspace is a project's absolute path (URL-encoded in a path) or a graph's name";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkspaceRunsQuery {
+    /// A graph run id, or an interactive session id.
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default)]
+    since: Option<String>,
+    #[serde(default)]
+    last: Option<usize>,
+}
+
+/// One workspace's hook runs in the terms of the hook API (seed 004), newest first.
+async fn workspace_runs(
+    State(state): State<AppState>,
+    Path(workspace_id): Path<String>,
+    ApiQuery(query): ApiQuery<WorkspaceRunsQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let Some(project) = resolve_workspace(&state, &workspace_id).await? else {
+        return Err(ApiError::not_found(format!(
+            "no workspace `{workspace_id}`: it is neither an absolute path nor a graph; {WORKSPACE_IS}"
+        )));
+    };
+    let filter = HookRunFilter {
+        project: Some(project),
+        session: query.session.filter(|s| !s.trim().is_empty()),
+        events: query
+            .event
+            .as_deref()
+            .map(EventFilter::parse)
+            .transpose()?
+            .map(|e| e.recorded()),
+        outcome: query.outcome.as_deref().map(parse_outcome).transpose()?,
+        since: query.since.as_deref().map(parse_since).transpose()?,
+        last: last_of(query.last),
+        ..HookRunFilter::default()
+    };
+    let found = state
+        .store
+        .read(move |rd| rd.hook_runs(&filter))
+        .await
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    let runs: Vec<_> = found.iter().map(|run| run.seed()).collect();
+    Ok(ApiJson(json!({ "runs": runs })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    #[serde(default)]
+    family: Option<String>,
+    #[serde(default)]
+    sync_only: bool,
+}
+
+/// The event taxonomy (every event, or one family's, or the sync-eligible ones), and the
+/// graph-hook keys with the taxonomy events they fire on.
+async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>, ApiError> {
+    let family = query
+        .family
+        .as_deref()
+        .map(|text| {
+            Family::parse(text).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "query parameter `family`: unknown family `{text}`{}; the families are {}",
+                    canopy_model::text::did_you_mean(text, FAMILIES.iter().map(|f| f.as_str())),
+                    Family::names()
+                ))
+            })
+        })
+        .transpose()?;
+    let wanted = |def: &canopy_model::events::EventDef| {
+        family.is_none_or(|f| f == def.family) && (!query.sync_only || def.sync_eligible)
+    };
+    let events: Vec<Value> = canopy_model::events::all()
+        .filter(|def| wanted(def))
+        .map(|def| {
+            json!({
+                "event": def.name,
+                "family": def.family,
+                "description": def.description,
+                "markers": def.markers,
+                "sync_eligible": def.sync_eligible,
+                "payload_schema": (def.payload_schema)(),
+                "patch_schema": def.patch_schema.map(|schema| schema()),
+            })
+        })
+        .collect();
+    // Graph hooks are async: none is listed for sync_only.
+    let graph_hooks: Vec<Value> = EVENTS
+        .iter()
+        .filter(|key| {
+            !query.sync_only
+                && canopy_model::events::find(key.taxonomy_event())
+                    .is_some_and(|def| family.is_none_or(|f| f == def.family))
+        })
+        .map(|key| {
+            let markers: Vec<&str> = ["graph_name", "workdir"]
+                .into_iter()
+                .chain(key.markers().iter().copied())
+                .collect();
+            json!({
+                "event": key.as_str(),
+                "taxonomy_event": key.taxonomy_event(),
+                "description": key.description(),
+                "markers": markers,
+                "spec_ids": key.takes_spec_ids(),
+            })
+        })
+        .collect();
+    // The keys of `[projects.NAME.hooks]`, with the taxonomy events they fire on.
+    let project_hooks: Vec<Value> = crate::projects::EVENTS
+        .iter()
+        .filter(|key| !query.sync_only && family.is_none_or(|f| f == key.def().family))
+        .map(|key| {
+            json!({
+                "event": key.as_str(),
+                "taxonomy_event": key.taxonomy_event(),
+                "description": key.def().description,
+                "markers": key.def().markers,
+            })
+        })
+        .collect();
+    Ok(ApiJson(json!({
+        "events": events,
+        "envelope_markers": canopy_model::events::ENVELOPE_MARKERS,
+        "graph_hooks": graph_hooks,
+        "project_hooks": project_hooks,
+        "markers": HOOK_MARKERS,
+        "unset_marker_value": canopy_model::markers::NONE,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogQuery {
+    /// Only this graph's hooks (and the daemon hooks that may fire for it).
+    #[serde(default)]
+    graph: Option<String>,
+    /// A project path or a graph name.
+    #[serde(default)]
+    workspace: Option<String>,
+    /// Accepted; every hook applies to every agent today (agent definitions are a later hook
+    /// source).
+    #[serde(default)]
+    #[allow(dead_code)]
+    agent: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
+    /// `sync` or `async`; any other value is an executor mode (`command`, `docs-maintenance`).
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+/// The `mode` filter of the catalog.
+enum ModeFilter {
+    /// `sync` or `async`, the hook API's mode.
+    Dispatch(String),
+    /// An executor mode.
+    Executor(String),
+}
+
+impl ModeFilter {
+    fn parse(text: &str) -> Result<Self, ApiError> {
+        match text.trim() {
+            "" => Err(ApiError::bad_request(
+                "query parameter `mode`: it is empty; give sync, async, or an executor mode (command, agent, ...)",
+            )),
+            "sync" | "async" => Ok(Self::Dispatch(text.trim().to_string())),
+            other => Ok(Self::Executor(other.to_string())),
+        }
+    }
+
+    fn allows(&self, executor: Option<&str>) -> bool {
+        match self {
+            Self::Dispatch(mode) => mode == ASYNC_MODE,
+            Self::Executor(mode) => executor == Some(mode.as_str()),
+        }
+    }
+}
+
+/// Whether a daemon hook may fire for events with these field values: none of its `match`
+/// fields on one of them refuses the value.
+fn daemon_hook_allows(hook: &DaemonHook, facts: &[(&str, &str)]) -> bool {
+    hook.matchers.iter().all(|(field, matcher)| {
+        facts
+            .iter()
+            .filter(|(name, _)| name == field)
+            .all(|(_, value)| matcher.matches(value))
+    })
+}
+
+/// Milliseconds of a timeout, for the catalog.
+fn millis(timeout: Option<Duration>) -> Option<u64> {
+    timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A graph's hook as the catalog lists it.
+fn graph_entry(
+    state: &AppState,
+    graph: &Graph,
+    key: HookEvent,
+    index: usize,
+    hook: Map<String, Value>,
+) -> Value {
+    let work = canopy_executors::plugins::split_work_config(&hook).ok();
+    let executor_kind = work.as_ref().map(|w| w.mode.clone());
+    let executor = executor_kind
+        .as_deref()
+        .and_then(|m| state.plugins.plugin_ref(m).ok());
+    let metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("graph", graph.name.clone()),
+        ("graph_id", graph.id.clone()),
+        ("key", key.as_str().to_string()),
+        ("index", index.to_string()),
+        ("workdir", graph.workdir.clone()),
+    ]);
+    json!({
+        "name": canopy_store::hook_runs::graph_hook_name(&graph.name, key.as_str(), index),
+        "source": HookSource::Graph,
+        "event": key.taxonomy_event(),
+        "key": key.as_str(),
+        "executor_kind": executor_kind,
+        "matcher": { "graph": graph.name, "spec_ids": hook.get("spec_ids") },
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(work.as_ref().and_then(|w| w.host().timeout())),
+        "graph": graph.name,
+        "graph_id": graph.id,
+        "index": index,
+        "executor": executor,
+        "spec_ids": hook.get("spec_ids"),
+        "config": hook,
+    })
+}
+
+/// A daemon hook as the catalog lists it.
+fn daemon_entry(state: &AppState, hook: &DaemonHook, node: &str, roles: &[String]) -> Value {
+    let config = &hook.config;
+    let mut matcher: Map<String, Value> = config
+        .matcher
+        .iter()
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
+    if !config.nodes.is_empty() {
+        matcher.insert("nodes".to_string(), json!(config.nodes));
+    }
+    if !config.roles_permitted.is_empty() {
+        matcher.insert("roles_permitted".to_string(), json!(config.roles_permitted));
+    }
+    let mut metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("index", hook.index.to_string()),
+        ("serves_this_node", hook.serves(node, roles).to_string()),
+    ]);
+    if !config.nodes.is_empty() {
+        metadata.insert("nodes", config.nodes.join(","));
+    }
+    if !config.roles_permitted.is_empty() {
+        metadata.insert("roles_permitted", config.roles_permitted.join(","));
+    }
+    if let Some(cwd) = &config.cwd {
+        metadata.insert("cwd", cwd.clone());
+    }
+    let events: Vec<&str> = hook.pattern.events().map(|def| def.name).collect();
+    json!({
+        "name": hook.name(),
+        "source": HookSource::Config,
+        "event": hook.pattern.as_str(),
+        "events": events,
+        "key": null,
+        "executor_kind": hook.work.mode,
+        "matcher": matcher,
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": hook.index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
+        "graph": null,
+        "graph_id": null,
+        "index": hook.index,
+        "executor": state.plugins.plugin_ref(&hook.work.mode).ok(),
+        "spec_ids": null,
+        "config": config,
+    })
+}
+
+/// A project's hook as the catalog lists it.
+fn project_entry(state: &AppState, hook: &crate::projects::ProjectHook) -> Value {
+    let checkout = hook.checkout.to_string_lossy().into_owned();
+    let metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("project", hook.project.clone()),
+        ("checkout", checkout.clone()),
+        ("key", hook.event.as_str().to_string()),
+        ("index", hook.index.to_string()),
+    ]);
+    json!({
+        "name": hook.name,
+        "source": HookSource::Project,
+        "event": hook.event.taxonomy_event(),
+        "key": hook.event.as_str(),
+        "executor_kind": hook.work.mode,
+        "matcher": { "project": hook.project },
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": hook.index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
+        "graph": null,
+        "graph_id": null,
+        "index": hook.index,
+        "project": hook.project,
+        "checkout": checkout,
+        "executor": state.plugins.plugin_ref(&hook.work.mode).ok(),
+        "spec_ids": null,
+        "config": hook.config,
+    })
+}
+
+/// Every configured hook, resolved across its sources: each graph's hooks (or one graph's),
+/// in firing order per key, then the daemon hooks of `canopy.toml` in force, in their order,
+/// then the projects' hooks; each with the executor that would run it now.
+/// The hooks their firing breaker has tripped (see [`crate::hooks::breaker`]).
+async fn tripped(State(state): State<AppState>) -> ApiJson<Value> {
+    ApiJson(json!({ "tripped": state.bus.tripped_hooks() }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResetBody {
+    /// The hook's name, as `hooks runs` shows it.
+    name: String,
+}
+
+/// Puts a tripped hook back: its next firing runs.
+async fn reset(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ResetBody>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let reset = state.bus.reset_hook(&body.name);
+    if reset.is_empty() {
+        let tripped: Vec<String> = state
+            .bus
+            .tripped_hooks()
+            .into_iter()
+            .map(|t| t.hook_name)
+            .collect();
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "field `name`: hook `{}` is not tripped; {}",
+                body.name,
+                if tripped.is_empty() {
+                    "no hook is".to_string()
+                } else {
+                    format!("tripped now: {}", tripped.join(", "))
+                }
+            ),
+        ));
+    }
+    Ok(ApiJson(json!({ "reset": reset })))
+}
+
+async fn catalog(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<CatalogQuery>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let event = query.event.as_deref().map(EventFilter::parse).transpose()?;
+    let source = query.source.as_deref().map(parse_source).transpose()?;
+    let mode = query.mode.as_deref().map(ModeFilter::parse).transpose()?;
+    let workspace = match query.workspace.as_deref() {
+        Some(text) => Some(resolve_workspace(&state, text).await?.ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "query parameter `workspace`: `{text}` is neither an absolute path nor a graph; {WORKSPACE_IS}"
+            ))
+        })?),
+        None => None,
+    };
+    let graphs = match &query.graph {
+        Some(name) => vec![state.engine.get_graph(name).await?.graph],
+        None => state
+            .engine
+            .list_graphs()
+            .await?
+            .into_iter()
+            .map(|view| view.graph)
+            .collect(),
+    };
+    let mut hooks = Vec::new();
+    if source.is_none_or(|s| s == HookSource::Graph) {
+        for graph in &graphs {
+            if workspace.as_ref().is_some_and(|w| *w != graph.workdir) {
+                continue;
+            }
+            for key in EVENTS {
+                if event.as_ref().is_some_and(|e| !e.names_key(key)) {
+                    continue;
+                }
+                for (index, hook) in crate::hooks::config::hooks_of(&graph.hooks, key)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let executor = canopy_executors::plugins::split_work_config(&hook)
+                        .ok()
+                        .map(|w| w.mode);
+                    if mode
+                        .as_ref()
+                        .is_some_and(|m| !m.allows(executor.as_deref()))
+                    {
+                        continue;
+                    }
+                    hooks.push(graph_entry(&state, graph, key, index, hook));
+                }
+            }
+        }
+    }
+    if source.is_none_or(|s| s == HookSource::Config) {
+        let daemon = state.bus.daemon_hooks();
+        for hook in &daemon.hooks {
+            if event.as_ref().is_some_and(|e| !e.names_daemon_hook(hook))
+                || mode
+                    .as_ref()
+                    .is_some_and(|m| !m.allows(Some(&hook.work.mode)))
+            {
+                continue;
+            }
+            if let Some(workspace) = &workspace
+                && !daemon_hook_allows(hook, &[("project", workspace), ("workdir", workspace)])
+            {
+                continue;
+            }
+            // With `graph`: the daemon hooks that may fire for one of its events.
+            if query.graph.is_some()
+                && !graphs.iter().any(|g| {
+                    daemon_hook_allows(
+                        hook,
+                        &[
+                            ("graph_name", &g.name),
+                            ("graph_id", &g.id),
+                            ("project", &g.workdir),
+                            ("workdir", &g.workdir),
+                        ],
+                    )
+                })
+            {
+                continue;
+            }
+            hooks.push(daemon_entry(&state, hook, &daemon.node, &daemon.roles));
+        }
+    }
+    // Project hooks fire on project events, never on a graph's.
+    if source.is_none_or(|s| s == HookSource::Project) && query.graph.is_none() {
+        let projects = state.bus.project_hooks();
+        for hook in &projects.hooks {
+            if event.as_ref().is_some_and(|e| !e.names_project_hook(hook))
+                || mode
+                    .as_ref()
+                    .is_some_and(|m| !m.allows(Some(&hook.work.mode)))
+            {
+                continue;
+            }
+            if let Some(workspace) = &workspace {
+                let real = tokio::fs::canonicalize(&hook.checkout)
+                    .await
+                    .unwrap_or_else(|_| hook.checkout.clone());
+                if std::path::Path::new(workspace) != real
+                    && std::path::Path::new(workspace) != hook.checkout
+                {
+                    continue;
+                }
+            }
+            hooks.push(project_entry(&state, hook));
+        }
+    }
+    Ok(ApiJson(json!({ "hooks": hooks })))
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TestBody {
+    /// The graph hook key to test: `on_completed`, `on_failed`, `on_blocked` or
+    /// `on_spec_completed`.
+    event: String,
+    /// Only the hook at this position of the event's list (0-based).
+    #[serde(default)]
+    index: Option<usize>,
+    /// The spec the event is about (id or unique prefix), for per-spec events.
+    #[serde(default)]
+    spec: Option<String>,
+    /// The run whose history the event is built from (default: the latest).
+    #[serde(default)]
+    run: Option<String>,
+    /// Really run the hooks (and wait for them), instead of only rendering them.
+    #[serde(default)]
+    execute: bool,
+}
+
+/// How long `execute` waits for the test runs to finish.
+const EXECUTE_WAIT: Duration = Duration::from_secs(600);
+
+async fn test(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<TestBody>,
+) -> Result<ApiJson<DryRun>, ApiError> {
+    let event = parse_event(&body.event)?;
+    let (graph, run, engine_event) = state
+        .engine
+        .event_from_history(&name, event, body.run.as_deref(), body.spec.as_deref())
+        .await?;
+    let count = crate::hooks::config::hooks_of(&graph.hooks, event).len();
+    if let Some(index) = body.index
+        && index >= count
+    {
+        return Err(ApiError::bad_request(format!(
+            "field `index`: {} has {count} hook(s) on {}",
+            graph.name,
+            event.as_str()
+        )));
+    }
+    let firing = engine_event.as_ref().and_then(crate::hooks::Firing::of);
+    let event_note = match (&engine_event, &firing) {
+        (None, _) => Some(format!(
+            "run {} has no spec for {} to be about",
+            &run.id[..12],
+            event.as_str()
+        )),
+        (Some(_), None) => {
+            Some("on_completed fires only for a run that completed at least one spec".to_string())
+        }
+        _ => None,
+    };
+    let hooks = evaluate(
+        &state.plugins,
+        &graph.hooks,
+        event,
+        firing.as_ref(),
+        body.index,
+    )
+    .await;
+    let mut runs_recorded = Vec::new();
+    if body.execute
+        && let Some(firing) = &firing
+    {
+        let ids = state
+            .bus
+            .fire_test(firing.clone(), body.index)
+            .await
+            .map_err(|e| ApiError::internal(&e.into()))?;
+        let deadline = tokio::time::Instant::now() + EXECUTE_WAIT;
+        loop {
+            let wanted = ids.clone();
+            let mine = state
+                .store
+                .read(move |rd| rd.hook_runs_by_id(&wanted))
+                .await
+                .map_err(|e| ApiError::internal(&e.into()))?;
+            if mine.iter().all(|r| r.status.is_finished()) || tokio::time::Instant::now() > deadline
+            {
+                runs_recorded = mine;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(ApiJson(DryRun {
+        graph: graph.name,
+        run_id: run.id,
+        event,
+        markers: firing.map(|f| f.markers).unwrap_or_default(),
+        event_note,
+        hooks,
+        runs: runs_recorded,
+    }))
+}

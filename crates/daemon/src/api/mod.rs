@@ -1,0 +1,135 @@
+//! The HTTP API: JSON resources on loopback. The CLI is a client of exactly these routes.
+//!
+//! Errors are `{"error": {"code": "...", "message": "..."}}` with a status that fits: 400 bad
+//! input (the message names the field), 404 unknown resource, 409 conflict, 422 a plugin call
+//! that failed, 500 something on our side (details in the daemon log, not in the response). An
+//! unknown route is 404 and a method a route does not take 405, with the same body.
+//!
+//! Every request passes [`guard`] first: the right `Host`, no foreign `Origin`, the daemon's token
+//! as `Authorization: Bearer`, and a JSON body (401, 403 or 415 otherwise).
+
+mod config;
+mod crons;
+mod daemon;
+mod engine;
+mod error;
+mod feed;
+mod guard;
+mod hooks;
+mod plugins;
+mod sessions;
+mod webhooks;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{Method, Uri};
+use axum::routing::get;
+
+pub use daemon::DaemonInfo;
+pub use error::{ApiError, ApiJson, ApiQuery};
+pub use guard::Access;
+
+use crate::bus::Bus;
+use crate::engine::Engine;
+use crate::sessions::Delivery;
+use canopy_executors::plugins::PluginHost;
+use canopy_store::Store;
+
+/// The header a client made with the daemon's token sends to say it is an agent
+/// (`X-Canopy-Actor: agent`, as `canopy mcp` does). Automations are known by their call token.
+pub const ACTOR_HEADER: &str = "x-canopy-actor";
+
+/// What every handler can reach. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub store: Store,
+    pub plugins: PluginHost,
+    pub engine: Engine,
+    pub bus: Bus,
+    /// Re-reads and checks `canopy.toml`.
+    pub reloader: Arc<crate::reload::Reloader>,
+    pub delivery: Delivery,
+    /// A planned stop's drain: admit work through it (see [`crate::drain`]).
+    pub drain: crate::drain::Drain,
+    /// Webhook ingress: its hooks, queues and deliveries.
+    pub webhooks: crate::webhooks::Ingress,
+    /// The daemon's crons.
+    pub crons: crate::crons::Crons,
+    pub data_dir: std::path::PathBuf,
+    /// Pid, address, start time, log file, and the shutdown switch.
+    pub daemon: Arc<DaemonInfo>,
+}
+
+/// Request types the MCP server's tools take (their JSON Schemas are the tools' input schemas).
+pub(crate) mod requests {
+    pub(crate) use super::engine::{AddSpec, GraphQuery, Reorder, SetGroup, SpecQuery};
+    pub(crate) use super::feed::FeedParams;
+    pub(crate) use super::hooks::{RunsQuery, TestBody};
+    pub(crate) use super::sessions::{ListQuery, SendBody};
+}
+
+/// The whole API, behind its guard, with the MCP server at `/mcp` (streamable HTTP) whose tools
+/// call these same routes in-process.
+pub fn router(state: AppState, access: Access) -> Router {
+    // The routes MCP's tools call, without the guard: a request reaching a tool has passed it at
+    // `/mcp` already.
+    let inner = finish(routes(), state.clone());
+    let mcp = crate::mcp::http_service(inner, state.daemon.stopped());
+    finish(routes().route("/mcp", mcp), state)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(access),
+            guard::guard,
+        ))
+        .layer(axum::middleware::map_response(error::json_errors))
+}
+
+/// Every route of the API.
+fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/health", get(health))
+        .nest("/api/plugins", plugins::router())
+        .nest("/api", engine::router())
+        .nest("/api", hooks::router())
+        .nest("/api", sessions::router())
+        .nest("/api", feed::router())
+        .nest("/api", daemon::router())
+        .nest("/api", config::router())
+        .nest("/api/webhooks", webhooks::router())
+        .nest("/api", crons::router())
+}
+
+/// The routes with the 404 and 405 answers, and their state.
+fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    routes
+        // After every route: it applies to the routes registered before it.
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no such route: {method} {}; the routes are listed under HTTP API in the README",
+        uri.path()
+    ))
+}
+
+/// 405; axum adds the `Allow` header listing the methods the route takes.
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} does not take {method}", uri.path()),
+    )
+}
+
+async fn health(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "data_dir": state.data_dir,
+    }))
+}

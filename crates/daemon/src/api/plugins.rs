@@ -1,0 +1,340 @@
+//! `/api/plugins`: install, list, inspect, remove, enable, run and bench executor plugins.
+//!
+//! A change records its `plugin.*` event once it is done: installed (or upgraded), removed,
+//! and a built-in disabled (removing one) or a disabled plugin enabled.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{ApiError, ApiJson, ApiQuery, AppState};
+use canopy_executors::plugins::{
+    BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, WorkConfig,
+};
+use canopy_model::events::Event;
+use canopy_model::events::plugin::{
+    PluginDisabled, PluginEnabled, PluginInstalled, PluginRef as PluginEventRef, PluginRemoved,
+};
+use canopy_model::work::Provenance;
+
+/// Largest component accepted for install.
+const MAX_COMPONENT: usize = 64 * 1024 * 1024;
+
+/// What a `plugin.*` event says about a plugin.
+fn event_ref(info: &PluginInfo) -> PluginEventRef {
+    PluginEventRef {
+        plugin: info.record.name.clone(),
+        version: info.record.version.clone(),
+        sha256: info.record.sha256.clone(),
+        modes: info.record.manifest.modes.clone(),
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/",
+            get(list)
+                .post(install)
+                .layer(DefaultBodyLimit::max(MAX_COMPONENT)),
+        )
+        .route("/{name}", get(inspect).delete(remove))
+        .route("/{name}/enable", post(enable))
+        .route("/{name}/run", post(run))
+        .route("/{name}/bench", post(bench))
+}
+
+async fn list(State(state): State<AppState>) -> ApiJson<Value> {
+    let not_loaded: Vec<Value> = state
+        .plugins
+        .skipped()
+        .into_iter()
+        .map(|(name, why)| serde_json::json!({ "name": name, "why": why }))
+        .collect();
+    ApiJson(serde_json::json!({ "plugins": state.plugins.list(), "not_loaded": not_loaded }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InstallQuery {
+    /// Comma-separated capabilities.
+    #[serde(default)]
+    grant: String,
+    #[serde(default)]
+    replace: bool,
+}
+
+async fn install(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<InstallQuery>,
+    body: Bytes,
+) -> Result<(StatusCode, ApiJson<PluginInfo>), ApiError> {
+    let grants: Vec<String> = query
+        .grant
+        .split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(str::to_string)
+        .collect();
+    let info = state
+        .plugins
+        .install(body.to_vec(), &grants, query.replace)
+        .await?;
+    tracing::info!(plugin = %info.record.name, version = %info.record.version, sha256 = %info.record.sha256, "plugin installed");
+    // The files are in place: the event can only follow them.
+    state
+        .bus
+        .emit_logged(vec![Event::new(&PluginInstalled(event_ref(&info)))])
+        .await;
+    Ok((StatusCode::CREATED, ApiJson(info)))
+}
+
+async fn inspect(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<PluginInfo>, ApiError> {
+    Ok(ApiJson(state.plugins.get(&name)?))
+}
+
+/// Removes (or, for a built-in, disables) a plugin. The answer is the plugin, with `used_by`:
+/// every node and hook of a graph whose mode no enabled plugin serves any more, which will fail
+/// until one does, and a `warnings` line saying so.
+async fn remove(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let was_enabled = state.plugins.get(&name)?.record.enabled;
+    let info = state.plugins.remove(&name).await?;
+    let event = if !info.record.builtin {
+        Some(Event::new(&PluginRemoved(event_ref(&info))))
+    } else if was_enabled {
+        Some(Event::new(&PluginDisabled(event_ref(&info))))
+    } else {
+        // A built-in that was disabled already: nothing changed.
+        None
+    };
+    if let Some(event) = event {
+        state.bus.emit_logged(vec![event]).await;
+    }
+    let orphaned: Vec<&String> = info
+        .record
+        .manifest
+        .modes
+        .iter()
+        .filter(|mode| state.plugins.plugin_ref(mode).is_err())
+        .collect();
+    let mut used_by = Vec::new();
+    // What canopy.toml configures: webhooks, daemon hooks, project hooks, crons.
+    let mut configured = |owner: String, mode: &str| {
+        if orphaned.iter().any(|m| m.as_str() == mode) {
+            used_by
+                .push(serde_json::json!({ "owner": owner, "where": "canopy.toml", "mode": mode }));
+        }
+    };
+    for hook in state.webhooks.webhooks().hooks.values() {
+        if let crate::webhooks::config::Handler::Work { work, .. } = &hook.handler {
+            configured(format!("webhook {}", hook.key()), &work.mode);
+        }
+    }
+    for hook in &state.bus.daemon_hooks().hooks {
+        configured(format!("daemon hook {}", hook.name()), &hook.work.mode);
+    }
+    for hook in &state.bus.project_hooks().hooks {
+        configured(format!("project hook {}", hook.name), &hook.work.mode);
+    }
+    for cron in state.crons.all() {
+        configured(format!("cron {}", cron.name()), &cron.work.mode);
+    }
+    for view in state.engine.list_graphs().await? {
+        let graph = &view.graph;
+        let mut uses = |place: String, config: &Map<String, Value>| {
+            if let Ok(work) = canopy_executors::plugins::split_work_config(config)
+                && orphaned.contains(&&work.mode)
+            {
+                used_by.push(serde_json::json!({
+                    "graph": graph.name,
+                    "owner": format!("graph {}", graph.name),
+                    "where": place,
+                    "mode": work.mode,
+                }));
+            }
+        };
+        for (index, node) in graph.nodes.iter().enumerate() {
+            uses(format!("nodes[{index}] (`{}`)", node.name), &node.config);
+        }
+        for event in canopy_model::hook_keys::EVENTS {
+            for (index, hook) in crate::hooks::config::hooks_of(&graph.hooks, event)
+                .iter()
+                .enumerate()
+            {
+                uses(format!("hooks.{}[{index}]", event.as_str()), hook);
+            }
+        }
+    }
+    let mut answer = serde_json::to_value(&info).map_err(|err| ApiError::internal(&err.into()))?;
+    if let Some(object) = answer.as_object_mut() {
+        if !used_by.is_empty() {
+            let names = |key: &str| {
+                used_by
+                    .iter()
+                    .filter_map(|u| u[key].as_str())
+                    .collect::<std::collections::BTreeSet<&str>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+            };
+            let owners = names("owner");
+            let who = match owners.as_slice() {
+                [one] => format!("{one} still uses"),
+                several => format!("{} still use", several.join(", ")),
+            };
+            let modes: Vec<String> = names("mode").iter().map(|m| format!("`{m}`")).collect();
+            let warning = format!(
+                "{who} mode {} of plugin `{name}`, which no enabled plugin serves now; that work fails until one does",
+                modes.join(", ")
+            );
+            object.insert("warnings".to_string(), Value::from(vec![warning]));
+        }
+        object.insert("used_by".to_string(), Value::Array(used_by));
+    }
+    Ok(ApiJson(answer))
+}
+
+async fn enable(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<ApiJson<PluginInfo>, ApiError> {
+    let was_enabled = state.plugins.get(&name)?.record.enabled;
+    let info = state.plugins.set_enabled(&name, true).await?;
+    if !was_enabled {
+        state
+            .bus
+            .emit_logged(vec![Event::new(&PluginEnabled(event_ref(&info)))])
+            .await;
+    }
+    Ok(ApiJson(info))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunBody {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    config: Map<String, Value>,
+    #[serde(default)]
+    markers: BTreeMap<String, String>,
+    workdir: PathBuf,
+}
+
+/// The mode to call on plugin `name`: the asked one (which the plugin must serve) or its first.
+fn mode_of(state: &AppState, name: &str, mode: Option<String>) -> Result<String, ApiError> {
+    let info = state.plugins.get(name)?;
+    if !info.record.enabled {
+        return Err(ApiError::conflict(format!(
+            "plugin `{name}` is disabled; enable it with `canopy plugin enable {name}`"
+        )));
+    }
+    let modes = &info.record.manifest.modes;
+    match mode {
+        Some(mode) if modes.contains(&mode) => Ok(mode),
+        Some(mode) => Err(ApiError::bad_request(format!(
+            "field `mode`: plugin `{name}` does not serve `{mode}`; it serves {}",
+            modes.join(", ")
+        ))),
+        None => modes
+            .first()
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request(format!("plugin `{name}` serves no mode"))),
+    }
+}
+
+async fn run(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<RunBody>,
+) -> Result<ApiJson<CallReport>, ApiError> {
+    let mode = mode_of(&state, &name, body.mode)?;
+    let supported = canopy_model::markers::NODE_MARKERS;
+    if let Some(unknown) = body
+        .markers
+        .keys()
+        .find(|k| !supported.contains(&k.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "field `markers`: unknown marker `{unknown}`; supported: {}",
+            supported.join(", ")
+        )));
+    }
+    let work = WorkConfig::with_mode(mode, &body.config);
+    work.host()
+        .check_no_spec_ids()
+        .map_err(|err| ApiError::bad_request(format!("field `config`: {err}")))?;
+    state.plugins.validate(&work, supported).await?;
+    let report = state
+        .plugins
+        .execute(CallRequest {
+            stdin: None,
+            work,
+            markers: body.markers,
+            supported_markers: std::borrow::Cow::Borrowed(supported),
+            workdir: body.workdir,
+            provenance: Provenance {
+                event: "manual".to_string(),
+                ..Provenance::default()
+            },
+            timeout: None,
+            resume_session: None,
+            cause: None,
+            env: Vec::new(),
+        })
+        .await?;
+    Ok(ApiJson(report))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BenchBody {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    config: Map<String, Value>,
+    #[serde(default = "default_iterations")]
+    iterations: u32,
+    #[serde(default)]
+    workdir: Option<PathBuf>,
+}
+
+fn default_iterations() -> u32 {
+    1_000
+}
+
+async fn bench(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<BenchBody>,
+) -> Result<ApiJson<BenchReport>, ApiError> {
+    let mode = mode_of(&state, &name, body.mode)?;
+    if body.iterations == 0 || body.iterations > 100_000 {
+        return Err(ApiError::bad_request(
+            "field `iterations` must be between 1 and 100000",
+        ));
+    }
+    let report = state
+        .plugins
+        .bench(BenchRequest {
+            plugin: name,
+            mode: Some(mode),
+            config: body.config,
+            iterations: body.iterations,
+            workdir: body.workdir,
+        })
+        .await?;
+    Ok(ApiJson(report))
+}

@@ -1,0 +1,586 @@
+//! Running a batch of recorded hook runs: one source's hooks for one event, one after another.
+//!
+//! A hook run costs two small writes, which the store's writer commits together with whatever
+//! else is waiting: the one that recorded the event, and one that records a hook run's end
+//! (with its `hook.run.*` event) together with the next one's start. A hook run is marked
+//! running (committed) before its executor starts, so a long hook shows as running for as long
+//! as it runs.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::{Bus, Recorded};
+use crate::hooks::Firing;
+use crate::hooks::daemon::{DATA_MARKER, DaemonHook};
+use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
+use canopy_executors::plugins::{CallReport, CallRequest, Ending, PluginError, WorkConfig};
+use canopy_model::events::{self, Actor, Cause, Envelope, Event};
+use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
+use canopy_model::work::{PluginRef, Provenance};
+use canopy_store::StoreError;
+use canopy_store::hook_runs::HookSource;
+
+/// What fired a batch.
+pub(crate) enum Trigger {
+    /// A graph's hooks, fired by an engine event (or a test firing, without a feed row).
+    Graph {
+        firing: Box<Firing>,
+        envelope: Option<Arc<Envelope>>,
+    },
+    /// Daemon hooks or a project's hooks, fired by a feed event.
+    Config { envelope: Arc<Envelope> },
+}
+
+impl Trigger {
+    /// The dispatch depth of the event.
+    pub fn depth(&self) -> u32 {
+        match self {
+            Self::Graph {
+                envelope: Some(e), ..
+            }
+            | Self::Config { envelope: e } => e.dispatch_depth,
+            Self::Graph { firing, .. } => firing.run.cause.depth,
+        }
+    }
+
+    /// The taxonomy event that fired it.
+    pub fn event_name(&self) -> String {
+        match self {
+            Self::Graph { firing, .. } => firing.event.taxonomy_event().to_string(),
+            Self::Config { envelope } => envelope.event.clone(),
+        }
+    }
+
+    pub(super) fn project(&self) -> Option<String> {
+        match self {
+            Self::Graph { firing, .. } => Some(firing.run.workdir.clone()),
+            Self::Config { envelope } => envelope.project.clone(),
+        }
+    }
+}
+
+/// Which hook a queued run runs.
+pub(crate) enum HookKind {
+    Graph,
+    Config(Arc<DaemonHook>),
+    Project(Arc<crate::projects::ProjectHook>),
+}
+
+/// A recorded hook run waiting its turn.
+pub(crate) struct Queued {
+    pub record_id: String,
+    pub index: usize,
+    pub hook_name: String,
+    /// The executor's mode and config, or why the hook config names none.
+    pub work: Result<WorkConfig, String>,
+    /// The spec this run is about (`{{spec_id}}`).
+    pub spec_id: Option<String>,
+    pub kind: HookKind,
+    /// Recorded as running already (the first of a batch that had a slot when recorded).
+    pub started: bool,
+}
+
+/// A hook run's end, waiting to be recorded.
+struct Ended {
+    record_id: String,
+    hook_name: String,
+    source: HookSource,
+    finished: Finished,
+}
+
+/// A recorded batch not yet started. Dropped before that -- its emitter stopped waiting, even
+/// before the write that recorded it was answered -- it hands itself to a task of its own,
+/// which runs whatever of it was committed once a slot is free: recorded hook runs always run.
+pub struct Unstarted {
+    bus: Bus,
+    trigger: Arc<Trigger>,
+    /// The hook runs recorded, in firing order; `None` once handed on.
+    queued: Option<Vec<Queued>>,
+    /// The slot taken when the batch was recorded, if one was free then.
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Unstarted {
+    pub(crate) fn new(
+        bus: Bus,
+        trigger: Arc<Trigger>,
+        queued: Vec<Queued>,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        Self {
+            bus,
+            trigger,
+            queued: Some(queued),
+            slot,
+        }
+    }
+
+    /// The records' ids, in firing order.
+    pub fn ids(&self) -> Vec<String> {
+        self.queued
+            .iter()
+            .flatten()
+            .map(|q| q.record_id.clone())
+            .collect()
+    }
+
+    /// Takes a slot (waiting while every one is busy) and starts the batch's task.
+    pub(super) async fn start(mut self, slots: &Arc<Semaphore>) {
+        let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
+            return;
+        };
+        let held = self.slot.take();
+        let slot = match held {
+            Some(slot) => Ok(slot),
+            None => slots.clone().acquire_owned().await,
+        };
+        match slot {
+            Ok(slot) => {
+                let (bus, trigger) = (self.bus.clone(), self.trigger.clone());
+                tokio::spawn(async move { run_batch(&bus, &trigger, queued, slot).await });
+            }
+            // The semaphore is never closed; should it be, the records stay queued and the
+            // next start marks them interrupted.
+            Err(_) => tracing::error!("no hook slot can be taken; the hook runs stay queued"),
+        }
+    }
+}
+
+impl Unstarted {
+    /// Starts the batch without waiting: at once when a slot is free, else from a task that
+    /// waits for one (see [`Bus::publish_from_batch`]).
+    pub(super) fn start_detached(mut self, slots: &Arc<Semaphore>) {
+        let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
+            return;
+        };
+        let (bus, trigger, slots) = (self.bus.clone(), self.trigger.clone(), slots.clone());
+        let held = self
+            .slot
+            .take()
+            .map_or_else(|| slots.clone().try_acquire_owned(), Ok);
+        match held {
+            Ok(slot) => {
+                tokio::spawn(async move { run_batch(&bus, &trigger, queued, slot).await });
+            }
+            Err(_) => {
+                tokio::spawn(async move {
+                    match slots.acquire_owned().await {
+                        Ok(slot) => run_batch(&bus, &trigger, queued, slot).await,
+                        Err(_) => {
+                            tracing::error!("no hook slot can be taken; the hook runs stay queued");
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        let Some(queued) = self.queued.take().filter(|q| !q.is_empty()) else {
+            return;
+        };
+        let (bus, trigger) = (self.bus.clone(), self.trigger.clone());
+        bus.inner
+            .runtime
+            .clone()
+            .spawn(async move { rescue(bus, trigger, queued).await });
+    }
+}
+
+/// Runs what was committed of a batch whose emitter stopped waiting, once a slot is free. Its
+/// write may not have committed at all: only the hook runs on record are run.
+async fn rescue(bus: Bus, trigger: Arc<Trigger>, queued: Vec<Queued>) {
+    let ids: Vec<String> = queued.iter().map(|q| q.record_id.clone()).collect();
+    let recorded = match bus
+        .inner
+        .store
+        .read(move |rd| rd.hook_runs_by_id(&ids))
+        .await
+    {
+        Ok(recorded) => recorded,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot read back hook runs whose emitter went away; they stay as recorded");
+            return;
+        }
+    };
+    let status: HashMap<String, HookRunStatus> =
+        recorded.into_iter().map(|r| (r.id, r.status)).collect();
+    // Queued ones run; one recorded as running when the batch was recorded was never started
+    // by anyone else, so it runs too.
+    let queued: Vec<Queued> = queued
+        .into_iter()
+        .filter(|q| match status.get(&q.record_id) {
+            Some(HookRunStatus::Queued) => true,
+            Some(HookRunStatus::Running) => q.started,
+            _ => false,
+        })
+        .collect();
+    if queued.is_empty() {
+        return;
+    }
+    match bus.inner.slots.clone().acquire_owned().await {
+        Ok(slot) => run_batch(&bus, &trigger, queued, slot).await,
+        Err(_) => tracing::error!("no hook slot can be taken; the hook runs stay queued"),
+    }
+}
+
+/// Runs a batch's hooks in order, holding its slot until the last one is recorded.
+async fn run_batch(
+    bus: &Bus,
+    trigger: &Arc<Trigger>,
+    queued: Vec<Queued>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let mut ended: Option<Ended> = None;
+    // The drain admission of the hook running now, held until its end is recorded.
+    let mut holding = None;
+    for hook in queued {
+        // A planned stop has closed admission: the rest of the batch does not start (the stop
+        // records them interrupted).
+        let Some(admitted) = bus.drain().admit() else {
+            break;
+        };
+        if !hook.started {
+            let plugin = plugin_of(bus, &hook.work);
+            let start = Some((hook.record_id.clone(), plugin));
+            let started = advance(bus, trigger, ended.take(), start).await;
+            holding = None;
+            if !started {
+                continue;
+            }
+        }
+        holding = Some(admitted);
+        let finished = run_one(bus, trigger, &hook).await;
+        ended = Some(Ended {
+            source: match hook.kind {
+                HookKind::Graph => HookSource::Graph,
+                HookKind::Config(_) => HookSource::Config,
+                HookKind::Project(_) => HookSource::Project,
+            },
+            record_id: hook.record_id,
+            hook_name: hook.hook_name,
+            finished,
+        });
+    }
+    if ended.is_some() {
+        advance(bus, trigger, ended, None).await;
+    }
+    drop(holding);
+}
+
+/// The executor a hook run would be recorded with, if its mode is served now.
+fn plugin_of(bus: &Bus, work: &Result<WorkConfig, String>) -> Option<PluginRef> {
+    work.as_ref()
+        .ok()
+        .and_then(|w| bus.inner.plugins.plugin_ref(&w.mode).ok())
+}
+
+/// Records, in one write, a hook run's end (and its `hook.run.*` event) and the next one's
+/// start; returns whether the next one was marked running (false: a shutdown interrupted it,
+/// or the write failed; it must not run).
+async fn advance(
+    bus: &Bus,
+    trigger: &Arc<Trigger>,
+    ended: Option<Ended>,
+    start: Option<(String, Option<PluginRef>)>,
+) -> bool {
+    let writer = bus.clone();
+    let depth = trigger.depth();
+    // The end's event is made before the write: the writer thread only records it.
+    let ending = ended.map(|ended| {
+        let event = hook_event(
+            &ended.record_id,
+            &ended.hook_name,
+            ended.source,
+            &ended.finished,
+            &trigger.event_name(),
+            trigger.project(),
+        );
+        let cause = Cause {
+            actor: Actor::Hook(ended.hook_name.clone()),
+            depth: depth.saturating_add(1),
+        };
+        (ended, event, cause)
+    });
+    let written = bus
+        .inner
+        .store
+        .write(move |tx| {
+            let mut recorded = Recorded::default();
+            if let Some((Ended {
+                record_id,
+                finished,
+                ..
+            }, event, cause)) = ending
+            {
+                match tx.finish_hook_run(&record_id, &finished) {
+                    Ok(true) => match writer.record(tx, [event], &cause) {
+                        Ok(events) => recorded = events,
+                        Err(err) => {
+                            tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's event");
+                        }
+                    },
+                    Ok(false) => {
+                        tracing::debug!(hook_run = %record_id, "the hook run was interrupted before it ended; its end is not recorded");
+                    }
+                    Err(err) => {
+                        tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's end");
+                    }
+                }
+            }
+            let started = match &start {
+                Some((record_id, plugin)) => tx
+                    .start_hook_run(record_id, plugin.as_ref())
+                    .unwrap_or_else(|err| {
+                        tracing::error!(hook_run = %record_id, error = %err, "cannot record a hook run's start; it does not run");
+                        false
+                    }),
+                None => false,
+            };
+            Ok::<_, StoreError>((started, recorded))
+        })
+        .await;
+    match written {
+        Ok((started, recorded)) => {
+            bus.publish_from_batch(recorded);
+            started
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "cannot record a hook run's end or the next one's start");
+            false
+        }
+    }
+}
+
+/// The `hook.run.completed` / `hook.run.failed` event of a hook run that ended.
+fn hook_event(
+    record_id: &str,
+    hook_name: &str,
+    source: HookSource,
+    finished: &Finished,
+    fired_by: &str,
+    project: Option<String>,
+) -> Event {
+    let ended = events::hook::HookRunEnded {
+        hook_run_id: record_id.to_string(),
+        source: source.as_str().to_string(),
+        hook_name: hook_name.to_string(),
+        fired_by: fired_by.to_string(),
+        status: finished.status.to_string(),
+        error: finished.error.clone(),
+        duration_ms: finished.duration_ms,
+        project,
+    };
+    if finished.status == HookRunStatus::Completed {
+        Event::new(&events::hook::HookRunCompleted(ended))
+    } else {
+        Event::new(&events::hook::HookRunFailed(ended))
+    }
+}
+
+/// Who a hook's processes act as: the hook, one dispatch level deeper than its event.
+fn automation_cause(hook_name: &str, depth: u32) -> Cause {
+    Cause {
+        actor: Actor::Hook(hook_name.to_string()),
+        depth: depth.saturating_add(1),
+    }
+}
+
+/// The variables that say what kind of automation a hook's processes run for.
+fn automation_env(cause: &Cause) -> Vec<(String, String)> {
+    vec![
+        ("CANOPY_AUTOMATION_KIND".to_string(), "hook".to_string()),
+        ("CANOPY_AUTOMATION_ID".to_string(), cause.actor.to_string()),
+    ]
+}
+
+/// The call one queued hook run makes.
+fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> CallRequest {
+    let cause = automation_cause(&queued.hook_name, trigger.depth());
+    let env = automation_env(&cause);
+    match (trigger, &queued.kind) {
+        (Trigger::Graph { firing, .. }, _) => CallRequest {
+            stdin: None,
+            work,
+            markers: firing.markers_for(queued.spec_id.as_ref()),
+            supported_markers: Cow::Borrowed(HOOK_MARKERS),
+            workdir: PathBuf::from(&firing.run.workdir),
+            provenance: Provenance {
+                graph_id: firing.run.graph_id.clone(),
+                graph_name: firing.run.graph_name.clone(),
+                run_id: firing.run.run_id.clone(),
+                event: firing.event.as_str().to_string(),
+                hook_index: u32::try_from(queued.index).ok(),
+                spec_id: queued.spec_id.clone(),
+            },
+            timeout: None,
+            resume_session: None,
+            cause: Some(cause),
+            env,
+        },
+        (Trigger::Config { envelope }, kind) => {
+            let mut markers: MarkerValues = envelope.markers().into_iter().collect();
+            markers.insert(
+                DATA_MARKER.to_string(),
+                serde_json::to_string(envelope.as_ref()).unwrap_or_default(),
+            );
+            let hook = match kind {
+                HookKind::Config(hook) => Some(hook),
+                HookKind::Graph | HookKind::Project(_) => None,
+            };
+            // A project's hook runs in its checkout, with its own timeout and markers.
+            let project = match kind {
+                HookKind::Project(hook) => Some(hook),
+                HookKind::Graph | HookKind::Config(_) => None,
+            };
+            let workdir = hook
+                .and_then(|h| h.config.cwd.as_deref())
+                .map(|cwd| PathBuf::from(canopy_model::markers::render_plain(cwd, &markers)))
+                .or_else(|| project.map(|p| p.checkout.clone()))
+                .or_else(|| {
+                    envelope
+                        .project
+                        .as_deref()
+                        .map(PathBuf::from)
+                        .filter(|p| p.is_dir())
+                })
+                .unwrap_or_else(|| bus.inner.fallback_dir.clone());
+            let text = |field: &str| markers.get(field).cloned().unwrap_or_default();
+            CallRequest {
+                stdin: None,
+                work,
+                supported_markers: Cow::Owned(
+                    hook.map(|h| h.markers.clone())
+                        .or_else(|| project.map(|p| p.markers.clone()))
+                        .unwrap_or_default(),
+                ),
+                workdir,
+                provenance: Provenance {
+                    graph_id: text("graph_id"),
+                    graph_name: text("graph_name"),
+                    run_id: text("run_id"),
+                    event: envelope.event.clone(),
+                    hook_index: u32::try_from(queued.index).ok(),
+                    spec_id: queued.spec_id.clone(),
+                },
+                timeout: hook
+                    .and_then(|h| h.timeout)
+                    .or_else(|| project.and_then(|p| p.timeout)),
+                resume_session: None,
+                cause: Some(cause),
+                env,
+                markers,
+            }
+        }
+    }
+}
+
+/// Runs one hook (already marked running); returns how it ended.
+async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
+    let started = Instant::now();
+    let (result, markers) = match &queued.work {
+        Ok(work) => {
+            let request = request(bus, trigger, queued, work.clone());
+            let markers = request.markers.clone();
+            // What the hook does through the host (a message it queues, say) is the hook's, one
+            // level deeper, as its processes' calls are.
+            let cause = Cause {
+                actor: Actor::Hook(queued.hook_name.clone()),
+                depth: trigger.depth().saturating_add(1),
+            };
+            let result = cause.scope(bus.inner.plugins.execute(request)).await;
+            (result, markers)
+        }
+        Err(message) => (
+            Err(PluginError::InvalidConfig(message.clone())),
+            MarkerValues::new(),
+        ),
+    };
+    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let finished = finished_of(result, &markers, duration_ms);
+    match finished.status {
+        HookRunStatus::Completed => {}
+        HookRunStatus::Failed | HookRunStatus::TimedOut => tracing::warn!(
+            hook = %queued.hook_name,
+            event = %trigger.event_name(),
+            status = %finished.status,
+            error = finished.error.as_deref().unwrap_or(""),
+            "hook did not complete"
+        ),
+        HookRunStatus::Queued
+        | HookRunStatus::Running
+        | HookRunStatus::Interrupted
+        | HookRunStatus::Dropped => {
+            tracing::error!(status = %finished.status, "a hook run ended with a status it cannot end with");
+        }
+    }
+    finished
+}
+
+/// The record of a hook's outcome. A hook run is `timed_out` when the call says it was
+/// stopped at its deadline ([`CallError::Timeout`]), or when the host saw a command it ran
+/// stopped at its timeout and the call failed ([`CallReport::timed_out`]).
+fn finished_of(
+    result: Result<CallReport, PluginError>,
+    markers: &MarkerValues,
+    duration_ms: i64,
+) -> Finished {
+    // `data` repeats the whole event; the record keeps the event's id instead (feed_id).
+    let shown: MarkerValues = markers
+        .iter()
+        .filter(|(k, _)| k.as_str() != DATA_MARKER)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let markers_json = json!(shown);
+    let (status, error) = match Ending::of(&result) {
+        Ending::Completed => (HookRunStatus::Completed, None),
+        Ending::Failed(reason) => (HookRunStatus::Failed, Some(reason)),
+        Ending::TimedOut(reason) => (HookRunStatus::TimedOut, Some(reason)),
+        Ending::Interrupted(_) => (
+            HookRunStatus::Interrupted,
+            Some(
+                "a planned stop forced it after its drain budget; the output is what it printed until then"
+                    .to_string(),
+            ),
+        ),
+        Ending::Blocked(blocker) => (
+            HookRunStatus::Failed,
+            Some(format!(
+                "the hook reported blocked (hooks cannot block a graph): {blocker}"
+            )),
+        ),
+    };
+    match result {
+        Ok(report) => Finished {
+            status,
+            summary: report.outcome.summary,
+            error,
+            output: Some(canopy_model::text::tail(
+                &report.outcome.detail,
+                OUTPUT_LIMIT,
+            )),
+            rendered: Some(json!({
+                "config": report.rendered_config,
+                "markers": markers_json,
+                "deadline_ms": report.deadline_ms,
+            })),
+            duration_ms,
+        },
+        Err(_) => Finished {
+            status,
+            summary: None,
+            error,
+            output: None,
+            rendered: Some(json!({ "markers": markers_json })),
+            duration_ms,
+        },
+    }
+}

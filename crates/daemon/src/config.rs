@@ -1,0 +1,415 @@
+//! The daemon's configuration: `canopy.toml` in the data dir, every key optional.
+//!
+//! ```toml
+//! listen = "127.0.0.1:7461"
+//!
+//! [limits]
+//! plugin_memory_mib = 256        # memory cap of one plugin call
+//! default_timeout_seconds = 600  # deadline of a call whose config names none (at most 7 days)
+//! max_concurrent_calls = 128     # plugin calls running at once; more wait for a slot
+//!
+//! # An agent platform: how to launch that agent CLI. `claude` and `codex` have defaults.
+//! [platforms.my-agent]
+//! command = ["my-agent", "--print", "{prompt}"]
+//! model_args = ["--model", "{model}"]
+//! effort_args = ["--effort", "{effort}"]
+//! resume_args = ["--resume", "{session}"]
+//!
+//! # How processes run for plugins (see `crate::procs`).
+//! [process]
+//! pass_env = ["SSH_AUTH_SOCK", "ANTHROPIC_API_KEY"]  # beyond PATH, HOME, LANG, TZ, TERM
+//! kill_orphans_on_start = true   # kill what calls left running when the daemon last died
+//!
+//! # The daemon's log file, daemon.log in the data dir.
+//! [log]
+//! max_file_kib = 10240           # rotated past this size; two old files are kept
+//!
+//! # This daemon's name and roles, which daemon hooks may be narrowed to.
+//! node = "build-1"               # default: the host name
+//! roles = ["controller"]
+//!
+//! # The event feed.
+//! [feed]
+//! keep_days = 30                 # rows older than this are pruned
+//!
+//! # How long the growing tables keep their rows: see `crate::retention`.
+//! [retention]
+//! hook_runs_rows = 500000
+//!
+//! # Daemon hooks: see `crate::hooks::daemon`.
+//! [[hooks]]
+//! name = "announce-blocked"
+//! event = "graph.run.blocked"
+//! action = { command = "notify-send {{graph_name}} {{blocker}}" }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use canopy_executors::plugins::platforms::{Platform, builtin_platforms};
+use canopy_executors::procs::ProcessConfig;
+use canopy_model::text::is_env_name;
+use serde::Deserialize;
+
+mod shape;
+
+/// The default address of the HTTP API.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7461";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address of the HTTP API (loopback only).
+    pub listen: Option<String>,
+    /// This daemon's node name (default: the host name).
+    pub node: Option<String>,
+    /// This daemon's roles.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// The event feed.
+    #[serde(default)]
+    pub feed: FeedConfig,
+    /// Daemon hooks.
+    #[serde(default)]
+    pub hooks: Vec<crate::hooks::daemon::DaemonHookConfig>,
+    /// Crons.
+    #[serde(default)]
+    pub crons: Vec<crate::crons::CronConfig>,
+    /// Projects: named checkouts with their lifecycle hooks and webhooks.
+    #[serde(default)]
+    pub projects: BTreeMap<String, crate::projects::ProjectConfig>,
+    /// Webhook ingress (off unless configured).
+    #[serde(default)]
+    pub webhooks: crate::webhooks::config::WebhooksConfig,
+    /// Named actions (executor configs) a webhook's `action` handler runs.
+    #[serde(default)]
+    pub actions: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Agent platforms, on top of the built-in `claude` and `codex`.
+    #[serde(default)]
+    pub platforms: BTreeMap<String, Platform>,
+    /// How processes run for plugins.
+    #[serde(default)]
+    pub process: ProcessConfig,
+    /// The daemon's log file.
+    #[serde(default)]
+    pub log: LogConfig,
+    /// How long rows of the growing tables are kept (see [`crate::retention`]).
+    #[serde(default)]
+    pub retention: crate::retention::RetentionConfig,
+}
+
+/// The event feed (`[feed]`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedConfig {
+    /// Days a feed row is kept.
+    pub keep_days: u32,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        Self { keep_days: 30 }
+    }
+}
+
+/// The daemon's log file (`[log]`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Size past which `daemon.log` is rotated, in KiB.
+    pub max_file_kib: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            max_file_kib: crate::logfile::DEFAULT_MAX_BYTES / 1024,
+        }
+    }
+}
+
+/// Limits applied to plugin calls.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Memory cap of one plugin call, in MiB.
+    pub plugin_memory_mib: u64,
+    /// Deadline of a call whose config sets no `timeout_seconds` / `timeout_minutes`.
+    pub default_timeout_seconds: u64,
+    /// Plugin calls that run at once; the rest wait for a slot within their own deadline.
+    pub max_concurrent_calls: u32,
+    /// Dispatch depth past which hooks no longer fire (a hook loop ends here).
+    pub max_dispatch_depth: u32,
+    /// A hook (graph, daemon or project hook) fired more than this many times within
+    /// `breaker_window_secs` is tripped: its further firings are dropped until a reload or
+    /// `canopy hooks reset NAME`. 0 turns the breaker off.
+    pub breaker_firings: u32,
+    pub breaker_window_secs: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            plugin_memory_mib: 256,
+            default_timeout_seconds: 600,
+            max_concurrent_calls: 128,
+            max_dispatch_depth: crate::hooks::daemon::DEFAULT_MAX_DEPTH,
+            breaker_firings: crate::hooks::breaker::DEFAULT_FIRINGS,
+            breaker_window_secs: crate::hooks::breaker::DEFAULT_WINDOW.as_secs(),
+        }
+    }
+}
+
+impl Limits {
+    /// The limits of one executor call.
+    pub fn calls(&self) -> canopy_executors::plugins::CallLimits {
+        canopy_executors::plugins::CallLimits {
+            memory_mib: self.plugin_memory_mib,
+            default_timeout: std::time::Duration::from_secs(self.default_timeout_seconds),
+            max_concurrent_calls: self.max_concurrent_calls,
+        }
+    }
+}
+
+/// The largest `canopy.toml` read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a configuration file: `None` when there is none. Only a regular file is read, and at
+/// most [`MAX_CONFIG_BYTES`]: a FIFO put in its place would block the reader until someone
+/// writes to it, a device could be read for ever. It is opened without blocking and checked
+/// again once open, so nothing swapped in between can block either. Blocking I/O: call it off
+/// the async runtime.
+pub fn read_file(path: &Path) -> Result<Option<String>, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let not_a_file = || {
+        format!(
+            "{} is not a regular file (a FIFO, a folder or a device); the configuration must be a file",
+            path.display()
+        )
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => return Err(not_a_file()),
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(format!("cannot read {}: {err}", path.display())),
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    if !meta.is_file() {
+        return Err(not_a_file());
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "{} is {} bytes; a configuration may be at most {} MiB",
+            path.display(),
+            meta.len(),
+            MAX_CONFIG_BYTES >> 20
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    Ok(Some(text))
+}
+
+impl Config {
+    /// Reads `canopy.toml` if it exists; a missing file is the default configuration.
+    pub fn load(path: &Path) -> Result<Self> {
+        let Some(text) = read_file(path).map_err(|err| anyhow::anyhow!(err))? else {
+            return Ok(Self::default());
+        };
+        let config = Self::parse(&text)
+            .map_err(|problems| anyhow::anyhow!("{}: {}", path.display(), problems.join("\n  ")))?;
+        Ok(config)
+    }
+
+    /// Parses and checks a configuration; every problem found, each naming its TOML path.
+    ///
+    /// (Read the file with [`read_file`]: never a FIFO, never without bound.)
+    ///
+    /// A value of the wrong shape (a missing field, an unknown one, a string for a number) is
+    /// reported and taken out, and the rest is read again, so one run lists every such problem.
+    /// The checks of meaning (an unknown event, a bad schedule) then run on the sections that
+    /// had none: a section's own are reported once its shape is right.
+    pub fn parse(text: &str) -> Result<Self, Vec<String>> {
+        let mut table: toml::Table = toml::from_str(text).map_err(|err| vec![err.to_string()])?;
+        let mut problems = Vec::new();
+        let mut pruned = shape::Pruned::default();
+        let config: Config = loop {
+            match serde_path_to_error::deserialize(toml::Value::Table(table.clone())) {
+                Ok(config) => break config,
+                Err(err) => {
+                    let path: Vec<serde_path_to_error::Segment> =
+                        err.path().iter().cloned().collect();
+                    let message = shape::readable(err.into_inner().message());
+                    let shown = pruned.original(&path);
+                    problems.push(if shown.is_empty() {
+                        message
+                    } else {
+                        format!("{shown}: {message}")
+                    });
+                    if problems.len() >= shape::MAX_PROBLEMS || !pruned.remove(&mut table, &path) {
+                        return Err(problems);
+                    }
+                }
+            }
+        };
+        if !problems.is_empty() {
+            // The checks of meaning, for the sections whose shape was right.
+            let broken = pruned.sections();
+            let mut more = config.all_problems();
+            more.retain(|problem| !broken.iter().any(|s| shape::in_section(problem, s)));
+            problems.extend(more);
+            return Err(problems);
+        }
+        match config.all_problems() {
+            problems if problems.is_empty() => Ok(config),
+            problems => Err(problems),
+        }
+    }
+
+    /// Every problem of meaning in a configuration of the right shape.
+    fn all_problems(&self) -> Vec<String> {
+        let config = self;
+        let mut problems = config.check();
+        if let Err(more) = config.daemon_hooks() {
+            problems.extend(more);
+        }
+        if let Err(more) = config.crons() {
+            problems.extend(more);
+        }
+        problems.extend(crate::projects::check(&config.projects));
+        problems.extend(crate::webhooks::config::check(config));
+        problems
+    }
+
+    /// The daemon hooks and identity this configuration sets.
+    pub fn daemon_hooks(&self) -> Result<crate::hooks::daemon::DaemonHooks, Vec<String>> {
+        let mut hooks = crate::hooks::daemon::compile(
+            self.node.as_deref(),
+            &self.roles,
+            self.limits.max_dispatch_depth,
+            &self.hooks,
+        )?;
+        hooks.breaker_firings = self.limits.breaker_firings;
+        hooks.breaker_window = std::time::Duration::from_secs(self.limits.breaker_window_secs);
+        Ok(hooks)
+    }
+
+    /// The crons this configuration sets, checked.
+    pub fn crons(&self) -> Result<Vec<crate::crons::Cron>, Vec<String>> {
+        crate::crons::compile(&self.crons)
+    }
+
+    /// The checks of every section but the hooks.
+    fn check(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let config = self;
+        for (name, platform) in &config.platforms {
+            if platform.command.is_empty() {
+                problems.push(format!("platforms.{name}.command: must name a program"));
+            }
+        }
+        if let Some(bad) = config.process.pass_env.iter().find(|n| !is_env_name(n)) {
+            problems.push(format!(
+                "process.pass_env: `{bad}` is not an environment variable name (letters, digits and `_`, not starting with a digit)"
+            ));
+        }
+        let max_timeout = canopy_executors::plugins::MAX_TIMEOUT.as_secs();
+        if !(1..=max_timeout).contains(&config.limits.default_timeout_seconds) {
+            problems.push(format!(
+                "limits.default_timeout_seconds: must be from 1 to {max_timeout} (7 days)"
+            ));
+        }
+        if !(1..=1024).contains(&config.limits.max_concurrent_calls) {
+            problems.push("limits.max_concurrent_calls: must be from 1 to 1024".to_string());
+        }
+        if !(1..=1024 * 1024).contains(&config.log.max_file_kib) {
+            problems.push("log.max_file_kib: must be from 1 to 1048576 (1 GiB)".to_string());
+        }
+        if config.limits.plugin_memory_mib < 16 {
+            problems.push("limits.plugin_memory_mib: must be at least 16".to_string());
+        }
+        if config.limits.max_dispatch_depth > 64 {
+            problems.push("limits.max_dispatch_depth: must be at most 64".to_string());
+        }
+        if config.limits.breaker_firings > 1_000_000 {
+            problems.push(
+                "limits.breaker_firings: must be at most 1000000 (0 turns the breaker off)"
+                    .to_string(),
+            );
+        }
+        if !(1..=3600).contains(&config.limits.breaker_window_secs) {
+            problems.push("limits.breaker_window_secs: must be from 1 to 3600".to_string());
+        }
+        if !(1..=36_500).contains(&config.feed.keep_days) {
+            problems.push("feed.keep_days: must be from 1 to 36500".to_string());
+        }
+        problems.extend(config.retention.check());
+        problems
+    }
+
+    /// Built-in platforms overlaid with the configured ones.
+    pub fn platforms(&self) -> BTreeMap<String, Platform> {
+        let mut platforms = builtin_platforms();
+        platforms.extend(self.platforms.clone());
+        platforms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("canopy.toml");
+        std::fs::write(&path, text)?;
+        Config::load(&path)
+    }
+
+    #[test]
+    fn process_section_defaults_to_no_extra_env_and_killing_orphans() -> Result<()> {
+        let config = load("")?;
+        assert_eq!(config.process, ProcessConfig::default());
+        assert!(config.process.kill_orphans_on_start);
+        let config = load(
+            "[process]\npass_env = [\"SSH_AUTH_SOCK\", \"_X1\"]\nkill_orphans_on_start = false\n",
+        )?;
+        assert_eq!(config.process.pass_env, ["SSH_AUTH_SOCK", "_X1"]);
+        assert!(!config.process.kill_orphans_on_start);
+        Ok(())
+    }
+
+    #[test]
+    fn an_invalid_pass_env_name_is_refused_naming_the_field() {
+        for bad in ["1ABC", "A-B", "", "A=B", "PATH "] {
+            let err = load(&format!("[process]\npass_env = [{bad:?}]\n"))
+                .err()
+                .map(|e| format!("{e:#}"))
+                .unwrap_or_default();
+            assert!(
+                err.contains("process.pass_env") && err.contains(&format!("`{bad}`")),
+                "{bad:?}: {err}"
+            );
+        }
+        let err = load("[process]\nkill_orphans_on_start = \"yes\"\n")
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(err.contains("kill_orphans_on_start"), "{err}");
+    }
+}

@@ -1,0 +1,659 @@
+//! The driver: one task per running graph, taking the run's specs through the graph's nodes.
+//!
+//! Each step is: one transaction that decides what runs next and records the node run as
+//! running; the executor call (no lock held); one transaction that records the outcome and moves
+//! the spec on. Between specs (at the start of every run, and between the specs of a queue run)
+//! the dirty-tree guard checks the workdir; a dirty tree pauses the graph.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::events::{CompletedSpec, EngineEvent, RunContext};
+use super::git::{self, LISTED_PATHS, TreeState};
+use super::graphs::{Graph, GraphStatus};
+use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
+use super::{Engine, EngineError};
+use crate::bus::Recorded;
+use canopy_executors::plugins::{CallRequest, Ending, PluginError, split_work_config};
+use canopy_model::events::{self as taxonomy, Event};
+use canopy_model::markers::{MarkerValues, NODE_MARKERS};
+use canopy_model::work::Provenance;
+use canopy_store::runs::{NewNodeRun, NodeRunEnd};
+use canopy_store::{Rd, Tx, ids};
+
+/// Bytes of a node's detail kept in its record.
+const DETAIL_LIMIT: usize = 16 * 1024;
+
+/// A node about to run, with everything its call needs.
+struct NodeStep {
+    run: RunContext,
+    node_run_id: String,
+    spec_id: String,
+    spec_name: String,
+    spec_body: String,
+    node_index: usize,
+    node_name: String,
+    node_config: serde_json::Map<String, Value>,
+    node_count: usize,
+    resume_session: Option<String>,
+}
+
+/// The run a driver works on, and the lease it holds on it.
+#[derive(Debug, Clone)]
+pub(super) struct Lease {
+    pub graph_id: String,
+    pub run_id: String,
+    /// The graph's driver generation this driver was started with; once the graph's moves
+    /// on (a newer driver, a reset, a stop), this driver changes nothing more.
+    pub generation: i64,
+}
+
+impl Lease {
+    /// True while this driver still holds the graph's lease.
+    fn held(&self, rd: &Rd<'_>) -> Result<bool, EngineError> {
+        Ok(rd.graph_shallow(&self.graph_id)?.driver_lease == self.generation)
+    }
+}
+
+/// What the driver does next.
+enum Next {
+    Node(Box<NodeStep>),
+    /// The guard must look at the tree before this spec starts.
+    Guard {
+        spec_id: String,
+    },
+    Settle,
+    Stop,
+}
+
+/// Runs the graph's current run until it pauses, settles, or is stopped.
+pub(super) async fn drive(engine: Engine, lease: Lease) {
+    if let Err(err) = drive_run(&engine, &lease).await {
+        let message = format!("the engine stopped this run: {err}");
+        tracing::error!(graph = %lease.graph_id, run = %lease.run_id, error = %message, "driver failed");
+        let held = lease.clone();
+        let paused = engine
+            .store()
+            .write(move |tx| -> Result<(), EngineError> {
+                if held.held(tx)? {
+                    pause(tx, &held.graph_id, &held.run_id, &message)?;
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(err) = paused {
+            tracing::error!(error = %err, "cannot record the driver failure");
+        }
+    }
+    engine.driver_finished(&lease.graph_id);
+}
+
+async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
+    let mut hint = 0;
+    let mut next = decide(engine, lease, None, hint).await?;
+    loop {
+        match next {
+            (Next::Stop, _) => return Ok(()),
+            (Next::Settle, _) => {
+                let held = lease.clone();
+                let bus = engine.bus().clone();
+                let recorded = engine
+                    .store()
+                    .write(move |tx| {
+                        if !held.held(tx)? {
+                            return Ok(Recorded::default());
+                        }
+                        let event = settle(tx, &held.graph_id, &held.run_id)?;
+                        Ok::<_, EngineError>(bus.record_engine(tx, &[event])?)
+                    })
+                    .await?;
+                engine.publish(recorded).await;
+                return Ok(());
+            }
+            (Next::Guard { spec_id }, at) => {
+                hint = at;
+                let run_id = lease.run_id.clone();
+                let run = engine.store().read(move |rd| rd.run(&run_id)).await?;
+                match git::tree_state(&PathBuf::from(&run.workdir)).await {
+                    TreeState::Clean => {}
+                    TreeState::NotARepo(why) => {
+                        tracing::debug!(workdir = %run.workdir, %why, "not a git work tree; the dirty-tree guard does not apply");
+                    }
+                    TreeState::Dirty(lines) => {
+                        let held = lease.clone();
+                        let bus = engine.bus().clone();
+                        let recorded = engine
+                            .store()
+                            .write(move |tx| {
+                                if !held.held(tx)? {
+                                    return Ok(Recorded::default());
+                                }
+                                let event = dirty_pause(
+                                    tx,
+                                    &held.graph_id,
+                                    &held.run_id,
+                                    &spec_id,
+                                    &lines,
+                                )?;
+                                Ok::<_, EngineError>(bus.record_engine(tx, &[event])?)
+                            })
+                            .await?;
+                        engine.publish(recorded).await;
+                        return Ok(());
+                    }
+                }
+                next = decide(engine, lease, Some(spec_id), hint).await?;
+            }
+            (Next::Node(step), at) => {
+                let (recorded, following, at) = run_node(engine, lease, *step, at).await?;
+                hint = at;
+                engine.publish(recorded).await;
+                next = (following, hint);
+            }
+        }
+    }
+}
+
+/// One write that decides the next step (see [`next_step`]); returns it with the new hint.
+async fn decide(
+    engine: &Engine,
+    lease: &Lease,
+    guard_passed: Option<String>,
+    hint: i64,
+) -> Result<(Next, i64), EngineError> {
+    let lease = lease.clone();
+    let bus = engine.bus().clone();
+    let (recorded, next, hint) = engine
+        .store()
+        .write_watched(move |tx| {
+            let mut hint = hint;
+            let next = next_step(tx, &lease, guard_passed.as_deref(), &mut hint)?;
+            let recorded = record_start(&bus, tx, &next)?;
+            Ok::<_, EngineError>((recorded, next, hint))
+        })
+        .await?;
+    engine.publish(recorded).await;
+    Ok((next, hint))
+}
+
+/// Records `node.started` when the next step is a node, in the write that recorded its node
+/// run running.
+fn record_start(bus: &crate::bus::Bus, tx: &Tx<'_>, next: &Next) -> Result<Recorded, EngineError> {
+    let Next::Node(step) = next else {
+        return Ok(Recorded::default());
+    };
+    let mode = split_work_config(&step.node_config)
+        .map(|w| w.mode)
+        .unwrap_or_default();
+    let started = taxonomy::node::NodeStarted {
+        run: step.run.run_ref(),
+        spec_id: step.spec_id.clone(),
+        spec_name: step.spec_name.clone(),
+        node: step.node_name.clone(),
+        node_run_id: step.node_run_id.clone(),
+        mode,
+    };
+    Ok(bus.record(tx, [Event::new(&started)], &step.run.cause)?)
+}
+
+fn context(graph: &Graph, run: &Run) -> RunContext {
+    RunContext {
+        graph_id: graph.id.clone(),
+        graph_name: graph.name.clone(),
+        run_id: run.id.clone(),
+        workdir: run.workdir.clone(),
+        queue_id: run.queue_id.clone(),
+        cause: run.cause(),
+    }
+}
+
+/// Decides the next step; when it is a node, records the node run as running.
+fn next_step(
+    tx: &Tx<'_>,
+    lease: &Lease,
+    guard_passed: Option<&str>,
+    hint: &mut i64,
+) -> Result<Next, EngineError> {
+    let (graph_id, run_id) = (lease.graph_id.as_str(), lease.run_id.as_str());
+    let graph = tx.graph_shallow(graph_id)?;
+    if graph.driver_lease != lease.generation {
+        return Ok(Next::Stop);
+    }
+    let run = tx.run(run_id)?;
+    if run.status != RunStatus::Running {
+        return Ok(Next::Stop);
+    }
+    let (spec_id, node_index, group) = match tx.spec_in_progress(run_id)? {
+        Some(on) => (
+            on.spec_id,
+            usize::try_from(on.next_node).unwrap_or(0),
+            on.group,
+        ),
+        None => {
+            let Some(next) = tx.next_candidate(graph_id, &run, *hint)? else {
+                return Ok(Next::Settle);
+            };
+            let first = !tx.run_reached_any(run_id)?;
+            let directed = run.start_node.is_some();
+            let guarded =
+                (first || run.queue_id.is_some()) && !directed && !graph.allow_dirty_start;
+            if guarded && guard_passed != Some(next.spec_id.as_str()) {
+                return Ok(Next::Guard {
+                    spec_id: next.spec_id,
+                });
+            }
+            let start = match &run.start_node {
+                Some(name) => match graph.nodes.iter().position(|n| &n.name == name) {
+                    Some(index) => index,
+                    None => {
+                        let blocker = format!(
+                            "the directed start names node `{name}`, which the graph no longer has; continue with another node"
+                        );
+                        pause(tx, graph_id, run_id, &blocker)?;
+                        return Ok(Next::Stop);
+                    }
+                },
+                None => 0,
+            };
+            tx.insert_run_spec(
+                run_id,
+                &next.spec_id,
+                next.group.as_deref(),
+                SpecResult::Running,
+                start,
+            )?;
+            *hint = next.position;
+            if directed {
+                tx.set_run_start_node(run_id, None)?;
+            }
+            (next.spec_id, start, next.group)
+        }
+    };
+    let Some(node) = graph.nodes.get(node_index) else {
+        // The graph lost nodes since this spec started: the spec is done with the nodes it has.
+        tx.set_run_spec_status(run_id, &spec_id, SpecResult::Completed, None)?;
+        return next_step(tx, lease, guard_passed, hint);
+    };
+    let (spec_name, spec_body) = tx
+        .spec_text(&spec_id)?
+        .unwrap_or_else(|| ("(deleted spec)".to_string(), String::new()));
+    let resume_session = match (&run.queue_id, &group) {
+        (Some(queue_id), Some(group)) => tx.warm_session(queue_id, group, run_id, &spec_id)?,
+        _ => None,
+    };
+    let mode = split_work_config(&node.config)
+        .map(|w| w.mode)
+        .unwrap_or_default();
+    let node_run_id = tx.insert_node_run(&NewNodeRun {
+        run_id,
+        graph_id,
+        spec_id: &spec_id,
+        node: &node.name,
+        node_index,
+        mode: &mode,
+        resume_session: resume_session.as_deref(),
+    })?;
+    Ok(Next::Node(Box::new(NodeStep {
+        run: context(&graph, &run),
+        node_run_id,
+        spec_id,
+        spec_name,
+        spec_body,
+        node_index,
+        node_name: node.name.clone(),
+        node_config: node.config.clone(),
+        node_count: graph.nodes.len(),
+        resume_session,
+    })))
+}
+
+/// The specs this run completed so far.
+fn completed_specs(rd: &Rd<'_>, run_id: &str) -> Result<Vec<CompletedSpec>, EngineError> {
+    Ok(rd
+        .run_specs(run_id)?
+        .into_iter()
+        .filter(|s| s.status == SpecResult::Completed)
+        .map(|s| CompletedSpec {
+            name: s.spec_name.unwrap_or_else(|| s.spec_id.clone()),
+            id: s.spec_id,
+            summary: s.summary,
+        })
+        .collect())
+}
+
+/// Calls the executor for one node and records what came of it, with its events (nothing when
+/// the run was taken from this driver meanwhile: a reset, a stop).
+///
+/// The write that records the outcome also decides the driver's next step (and records the
+/// next node run as running), so a spec moving on costs one transaction, not two.
+async fn run_node(
+    engine: &Engine,
+    lease: &Lease,
+    step: NodeStep,
+    hint: i64,
+) -> Result<(Recorded, Next, i64), EngineError> {
+    let NodeStep {
+        run,
+        node_run_id,
+        spec_id,
+        spec_name,
+        spec_body,
+        node_index,
+        node_name,
+        node_config,
+        node_count,
+        resume_session,
+    } = step;
+    // A planned stop has closed admission: the node run is not started. It stays recorded
+    // running, and the stop records it (and its run) interrupted; a continue runs it again.
+    let Some(_admitted) = engine.bus().drain().admit() else {
+        tracing::info!(graph = %run.graph_name, node = %node_name, "the daemon is stopping; the node run is not started");
+        return Ok((Recorded::default(), Next::Stop, hint));
+    };
+    let started = std::time::Instant::now();
+    let mode = split_work_config(&node_config)
+        .map(|w| w.mode)
+        .unwrap_or_default();
+    let result = match split_work_config(&node_config) {
+        Ok(work) => {
+            let markers: MarkerValues = [
+                ("graph_name", run.graph_name.clone()),
+                ("workdir", run.workdir.clone()),
+                ("spec_name", spec_name.clone()),
+                ("spec_id", spec_id.clone()),
+                ("spec_body", spec_body),
+                ("node", node_name.clone()),
+            ]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            let cause = run.cause.clone();
+            cause
+                .scope(
+                    engine.plugins().execute(CallRequest {
+                        stdin: None,
+                        work,
+                        markers,
+                        supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
+                        workdir: PathBuf::from(&run.workdir),
+                        provenance: Provenance {
+                            graph_id: run.graph_id.clone(),
+                            graph_name: run.graph_name.clone(),
+                            run_id: run.run_id.clone(),
+                            event: "node".to_string(),
+                            hook_index: None,
+                            spec_id: Some(spec_id.clone()),
+                        },
+                        timeout: None,
+                        resume_session,
+                        // A run a hook or cron started: its nodes act for that automation.
+                        cause: (run.cause.actor.is_automation() || run.cause.depth > 0)
+                            .then(|| run.cause.clone()),
+                        env: Vec::new(),
+                    }),
+                )
+                .await
+        }
+        Err(message) => Err(PluginError::InvalidConfig(format!(
+            "node `{node_name}`: {message}"
+        ))),
+    };
+    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let (status, reason) = match Ending::of(&result) {
+        Ending::Interrupted(_) => {
+            // A planned stop forced the node: what it reports is not its outcome. The node run
+            // stays running; the stop records it and its run interrupted.
+            tracing::info!(graph = %run.graph_name, node = %node_name, "the node run was forced by a planned stop");
+            return Ok((Recorded::default(), Next::Stop, hint));
+        }
+        Ending::Completed => (NodeRunStatus::Completed, None),
+        // A node past its deadline failed: the reason says it timed out.
+        Ending::Failed(reason) | Ending::TimedOut(reason) => (NodeRunStatus::Failed, Some(reason)),
+        Ending::Blocked(blocker) => (NodeRunStatus::Blocked, Some(blocker)),
+    };
+    let (summary, detail, session, plugin) = match &result {
+        Ok(report) => (
+            report.outcome.summary.clone(),
+            Some(canopy_model::text::tail(
+                &report.outcome.detail,
+                DETAIL_LIMIT,
+            )),
+            report.outcome.harness_session.clone(),
+            Some(report.plugin.clone()),
+        ),
+        Err(_) => (None, None, None, None),
+    };
+    let end = NodeRunEnd {
+        status,
+        summary: summary.clone(),
+        reason: reason.clone(),
+        detail,
+        harness_session: session.clone(),
+        plugin: plugin.map(|p| (p.name, p.version, p.sha256)),
+        duration_ms,
+    };
+    let lease = lease.clone();
+    let bus = engine.bus().clone();
+    engine
+        .store()
+        .write_watched(move |tx| {
+            // A reset or shutdown may have ended the run while the call was in flight.
+            if !tx.node_run_running(&node_run_id)? || !lease.held(tx)? {
+                return Ok((Recorded::default(), Next::Stop, hint));
+            }
+            tx.finish_node_run(&node_run_id, &end)?;
+            let ended = taxonomy::node::NodeEnded {
+                run: run.run_ref(),
+                spec_id: spec_id.clone(),
+                spec_name: spec_name.clone(),
+                node: node_name.clone(),
+                node_run_id: node_run_id.clone(),
+                mode: mode.clone(),
+                duration_ms,
+                summary: summary.clone(),
+                reason: reason.clone(),
+            };
+            let node_event = match status {
+                NodeRunStatus::Completed => Event::new(&taxonomy::node::NodeCompleted(ended)),
+                NodeRunStatus::Blocked => Event::new(&taxonomy::node::NodeBlocked(ended)),
+                _ => Event::new(&taxonomy::node::NodeFailed(ended)),
+            };
+            let mut recorded = bus.record(tx, [node_event], &run.cause)?;
+            if let Some(session) = &session {
+                tx.set_run_spec_session(&run.run_id, &spec_id, session)?;
+            }
+            let mut events = Vec::new();
+            match status {
+                NodeRunStatus::Completed if node_index + 1 < node_count => {
+                    tx.set_run_spec_next_node(&run.run_id, &spec_id, node_index + 1)?;
+                }
+                NodeRunStatus::Completed => {
+                    tx.set_run_spec_status(
+                        &run.run_id,
+                        &spec_id,
+                        SpecResult::Completed,
+                        summary.as_deref(),
+                    )?;
+                    tx.set_spec_summary(&spec_id, summary.as_deref())?;
+                    events.push(EngineEvent::SpecCompleted {
+                        run: run.clone(),
+                        spec: CompletedSpec {
+                            id: spec_id.clone(),
+                            name: spec_name.clone(),
+                            summary: summary.clone(),
+                        },
+                    });
+                }
+                NodeRunStatus::Blocked => {
+                    tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Blocked, None)?;
+                    let blocker = format!(
+                        "node `{node_name}` is blocked on spec {} ({}): {}\n{}",
+                        spec_name,
+                        ids::short(&spec_id),
+                        reason.clone().unwrap_or_default(),
+                        blocked_ways_out(&run.graph_name, &node_name)
+                    );
+                    pause(tx, &run.graph_id, &run.run_id, &blocker)?;
+                    events.push(EngineEvent::RunBlocked {
+                        run: run.clone(),
+                        blocker,
+                        node: Some(node_name.clone()),
+                        spec_id: Some(spec_id.clone()),
+                    });
+                }
+                NodeRunStatus::Failed => {
+                    tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Failed, None)?;
+                    events.push(EngineEvent::SpecFailed {
+                        run: run.clone(),
+                        spec: CompletedSpec {
+                            id: spec_id.clone(),
+                            name: spec_name.clone(),
+                            summary: None,
+                        },
+                        node: node_name.clone(),
+                        reason: reason.clone().unwrap_or_default(),
+                    });
+                }
+                NodeRunStatus::Running | NodeRunStatus::Interrupted => {
+                    return Err(EngineError::Internal(anyhow::anyhow!(
+                        "a node run cannot end {status}"
+                    )));
+                }
+            }
+            let blocked = events
+                .iter()
+                .any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
+            recorded.extend(bus.record_engine(tx, &events)?);
+            if blocked {
+                return Ok((recorded, Next::Stop, hint));
+            }
+            let mut hint = hint;
+            let next = next_step(tx, &lease, None, &mut hint)?;
+            recorded.extend(record_start(&bus, tx, &next)?);
+            Ok((recorded, next, hint))
+        })
+        .await
+}
+
+/// Pauses the run and its graph with a blocker.
+pub(super) fn pause(
+    tx: &Tx<'_>,
+    graph_id: &str,
+    run_id: &str,
+    blocker: &str,
+) -> Result<(), EngineError> {
+    tx.set_run_status(run_id, RunStatus::Paused, Some(blocker))?;
+    tx.set_graph_status(graph_id, GraphStatus::Paused, Some(blocker), None)?;
+    Ok(())
+}
+
+/// The ways out of a pause on a node that reported `blocked`, as `graph continue` offers them.
+fn blocked_ways_out(graph: &str, node: &str) -> String {
+    format!(
+        "ways out:\n  - answer it, then run `{node}` again: canopy graph continue {graph}\n  - run that spec again from a node: canopy graph continue {graph} --mode run_from_node --node NODE\n  - skip that spec: canopy graph continue {graph} --mode skip_next_spec"
+    )
+}
+
+/// Pauses for a dirty tree, with the first paths and the ways out.
+fn dirty_pause(
+    tx: &Tx<'_>,
+    graph_id: &str,
+    run_id: &str,
+    spec_id: &str,
+    lines: &[String],
+) -> Result<EngineEvent, EngineError> {
+    let graph = tx.graph_shallow(graph_id)?;
+    let run = tx.run(run_id)?;
+    let spec_name = tx
+        .spec_text(spec_id)?
+        .map_or_else(|| spec_id.to_string(), |(name, _)| name);
+    let mut blocker = format!(
+        "dirty tree: {} has {} uncommitted change(s) before spec {} ({}):\n",
+        run.workdir,
+        lines.len(),
+        spec_name,
+        ids::short(spec_id)
+    );
+    for line in lines.iter().take(LISTED_PATHS) {
+        blocker.push_str(&format!("  {line}\n"));
+    }
+    if lines.len() > LISTED_PATHS {
+        blocker.push_str(&format!("  … and {} more\n", lines.len() - LISTED_PATHS));
+    }
+    let first_node = graph.nodes.first().map_or("NODE", |n| n.name.as_str());
+    blocker.push_str(&format!(
+        "ways out:\n  - clean the tree (commit, or git stash -u), then check again and start it: canopy graph continue {g}\n  - start that spec anyway, on the dirty tree: canopy graph continue {g} --mode run_from_node --node {first_node}\n  - skip that spec (the next one is checked again): canopy graph continue {g} --mode skip_next_spec\n  - let runs start on a dirty tree: set allow_dirty_start on the graph (canopy graph edit), then canopy graph continue {g}",
+        g = graph.name
+    ));
+    pause(tx, graph_id, run_id, &blocker)?;
+    Ok(EngineEvent::RunBlocked {
+        run: context(&graph, &run),
+        blocker,
+        node: None,
+        spec_id: Some(spec_id.to_string()),
+    })
+}
+
+/// Settles a drained run: completed when every spec it reached completed or was skipped,
+/// failed naming the others.
+fn settle(tx: &Tx<'_>, graph_id: &str, run_id: &str) -> Result<EngineEvent, EngineError> {
+    let graph = tx.graph_shallow(graph_id)?;
+    let run = tx.run(run_id)?;
+    let specs = tx.run_specs(run_id)?;
+    let completed = completed_specs(tx, run_id)?;
+    let skipped = specs
+        .iter()
+        .filter(|s| s.status == SpecResult::Skipped)
+        .count();
+    let bad: Vec<&super::runs::RunSpec> = specs
+        .iter()
+        .filter(|s| !matches!(s.status, SpecResult::Completed | SpecResult::Skipped))
+        .collect();
+    if bad.is_empty() {
+        let summary = format!("{} spec(s) completed, {skipped} skipped", completed.len());
+        tx.finish_run(run_id, RunStatus::Completed, None, Some(&summary))?;
+        tx.set_graph_status(graph_id, GraphStatus::Completed, None, None)?;
+        return Ok(EngineEvent::RunCompleted {
+            run: context(&graph, &run),
+            completed,
+        });
+    }
+    let names: Vec<String> = bad
+        .iter()
+        .map(|s| {
+            format!(
+                "{} ({}, {})",
+                s.spec_name.as_deref().unwrap_or("(deleted spec)"),
+                ids::short(&s.spec_id),
+                s.status
+            )
+        })
+        .collect();
+    let blocker = format!(
+        "{} spec(s) did not complete: {}",
+        bad.len(),
+        names.join(", ")
+    );
+    tx.finish_run(run_id, RunStatus::Failed, Some(&blocker), Some(&blocker))?;
+    tx.set_graph_status(graph_id, GraphStatus::Failed, Some(&blocker), None)?;
+    let last_failed =
+        tx.last_node_run_with(run_id, &[NodeRunStatus::Failed, NodeRunStatus::Interrupted])?;
+    let spec_id = match bad.as_slice() {
+        [one] => Some(one.spec_id.clone()),
+        _ => last_failed.as_ref().map(|(_, spec)| spec.clone()),
+    };
+    let failed_specs = bad
+        .iter()
+        .filter(|s| matches!(s.status, SpecResult::Failed | SpecResult::Interrupted))
+        .map(|s| s.spec_id.clone())
+        .collect();
+    Ok(EngineEvent::RunFailed {
+        run: context(&graph, &run),
+        blocker,
+        node: last_failed.map(|(node, _)| node),
+        spec_id,
+        failed_specs,
+    })
+}

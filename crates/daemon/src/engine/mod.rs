@@ -1,0 +1,983 @@
+//! The engine: specs, graphs, queues and runs on SQLite, and the drivers that take a graph's
+//! specs through its nodes.
+//!
+//! [`Engine`] is the public face: the API and CLI call it; it validates node configs against the
+//! executor host, writes every state change in one transaction, runs one driver task per running
+//! graph, and records what happens as events on the [`Bus`] inside the write that makes it
+//! true (the feed, and the hooks that fire, see [`crate::bus`]).
+
+mod control;
+mod driver;
+mod error;
+pub mod events;
+pub(crate) mod git;
+pub mod graphs;
+pub mod queues;
+pub mod runs;
+pub mod specs;
+mod view;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+pub use control::ControlRequest;
+pub use error::{EngineError, invalid};
+pub use events::EngineEvent;
+pub use graphs::{Graph, GraphInput, GraphStatus, Node};
+pub use queues::{NewQueue, Queue};
+pub use runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
+pub use specs::{NewSpec, Spec, SpecPatch};
+pub use view::{GraphView, Progress, ProgressResult, RunView, ViewPage};
+
+use control::{continue_run, interrupt_active, reset, start_run};
+use view::remaining_events;
+
+use crate::bus::{Bus, Recorded};
+use crate::hooks::{HookMap, SpecScope, validate_hooks};
+use canopy_model::events::{self as taxonomy, Cause, Event};
+use canopy_model::hook_keys::HookEvent;
+
+use canopy_executors::plugins::{PluginError, PluginHost, WorkConfig, split_work_config};
+use canopy_model::markers::NODE_MARKERS;
+use canopy_store::{Rd, Store, Tx, ids};
+
+/// The engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Store,
+    plugins: PluginHost,
+    bus: Bus,
+    /// The driver task of each running graph.
+    drivers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+}
+
+impl Engine {
+    /// An engine over `store`, running work through `plugins`, recording events on `bus`.
+    pub fn new(store: Store, plugins: PluginHost, bus: Bus) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                plugins,
+                bus,
+                drivers: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub(crate) fn plugins(&self) -> &PluginHost {
+        &self.inner.plugins
+    }
+
+    pub(crate) fn bus(&self) -> &Bus {
+        &self.inner.bus
+    }
+
+    /// Publishes events recorded by a write that has committed.
+    pub(crate) async fn publish(&self, recorded: Recorded) {
+        self.inner.bus.publish(recorded).await;
+    }
+
+    /// A write that also records the events it returns (as [`Cause::current`]), published
+    /// once it has committed.
+    async fn write_with_events<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Tx<'_>) -> Result<(T, Vec<Event>), EngineError> + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let bus = self.inner.bus.clone();
+        let cause = Cause::current();
+        let (value, recorded) = self
+            .write(move |tx| {
+                let (value, events) = work(tx)?;
+                Ok((value, bus.record(tx, events, &cause)?))
+            })
+            .await?;
+        self.publish(recorded).await;
+        Ok(value)
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Rd<'_>) -> Result<T, EngineError> + Send + 'static,
+    ) -> Result<T, EngineError> {
+        self.inner.store.read(work).await
+    }
+
+    async fn write<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Tx<'_>) -> Result<T, EngineError> + Send + 'static,
+    ) -> Result<T, EngineError> {
+        self.inner.store.write(work).await
+    }
+
+    // ----- specs -----
+
+    pub async fn create_spec(&self, new: NewSpec) -> Result<Spec, EngineError> {
+        self.write_with_events(move |tx| {
+            let spec = specs::create(tx, new)?;
+            let event = Event::new(&taxonomy::spec::SpecCreated {
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                workdir: spec.workdir.clone(),
+            });
+            Ok((spec, vec![event]))
+        })
+        .await
+    }
+
+    pub async fn list_specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, EngineError> {
+        let workdir = workdir.map(str::to_string);
+        self.read(move |rd| specs::list(rd, workdir.as_deref()))
+            .await
+    }
+
+    pub async fn get_spec(&self, id: &str) -> Result<Spec, EngineError> {
+        let id = id.to_string();
+        self.read(move |rd| specs::get(rd, &id)).await
+    }
+
+    pub async fn update_spec(&self, id: &str, patch: SpecPatch) -> Result<Spec, EngineError> {
+        let id = id.to_string();
+        let fields = patch.fields();
+        self.write_with_events(move |tx| {
+            let spec = specs::update(tx, &id, patch)?;
+            let event = Event::new(&taxonomy::spec::SpecUpdated {
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                workdir: spec.workdir.clone(),
+                fields,
+            });
+            Ok((spec, vec![event]))
+        })
+        .await
+    }
+
+    pub async fn delete_spec(&self, id: &str) -> Result<Spec, EngineError> {
+        let id = id.to_string();
+        self.write_with_events(move |tx| {
+            let spec = specs::delete(tx, &id)?;
+            let event = Event::new(&taxonomy::spec::SpecDeleted {
+                spec_id: spec.id.clone(),
+                spec_name: spec.name.clone(),
+                workdir: spec.workdir.clone(),
+            });
+            Ok((spec, vec![event]))
+        })
+        .await
+    }
+
+    // ----- queues -----
+
+    pub async fn create_queue(&self, new: NewQueue) -> Result<Queue, EngineError> {
+        self.write(move |tx| queues::create(tx, new)).await
+    }
+
+    pub async fn list_queues(&self) -> Result<Vec<Queue>, EngineError> {
+        self.read(queues::list).await
+    }
+
+    pub async fn get_queue(&self, id: &str) -> Result<Queue, EngineError> {
+        let id = id.to_string();
+        self.read(move |rd| queues::get(rd, &id)).await
+    }
+
+    pub async fn queue_add(
+        &self,
+        queue: &str,
+        spec: &str,
+        group: Option<&str>,
+    ) -> Result<Queue, EngineError> {
+        let (queue, spec, group) = (
+            queue.to_string(),
+            spec.to_string(),
+            group.map(str::to_string),
+        );
+        self.write(move |tx| queues::add_spec(tx, &queue, &spec, group.as_deref()))
+            .await
+    }
+
+    pub async fn queue_remove(&self, queue: &str, spec: &str) -> Result<Queue, EngineError> {
+        let (queue, spec) = (queue.to_string(), spec.to_string());
+        self.write(move |tx| queues::remove_spec(tx, &queue, &spec))
+            .await
+    }
+
+    pub async fn queue_set_group(
+        &self,
+        queue: &str,
+        spec: &str,
+        group: Option<&str>,
+    ) -> Result<Queue, EngineError> {
+        let (queue, spec, group) = (
+            queue.to_string(),
+            spec.to_string(),
+            group.map(str::to_string),
+        );
+        self.write(move |tx| queues::set_group(tx, &queue, &spec, group.as_deref()))
+            .await
+    }
+
+    pub async fn queue_reorder(&self, queue: &str, order: &[String]) -> Result<Queue, EngineError> {
+        let (queue, order) = (queue.to_string(), order.to_vec());
+        self.write(move |tx| queues::reorder(tx, &queue, &order))
+            .await
+    }
+
+    pub async fn delete_queue(&self, queue: &str) -> Result<Queue, EngineError> {
+        let queue = queue.to_string();
+        self.write(move |tx| queues::delete(tx, &queue)).await
+    }
+
+    // ----- graphs -----
+
+    /// Checks every node's executor config (mode, the executor's own validation, markers).
+    async fn validate_nodes(&self, nodes: &[Node]) -> Result<(), EngineError> {
+        for (index, node) in nodes.iter().enumerate() {
+            let at = format!("nodes[{index}] (`{}`)", node.name);
+            let work = split_work_config(&node.config)
+                .and_then(|work| work.host().check_no_spec_ids().map(|()| work))
+                .map_err(|err| EngineError::Invalid(format!("{at}: {err}")))?;
+            self.validate_work(&at, &work, NODE_MARKERS).await?;
+        }
+        Ok(())
+    }
+
+    async fn validate_work(
+        &self,
+        at: &str,
+        work: &WorkConfig,
+        markers: &[&str],
+    ) -> Result<(), EngineError> {
+        self.plugins()
+            .validate(work, markers)
+            .await
+            .map_err(|err| match err {
+                PluginError::UnknownMode { .. }
+                | PluginError::Disabled { .. }
+                | PluginError::InvalidConfig(_) => EngineError::Invalid(format!("{at}: {err}")),
+                other => EngineError::Plugin(other),
+            })
+    }
+
+    /// The specs a hook's `spec_ids` may name: the backlog, the graph's bound specs and its
+    /// active run's queue members first.
+    async fn spec_scope(
+        &self,
+        graph: Option<&Graph>,
+        bound: &[String],
+    ) -> Result<SpecScope, EngineError> {
+        let mut ids = bound.to_vec();
+        let run_id = graph.and_then(|g| g.current_run_id.clone());
+        self.read(move |rd| {
+            if let Some(run_id) = run_id {
+                let run = rd.run(&run_id)?;
+                if let (Some(queue_id), true) = (&run.queue_id, run.status.is_active()) {
+                    ids.extend(rd.queue_members(queue_id)?.into_iter().map(|m| m.spec_id));
+                }
+            }
+            let backlog = rd.spec_ids()?;
+            Ok(SpecScope { ids, backlog })
+        })
+        .await
+    }
+
+    /// The hooks map a create / update asks for: `current` with the events named in `hooks`
+    /// replaced, and `on_completed` (the single-hook shape) replacing that event's list.
+    async fn merged_hooks(
+        &self,
+        current: &HookMap,
+        hooks: Option<&Value>,
+        on_completed: Option<&Value>,
+        scope: &SpecScope,
+    ) -> Result<HookMap, EngineError> {
+        let mut merged = current.clone();
+        let mut requested = match hooks {
+            Some(Value::Object(map)) => map.clone(),
+            Some(Value::Null) | None => serde_json::Map::new(),
+            Some(_) => {
+                return invalid(format!(
+                    "field `hooks` must be an object mapping events ({}) to arrays of hook configs",
+                    HookEvent::names()
+                ));
+            }
+        };
+        if let Some(single) = on_completed {
+            if requested.contains_key("on_completed") {
+                return invalid(
+                    "give the completion hook either in `hooks.on_completed` or in `on_completed`, not both",
+                );
+            }
+            requested.insert("on_completed".to_string(), single.clone());
+        }
+        let validated = validate_hooks(self.plugins(), &Value::Object(requested.clone()), scope)
+            .await
+            .map_err(EngineError::Invalid)?;
+        for event in requested.keys() {
+            merged.remove(event);
+        }
+        merged.extend(validated);
+        Ok(merged)
+    }
+
+    /// Creates a graph from the API's JSON.
+    pub async fn create_graph(&self, input: GraphInput) -> Result<GraphView, EngineError> {
+        let name = graphs::check_name(input.name.as_deref().unwrap_or_default())?;
+        let Some(workdir) = &input.workdir else {
+            return invalid("field `workdir` is required: the directory the graph works in");
+        };
+        let workdir = graphs::check_workdir("workdir", workdir)?;
+        let nodes = graphs::parse_nodes(input.nodes.as_deref().unwrap_or_default())?;
+        self.validate_nodes(&nodes).await?;
+        let prefixes = input.specs.clone().unwrap_or_default();
+        let specs = self
+            .read(move |rd| graphs::resolve_specs(rd, &prefixes))
+            .await?;
+        let scope = self.spec_scope(None, &specs).await?;
+        let hooks = self
+            .merged_hooks(
+                &HookMap::new(),
+                input.hooks.as_ref(),
+                input.on_completed.as_ref(),
+                &scope,
+            )
+            .await?;
+        if input.version.is_some() {
+            return invalid("field `version` belongs to an edit: a new graph starts at version 1");
+        }
+        let write = graphs::GraphWrite {
+            name,
+            workdir,
+            nodes,
+            specs,
+            allow_dirty_start: input.allow_dirty_start.unwrap_or(false),
+            hooks,
+        };
+        let id = self
+            .write_with_events(move |tx| {
+                let id = graphs::insert(tx, &write)?;
+                let event = Event::new(&taxonomy::graph::GraphCreated {
+                    graph: taxonomy::graph::GraphRef {
+                        graph_id: id.clone(),
+                        graph_name: write.name.clone(),
+                        workdir: write.workdir.clone(),
+                    },
+                });
+                Ok((id, vec![event]))
+            })
+            .await?;
+        self.graph_view(&id, ViewPage::default()).await
+    }
+
+    /// Applies a partial update, validated whole before anything is written. Nodes and hooks
+    /// edited while a run is active take effect at the run's next dispatch / next event; when
+    /// hooks change then, the answer names the events still to come (`remaining_events`).
+    ///
+    /// `input.version` (or `if_version`, from an `If-Match` header) makes the edit conditional:
+    /// it is refused with [`EngineError::Stale`], changing nothing, when the graph is no longer
+    /// at that version. Without one, the edit is applied to whatever the graph is now; it is
+    /// still never mixed with a concurrent edit (it is written whole, on the version it read).
+    pub async fn update_graph(
+        &self,
+        name_or_id: &str,
+        input: GraphInput,
+        if_version: Option<i64>,
+    ) -> Result<GraphView, EngineError> {
+        let based_on = match (input.version, if_version) {
+            (Some(body), Some(header)) if body != header => {
+                return invalid(format!(
+                    "field `version` ({body}) and the If-Match header ({header}) disagree; give one"
+                ));
+            }
+            (body, header) => body.or(header),
+        };
+        let lookup = name_or_id.to_string();
+        let current = self.read(move |rd| graphs::get(rd, &lookup)).await?;
+        if let Some(expected) = based_on
+            && expected != current.version
+        {
+            return Err(EngineError::Stale {
+                kind: "graph",
+                name: current.name.clone(),
+                expected,
+                current: current.version,
+            });
+        }
+        let name = match &input.name {
+            Some(name) => graphs::check_name(name)?,
+            None => current.name.clone(),
+        };
+        let workdir = match &input.workdir {
+            Some(workdir) => graphs::check_workdir("workdir", workdir)?,
+            None => current.workdir.clone(),
+        };
+        let nodes = match &input.nodes {
+            Some(nodes) => {
+                let nodes = graphs::parse_nodes(nodes)?;
+                self.validate_nodes(&nodes).await?;
+                nodes
+            }
+            None => current.nodes.clone(),
+        };
+        let specs = match &input.specs {
+            Some(prefixes) => {
+                let prefixes = prefixes.clone();
+                self.read(move |rd| graphs::resolve_specs(rd, &prefixes))
+                    .await?
+            }
+            None => current.specs.iter().map(|s| s.id.clone()).collect(),
+        };
+        let hooks_touched = input.hooks.is_some() || input.on_completed.is_some();
+        let hooks = if hooks_touched {
+            let scope = self.spec_scope(Some(&current), &specs).await?;
+            self.merged_hooks(
+                &current.hooks,
+                input.hooks.as_ref(),
+                input.on_completed.as_ref(),
+                &scope,
+            )
+            .await?
+        } else {
+            current.hooks.clone()
+        };
+        let hooks_changed = hooks != current.hooks;
+        let write = graphs::GraphWrite {
+            name,
+            workdir,
+            nodes,
+            specs,
+            allow_dirty_start: input.allow_dirty_start.unwrap_or(current.allow_dirty_start),
+            hooks,
+        };
+        // An edit that changes nothing writes nothing: the version stays, no event is sent.
+        let as_it_is = graphs::GraphWrite {
+            name: current.name.clone(),
+            workdir: current.workdir.clone(),
+            nodes: current.nodes.clone(),
+            specs: current.specs.iter().map(|s| s.id.clone()).collect(),
+            allow_dirty_start: current.allow_dirty_start,
+            hooks: current.hooks.clone(),
+        };
+        if write == as_it_is {
+            let mut view = self.graph_view(&current.id, ViewPage::default()).await?;
+            view.unchanged = true;
+            return Ok(view);
+        }
+        // Written on the version this edit read: a concurrent edit in between makes a
+        // conditional edit stale, and an unconditional one is redone on the newer version.
+        let id = current.id.clone();
+        let read_version = current.version;
+        let written = {
+            let write = write.clone();
+            let id = id.clone();
+            let fields = input.fields();
+            self.write_with_events(move |tx| {
+                let version = graphs::replace(tx, &id, &write, Some(read_version))?;
+                let event = Event::new(&taxonomy::graph::GraphUpdated {
+                    graph: taxonomy::graph::GraphRef {
+                        graph_id: id.clone(),
+                        graph_name: write.name.clone(),
+                        workdir: write.workdir.clone(),
+                    },
+                    version,
+                    fields,
+                });
+                Ok((version, vec![event]))
+            })
+            .await
+        };
+        match written {
+            Ok(_) => {}
+            Err(EngineError::Stale { .. }) if based_on.is_none() => {
+                // An unconditional edit applies its fields to the graph as it is now.
+                return Box::pin(self.update_graph(name_or_id, input, None)).await;
+            }
+            Err(EngineError::Stale { current, name, .. }) => {
+                return Err(EngineError::Stale {
+                    kind: "graph",
+                    name,
+                    expected: based_on.unwrap_or(read_version),
+                    current,
+                });
+            }
+            Err(other) => return Err(other),
+        }
+        let mut view = self.graph_view(&id, ViewPage::default()).await?;
+        if hooks_changed {
+            view.remaining_events = view
+                .current_run
+                .as_ref()
+                .filter(|r| r.run.status.is_active())
+                .map(|run| remaining_events(&view, run));
+        }
+        Ok(view)
+    }
+
+    /// Every graph's view, read in one snapshot.
+    pub async fn list_graphs(&self) -> Result<Vec<GraphView>, EngineError> {
+        let engine = self.clone();
+        self.read(move |rd| {
+            rd.graph_ids()?
+                .iter()
+                .map(|id| view::build(rd, id, engine.driver_active(id), ViewPage::default()))
+                .collect()
+        })
+        .await
+    }
+
+    /// `graph get`: the graph, its current run, progress and warnings.
+    pub async fn get_graph(&self, name_or_id: &str) -> Result<GraphView, EngineError> {
+        self.get_graph_page(name_or_id, ViewPage::default()).await
+    }
+
+    /// `graph get` with a chosen window of the per-spec progress list.
+    pub async fn get_graph_page(
+        &self,
+        name_or_id: &str,
+        page: ViewPage,
+    ) -> Result<GraphView, EngineError> {
+        self.graph_view(name_or_id, page).await
+    }
+
+    /// A graph's view by name or id: the lookup and the view are one read (one snapshot, one
+    /// trip to the read pool).
+    async fn graph_view(&self, name_or_id: &str, page: ViewPage) -> Result<GraphView, EngineError> {
+        let engine = self.clone();
+        let lookup = name_or_id.to_string();
+        self.read(move |rd| {
+            let id = graphs::resolve(rd, &lookup)?;
+            view::build(rd, &id, engine.driver_active(&id), page)
+        })
+        .await
+    }
+
+    pub async fn delete_graph(&self, name_or_id: &str) -> Result<Graph, EngineError> {
+        let lookup = name_or_id.to_string();
+        self.write_with_events(move |tx| {
+            let graph = graphs::delete(tx, &lookup)?;
+            let event = Event::new(&taxonomy::graph::GraphDeleted {
+                graph: taxonomy::graph::GraphRef {
+                    graph_id: graph.id.clone(),
+                    graph_name: graph.name.clone(),
+                    workdir: graph.workdir.clone(),
+                },
+            });
+            Ok((graph, vec![event]))
+        })
+        .await
+    }
+
+    /// Runs of a graph (or all), newest first.
+    pub async fn list_runs(
+        &self,
+        graph: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Run>, EngineError> {
+        let graph = graph.map(str::to_string);
+        self.read(move |rd| {
+            let graph_id = graph.map(|g| graphs::resolve(rd, &g)).transpose()?;
+            Ok(rd.runs(graph_id.as_deref(), limit)?)
+        })
+        .await
+    }
+
+    /// One run with its specs and node runs.
+    pub async fn get_run(&self, id: &str) -> Result<RunView, EngineError> {
+        let prefix = id.to_string();
+        self.read(move |rd| {
+            let id = rd.resolve_run(&prefix)?;
+            Ok(RunView {
+                run: rd.run(&id)?,
+                specs: rd.run_specs(&id)?,
+                specs_total: None,
+                node_runs: rd.node_runs(&id)?,
+            })
+        })
+        .await
+    }
+
+    /// One node run by id or unique prefix, with its stored output (`detail`).
+    pub async fn get_node_run(&self, id: &str) -> Result<NodeRun, EngineError> {
+        let prefix = id.to_string();
+        self.read(move |rd| Ok(rd.node_run(&prefix)?)).await
+    }
+
+    /// One run with `in_flight`: true while a driver works on it (it is running, or it has just
+    /// stopped and the driver is still recording its end and firing its hooks). When false, the
+    /// view holds everything the driver recorded, every hook it fired included.
+    ///
+    /// The driver is checked after the read; a driver that ended between the two may have
+    /// recorded more than the first read saw, so the run is read again once no driver works on
+    /// it. A run that reads `running` then has a driver just starting: it is in flight.
+    pub async fn get_run_in_flight(&self, id: &str) -> Result<(RunView, bool), EngineError> {
+        let view = self.get_run(id).await?;
+        if self.run_in_flight(&view.run).await? {
+            return Ok((view, true));
+        }
+        let view = self.get_run(&view.run.id).await?;
+        let in_flight =
+            view.run.status == RunStatus::Running || self.run_in_flight(&view.run).await?;
+        Ok((view, in_flight))
+    }
+
+    /// True while a driver works on this run (see [`Engine::get_run_in_flight`]).
+    async fn run_in_flight(&self, run: &Run) -> Result<bool, EngineError> {
+        let graph_id = run.graph_id.clone();
+        let current = self
+            .read(move |rd| Ok(rd.graph_shallow(&graph_id)?))
+            .await?;
+        Ok(current.current_run_id.as_deref() == Some(run.id.as_str())
+            && self.driver_active(&run.graph_id))
+    }
+
+    /// Node runs of every run of a graph, newest first.
+    pub async fn graph_node_runs(
+        &self,
+        name_or_id: &str,
+        limit: usize,
+    ) -> Result<Vec<NodeRun>, EngineError> {
+        let lookup = name_or_id.to_string();
+        self.read(move |rd| {
+            let id = graphs::resolve(rd, &lookup)?;
+            Ok(rd.graph_node_runs(&id, limit)?)
+        })
+        .await
+    }
+
+    /// The event `event` would be for a past run of a graph (its latest run unless `run` names
+    /// one), rebuilt from the run history; `None` when that event would not fire for it.
+    pub async fn event_from_history(
+        &self,
+        name_or_id: &str,
+        event: HookEvent,
+        run: Option<&str>,
+        spec: Option<&str>,
+    ) -> Result<(Graph, Run, Option<EngineEvent>), EngineError> {
+        let (name_or_id, run, spec) = (
+            name_or_id.to_string(),
+            run.map(str::to_string),
+            spec.map(str::to_string),
+        );
+        self.read(move |conn| {
+            let graph = graphs::get(conn, &name_or_id)?;
+            let run_id = match run {
+                Some(prefix) => conn.resolve_run(&prefix)?,
+                None => match conn.runs(Some(&graph.id), 1)?.into_iter().next() {
+                    Some(run) => run.id,
+                    None => {
+                        return Err(EngineError::Conflict(format!(
+                            "graph `{}` has no run yet to test its hooks against; run it first",
+                            graph.name
+                        )));
+                    }
+                },
+            };
+            let run = conn.run(&run_id)?;
+            if run.graph_id != graph.id {
+                return invalid(format!(
+                    "field `run`: run {} belongs to another graph",
+                    ids::short(&run.id)
+                ));
+            }
+            let context = events::RunContext {
+                graph_id: graph.id.clone(),
+                graph_name: graph.name.clone(),
+                run_id: run.id.clone(),
+                workdir: run.workdir.clone(),
+                queue_id: run.queue_id.clone(),
+                cause: run.cause(),
+            };
+            let specs = conn.run_specs(&run.id)?;
+            let completed: Vec<events::CompletedSpec> = specs
+                .iter()
+                .filter(|s| s.status == SpecResult::Completed)
+                .map(|s| events::CompletedSpec {
+                    id: s.spec_id.clone(),
+                    name: s.spec_name.clone().unwrap_or_default(),
+                    summary: s.summary.clone(),
+                })
+                .collect();
+            let spec_id = spec.map(|s| specs::resolve(conn, &s)).transpose()?;
+            let node_runs = conn.node_runs(&run.id)?;
+            let last_node = |status: NodeRunStatus| {
+                node_runs
+                    .iter()
+                    .rev()
+                    .find(|n| n.status == status)
+                    .map(|n| n.node.clone())
+            };
+            let built = match event {
+                HookEvent::OnCompleted => Some(EngineEvent::RunCompleted {
+                    run: context,
+                    completed,
+                }),
+                HookEvent::OnSpecCompleted => {
+                    let spec = match &spec_id {
+                        Some(id) => {
+                            let found = conn.spec(id)?;
+                            let summary = specs
+                                .iter()
+                                .find(|s| &s.spec_id == id)
+                                .and_then(|s| s.summary.clone());
+                            Some(events::CompletedSpec {
+                                id: found.id,
+                                name: found.name,
+                                summary,
+                            })
+                        }
+                        None => completed.last().cloned(),
+                    };
+                    spec.map(|spec| EngineEvent::SpecCompleted { run: context, spec })
+                }
+                HookEvent::OnFailed => {
+                    let failed: Vec<&RunSpec> = specs
+                        .iter()
+                        .filter(|s| s.status == SpecResult::Failed)
+                        .collect();
+                    let spec_id = spec_id.or_else(|| match failed.as_slice() {
+                        [one] => Some(one.spec_id.clone()),
+                        _ => None,
+                    });
+                    Some(EngineEvent::RunFailed {
+                        run: context,
+                        blocker: run.blocker.clone().unwrap_or_default(),
+                        node: last_node(NodeRunStatus::Failed),
+                        spec_id,
+                        failed_specs: failed.iter().map(|s| s.spec_id.clone()).collect(),
+                    })
+                }
+                HookEvent::OnBlocked => Some(EngineEvent::RunBlocked {
+                    run: context,
+                    blocker: run.blocker.clone().unwrap_or_default(),
+                    node: last_node(NodeRunStatus::Blocked),
+                    spec_id: None,
+                }),
+                HookEvent::OnSpecFailed => {
+                    // The named spec if it failed in this run, else the run's last failed spec.
+                    let failed = specs.iter().rev().find(|s| {
+                        s.status == SpecResult::Failed
+                            && spec_id.as_ref().is_none_or(|id| &s.spec_id == id)
+                    });
+                    failed.map(|s| EngineEvent::SpecFailed {
+                        run: context,
+                        spec: events::CompletedSpec {
+                            id: s.spec_id.clone(),
+                            name: s.spec_name.clone().unwrap_or_default(),
+                            summary: None,
+                        },
+                        node: s
+                            .reason_node
+                            .clone()
+                            .or_else(|| last_node(NodeRunStatus::Failed))
+                            .unwrap_or_default(),
+                        reason: s.reason.clone().unwrap_or_default(),
+                    })
+                }
+            };
+            Ok((graph, run, built))
+        })
+        .await
+    }
+
+    // ----- control -----
+
+    /// `graph_control`: run, reset or continue.
+    pub async fn control(
+        &self,
+        name_or_id: &str,
+        request: ControlRequest,
+    ) -> Result<GraphView, EngineError> {
+        let lookup = name_or_id.to_string();
+        let graph_id = self.read(move |rd| graphs::resolve(rd, &lookup)).await?;
+        match request.action.as_str() {
+            "run" => {
+                if request.mode.is_some() || request.node.is_some() {
+                    return invalid("fields `mode` and `node` belong to the `continue` action");
+                }
+                self.drive_new(&graph_id, "run", None, move |tx, id| {
+                    start_run(
+                        tx,
+                        id,
+                        request.queue_id.as_deref(),
+                        request.workdir.as_deref(),
+                    )
+                })
+                .await?;
+            }
+            "reset" => {
+                if request.queue_id.is_some()
+                    || request.workdir.is_some()
+                    || request.mode.is_some()
+                    || request.node.is_some()
+                {
+                    return invalid("`reset` takes no other field");
+                }
+                let id = graph_id.clone();
+                self.write_with_events(move |tx| {
+                    let graph = tx.graph_shallow(&id)?;
+                    let run_id = graph.current_run_id.clone();
+                    reset(tx, &id)?;
+                    let event = Event::new(&taxonomy::graph::RunReset {
+                        graph: taxonomy::graph::GraphRef {
+                            graph_id: graph.id.clone(),
+                            graph_name: graph.name.clone(),
+                            workdir: graph.workdir.clone(),
+                        },
+                        run_id,
+                    });
+                    Ok(((), vec![event]))
+                })
+                .await?;
+                self.stop_driver(&graph_id);
+            }
+            "continue" => {
+                if request.queue_id.is_some() || request.workdir.is_some() {
+                    return invalid("fields `queue_id` and `workdir` belong to the `run` action");
+                }
+                let mode = request.mode.clone().unwrap_or_else(|| "plain".to_string());
+                self.drive_new(&graph_id, "continue", Some(mode), move |tx, id| {
+                    continue_run(tx, id, request.mode.as_deref(), request.node.as_deref())
+                })
+                .await?;
+            }
+            other => {
+                return invalid(format!(
+                    "field `action` must be `run`, `reset` or `continue`, got `{other}`"
+                ));
+            }
+        }
+        self.graph_view(&graph_id, ViewPage::default()).await
+    }
+
+    /// Makes the graph's run running with `begin` (which returns the run's id) and, in the same
+    /// write, takes the driver lease and records who started it (the run's events carry that
+    /// cause) with its `graph.run.started` event; then starts the driver holding the lease.
+    async fn drive_new(
+        &self,
+        graph_id: &str,
+        how: &'static str,
+        mode: Option<String>,
+        begin: impl FnOnce(&Tx<'_>, &str) -> Result<String, EngineError> + Send + 'static,
+    ) -> Result<(), EngineError> {
+        let id = graph_id.to_string();
+        let bus = self.inner.bus.clone();
+        let cause = Cause::current();
+        let (lease, recorded) = self
+            .write(move |tx| {
+                let run_id = begin(tx, &id)?;
+                let generation = tx.take_driver_lease(&id)?;
+                tx.set_run_cause(&run_id, &cause)?;
+                let run = tx.run(&run_id)?;
+                let graph = tx.graph_shallow(&id)?;
+                let event = Event::new(&taxonomy::graph::RunStarted {
+                    run: taxonomy::graph::RunRef {
+                        graph: taxonomy::graph::GraphRef {
+                            graph_id: graph.id.clone(),
+                            graph_name: graph.name.clone(),
+                            workdir: run.workdir.clone(),
+                        },
+                        run_id: run_id.clone(),
+                        queue_id: run.queue_id.clone(),
+                    },
+                    how: how.to_string(),
+                    mode,
+                });
+                let recorded = bus.record(tx, [event], &cause)?;
+                Ok((
+                    driver::Lease {
+                        graph_id: id,
+                        run_id,
+                        generation,
+                    },
+                    recorded,
+                ))
+            })
+            .await?;
+        self.publish(recorded).await;
+        self.spawn_driver(lease);
+        Ok(())
+    }
+
+    fn drivers(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
+        self.inner
+            .drivers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn driver_active(&self, graph_id: &str) -> bool {
+        self.drivers()
+            .get(graph_id)
+            .is_some_and(|h| !h.is_finished())
+    }
+
+    /// Starts the driver of a run that just became running, holding the lease taken in the
+    /// same transaction. A previous driver still listed here lost its lease with that
+    /// transaction: it changes nothing more and only ends, so the new run gets its own driver
+    /// at once (waiting for the old one would leave the new run undriven).
+    fn spawn_driver(&self, lease: driver::Lease) {
+        let mut drivers = self.drivers();
+        let graph_id = lease.graph_id.clone();
+        let task = tokio::spawn(driver::drive(self.clone(), lease));
+        drivers.insert(graph_id, task.abort_handle());
+    }
+
+    fn stop_driver(&self, graph_id: &str) {
+        if let Some(handle) = self.drivers().remove(graph_id) {
+            handle.abort();
+        }
+    }
+
+    /// Called by a driver task as it ends.
+    fn driver_finished(&self, graph_id: &str) {
+        let me = tokio::task::try_id();
+        let mut drivers = self.drivers();
+        if drivers.get(graph_id).is_some_and(|h| Some(h.id()) == me) {
+            drivers.remove(graph_id);
+        }
+    }
+
+    /// At daemon start: runs that were in progress when the daemon died are marked interrupted
+    /// (never silently re-run); their graphs pause with a blocker that says so.
+    pub async fn recover(&self) -> Result<usize, EngineError> {
+        let bus = self.inner.bus.clone();
+        let (count, recorded) = self
+            .write(move |tx| {
+                let events = interrupt_active(
+                    tx,
+                    "the daemon stopped (crash or kill) while this run was in progress",
+                )?;
+                Ok((events.len(), bus.record_engine(tx, &events)?))
+            })
+            .await?;
+        self.publish(recorded).await;
+        Ok(count)
+    }
+
+    /// At daemon shutdown: stops every driver; in-flight node runs are recorded as interrupted.
+    pub async fn shutdown(&self) -> Result<usize, EngineError> {
+        let handles: Vec<tokio::task::AbortHandle> =
+            self.drivers().drain().map(|(_, h)| h).collect();
+        for handle in &handles {
+            handle.abort();
+        }
+        let events = self
+            .write(|tx| interrupt_active(tx, "the daemon shut down while this run was in progress"))
+            .await?;
+        Ok(events.len())
+    }
+}

@@ -1,0 +1,419 @@
+//! Daemon hooks: `[[hooks]]` in `canopy.toml`, reacting to any event of the feed.
+//!
+//! ```toml
+//! node = "build-1"                 # this daemon's node name; default: the host name
+//! roles = ["controller"]
+//!
+//! [[hooks]]
+//! name = "announce-blocked"        # required, unique, stable
+//! event = "graph.run.blocked"      # an event of the taxonomy, or a glob ("spec.*")
+//! match = { graph_name = "web" }   # optional: exact, glob ("web-*") or regex ("re:^web")
+//! nodes = ["build-1"]              # optional: run only on these nodes
+//! roles_permitted = ["controller"] # optional: run only on nodes holding one of these roles
+//! timeout_secs = 15
+//! cwd = "{{workdir}}"              # rendered; default: the event's project, else the data dir
+//! action = { command = "notify-send {{graph_name}} {{blocker}}" }   # any executor config
+//! ```
+//!
+//! [`compile`] checks every hook and reports every problem with its TOML path
+//! (`hooks[2].event: ...`); the executor's own validation of `action` needs the running plugins
+//! and is done by [`check_actions`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
+use canopy_model::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
+use canopy_model::pattern::Pattern;
+
+/// The marker holding the whole event as JSON (`CANOPY_HOOK_DATA` in a command).
+pub const DATA_MARKER: &str = "data";
+
+/// Dispatch depth past which hooks no longer fire (their runs are recorded `dropped`).
+pub const DEFAULT_MAX_DEPTH: u32 = 4;
+
+/// One `[[hooks]]` entry as written.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonHookConfig {
+    pub name: String,
+    pub event: String,
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
+    pub matcher: BTreeMap<String, Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles_permitted: Vec<String>,
+    pub timeout_secs: Option<u64>,
+    pub cwd: Option<String>,
+    pub action: Map<String, Value>,
+}
+
+/// A checked daemon hook, ready to match events.
+#[derive(Debug, Clone)]
+pub struct DaemonHook {
+    /// Its place in `canopy.toml` (`hooks[index]`).
+    pub index: usize,
+    pub config: DaemonHookConfig,
+    pub pattern: EventPattern,
+    pub matchers: Vec<(String, Pattern)>,
+    pub timeout: Option<Duration>,
+    /// The executor work of `action`.
+    pub work: WorkConfig,
+    /// The markers its events offer: the envelope's, `data`, and every matching event's.
+    pub markers: Vec<&'static str>,
+}
+
+impl DaemonHook {
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Whether this daemon (node, roles) runs the hook at all.
+    pub fn serves(&self, node: &str, roles: &[String]) -> bool {
+        node_serves(
+            &self.config.nodes,
+            &self.config.roles_permitted,
+            node,
+            roles,
+        )
+    }
+
+    /// Whether the hook fires for this event: its event pattern and every `match` field.
+    pub fn matches(&self, envelope: &Envelope) -> bool {
+        self.pattern.matches(&envelope.event)
+            && self.matchers.iter().all(|(field, matcher)| {
+                field_text(envelope, field).is_some_and(|value| matcher.matches(&value))
+            })
+    }
+}
+
+/// Whether a daemon (its node name and roles) runs automation narrowed to `nodes` and
+/// `roles_permitted` (either empty: no narrowing) -- daemon hooks and crons alike.
+pub fn node_serves(
+    nodes: &[String],
+    roles_permitted: &[String],
+    node: &str,
+    roles: &[String],
+) -> bool {
+    (nodes.is_empty() || nodes.iter().any(|n| n == node))
+        && (roles_permitted.is_empty() || roles_permitted.iter().any(|r| roles.contains(r)))
+}
+
+/// A field of an event as text: an envelope field, or a payload field (dotted for nested).
+fn field_text(envelope: &Envelope, field: &str) -> Option<String> {
+    match field {
+        "event" => return Some(envelope.event.clone()),
+        "node" => return Some(envelope.node.clone()),
+        "actor" => return Some(envelope.actor.clone()),
+        "project" => return envelope.project.clone(),
+        "target" => return envelope.target.clone(),
+        _ => {}
+    }
+    let mut value = &envelope.payload;
+    for part in field.split('.') {
+        value = value.get(part)?;
+    }
+    canopy_model::events::scalar_text(value)
+}
+
+/// The daemon's hooks and identity, as configured.
+#[derive(Debug, Clone)]
+pub struct DaemonHooks {
+    /// This daemon's node name.
+    pub node: String,
+    pub roles: Vec<String>,
+    /// Dispatch depth past which hooks no longer fire.
+    pub max_depth: u32,
+    /// A hook firing more than this many times within [`Self::breaker_window`] trips (see
+    /// [`crate::hooks::breaker`]); 0 never trips.
+    pub breaker_firings: u32,
+    pub breaker_window: std::time::Duration,
+    pub hooks: Vec<Arc<DaemonHook>>,
+}
+
+impl Default for DaemonHooks {
+    fn default() -> Self {
+        Self {
+            node: host_name(),
+            roles: Vec::new(),
+            max_depth: DEFAULT_MAX_DEPTH,
+            breaker_firings: crate::hooks::breaker::DEFAULT_FIRINGS,
+            breaker_window: crate::hooks::breaker::DEFAULT_WINDOW,
+            hooks: Vec::new(),
+        }
+    }
+}
+
+/// This machine's host name (the default node name).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+pub fn is_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 100
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Checks the `[[hooks]]` entries; returns every problem, each with its TOML path.
+pub fn compile(
+    node: Option<&str>,
+    roles: &[String],
+    max_depth: u32,
+    entries: &[DaemonHookConfig],
+) -> Result<DaemonHooks, Vec<String>> {
+    let mut problems = Vec::new();
+    let node = match node {
+        Some(name) if !is_name(name) => {
+            problems.push(format!(
+                "node: `{name}` is not a node name (ASCII letters, digits, `-`, `_`, `.`; at most 100)"
+            ));
+            String::new()
+        }
+        Some(name) => name.to_string(),
+        None => host_name(),
+    };
+    for (i, role) in roles.iter().enumerate() {
+        if !is_name(role) {
+            problems.push(format!(
+                "roles[{i}]: `{role}` is not a role name (ASCII letters, digits, `-`, `_`, `.`)"
+            ));
+        }
+    }
+    let mut names = HashSet::new();
+    let mut hooks = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let at = |field: &str| format!("hooks[{index}].{field}");
+        let before = problems.len();
+        if !is_name(&entry.name) {
+            problems.push(format!(
+                "{}: `{}` is not a hook name (ASCII letters, digits, `-`, `_`, `.`; at most 100)",
+                at("name"),
+                entry.name
+            ));
+        } else if !names.insert(entry.name.clone()) {
+            problems.push(format!(
+                "{}: `{}` names another hook too; hook names are unique",
+                at("name"),
+                entry.name
+            ));
+        }
+        let pattern = EventPattern::parse(&entry.event)
+            .map_err(|err| problems.push(format!("{}: {err}", at("event"))))
+            .ok();
+        let mut matchers = Vec::new();
+        for (field, value) in &entry.matcher {
+            match Pattern::parse(value) {
+                Ok(matcher) => matchers.push((field.clone(), matcher)),
+                Err(err) => problems.push(format!("{}: {err}", at(&format!("match.{field}")))),
+            }
+        }
+        for (i, name) in entry.nodes.iter().enumerate() {
+            if !is_name(name) {
+                problems.push(format!(
+                    "{}: `{name}` is not a node name",
+                    at(&format!("nodes[{i}]"))
+                ));
+            }
+        }
+        let timeout = match entry.timeout_secs {
+            Some(0) => {
+                problems.push(format!("{}: must be at least 1", at("timeout_secs")));
+                None
+            }
+            Some(secs) if secs > canopy_executors::plugins::MAX_TIMEOUT.as_secs() => {
+                problems.push(format!(
+                    "{}: must be at most {} (7 days)",
+                    at("timeout_secs"),
+                    canopy_executors::plugins::MAX_TIMEOUT.as_secs()
+                ));
+                None
+            }
+            Some(secs) => Some(Duration::from_secs(secs)),
+            None => None,
+        };
+        let work = split_work_config(&entry.action)
+            .map_err(|err| problems.push(format!("{}: {err}", at("action"))))
+            .ok();
+        if problems.len() > before {
+            continue;
+        }
+        let (Some(pattern), Some(work)) = (pattern, work) else {
+            continue;
+        };
+        let mut markers: Vec<&'static str> = ENVELOPE_MARKERS.to_vec();
+        markers.push(DATA_MARKER);
+        for def in pattern.events() {
+            for marker in def.markers {
+                if !markers.contains(marker) {
+                    markers.push(marker);
+                }
+            }
+        }
+        if let Some(cwd) = &entry.cwd {
+            for used in canopy_model::markers::used(cwd) {
+                if !markers.contains(&used) {
+                    problems.push(format!(
+                        "{}: marker {{{{{used}}}}} is not offered by {}; it offers {}",
+                        at("cwd"),
+                        entry.event,
+                        markers.join(", ")
+                    ));
+                }
+            }
+        }
+        hooks.push(Arc::new(DaemonHook {
+            index,
+            config: entry.clone(),
+            pattern,
+            matchers,
+            timeout,
+            work,
+            markers,
+        }));
+    }
+    if problems.is_empty() {
+        Ok(DaemonHooks {
+            node,
+            roles: roles.to_vec(),
+            max_depth,
+            hooks,
+            ..DaemonHooks::default()
+        })
+    } else {
+        Err(problems)
+    }
+}
+
+/// The executors' own checks of each hook's `action` (the mode is served, the config is valid
+/// for it, its markers are ones the event offers); every problem with its TOML path.
+pub async fn check_actions(plugins: &PluginHost, hooks: &DaemonHooks) -> Vec<String> {
+    let mut problems = Vec::new();
+    for hook in &hooks.hooks {
+        if let Err(err) = plugins.validate(&hook.work, &hook.markers).await {
+            problems.push(format!("hooks[{}].action: {err}", hook.index));
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn entry(toml_text: &str) -> DaemonHookConfig {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    fn envelope(event: &str, payload: Value) -> Envelope {
+        Envelope {
+            id: 1,
+            node: "n1".into(),
+            project: Some("/w".into()),
+            target: None,
+            event: event.into(),
+            family: canopy_model::events::find(event).unwrap().family,
+            timestamp: "2026-01-01T00:00:00Z".into(),
+            actor: "user".into(),
+            dispatch_depth: 0,
+            payload,
+        }
+    }
+
+    #[test]
+    fn a_hook_matches_its_event_glob_and_payload_fields() {
+        let hooks = compile(
+            Some("n1"),
+            &[],
+            4,
+            &[entry(
+                r#"
+                name = "a"
+                event = "graph.run.*"
+                match = { graph_name = "web-*", blocker = "re:^dirty" }
+                action = { command = "true" }
+                "#,
+            )],
+        )
+        .unwrap();
+        let hook = &hooks.hooks[0];
+        let hit = envelope(
+            "graph.run.blocked",
+            serde_json::json!({ "graph_name": "web-1", "blocker": "dirty tree" }),
+        );
+        assert!(hook.matches(&hit));
+        let other_name = envelope(
+            "graph.run.blocked",
+            serde_json::json!({ "graph_name": "api", "blocker": "dirty tree" }),
+        );
+        assert!(!hook.matches(&other_name));
+        let other_event = envelope(
+            "spec.completed",
+            serde_json::json!({ "graph_name": "web-1" }),
+        );
+        assert!(!hook.matches(&other_event));
+    }
+
+    #[test]
+    fn nodes_and_roles_narrow_where_a_hook_runs() {
+        let hooks = compile(
+            Some("n1"),
+            &["worker".to_string()],
+            4,
+            &[
+                entry("name = \"a\"\nevent = \"*\"\nnodes = [\"n2\"]\naction = { command = \"true\" }"),
+                entry(
+                    "name = \"b\"\nevent = \"*\"\nroles_permitted = [\"controller\"]\naction = { command = \"true\" }",
+                ),
+                entry(
+                    "name = \"c\"\nevent = \"*\"\nnodes = [\"n1\"]\nroles_permitted = [\"worker\"]\naction = { command = \"true\" }",
+                ),
+            ],
+        )
+        .unwrap();
+        let serves: Vec<bool> = hooks
+            .hooks
+            .iter()
+            .map(|h| h.serves(&hooks.node, &hooks.roles))
+            .collect();
+        assert_eq!(serves, [false, false, true]);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let problems = compile(
+            Some("n1"),
+            &[],
+            4,
+            &[
+                entry("name = \"a\"\nevent = \"graph.ran\"\naction = { command = \"true\" }"),
+                entry("name = \"a\"\nevent = \"spec.*\"\nmatch = { x = \"re:(\" }\naction = {}"),
+                entry("name = \"ok\"\nevent = \"spec.*\"\ntimeout_secs = 0\naction = { command = \"true\" }"),
+            ],
+        )
+        .unwrap_err();
+        let text = problems.join("\n");
+        for expected in [
+            "hooks[0].event: `graph.ran` matches no event",
+            "hooks[1].name: `a` names another hook too",
+            "hooks[1].match.x: `(` is not a valid regex",
+            "hooks[1].action: sets no mode",
+            "hooks[2].timeout_secs: must be at least 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Re-reading `canopy.toml` while the daemon runs (`canopy config reload`, SIGHUP), and checking
+//! a file before it is put in force (`canopy config validate`).
+//!
+//! A file is checked whole first -- every section, every daemon hook, and each hook's action
+//! by its executor -- and refused whole when anything is wrong: the configuration in force does
+//! not change. A valid file puts its daemon hooks, node name, roles, dispatch depth, agent
+//! platforms and projects (their hooks and checkout watchers) in force at once; the sections read only at start (`listen`, `limits`, `process`,
+//! `log`, `feed`) are named in the answer as needing a restart when they changed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::Serialize;
+
+use crate::bus::Bus;
+use crate::config::Config;
+use crate::hooks::daemon::{DaemonHooks, check_actions};
+use canopy_executors::plugins::PluginHost;
+use canopy_executors::plugins::platforms::Platform;
+
+/// The agent platforms in force, shared with the executor host's services.
+pub type Platforms = Arc<RwLock<BTreeMap<String, Platform>>>;
+
+/// What a reload did.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// The file read.
+    pub path: PathBuf,
+    /// The daemon hooks now in force.
+    pub hooks: usize,
+    pub node: String,
+    /// Sections that changed and are in force now.
+    pub applied: Vec<String>,
+    /// Sections that changed but are read only at start: in force after a restart.
+    pub needs_restart: Vec<String>,
+}
+
+/// Checks and applies `canopy.toml`.
+pub struct Reloader {
+    path: PathBuf,
+    bus: Bus,
+    plugins: PluginHost,
+    platforms: Platforms,
+    /// The configuration in force (what a reload compares against).
+    current: Mutex<Config>,
+    /// One reload at a time.
+    gate: tokio::sync::Mutex<()>,
+    /// The project watchers, once the daemon has started them.
+    watchers: std::sync::OnceLock<Arc<crate::projects::watch::Watchers>>,
+    /// The crons, once the daemon has started them.
+    crons: std::sync::OnceLock<crate::crons::Crons>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reloader {
+    pub fn new(
+        path: PathBuf,
+        bus: Bus,
+        plugins: PluginHost,
+        platforms: Platforms,
+        current: Config,
+    ) -> Self {
+        Self {
+            path,
+            bus,
+            plugins,
+            platforms,
+            current: Mutex::new(current),
+            gate: tokio::sync::Mutex::new(()),
+            watchers: std::sync::OnceLock::new(),
+            crons: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Hands the crons to the reloader: a reload that changes `[[crons]]` reschedules them.
+    pub fn schedule_crons(&self, crons: crate::crons::Crons) {
+        let _ = self.crons.set(crons);
+    }
+
+    /// Hands the project watchers to the reloader: a reload that changes `[projects]` starts,
+    /// stops or restarts them.
+    pub fn watch_projects(&self, watchers: Arc<crate::projects::watch::Watchers>) {
+        let _ = self.watchers.set(watchers);
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Checks a configuration text whole: every problem, each with its TOML path.
+    pub async fn check(&self, text: &str) -> Result<(Config, DaemonHooks), Vec<String>> {
+        let config = Config::parse(text)?;
+        let hooks = config.daemon_hooks()?;
+        let mut problems = check_actions(&self.plugins, &hooks).await;
+        let projects = crate::projects::compile(&config.projects)?;
+        problems.extend(crate::projects::check_actions(&self.plugins, &projects).await);
+        problems.extend(crate::crons::check_actions(&self.plugins, &config.crons()?).await);
+        let webhooks = crate::webhooks::config::compile(&config)?;
+        problems.extend(crate::webhooks::config::check_actions(&self.plugins, &webhooks).await);
+        if problems.is_empty() {
+            Ok((config, hooks))
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Re-reads the file and puts it in force, or changes nothing and returns every problem.
+    pub async fn reload(&self) -> Result<ReloadReport, Vec<String>> {
+        let _one = self.gate.lock().await;
+        // Off the runtime: a file system can be slow, and nothing read may block a worker.
+        let path = self.path.clone();
+        let text = match tokio::task::spawn_blocking(move || crate::config::read_file(&path)).await
+        {
+            Ok(Ok(text)) => text.unwrap_or_default(),
+            Ok(Err(err)) => return Err(vec![err]),
+            Err(err) => return Err(vec![format!("cannot read {}: {err}", self.path.display())]),
+        };
+        let (config, hooks) = self.check(&text).await?;
+        let (report, new_crons) = self.apply(config, hooks);
+        if let (Some(Ok(new_crons)), Some(crons)) = (new_crons, self.crons.get())
+            && let Err(err) = crons.replace(new_crons).await
+        {
+            tracing::error!(error = %err, "cannot reschedule the crons");
+        }
+        tracing::info!(
+            path = %self.path.display(),
+            hooks = report.hooks,
+            applied = %report.applied.join(", "),
+            needs_restart = %report.needs_restart.join(", "),
+            "configuration reloaded"
+        );
+        Ok(report)
+    }
+
+    /// Puts a checked configuration in force, all but the crons (returned when they changed:
+    /// rescheduling them awaits).
+    #[allow(clippy::type_complexity)]
+    fn apply(
+        &self,
+        config: Config,
+        hooks: DaemonHooks,
+    ) -> (
+        ReloadReport,
+        Option<Result<Vec<crate::crons::Cron>, Vec<String>>>,
+    ) {
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = current.clone();
+        let mut applied = Vec::new();
+        let mut needs_restart = Vec::new();
+        let mut note = |changed: bool, section: &str, live: bool| {
+            if changed {
+                if live {
+                    applied.push(section.to_string());
+                } else {
+                    needs_restart.push(section.to_string());
+                }
+            }
+        };
+        note(old.hooks != config.hooks, "hooks", true);
+        note(old.node != config.node, "node", true);
+        note(old.roles != config.roles, "roles", true);
+        note(old.platforms != config.platforms, "platforms", true);
+        let projects_changed = old.projects.len() != config.projects.len()
+            || old.projects.iter().any(|(name, project)| {
+                config
+                    .projects
+                    .get(name)
+                    .is_none_or(|new| !new.same_lifecycle(project))
+            });
+        note(projects_changed, "projects", true);
+        let crons_changed = old.crons != config.crons;
+        note(crons_changed, "crons", true);
+        // Webhooks (their listener, hooks, tokens' sources, the actions they run) are read at
+        // start: an edit is named, to restart for.
+        let project_webhooks =
+            |c: &Config| -> Vec<(String, crate::webhooks::config::ProjectWebhooks)> {
+                c.projects
+                    .iter()
+                    .map(|(name, p)| (name.clone(), p.webhooks.clone()))
+                    .collect()
+            };
+        note(
+            old.webhooks != config.webhooks
+                || old.actions != config.actions
+                || project_webhooks(&old) != project_webhooks(&config),
+            "webhooks",
+            false,
+        );
+        note(old.listen != config.listen, "listen", false);
+        let mut old_limits = old.limits.clone();
+        old_limits.max_dispatch_depth = config.limits.max_dispatch_depth;
+        note(
+            old.limits.max_dispatch_depth != config.limits.max_dispatch_depth,
+            "limits.max_dispatch_depth",
+            true,
+        );
+        old_limits.breaker_firings = config.limits.breaker_firings;
+        old_limits.breaker_window_secs = config.limits.breaker_window_secs;
+        note(
+            old.limits.breaker_firings != config.limits.breaker_firings
+                || old.limits.breaker_window_secs != config.limits.breaker_window_secs,
+            "limits.breaker",
+            true,
+        );
+        note(old_limits != config.limits, "limits", false);
+        note(old.process != config.process, "process", false);
+        note(old.log != config.log, "log", false);
+        note(old.feed != config.feed, "feed", false);
+        note(old.retention != config.retention, "retention", false);
+        *self
+            .platforms
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config.platforms();
+        let report = ReloadReport {
+            path: self.path.clone(),
+            hooks: hooks.hooks.len(),
+            node: hooks.node.clone(),
+            applied,
+            needs_restart,
+        };
+        self.bus.set_daemon_hooks(hooks);
+        if projects_changed && let Ok(projects) = crate::projects::compile(&config.projects) {
+            if let Some(watchers) = self.watchers.get() {
+                watchers.apply(&projects.projects);
+            }
+            self.bus.set_project_hooks(projects);
+        }
+        let new_crons = crons_changed.then(|| config.crons());
+        *current = config;
+        (report, new_crons)
+    }
+}

@@ -1,0 +1,1003 @@
+//! Webhook ingress: inbound HTTP on its own listener, turned into specs, commands and executor
+//! runs, each delivery recorded durably before it is answered.
+//!
+//! - [`config`]: `[webhooks]` and `[projects.NAME.webhooks]`, checked by [`config::compile`]
+//!   without reading a secret.
+//! - [`server`]: the listener. A request for a hook this node serves passes its token (headers
+//!   only), then its body is read (413 past `max_body_bytes`), its HMAC signature checked, its
+//!   rules evaluated, and it is recorded -- `accepted`, or `ignored` with the reason -- together
+//!   with its `webhook.received` event, in one write. Only then is it answered: 202 with the
+//!   delivery id, or, with `?wait=true` / `respond = "sync"`, the handler's outcome.
+//! - [`Ingress`]: the hooks' queues and workers. Each served hook has `concurrency` workers;
+//!   accepted deliveries wait in its queue, which is the `accepted` rows of the database (an
+//!   in-memory list of [`MEMORY_QUEUE`] ids in front of them), so nothing is dropped and a
+//!   crash loses nothing. A worker takes a delivery through the daemon's drain, marks it
+//!   `running` (committed before anything runs), runs the handler and records its end with
+//!   `webhook.handled` or `webhook.failed`.
+//! - A delivery its caller waits for (`?wait=true`, `respond = "sync"`) skips the queue when
+//!   its hook has a slot free and nothing queued ([`Ingress::run_waited`]): it is recorded
+//!   `running` in its first write and its handler runs at once, in a task on the listener's
+//!   runtime: one write fewer than through the queue, and no hop to a worker.
+//! - At start, deliveries found `running` had started before the daemon died: they become
+//!   `interrupted_unknown` and are never replayed. Deliveries found `accepted` run.
+
+pub mod auth;
+mod bodies;
+pub mod config;
+pub mod flood;
+pub mod rules;
+mod run;
+pub mod server;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, oneshot};
+
+use crate::bus::Bus;
+use crate::drain::Drain;
+use crate::engine::Engine;
+use canopy_executors::plugins::PluginHost;
+use canopy_model::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
+use canopy_model::events::{Actor, Cause, Event};
+use canopy_store::webhooks::{Delivery, DeliveryStatus, NewDelivery};
+use canopy_store::{Store, StoreError};
+pub use config::{Hook, Webhooks};
+
+/// Delivery ids a hook's queue holds in memory; past that they wait in the database only and
+/// are read back as the queue empties.
+pub const MEMORY_QUEUE: usize = 1024;
+/// Longest recorded header value, in bytes.
+pub const MAX_HEADER_VALUE: usize = 1024;
+/// Longest `CANOPY_HOOK_ARG_*` value, in bytes.
+pub const MAX_ARG_VALUE: usize = 8 * 1024;
+/// Longest body in `$CANOPY_HOOK_BODY` and the `{{body}}` marker (the whole body is on stdin
+/// and in `$CANOPY_HOOK_BODY_FILE`): an environment string must stay well under Linux's 128 KiB.
+pub const MAX_BODY_MARKER: usize = 64 * 1024;
+
+/// A request as recorded: everything but the credentials.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    pub content_type: Option<String>,
+    /// The hook's selected headers (never the auth headers), bounded.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What a waited-for delivery came to.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub delivery_id: String,
+    pub status: DeliveryStatus,
+    pub reason: Option<String>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+    pub result: Option<Value>,
+    pub duration_ms: Option<i64>,
+}
+
+impl Outcome {
+    fn of(delivery: &Delivery) -> Self {
+        Self {
+            delivery_id: delivery.id.clone(),
+            status: delivery.status,
+            reason: delivery.reason.clone(),
+            error: delivery.error.clone(),
+            output: delivery.output.clone(),
+            result: delivery.result.clone(),
+            duration_ms: delivery.duration_ms,
+        }
+    }
+}
+
+/// What went wrong taking in a delivery.
+#[derive(Debug, thiserror::Error)]
+pub enum IngressError {
+    #[error("no webhook `{0}` is configured")]
+    UnknownHook(String),
+    #[error("webhook `{0}` is not served on this node (its `nodes` filter)")]
+    NotServed(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The webhook ingress (cheap to clone): the compiled hooks, their queues and workers.
+#[derive(Clone)]
+pub struct Ingress {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Ingress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingress").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Store,
+    bus: Bus,
+    plugins: PluginHost,
+    engine: Engine,
+    drain: Drain,
+    data_dir: PathBuf,
+    node: String,
+    webhooks: Webhooks,
+    queues: HashMap<(String, String), Arc<HookQueue>>,
+    /// Callers waiting for a delivery's outcome (`?wait=true`), by delivery id.
+    waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Outcome>>>>,
+    /// The listener's address, once it listens.
+    listen: OnceLock<String>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    /// Whether the listener is taking in a flood (handlers then make way for it).
+    flood: flood::Flood,
+    /// The files running handlers read their bodies from.
+    bodies: bodies::BodyFiles,
+}
+
+/// One served hook's queue.
+struct HookQueue {
+    hook: Arc<Hook>,
+    state: Mutex<QueueState>,
+    ready: Notify,
+    /// Its handlers running now (the workers holding a [`Slot`]).
+    running: AtomicUsize,
+}
+
+#[derive(Default)]
+struct QueueState {
+    pending: VecDeque<String>,
+    /// Accepted deliveries wait in the database beyond `pending` (it overflowed, or the
+    /// daemon just started): read them back once `pending` runs dry.
+    backlog: bool,
+}
+
+impl HookQueue {
+    fn push(&self, id: String) {
+        {
+            let mut state = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if state.pending.len() < MEMORY_QUEUE {
+                state.pending.push_back(id);
+            } else {
+                state.backlog = true;
+            }
+        }
+        self.ready.notify_one();
+    }
+
+    /// The next id in memory, if any (the backlog is left for [`HookQueue::next`]).
+    fn pop(&self) -> Option<String> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pending
+            .pop_front()
+    }
+
+    /// The next id, or whether the backlog should be read back (taken by one worker only).
+    fn next(&self) -> Next {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(id) = state.pending.pop_front() {
+            return Next::Run(id);
+        }
+        if std::mem::take(&mut state.backlog) {
+            return Next::Refill;
+        }
+        Next::Wait
+    }
+}
+
+enum Next {
+    Run(String),
+    Refill,
+    Wait,
+}
+
+impl HookQueue {
+    /// A slot to run a handler in, while fewer than the hook's `concurrency` run (one during
+    /// a flood, when the hook runs one handler at a time).
+    fn claim(&self, flood: bool) -> Option<Slot<'_>> {
+        // Lazily: a `Slot` made and dropped when none was taken would free someone else's.
+        self.take(flood).then(|| Slot(self))
+    }
+
+    /// Counts one more handler running, if fewer than the limit run (see [`HookQueue::claim`]).
+    fn take(&self, flood: bool) -> bool {
+        let limit = if flood { 1 } else { self.hook.concurrency };
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < limit).then_some(running + 1)
+            })
+            .is_ok()
+    }
+
+    /// Counts one handler fewer running.
+    fn release(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether nothing waits in the queue, in memory or in the database.
+    fn is_empty(&self) -> bool {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.pending.is_empty() && !state.backlog
+    }
+
+    /// Wakes a worker when deliveries wait: a handler run outside the workers (see
+    /// [`Ingress::run_waited`]) ended, and its slot may be the one a worker waits for.
+    fn wake_if_waiting(&self) {
+        if !self.is_empty() {
+            self.ready.notify_one();
+        }
+    }
+}
+
+/// A handler of a hook running (or about to): held from its start until its end is recorded.
+struct Slot<'a>(&'a HookQueue);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// A hook's slot taken by a delivery run outside its workers (see
+/// [`Ingress::run_waited`]). Freed, it wakes a worker when deliveries wait: the slot may be the
+/// one a worker found taken.
+struct WaitedSlot(Arc<HookQueue>);
+
+impl WaitedSlot {
+    fn claim(queue: &Arc<HookQueue>) -> Option<Self> {
+        queue.take(false).then(|| Self(queue.clone()))
+    }
+}
+
+impl Drop for WaitedSlot {
+    fn drop(&mut self) {
+        self.0.release();
+        self.0.wake_if_waiting();
+    }
+}
+
+/// The pieces the ingress runs with.
+pub struct Parts {
+    pub store: Store,
+    pub bus: Bus,
+    pub plugins: PluginHost,
+    pub engine: Engine,
+    pub drain: Drain,
+    pub data_dir: PathBuf,
+    /// Turns true once the daemon is stopping: waits for an outcome end then.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Ingress {
+    /// The ingress of a configuration. Starts nothing: see [`Ingress::start`].
+    pub fn new(parts: Parts, config: &crate::config::Config) -> anyhow::Result<Self> {
+        let webhooks = config::compile(config)
+            .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+        let node = config
+            .node
+            .clone()
+            .unwrap_or_else(crate::hooks::daemon::host_name);
+        let queues = webhooks
+            .hooks
+            .iter()
+            .filter(|(_, hook)| hook.served)
+            .map(|(key, hook)| {
+                (
+                    key.clone(),
+                    Arc::new(HookQueue {
+                        hook: hook.clone(),
+                        state: Mutex::new(QueueState {
+                            pending: VecDeque::new(),
+                            // Deliveries accepted before the last stop run now.
+                            backlog: true,
+                        }),
+                        ready: Notify::new(),
+                        running: AtomicUsize::new(0),
+                    }),
+                )
+            })
+            .collect();
+        let flood = flood::Flood::new(webhooks.flood_rate);
+        let bodies = bodies::BodyFiles::new(parts.data_dir.join("tmp").join("webhooks"));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store: parts.store,
+                bus: parts.bus,
+                plugins: parts.plugins,
+                engine: parts.engine,
+                drain: parts.drain,
+                data_dir: parts.data_dir,
+                node,
+                webhooks,
+                queues,
+                waiters: Mutex::new(HashMap::new()),
+                listen: OnceLock::new(),
+                stopping: parts.stopping,
+                flood,
+                bodies,
+            }),
+        })
+    }
+
+    /// Marks deliveries that had started before the last stop `interrupted_unknown` (with a
+    /// `webhook.failed` each), logs the ones waiting for a hook no longer served, and starts
+    /// every served hook's workers and the retention loop.
+    pub async fn start(&self) -> anyhow::Result<()> {
+        let bus = self.inner.bus.clone();
+        let projects: HashMap<(String, String), Option<String>> = self
+            .inner
+            .webhooks
+            .hooks
+            .iter()
+            .map(|(key, hook)| (key.clone(), hook.project.clone()))
+            .collect();
+        let recorded = self
+            .inner
+            .store
+            .write(move |tx| {
+                let interrupted = tx.interrupt_started_deliveries(
+                    "the daemon stopped while this delivery's handler ran; what it did is unknown, so it is not run again (`canopy webhooks redeliver` runs it anew)",
+                )?;
+                let events: Vec<Event> = interrupted
+                    .iter()
+                    .map(|d| {
+                        let delivery = DeliveryRef {
+                            delivery_id: d.id.clone(),
+                            scope: d.scope.clone(),
+                            hook: d.hook.clone(),
+                            handler: d.handler.clone(),
+                            project: projects
+                                .get(&(d.scope.clone(), d.hook.clone()))
+                                .cloned()
+                                .flatten(),
+                        };
+                        run::ended_event(delivery, d.status, d.error.clone(), None)
+                    })
+                    .collect();
+                let count = interrupted.len();
+                let recorded = bus.record(tx, events, &Cause::user())?;
+                Ok::<_, StoreError>((count, recorded))
+            })
+            .await;
+        match recorded {
+            Ok((count, recorded)) => {
+                if count > 0 {
+                    tracing::warn!(
+                        deliveries = count,
+                        "webhook deliveries whose handler was running when the daemon last stopped are marked interrupted_unknown"
+                    );
+                }
+                self.inner.bus.publish(recorded).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+        // Body files of handlers that ran when the daemon died (each is written anew).
+        let bodies = self.inner.data_dir.join("tmp").join("webhooks");
+        match std::fs::remove_dir_all(&bodies) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(dir = %bodies.display(), error = %err, "cannot clear old webhook body files")
+            }
+        }
+        let waiting = self.inner.store.read(|rd| rd.accepted_by_hook()).await?;
+        for (scope, hook, count) in waiting {
+            if !self
+                .inner
+                .queues
+                .contains_key(&(scope.clone(), hook.clone()))
+            {
+                tracing::warn!(hook = %format!("{scope}/{hook}"), deliveries = count, "accepted webhook deliveries wait for a hook this daemon does not serve; they run once it does");
+            }
+        }
+        for hook in self.inner.webhooks.hooks.values().filter(|h| h.served) {
+            if let config::Handler::Work { work, .. } = &hook.handler
+                && let Err(err) = self
+                    .inner
+                    .plugins
+                    .validate(work, run::WEBHOOK_MARKERS)
+                    .await
+            {
+                tracing::warn!(webhook = %hook.key(), toml_path = %hook.toml_path, error = %err, "a webhook's handler does not validate; its deliveries will fail until it does");
+            }
+        }
+        let handlers = handler_runtime();
+        for queue in self.inner.queues.values() {
+            for _ in 0..queue.hook.concurrency {
+                let work = worker(self.clone(), queue.clone());
+                match handlers {
+                    Some(runtime) => drop(runtime.spawn(work)),
+                    None => drop(tokio::spawn(work)),
+                }
+            }
+        }
+        tokio::spawn(retention(self.clone()));
+        Ok(())
+    }
+
+    /// The compiled hooks.
+    pub fn webhooks(&self) -> &Webhooks {
+        &self.inner.webhooks
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.inner.node
+    }
+
+    /// The listener's address (`http://host:port`), once it listens.
+    pub fn listen(&self) -> Option<&str> {
+        self.inner.listen.get().map(String::as_str)
+    }
+
+    pub(crate) fn set_listen(&self, url: String) {
+        let _ = self.inner.listen.set(url);
+    }
+
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
+        &self.inner.data_dir
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The hook `scope/id`, served here or not.
+    pub fn hook(&self, scope: &str, id: &str) -> Option<Arc<Hook>> {
+        self.inner
+            .webhooks
+            .hooks
+            .get(&(scope.to_string(), id.to_string()))
+            .cloned()
+    }
+
+    /// Records a delivery (with its `webhook.received` event) in one write: `accepted`, or
+    /// `ignored` with `reason`. Returns once it is committed; an accepted one is then queued.
+    pub async fn record(
+        &self,
+        hook: &Arc<Hook>,
+        received: Received,
+        reason: Option<String>,
+        redelivery_of: Option<String>,
+        test: bool,
+    ) -> Result<String, IngressError> {
+        let status = if reason.is_some() {
+            DeliveryStatus::Ignored
+        } else {
+            DeliveryStatus::Accepted
+        };
+        let new = self.new_delivery(hook, received, status, reason, redelivery_of, test);
+        let id = new.id.clone();
+        self.commit(hook, new).await?;
+        Ok(id)
+    }
+
+    /// A delivery of `hook` to record, as it was received.
+    fn new_delivery(
+        &self,
+        hook: &Hook,
+        received: Received,
+        status: DeliveryStatus,
+        reason: Option<String>,
+        redelivery_of: Option<String>,
+        test: bool,
+    ) -> NewDelivery {
+        let received_at = canopy_store::now();
+        NewDelivery {
+            id: canopy_store::new_ordered_id(),
+            scope: hook.scope.clone(),
+            hook: hook.id.clone(),
+            handler: hook.kind.clone(),
+            node: self.inner.node.clone(),
+            started_at: (status == DeliveryStatus::Running).then(|| received_at.clone()),
+            status,
+            reason,
+            method: received.method,
+            path: received.path,
+            query: received.query,
+            content_type: received.content_type,
+            headers: received.headers,
+            body: received.body,
+            redelivery_of,
+            test,
+            received_at,
+        }
+    }
+
+    /// Records a delivery with its `webhook.received` event, in one write.
+    async fn commit(&self, hook: &Hook, new: NewDelivery) -> Result<(), IngressError> {
+        let event = Event::new(&WebhookReceived {
+            delivery: delivery_ref(&new.id, hook),
+            size: new.body.len() as u64,
+            // A delivery run at once was accepted all the same.
+            status: match new.status {
+                DeliveryStatus::Running => DeliveryStatus::Accepted,
+                other => other,
+            }
+            .to_string(),
+            reason: new.reason.clone(),
+        });
+        let bus = self.inner.bus.clone();
+        let cause = Cause {
+            actor: Actor::Webhook(hook.key()),
+            depth: 0,
+        };
+        let recorded = self
+            .inner
+            .store
+            .write(move |tx| {
+                tx.insert_delivery(&new)?;
+                bus.record(tx, [event], &cause)
+            })
+            .await?;
+        self.inner.bus.publish(recorded).await;
+        Ok(())
+    }
+
+    /// Records a delivery whose caller waits for its outcome (`?wait=true`, `respond =
+    /// "sync"`) and runs its handler at once: recorded `running` in its first write, it needs
+    /// no second write to start, and no hop to a worker and back. Taken when the hook has a
+    /// slot free and nothing queued ahead, outside a flood and a planned stop; otherwise the
+    /// request comes back unrecorded, for [`Ingress::record`] and the hook's queue. The
+    /// delivery is as durable either way: a crash from its write on leaves it `running`, then
+    /// `interrupted_unknown`, as one a worker started.
+    ///
+    /// The write and the handler run in a task of their own on the caller's runtime (its
+    /// thread picks it up next, no other thread is woken): a caller that goes away drops only
+    /// its wait, never a recorded delivery's run.
+    pub async fn run_waited(
+        &self,
+        hook: &Arc<Hook>,
+        received: Received,
+    ) -> Result<Result<Outcome, Received>, IngressError> {
+        let Some(queue) = self
+            .inner
+            .queues
+            .get(&(hook.scope.clone(), hook.id.clone()))
+        else {
+            return Ok(Err(received));
+        };
+        if self.inner.flood.on_until().is_some() || !queue.is_empty() {
+            return Ok(Err(received));
+        }
+        let Some(admitted) = self.inner.drain.admit() else {
+            return Ok(Err(received));
+        };
+        let Some(slot) = WaitedSlot::claim(queue) else {
+            return Ok(Err(received));
+        };
+        let new = self.new_delivery(hook, received, DeliveryStatus::Running, None, None, false);
+        let id = new.id.clone();
+        let (ingress, handler_hook) = (self.clone(), hook.clone());
+        let running = tokio::spawn(async move {
+            let hook = handler_hook;
+            let _slot = slot;
+            let running = run::Running::recorded(&new, admitted);
+            ingress.commit(&hook, new).await?;
+            Ok::<_, IngressError>(run::run(&ingress, &hook, running, || None).await.0)
+        });
+        match running.await {
+            Ok(outcome) => outcome.map(Ok),
+            Err(err) => {
+                // A panic in the run: the delivery is as the store has it.
+                tracing::error!(webhook = %hook.key(), delivery = %id, error = %err, "a waited webhook delivery's run ended abnormally");
+                let delivery = self.inner.store.read(move |rd| rd.delivery(&id)).await?;
+                Ok(Ok(Outcome::of(&delivery)))
+            }
+        }
+    }
+
+    /// Notes a delivery answered without waiting for its handler (see [`flood`]).
+    pub(crate) fn note_answered_at_once(&self) {
+        self.inner.flood.note();
+    }
+
+    /// Whether the listener is taking in a flood now (each hook then runs one handler at a
+    /// time; see [`flood`]).
+    pub fn flood_on(&self) -> bool {
+        self.inner.flood.on_until().is_some()
+    }
+
+    /// Queues an accepted delivery on its hook's workers.
+    pub fn enqueue(&self, hook: &Hook, id: String) -> Result<(), IngressError> {
+        let queue = self
+            .inner
+            .queues
+            .get(&(hook.scope.clone(), hook.id.clone()))
+            .ok_or_else(|| IngressError::NotServed(hook.key()))?;
+        queue.push(id);
+        Ok(())
+    }
+
+    /// Waits (at most `limit`) for a delivery to end; its state then, or as it is at the limit.
+    /// Register before the delivery can end: call [`Ingress::watch`] first.
+    pub async fn wait(
+        &self,
+        id: &str,
+        watch: oneshot::Receiver<Outcome>,
+        limit: Duration,
+    ) -> Result<Outcome, IngressError> {
+        let mut stopping = self.inner.stopping.clone();
+        tokio::select! {
+            ended = tokio::time::timeout(limit, watch) => {
+                if let Ok(Ok(outcome)) = ended {
+                    return Ok(outcome);
+                }
+            }
+            // A planned stop: answer with the delivery as it is (it runs after the restart).
+            _ = stopping.wait_for(|stopping| *stopping) => {}
+        }
+        self.forget(id);
+        let id = id.to_string();
+        let delivery = self.inner.store.read(move |rd| rd.delivery(&id)).await?;
+        Ok(Outcome::of(&delivery))
+    }
+
+    /// Registers interest in a delivery's end (see [`Ingress::wait`]).
+    pub fn watch(&self, id: &str) -> oneshot::Receiver<Outcome> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(id.to_string())
+            .or_default()
+            .push(tx);
+        rx
+    }
+
+    fn forget(&self, id: &str) {
+        self.inner
+            .waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(id);
+    }
+
+    fn notify(&self, outcome: &Outcome) {
+        let waiting = self
+            .inner
+            .waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&outcome.delivery_id);
+        for waiter in waiting.into_iter().flatten() {
+            let _ = waiter.send(outcome.clone());
+        }
+    }
+
+    /// Runs a recorded, accepted delivery now, outside the hook's queue (`webhooks test`, a
+    /// redelivery of a hook this node does not serve); its outcome.
+    pub async fn run_now(&self, hook: &Arc<Hook>, id: &str) -> Result<Outcome, IngressError> {
+        let watch = self.watch(id);
+        match run::start(self, id).await {
+            Ok(running) => {
+                run::run(self, hook, running, || None).await;
+            }
+            Err(run::NotStarted::Refused) => self.forget(id),
+            Err(run::NotStarted::Taken) => {}
+        }
+        self.wait(id, watch, hook.timeout + Duration::from_secs(30))
+            .await
+    }
+
+    /// Records a new delivery of `id`'s request (the same body and headers), accepted, and
+    /// queues it on its hook; with `wait`, the receiver of its outcome (see [`Ingress::wait`]).
+    /// The hook's rules are not applied again: a redelivery is the operator's decision.
+    pub async fn redeliver(
+        &self,
+        id: &str,
+        wait: bool,
+    ) -> Result<(Arc<Hook>, String, Option<oneshot::Receiver<Outcome>>), RedeliverError> {
+        let prefix = id.to_string();
+        let (old, body) = self
+            .inner
+            .store
+            .read(move |rd| {
+                let id = rd.resolve_delivery(&prefix)?;
+                rd.delivery_with_body(&id)
+            })
+            .await?;
+        let hook = self
+            .hook(&old.scope, &old.hook)
+            .ok_or_else(|| RedeliverError::Gone(format!("{}/{}", old.scope, old.hook)))?;
+        if !hook.served {
+            return Err(IngressError::NotServed(hook.key()).into());
+        }
+        let received = Received {
+            method: old.method,
+            path: old.path,
+            query: old.query,
+            content_type: old.content_type,
+            headers: old.headers,
+            body,
+        };
+        let new = self
+            .record(&hook, received, None, Some(old.id), old.test)
+            .await?;
+        let watch = wait.then(|| self.watch(&new));
+        self.enqueue(&hook, new.clone())?;
+        Ok((hook, new, watch))
+    }
+}
+
+/// A redelivery that cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RedeliverError {
+    #[error("webhook `{0}` is no longer configured; the delivery cannot run again")]
+    Gone(String),
+    #[error(transparent)]
+    Ingress(#[from] IngressError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What every webhook event says about a delivery of this hook.
+fn delivery_ref(id: &str, hook: &Hook) -> DeliveryRef {
+    DeliveryRef {
+        delivery_id: id.to_string(),
+        scope: hook.scope.clone(),
+        hook: hook.id.clone(),
+        handler: hook.kind.clone(),
+        project: hook.project.clone(),
+    }
+}
+
+/// The threads webhook handlers run on, apart from the daemon's runtime (one per core, for the
+/// daemon's life); `None` when they cannot start, and the handlers share the daemon's threads.
+///
+/// A handler run does work of its own between its waits -- a wasm instance, the process's
+/// setup, the supervisor's sweep -- and tokio runs a worker thread's tasks one after another:
+/// on shared threads, every request of a burst waited behind the handler runs queued on its
+/// thread. On threads of their own, the kernel shares the cores between answering and running
+/// by time slice. Measured here with 8 handlers at once: 4,600 accepted requests/s on shared
+/// threads, 8,500 apart, with as many commands completed per second.
+///
+/// The threads run [`HANDLER_NICE`] steps below the daemon's: when both want a core, the
+/// listener gets it first and a handler's bookkeeping gets the rest; when nothing else runs, a
+/// handler gets all of it. Where the kernel groups processes (autogroup, a service's cgroup),
+/// nice weighs the daemon's own threads against each other, not the daemon against other
+/// programs. The handlers' processes start from the spawner threads, at the daemon's own
+/// priority. Measured here during a flood (see [`flood`]): 11,300 accepted requests/s at the
+/// same priority, 13,000 at nice 10 (16,000 with the processes at nice 10 too, which a user's
+/// command should not pay for).
+fn handler_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+            // Every thread of the runtime runs at the daemon's priority lowered by
+            // HANDLER_NICE, whichever thread started it (a thread inherits its creator's).
+            let nice = thread_nice().map(|base| base.saturating_add(HANDLER_NICE).min(19));
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name("canopy-webhook")
+                .on_thread_start(move || {
+                    if let Some(nice) = nice {
+                        set_thread_nice(nice);
+                    }
+                })
+                .enable_all()
+                .build()
+                .inspect_err(|err| {
+                    tracing::warn!(error = %err, "cannot start the webhook handlers' threads; handlers share the daemon's");
+                })
+                .ok()
+        })
+        .as_ref()
+}
+
+/// How many steps of nice(1) the handlers' threads run below the daemon's other threads.
+pub const HANDLER_NICE: i32 = 10;
+
+/// The calling thread's nice value (nice is a thread's own on Linux), if it can be read.
+fn thread_nice() -> Option<i32> {
+    // SAFETY: gettid(2) takes no arguments and cannot fail.
+    let tid = libc::id_t::try_from(unsafe { libc::gettid() }).ok()?;
+    // SAFETY: getpriority(2) on this thread's id reads its nice value and nothing else. -1 is a
+    // nice value as well as the error return: an error is told apart by errno.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
+    }
+}
+
+/// Sets the calling thread's nice value (a thread may lower its priority, not raise it).
+fn set_thread_nice(nice: i32) {
+    // SAFETY: gettid(2) takes no arguments and cannot fail.
+    let Ok(tid) = libc::id_t::try_from(unsafe { libc::gettid() }) else {
+        return;
+    };
+    // SAFETY: setpriority(2) on this thread's id changes its nice value and nothing else.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot lower a webhook handler thread's priority");
+    }
+}
+
+/// One worker of a hook: runs its queue's deliveries, one at a time, until a planned stop.
+/// While the queue has more, each delivery's end is recorded in the write that starts the
+/// next one. During a flood (see [`flood`]) only one worker of the hook runs; the others wait
+/// for the flood to end.
+async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
+    let mut chained: Option<(run::Running, Slot<'_>)> = None;
+    loop {
+        let (running, slot) = match chained.take() {
+            Some(chained) => chained,
+            None => {
+                let ready = queue.ready.notified();
+                tokio::pin!(ready);
+                // Registered before looking, so a push (or a slot freed by a waited delivery
+                // run outside the workers) in between still wakes this worker.
+                ready.as_mut().enable();
+                let flood = ingress.inner.flood.on_until();
+                let Some(slot) = queue.claim(flood.is_some()) else {
+                    match flood {
+                        Some(until) => tokio::time::sleep_until(until.into()).await,
+                        None => ready.await,
+                    }
+                    continue;
+                };
+                match queue.next() {
+                    Next::Run(id) => match run::start(&ingress, &id).await {
+                        Ok(running) => (running, slot),
+                        Err(run::NotStarted::Taken) => continue,
+                        // A planned stop: the delivery stays accepted and runs after the restart.
+                        Err(run::NotStarted::Refused) => {
+                            ingress.notify(&Outcome {
+                                delivery_id: id,
+                                status: DeliveryStatus::Accepted,
+                                reason: Some(
+                                    "the daemon is stopping; the delivery runs after it restarts"
+                                        .to_string(),
+                                ),
+                                error: None,
+                                output: None,
+                                result: None,
+                                duration_ms: None,
+                            });
+                            return;
+                        }
+                    },
+                    Next::Refill => {
+                        drop(slot);
+                        refill(&ingress, &queue).await;
+                        continue;
+                    }
+                    Next::Wait => {
+                        drop(slot);
+                        ready.await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let then = || {
+            // During a flood, a worker that is not the hook's only one running stops here and
+            // waits for the flood to end.
+            if ingress.inner.flood.on_until().is_some() && queue.running.load(Ordering::Acquire) > 1
+            {
+                return None;
+            }
+            // Admitted first: a stop that has begun leaves the queue as it is, and the next
+            // turn of the loop reports the delivery refused.
+            let admitted = ingress.inner.drain.admit()?;
+            Some((queue.pop()?, admitted))
+        };
+        chained = run::run(&ingress, &queue.hook, running, then)
+            .await
+            .1
+            .map(|running| (running, slot));
+    }
+}
+
+/// Reads a hook's oldest accepted deliveries back into its queue.
+async fn refill(ingress: &Ingress, queue: &Arc<HookQueue>) {
+    let (scope, id) = (queue.hook.scope.clone(), queue.hook.id.clone());
+    let ids = match ingress
+        .inner
+        .store
+        .read(move |rd| rd.accepted_deliveries(&scope, &id, MEMORY_QUEUE))
+        .await
+    {
+        Ok(ids) => ids,
+        Err(err) => {
+            tracing::error!(hook = %queue.hook.key(), error = %err, "cannot read a webhook's queued deliveries; retrying");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut state = queue
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            state.backlog = true;
+            return;
+        }
+    };
+    let full = ids.len() >= MEMORY_QUEUE;
+    {
+        let mut state = queue
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in ids {
+            if state.pending.len() < MEMORY_QUEUE {
+                state.pending.push_back(id);
+            } else {
+                state.backlog = true;
+            }
+        }
+        // A full read may have left some behind.
+        state.backlog |= full;
+    }
+    queue.ready.notify_waiters();
+}
+
+/// Empties idle body files, hourly (old deliveries are pruned by [`crate::retention`]).
+async fn retention(ingress: Ingress) {
+    let mut interval = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        interval.tick().await;
+        ingress.inner.bodies.clear_idle();
+    }
+}
+
+/// A hook as `webhooks list` / `show` show it: its config with every secret redacted (a
+/// secret's source is named, never its value).
+pub fn hook_view(hook: &Hook, listen: Option<&str>) -> Value {
+    let mut view = serde_json::to_value(&hook.entry).unwrap_or_else(|_| json!({}));
+    if let Value::Object(map) = &mut view {
+        for key in [
+            "token_env",
+            "token_file",
+            "hmac_secret_env",
+            "hmac_secret_file",
+        ] {
+            map.remove(key);
+        }
+        map.insert("scope".into(), json!(hook.scope));
+        map.insert("id".into(), json!(hook.id));
+        map.insert("key".into(), json!(hook.key()));
+        map.insert("path".into(), json!(hook.url_path()));
+        map.insert(
+            "url".into(),
+            json!(
+                listen
+                    .filter(|_| hook.served)
+                    .map(|l| format!("{l}{}", hook.url_path()))
+            ),
+        );
+        map.insert("served".into(), json!(hook.served));
+        map.insert(
+            "token".into(),
+            json!(hook.token.as_ref().map(config::Secret::describe)),
+        );
+        map.insert(
+            "hmac".into(),
+            json!(hook.hmac.as_ref().map(config::Secret::describe)),
+        );
+        map.insert("respond".into(), json!(hook.respond));
+        map.insert("max_body_bytes".into(), json!(hook.max_body));
+        map.insert("concurrency".into(), json!(hook.concurrency));
+        map.insert("timeout_secs".into(), json!(hook.timeout.as_secs()));
+        map.insert("checkout".into(), json!(hook.project));
+        map.insert("toml_path".into(), json!(hook.toml_path));
+    }
+    view
+}
