@@ -19,7 +19,7 @@ use canopy_daemon::retention::{Policy, prune};
 use canopy_model::events::spec::SpecCreated;
 use canopy_model::events::{Cause, Event};
 use canopy_store::Store;
-use canopy_store::hook_runs::{Finished, Fired, HookRunStatus, HookSource};
+use canopy_store::hook_runs::{Finished, Fired, HookRunStatus, HookSourceKind};
 use canopy_store::webhooks::{DeliveryStatus, NewDelivery};
 
 const HOOK_RUNS_PER_SEC: usize = 210;
@@ -83,7 +83,7 @@ async fn main() {
                     }
                     let fired: Vec<Fired> = (0..HOOK_RUNS_PER_SEC)
                         .map(|i| Fired {
-                            source: HookSource::Config,
+                            source: HookSourceKind::Config,
                             hook_name: "announce".into(),
                             graph_id: None,
                             graph_name: Some("web".into()),

@@ -35,7 +35,7 @@ state_enum! {
 
 state_enum! {
     /// Where a hook is declared.
-    pub enum HookSource {
+    pub enum HookSourceKind {
         /// A graph's `hooks` map.
         Graph = "graph",
         /// A daemon hook in `canopy.toml`.
@@ -104,7 +104,7 @@ pub const ASYNC_MODE: &str = "async";
 pub struct HookRun {
     pub id: String,
     /// Where the hook is declared: `graph`, `config` or `project`.
-    pub source: HookSource,
+    pub source: HookSourceKind,
     /// The hook's name: a daemon hook's `name`, `<graph>.<key>[<index>]` for a graph's,
     /// `<project>/<event>[<index>]` for a project's.
     pub hook_name: String,
@@ -159,11 +159,11 @@ impl HookRun {
     /// (`on_completed` is `graph.run.completed`), a daemon hook's event as it is.
     pub fn taxonomy_event(&self) -> &str {
         match self.source {
-            HookSource::Graph => match canopy_model::hook_keys::HookEvent::parse(&self.event) {
+            HookSourceKind::Graph => match canopy_model::hook_keys::HookEvent::parse(&self.event) {
                 Some(key) => key.taxonomy_event(),
                 None => &self.event,
             },
-            HookSource::Config | HookSource::Project => &self.event,
+            HookSourceKind::Config | HookSourceKind::Project => &self.event,
         }
     }
 
@@ -200,7 +200,7 @@ pub struct SeedHookRun {
     pub patch_applied: Option<Value>,
     pub recorded_at: String,
     pub required: bool,
-    pub source: HookSource,
+    pub source: HookSourceKind,
 }
 
 const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project";
@@ -258,7 +258,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
 /// when its executor starts the moment it is recorded.
 #[derive(Debug, Clone)]
 pub struct Fired {
-    pub source: HookSource,
+    pub source: HookSourceKind,
     pub hook_name: String,
     pub graph_id: Option<String>,
     pub graph_name: Option<String>,
@@ -308,7 +308,7 @@ pub struct HookRunFilter {
     pub status: Option<HookRunStatus>,
     /// Runs whose status has this outcome.
     pub outcome: Option<HookOutcome>,
-    pub source: Option<HookSource>,
+    pub source: Option<HookSourceKind>,
     /// The hook's name.
     pub hook: Option<String>,
     /// The project (workdir).

@@ -465,6 +465,9 @@ const MIGRATIONS: &[Migration] = &[
     // 13: every CHECK over a list of values compares one by one instead (see the module's
     // docs).
     Code(checks_without_in_lists),
+    // 14: a hook run's source is checked in Rust (`HookSourceKind`, read back through it), not by
+    // a CHECK that a new hook source would have to widen by rebuilding the table: it is dropped.
+    Code(hook_source_checked_in_rust),
 ];
 
 /// `CHECK (status IN ('a', 'b'))`, its column and its list of quoted values.
@@ -491,10 +494,32 @@ fn compare_one_by_one(sql: &str) -> String {
 }
 
 /// Rewrites the CHECKs of every table as [`compare_one_by_one`] does. The two forms allow the
-/// same values, so every stored row passes both: SQLite's documented way to change such a
-/// constraint without rebuilding the table is to edit the table's SQL in `sqlite_schema`
-/// (with `writable_schema`) and bump the schema version, in one transaction.
+/// same values, so every stored row passes both.
 fn checks_without_in_lists(tx: &Transaction) -> Result<()> {
+    rewrite_tables(tx, |_, sql| compare_one_by_one(sql))
+}
+
+/// The CHECK on `hook_runs.source`, as migration 13 left it.
+static SOURCE_CHECK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r" CHECK \(source = '[^']*'(?: OR source = '[^']*')*\)").expect("a valid pattern")
+});
+
+/// Drops the CHECK on `hook_runs.source`: a constraint removed, every stored row still fits.
+fn hook_source_checked_in_rust(tx: &Transaction) -> Result<()> {
+    rewrite_tables(tx, |name, sql| {
+        if name == "hook_runs" {
+            SOURCE_CHECK.replace(sql, "").into_owned()
+        } else {
+            sql.to_string()
+        }
+    })
+}
+
+/// Rewrites the SQL of tables with a CHECK as `rewrite` (given a table's name and SQL) says.
+/// Only for changes every stored row passes (a CHECK written another way, or dropped): SQLite's
+/// documented way to make one without rebuilding the table is to edit the table's SQL in
+/// `sqlite_schema` (with `writable_schema`) and bump the schema version, in one transaction.
+fn rewrite_tables(tx: &Transaction, rewrite: impl Fn(&str, &str) -> String) -> Result<()> {
     let tables: Vec<(String, String)> = tx
         .prepare(
             "SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND sql LIKE '%CHECK (%'",
@@ -504,7 +529,7 @@ fn checks_without_in_lists(tx: &Transaction) -> Result<()> {
     let changed: Vec<(String, String)> = tables
         .into_iter()
         .filter_map(|(name, sql)| {
-            let rewritten = compare_one_by_one(&sql);
+            let rewritten = rewrite(&name, &sql);
             (rewritten != sql).then_some((name, rewritten))
         })
         .collect();
@@ -676,7 +701,7 @@ mod tests {
         let mut conn = Connection::open(&path)?;
         // As a SQLite built defensive by default would open it: the step still rewrites.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
-        apply(&mut conn)?;
+        apply_until(&mut conn, 13)?;
         assert!(conn.db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE)?);
         // Another connection, as the daemon's readers are, sees the new schema.
         let other = Connection::open(&path)?;
@@ -697,6 +722,44 @@ mod tests {
             assert_eq!(name, new_name);
             assert_eq!(new, &compare_one_by_one(old), "table {name}");
         }
+        Ok(())
+    }
+
+    /// A hook run of a source the constraint did not list is written after migration 14, and
+    /// the rows and other CHECKs of the table are as they were.
+    #[test]
+    fn the_hook_run_source_is_no_longer_a_check_and_the_table_keeps_its_rows() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("canopy.db");
+        let mut conn = Connection::open(&path)?;
+        apply_until(&mut conn, 13)?;
+        let insert = |conn: &Connection, id: &str, source: &str, status: &str| {
+            conn.execute(
+                "INSERT INTO hook_runs (id, source, event, hook_index, hook_config, status, fired_at)
+                 VALUES (?1, ?2, 'spec.completed', 0, '{}', ?3, '2026-01-01T00:00:00Z')",
+                [id, source, status],
+            )
+        };
+        insert(&conn, "old", "project", "completed")?;
+        assert!(insert(&conn, "new", "runtime", "queued").is_err());
+        apply(&mut conn)?;
+        let other = Connection::open(&path)?;
+        let check: String = other.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+        assert_eq!(check, "ok");
+        let sql: String = other.query_row(
+            "SELECT sql FROM sqlite_schema WHERE name = 'hook_runs'",
+            [],
+            |row| row.get(0),
+        )?;
+        assert!(!sql.contains("source ="), "{sql}");
+        assert!(sql.contains("status = 'queued'"), "{sql}");
+        insert(&other, "new", "runtime", "queued")?;
+        assert!(insert(&other, "bad", "graph", "lost").is_err());
+        let kept: String =
+            other.query_row("SELECT source FROM hook_runs WHERE id = 'old'", [], |row| {
+                row.get(0)
+            })?;
+        assert_eq!(kept, "project");
         Ok(())
     }
 }

@@ -4,7 +4,6 @@
 //! (`/api/graphs/{name}/hooks/test`), and the firing breaker (`/api/hooks/tripped`,
 //! `/api/hooks/reset`).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
@@ -12,18 +11,17 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use crate::engine::EngineError;
-use crate::hooks::daemon::DaemonHook;
+use crate::hooks::catalog::{CatalogFilter, EventFilter, ModeFilter};
 use crate::hooks::dry_run::{DryRun, evaluate};
 use crate::hooks::runs::{HookRunFilter, HookRunStatus};
 use canopy_model::events::{EventPattern, FAMILIES, Family};
 use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
-use canopy_store::graphs::Graph;
-use canopy_store::hook_runs::{ASYNC_MODE, HookOutcome, HookSource};
+use canopy_store::hook_runs::{HookOutcome, HookSourceKind};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -76,15 +74,6 @@ fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
     })
 }
 
-/// An `event` filter: a graph hook's key (`on_completed`: that key's hooks), or a taxonomy
-/// event or glob (`graph.run.completed`, `spec.*`: every hook that fires on a matching event,
-/// graph hooks by their key's event included).
-#[derive(Debug, Clone)]
-enum EventFilter {
-    Key(HookEvent),
-    Pattern(EventPattern),
-}
-
 impl EventFilter {
     fn parse(text: &str) -> Result<Self, ApiError> {
         if let Some(key) = HookEvent::parse(text) {
@@ -124,29 +113,6 @@ impl EventFilter {
                 .collect(),
         }
     }
-
-    fn names_key(&self, key: HookEvent) -> bool {
-        match self {
-            Self::Key(wanted) => *wanted == key,
-            Self::Pattern(pattern) => pattern.matches(key.taxonomy_event()),
-        }
-    }
-
-    /// Whether a project hook fires on an event this filter names.
-    fn names_project_hook(&self, hook: &crate::projects::ProjectHook) -> bool {
-        match self {
-            Self::Key(_) => false,
-            Self::Pattern(pattern) => pattern.matches(hook.event.taxonomy_event()),
-        }
-    }
-
-    /// Whether a daemon hook fires on an event this filter names.
-    fn names_daemon_hook(&self, hook: &DaemonHook) -> bool {
-        match self {
-            Self::Key(_) => false,
-            Self::Pattern(pattern) => pattern.events().any(|def| hook.pattern.matches(def.name)),
-        }
-    }
 }
 
 /// The allowed values of a parameter, for its error.
@@ -180,10 +146,10 @@ fn parse_outcome(text: &str) -> Result<HookOutcome, ApiError> {
     parse_one_of("outcome", ("outcome", "outcomes"), text, allowed)
 }
 
-fn parse_source(text: &str) -> Result<HookSource, ApiError> {
+fn parse_source(text: &str) -> Result<HookSourceKind, ApiError> {
     let allowed = format!(
         "{} (graph: a graph's `hooks`; config: `[[hooks]]` in canopy.toml; project: `[projects.NAME.hooks]` in canopy.toml)",
-        one_of(HookSource::ALL.iter().map(|s| s.as_str()))
+        one_of(HookSourceKind::ALL.iter().map(|s| s.as_str()))
     );
     parse_one_of("source", ("source", "sources"), text, allowed)
 }
@@ -423,14 +389,6 @@ struct CatalogQuery {
     mode: Option<String>,
 }
 
-/// The `mode` filter of the catalog.
-enum ModeFilter {
-    /// `sync` or `async`, the hook API's mode.
-    Dispatch(String),
-    /// An executor mode.
-    Executor(String),
-}
-
 impl ModeFilter {
     fn parse(text: &str) -> Result<Self, ApiError> {
         match text.trim() {
@@ -441,155 +399,6 @@ impl ModeFilter {
             other => Ok(Self::Executor(other.to_string())),
         }
     }
-
-    fn allows(&self, executor: Option<&str>) -> bool {
-        match self {
-            Self::Dispatch(mode) => mode == ASYNC_MODE,
-            Self::Executor(mode) => executor == Some(mode.as_str()),
-        }
-    }
-}
-
-/// Whether a daemon hook may fire for events with these field values: none of its `match`
-/// fields on one of them refuses the value.
-fn daemon_hook_allows(hook: &DaemonHook, facts: &[(&str, &str)]) -> bool {
-    hook.matchers.iter().all(|(field, matcher)| {
-        facts
-            .iter()
-            .filter(|(name, _)| name == field)
-            .all(|(_, value)| matcher.matches(value))
-    })
-}
-
-/// Milliseconds of a timeout, for the catalog.
-fn millis(timeout: Option<Duration>) -> Option<u64> {
-    timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// A graph's hook as the catalog lists it.
-fn graph_entry(
-    state: &AppState,
-    graph: &Graph,
-    key: HookEvent,
-    index: usize,
-    hook: Map<String, Value>,
-) -> Value {
-    let work = canopy_executors::plugins::split_work_config(&hook).ok();
-    let executor_kind = work.as_ref().map(|w| w.mode.clone());
-    let executor = executor_kind
-        .as_deref()
-        .and_then(|m| state.plugins.plugin_ref(m).ok());
-    let metadata: BTreeMap<&str, String> = BTreeMap::from([
-        ("graph", graph.name.clone()),
-        ("graph_id", graph.id.clone()),
-        ("key", key.as_str().to_string()),
-        ("index", index.to_string()),
-        ("workdir", graph.workdir.clone()),
-    ]);
-    json!({
-        "name": canopy_store::hook_runs::graph_hook_name(&graph.name, key.as_str(), index),
-        "source": HookSource::Graph,
-        "event": key.taxonomy_event(),
-        "key": key.as_str(),
-        "executor_kind": executor_kind,
-        "matcher": { "graph": graph.name, "spec_ids": hook.get("spec_ids") },
-        "metadata": metadata,
-        "mode": ASYNC_MODE,
-        "order": index,
-        "priority": 0,
-        "required": false,
-        "timeout_ms": millis(work.as_ref().and_then(|w| w.host().timeout())),
-        "graph": graph.name,
-        "graph_id": graph.id,
-        "index": index,
-        "executor": executor,
-        "spec_ids": hook.get("spec_ids"),
-        "config": hook,
-    })
-}
-
-/// A daemon hook as the catalog lists it.
-fn daemon_entry(state: &AppState, hook: &DaemonHook, node: &str, roles: &[String]) -> Value {
-    let config = &hook.config;
-    let mut matcher: Map<String, Value> = config
-        .matcher
-        .iter()
-        .map(|(field, value)| (field.clone(), value.clone()))
-        .collect();
-    if !config.nodes.is_empty() {
-        matcher.insert("nodes".to_string(), json!(config.nodes));
-    }
-    if !config.roles_permitted.is_empty() {
-        matcher.insert("roles_permitted".to_string(), json!(config.roles_permitted));
-    }
-    let mut metadata: BTreeMap<&str, String> = BTreeMap::from([
-        ("index", hook.index.to_string()),
-        ("serves_this_node", hook.serves(node, roles).to_string()),
-    ]);
-    if !config.nodes.is_empty() {
-        metadata.insert("nodes", config.nodes.join(","));
-    }
-    if !config.roles_permitted.is_empty() {
-        metadata.insert("roles_permitted", config.roles_permitted.join(","));
-    }
-    if let Some(cwd) = &config.cwd {
-        metadata.insert("cwd", cwd.clone());
-    }
-    let events: Vec<&str> = hook.pattern.events().map(|def| def.name).collect();
-    json!({
-        "name": hook.name(),
-        "source": HookSource::Config,
-        "event": hook.pattern.as_str(),
-        "events": events,
-        "key": null,
-        "executor_kind": hook.work.mode,
-        "matcher": matcher,
-        "metadata": metadata,
-        "mode": ASYNC_MODE,
-        "order": hook.index,
-        "priority": 0,
-        "required": false,
-        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
-        "graph": null,
-        "graph_id": null,
-        "index": hook.index,
-        "executor": state.plugins.plugin_ref(&hook.work.mode).ok(),
-        "spec_ids": null,
-        "config": config,
-    })
-}
-
-/// A project's hook as the catalog lists it.
-fn project_entry(state: &AppState, hook: &crate::projects::ProjectHook) -> Value {
-    let checkout = hook.checkout.to_string_lossy().into_owned();
-    let metadata: BTreeMap<&str, String> = BTreeMap::from([
-        ("project", hook.project.clone()),
-        ("checkout", checkout.clone()),
-        ("key", hook.event.as_str().to_string()),
-        ("index", hook.index.to_string()),
-    ]);
-    json!({
-        "name": hook.name,
-        "source": HookSource::Project,
-        "event": hook.event.taxonomy_event(),
-        "key": hook.event.as_str(),
-        "executor_kind": hook.work.mode,
-        "matcher": { "project": hook.project },
-        "metadata": metadata,
-        "mode": ASYNC_MODE,
-        "order": hook.index,
-        "priority": 0,
-        "required": false,
-        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
-        "graph": null,
-        "graph_id": null,
-        "index": hook.index,
-        "project": hook.project,
-        "checkout": checkout,
-        "executor": state.plugins.plugin_ref(&hook.work.mode).ok(),
-        "spec_ids": null,
-        "config": hook.config,
-    })
 }
 
 /// Every configured hook, resolved across its sources: each graph's hooks (or one graph's),
@@ -662,92 +471,22 @@ async fn catalog(
             .map(|view| view.graph)
             .collect(),
     };
-    let mut hooks = Vec::new();
-    if source.is_none_or(|s| s == HookSource::Graph) {
-        for graph in &graphs {
-            if workspace.as_ref().is_some_and(|w| *w != graph.workdir) {
-                continue;
-            }
-            for key in EVENTS {
-                if event.as_ref().is_some_and(|e| !e.names_key(key)) {
-                    continue;
-                }
-                for (index, hook) in crate::hooks::config::hooks_of(&graph.hooks, key)
-                    .into_iter()
-                    .enumerate()
-                {
-                    let executor = canopy_executors::plugins::split_work_config(&hook)
-                        .ok()
-                        .map(|w| w.mode);
-                    if mode
-                        .as_ref()
-                        .is_some_and(|m| !m.allows(executor.as_deref()))
-                    {
-                        continue;
-                    }
-                    hooks.push(graph_entry(&state, graph, key, index, hook));
-                }
-            }
-        }
-    }
-    if source.is_none_or(|s| s == HookSource::Config) {
-        let daemon = state.bus.daemon_hooks();
-        for hook in &daemon.hooks {
-            if event.as_ref().is_some_and(|e| !e.names_daemon_hook(hook))
-                || mode
-                    .as_ref()
-                    .is_some_and(|m| !m.allows(Some(&hook.work.mode)))
-            {
-                continue;
-            }
-            if let Some(workspace) = &workspace
-                && !daemon_hook_allows(hook, &[("project", workspace), ("workdir", workspace)])
-            {
-                continue;
-            }
-            // With `graph`: the daemon hooks that may fire for one of its events.
-            if query.graph.is_some()
-                && !graphs.iter().any(|g| {
-                    daemon_hook_allows(
-                        hook,
-                        &[
-                            ("graph_name", &g.name),
-                            ("graph_id", &g.id),
-                            ("project", &g.workdir),
-                            ("workdir", &g.workdir),
-                        ],
-                    )
-                })
-            {
-                continue;
-            }
-            hooks.push(daemon_entry(&state, hook, &daemon.node, &daemon.roles));
-        }
-    }
-    // Project hooks fire on project events, never on a graph's.
-    if source.is_none_or(|s| s == HookSource::Project) && query.graph.is_none() {
-        let projects = state.bus.project_hooks();
-        for hook in &projects.hooks {
-            if event.as_ref().is_some_and(|e| !e.names_project_hook(hook))
-                || mode
-                    .as_ref()
-                    .is_some_and(|m| !m.allows(Some(&hook.work.mode)))
-            {
-                continue;
-            }
-            if let Some(workspace) = &workspace {
-                let real = tokio::fs::canonicalize(&hook.checkout)
-                    .await
-                    .unwrap_or_else(|_| hook.checkout.clone());
-                if std::path::Path::new(workspace) != real
-                    && std::path::Path::new(workspace) != hook.checkout
-                {
-                    continue;
-                }
-            }
-            hooks.push(project_entry(&state, hook));
-        }
-    }
+    let filter = CatalogFilter {
+        event: event.as_ref(),
+        mode: mode.as_ref(),
+        workspace: workspace.as_deref(),
+        graphs: &graphs,
+        graph_named: query.graph.is_some(),
+        plugins: &state.plugins,
+        bus: &state.bus,
+    };
+    let hooks: Vec<Value> = state
+        .bus
+        .sources()
+        .iter()
+        .filter(|s| source.is_none_or(|kind| kind == s.kind()))
+        .flat_map(|s| s.catalog(&filter))
+        .collect();
     Ok(ApiJson(json!({ "hooks": hooks })))
 }
 

@@ -6,71 +6,23 @@
 //! running (committed) before its executor starts, so a long hook shows as running for as long
 //! as it runs.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::source::{HookCall, Trigger};
 use super::{Bus, Recorded};
-use crate::hooks::Firing;
-use crate::hooks::daemon::{DATA_MARKER, DaemonHook};
+use crate::hooks::daemon::DATA_MARKER;
 use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
 use canopy_executors::plugins::{CallReport, CallRequest, Ending, PluginError, WorkConfig};
-use canopy_model::events::{self, Actor, Cause, Envelope, Event};
-use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
-use canopy_model::work::{PluginRef, Provenance};
+use canopy_model::events::{self, Actor, Cause, Event};
+use canopy_model::markers::MarkerValues;
+use canopy_model::work::PluginRef;
 use canopy_store::StoreError;
-use canopy_store::hook_runs::HookSource;
-
-/// What fired a batch.
-pub(crate) enum Trigger {
-    /// A graph's hooks, fired by an engine event (or a test firing, without a feed row).
-    Graph {
-        firing: Box<Firing>,
-        envelope: Option<Arc<Envelope>>,
-    },
-    /// Daemon hooks or a project's hooks, fired by a feed event.
-    Config { envelope: Arc<Envelope> },
-}
-
-impl Trigger {
-    /// The dispatch depth of the event.
-    pub fn depth(&self) -> u32 {
-        match self {
-            Self::Graph {
-                envelope: Some(e), ..
-            }
-            | Self::Config { envelope: e } => e.dispatch_depth,
-            Self::Graph { firing, .. } => firing.run.cause.depth,
-        }
-    }
-
-    /// The taxonomy event that fired it.
-    pub fn event_name(&self) -> String {
-        match self {
-            Self::Graph { firing, .. } => firing.event.taxonomy_event().to_string(),
-            Self::Config { envelope } => envelope.event.clone(),
-        }
-    }
-
-    pub(super) fn project(&self) -> Option<String> {
-        match self {
-            Self::Graph { firing, .. } => Some(firing.run.workdir.clone()),
-            Self::Config { envelope } => envelope.project.clone(),
-        }
-    }
-}
-
-/// Which hook a queued run runs.
-pub(crate) enum HookKind {
-    Graph,
-    Config(Arc<DaemonHook>),
-    Project(Arc<crate::projects::ProjectHook>),
-}
+use canopy_store::hook_runs::HookSourceKind;
 
 /// A recorded hook run waiting its turn.
 pub(crate) struct Queued {
@@ -81,7 +33,10 @@ pub(crate) struct Queued {
     pub work: Result<WorkConfig, String>,
     /// The spec this run is about (`{{spec_id}}`).
     pub spec_id: Option<String>,
-    pub kind: HookKind,
+    /// The source it was declared in.
+    pub source: HookSourceKind,
+    /// How its call is made.
+    pub call: Arc<dyn HookCall>,
     /// Recorded as running already (the first of a batch that had a slot when recorded).
     pub started: bool,
 }
@@ -90,7 +45,7 @@ pub(crate) struct Queued {
 struct Ended {
     record_id: String,
     hook_name: String,
-    source: HookSource,
+    source: HookSourceKind,
     finished: Finished,
 }
 
@@ -260,11 +215,7 @@ async fn run_batch(
         holding = Some(admitted);
         let finished = run_one(bus, trigger, &hook).await;
         ended = Some(Ended {
-            source: match hook.kind {
-                HookKind::Graph => HookSource::Graph,
-                HookKind::Config(_) => HookSource::Config,
-                HookKind::Project(_) => HookSource::Project,
-            },
+            source: hook.source,
             record_id: hook.record_id,
             hook_name: hook.hook_name,
             finished,
@@ -293,7 +244,7 @@ async fn advance(
     start: Option<(String, Option<PluginRef>)>,
 ) -> bool {
     let writer = bus.clone();
-    let depth = trigger.depth();
+    let depth = trigger.depth;
     // The end's event is made before the write: the writer thread only records it.
     let ending = ended.map(|ended| {
         let event = hook_event(
@@ -301,8 +252,8 @@ async fn advance(
             &ended.hook_name,
             ended.source,
             &ended.finished,
-            &trigger.event_name(),
-            trigger.project(),
+            &trigger.event,
+            trigger.project.clone(),
         );
         let cause = Cause {
             actor: Actor::Hook(ended.hook_name.clone()),
@@ -364,7 +315,7 @@ async fn advance(
 fn hook_event(
     record_id: &str,
     hook_name: &str,
-    source: HookSource,
+    source: HookSourceKind,
     finished: &Finished,
     fired_by: &str,
     project: Option<String>,
@@ -402,84 +353,23 @@ fn automation_env(cause: &Cause) -> Vec<(String, String)> {
     ]
 }
 
-/// The call one queued hook run makes.
+/// The call one queued hook run makes: what its source gives it ([`HookCall`]), acting as the
+/// hook one dispatch level deeper than its event.
 fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> CallRequest {
-    let cause = automation_cause(&queued.hook_name, trigger.depth());
+    let cause = automation_cause(&queued.hook_name, trigger.depth);
     let env = automation_env(&cause);
-    match (trigger, &queued.kind) {
-        (Trigger::Graph { firing, .. }, _) => CallRequest {
-            stdin: None,
-            work,
-            markers: firing.markers_for(queued.spec_id.as_ref()),
-            supported_markers: Cow::Borrowed(HOOK_MARKERS),
-            workdir: PathBuf::from(&firing.run.workdir),
-            provenance: Provenance {
-                graph_id: firing.run.graph_id.clone(),
-                graph_name: firing.run.graph_name.clone(),
-                run_id: firing.run.run_id.clone(),
-                event: firing.event.as_str().to_string(),
-                hook_index: u32::try_from(queued.index).ok(),
-                spec_id: queued.spec_id.clone(),
-            },
-            timeout: None,
-            resume_session: None,
-            cause: Some(cause),
-            env,
-        },
-        (Trigger::Config { envelope }, kind) => {
-            let mut markers: MarkerValues = envelope.markers().into_iter().collect();
-            markers.insert(
-                DATA_MARKER.to_string(),
-                serde_json::to_string(envelope.as_ref()).unwrap_or_default(),
-            );
-            let hook = match kind {
-                HookKind::Config(hook) => Some(hook),
-                HookKind::Graph | HookKind::Project(_) => None,
-            };
-            // A project's hook runs in its checkout, with its own timeout and markers.
-            let project = match kind {
-                HookKind::Project(hook) => Some(hook),
-                HookKind::Graph | HookKind::Config(_) => None,
-            };
-            let workdir = hook
-                .and_then(|h| h.config.cwd.as_deref())
-                .map(|cwd| PathBuf::from(canopy_model::markers::render_plain(cwd, &markers)))
-                .or_else(|| project.map(|p| p.checkout.clone()))
-                .or_else(|| {
-                    envelope
-                        .project
-                        .as_deref()
-                        .map(PathBuf::from)
-                        .filter(|p| p.is_dir())
-                })
-                .unwrap_or_else(|| bus.inner.fallback_dir.clone());
-            let text = |field: &str| markers.get(field).cloned().unwrap_or_default();
-            CallRequest {
-                stdin: None,
-                work,
-                supported_markers: Cow::Owned(
-                    hook.map(|h| h.markers.clone())
-                        .or_else(|| project.map(|p| p.markers.clone()))
-                        .unwrap_or_default(),
-                ),
-                workdir,
-                provenance: Provenance {
-                    graph_id: text("graph_id"),
-                    graph_name: text("graph_name"),
-                    run_id: text("run_id"),
-                    event: envelope.event.clone(),
-                    hook_index: u32::try_from(queued.index).ok(),
-                    spec_id: queued.spec_id.clone(),
-                },
-                timeout: hook
-                    .and_then(|h| h.timeout)
-                    .or_else(|| project.and_then(|p| p.timeout)),
-                resume_session: None,
-                cause: Some(cause),
-                env,
-                markers,
-            }
-        }
+    let parts = queued.call.parts(trigger, queued, &bus.inner.fallback_dir);
+    CallRequest {
+        stdin: None,
+        work,
+        markers: parts.markers,
+        supported_markers: parts.supported_markers,
+        workdir: parts.workdir,
+        provenance: parts.provenance,
+        timeout: parts.timeout,
+        resume_session: None,
+        cause: Some(cause),
+        env,
     }
 }
 
@@ -494,7 +384,7 @@ async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
             // level deeper, as its processes' calls are.
             let cause = Cause {
                 actor: Actor::Hook(queued.hook_name.clone()),
-                depth: trigger.depth().saturating_add(1),
+                depth: trigger.depth.saturating_add(1),
             };
             let result = cause.scope(bus.inner.plugins.execute(request)).await;
             (result, markers)
@@ -510,7 +400,7 @@ async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
         HookRunStatus::Completed => {}
         HookRunStatus::Failed | HookRunStatus::TimedOut => tracing::warn!(
             hook = %queued.hook_name,
-            event = %trigger.event_name(),
+            event = %trigger.event,
             status = %finished.status,
             error = finished.error.as_deref().unwrap_or(""),
             "hook did not complete"

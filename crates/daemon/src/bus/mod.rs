@@ -1,9 +1,9 @@
 //! The bus: every event Canopy emits goes through here, once.
 //!
 //! An emitter records its events **inside the write that makes them true** ([`Bus::record`]):
-//! each event is appended to the feed with its envelope, and every hook it fires -- from a
-//! graph's `hooks` map or a daemon hook in `canopy.toml` -- is recorded as a queued hook run, in
-//! the same transaction. Once that has committed the emitter publishes them ([`Bus::publish`]):
+//! each event is appended to the feed with its envelope, and every hook it fires -- from each
+//! hook source ([`source`]: a graph's `hooks` map, the daemon hooks of `canopy.toml`, the
+//! projects' hooks) -- is recorded as a queued hook run, in the same transaction. Once that has committed the emitter publishes them ([`Bus::publish`]):
 //! live feed readers get the envelopes and the hook batches start, each holding one of
 //! [`CONCURRENT_BATCHES`] slots (an emitter waits while every slot is busy: nothing queues
 //! without bound). An emitter with no write of its own uses [`Bus::emit`], which is the two.
@@ -19,6 +19,7 @@
 
 mod batch;
 mod select;
+pub(crate) mod source;
 
 use std::sync::{Arc, RwLock};
 
@@ -31,6 +32,7 @@ use canopy_executors::plugins::PluginHost;
 use canopy_model::events::{Cause, Envelope, Event};
 use canopy_store::{Store, StoreError, Tx};
 
+pub(crate) use batch::Queued;
 pub use batch::Unstarted;
 
 /// Hook batches that may run at the same time.
@@ -96,8 +98,10 @@ struct Inner {
     /// Where a daemon hook with no project and no `cwd` runs.
     fallback_dir: std::path::PathBuf,
     drain: crate::drain::Drain,
-    /// Graphs' hooks maps as last parsed, by graph id (see [`select::GraphHooksCache`]).
-    graph_hooks: select::GraphHooksCache,
+    /// The graph-hook source, for test firings (`hooks test --execute`).
+    graph_hooks: Arc<crate::hooks::graph_source::GraphHooks>,
+    /// Where hooks are declared, in the order their batches are recorded for one event.
+    sources: Vec<Arc<dyn source::HookSource>>,
     /// Each hook's recent firings: a hook firing too often is tripped.
     breakers: crate::hooks::breaker::Breakers,
 }
@@ -119,6 +123,7 @@ impl Bus {
         let (live, _) = broadcast::channel(LIVE_BUFFER);
         let breakers =
             crate::hooks::breaker::Breakers::new(daemon.breaker_firings, daemon.breaker_window);
+        let graph_hooks = Arc::new(crate::hooks::graph_source::GraphHooks::default());
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -130,10 +135,16 @@ impl Bus {
                 live,
                 fallback_dir,
                 drain: crate::drain::Drain::default(),
-                graph_hooks: select::GraphHooksCache::default(),
+                sources: source::sources(graph_hooks.clone()),
+                graph_hooks,
                 breakers,
             }),
         }
+    }
+
+    /// Where hooks are declared, in the order their batches are recorded for one event.
+    pub(crate) fn sources(&self) -> &[Arc<dyn source::HookSource>] {
+        &self.inner.sources
     }
 
     /// The daemon hooks and identity in force.

@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::Bus;
 use super::batch::Queued;
 use crate::hooks::Firing;
+use crate::hooks::catalog::CatalogFilter;
 use crate::hooks::daemon::{DATA_MARKER, DaemonHooks};
 use canopy_executors::plugins::WorkConfig;
 use canopy_model::events::Envelope;
@@ -35,6 +36,10 @@ pub(crate) trait HookSource: Send + Sync {
     /// `None` when it fires none. Called inside the event's write: read what it needs from
     /// `event.tx`, and keep it quick.
     fn select(&self, event: &Occurrence<'_>) -> Result<Option<Selection>, StoreError>;
+
+    /// Every hook of this source as the hook catalog lists it (`GET /api/hooks/catalog`), in
+    /// firing order, those the request's filters let through.
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value>;
 }
 
 /// What a hook's call takes from where the hook was declared.
@@ -45,7 +50,9 @@ pub(crate) trait HookCall: Send + Sync {
 }
 
 /// The sources, in the order their batches are recorded for one event.
-pub(crate) fn sources(graph: Arc<crate::hooks::graph_source::GraphHooks>) -> Vec<Arc<dyn HookSource>> {
+pub(crate) fn sources(
+    graph: Arc<crate::hooks::graph_source::GraphHooks>,
+) -> Vec<Arc<dyn HookSource>> {
     vec![
         graph,
         Arc::new(crate::hooks::daemon::DaemonHookSource),

@@ -20,15 +20,24 @@
 //! and is done by [`check_actions`].
 
 use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
 use canopy_model::pattern::Pattern;
+use canopy_store::StoreError;
+use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind};
+
+use crate::bus::Queued;
+use crate::bus::source::{
+    CallParts, Chosen, HookCall, HookSource, Occurrence, Selection, Trigger, config_text,
+};
+use crate::hooks::catalog::{CatalogFilter, millis};
 
 /// The marker holding the whole event as JSON (`CANOPY_HOOK_DATA` in a command).
 pub const DATA_MARKER: &str = "data";
@@ -84,6 +93,17 @@ impl DaemonHook {
     }
 
     /// Whether the hook fires for this event: its event pattern and every `match` field.
+    /// Whether it may fire for events with these field values: none of its `match` fields on
+    /// one of them refuses the value.
+    pub fn allows(&self, facts: &[(&str, &str)]) -> bool {
+        self.matchers.iter().all(|(field, matcher)| {
+            facts
+                .iter()
+                .filter(|(name, _)| name == field)
+                .all(|(_, value)| matcher.matches(value))
+        })
+    }
+
     pub fn matches(&self, envelope: &Envelope) -> bool {
         self.pattern.matches(&envelope.event)
             && self.matchers.iter().all(|(field, matcher)| {
@@ -307,6 +327,141 @@ pub async fn check_actions(plugins: &PluginHost, hooks: &DaemonHooks) -> Vec<Str
         }
     }
     problems
+}
+
+/// Daemon hooks as a hook source: those whose event pattern and `match` fields match the event,
+/// on nodes (and roles) that serve them, in `canopy.toml` order.
+pub(crate) struct DaemonHookSource;
+
+impl HookSource for DaemonHookSource {
+    fn kind(&self) -> HookSourceKind {
+        HookSourceKind::Config
+    }
+
+    fn select(&self, event: &Occurrence<'_>) -> Result<Option<Selection>, StoreError> {
+        let (daemon, envelope) = (event.daemon, event.envelope);
+        let spec_id = envelope
+            .payload
+            .get("spec_id")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string);
+        let hooks = daemon
+            .hooks
+            .iter()
+            .filter(|hook| hook.serves(&daemon.node, &daemon.roles) && hook.matches(envelope))
+            .map(|hook| Chosen {
+                name: hook.name().to_string(),
+                index: hook.index,
+                config: config_text(&hook.config),
+                work: Ok(hook.work.clone()),
+                spec_id: spec_id.clone(),
+                call: hook.clone(),
+            })
+            .collect();
+        Ok(Selection::of_envelope(envelope, hooks))
+    }
+
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value> {
+        let daemon = filter.bus.daemon_hooks();
+        daemon
+            .hooks
+            .iter()
+            .filter(|hook| {
+                if filter.event.is_some_and(|e| !e.names_daemon_hook(hook))
+                    || !filter.allows_mode(Some(&hook.work.mode))
+                {
+                    return false;
+                }
+                if let Some(workspace) = filter.workspace
+                    && !hook.allows(&[("project", workspace), ("workdir", workspace)])
+                {
+                    return false;
+                }
+                // With `graph`: the daemon hooks that may fire for one of its events.
+                !filter.graph_named
+                    || filter.graphs.iter().any(|g| {
+                        hook.allows(&[
+                            ("graph_name", &g.name),
+                            ("graph_id", &g.id),
+                            ("project", &g.workdir),
+                            ("workdir", &g.workdir),
+                        ])
+                    })
+            })
+            .map(|hook| catalog_entry(filter.plugins, hook, &daemon.node, &daemon.roles))
+            .collect()
+    }
+}
+
+/// A daemon hook as the catalog lists it.
+fn catalog_entry(plugins: &PluginHost, hook: &DaemonHook, node: &str, roles: &[String]) -> Value {
+    let config = &hook.config;
+    let mut matcher: Map<String, Value> = config
+        .matcher
+        .iter()
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
+    if !config.nodes.is_empty() {
+        matcher.insert("nodes".to_string(), json!(config.nodes));
+    }
+    if !config.roles_permitted.is_empty() {
+        matcher.insert("roles_permitted".to_string(), json!(config.roles_permitted));
+    }
+    let mut metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("index", hook.index.to_string()),
+        ("serves_this_node", hook.serves(node, roles).to_string()),
+    ]);
+    if !config.nodes.is_empty() {
+        metadata.insert("nodes", config.nodes.join(","));
+    }
+    if !config.roles_permitted.is_empty() {
+        metadata.insert("roles_permitted", config.roles_permitted.join(","));
+    }
+    if let Some(cwd) = &config.cwd {
+        metadata.insert("cwd", cwd.clone());
+    }
+    let events: Vec<&str> = hook.pattern.events().map(|def| def.name).collect();
+    json!({
+        "name": hook.name(),
+        "source": HookSourceKind::Config,
+        "event": hook.pattern.as_str(),
+        "events": events,
+        "key": null,
+        "executor_kind": hook.work.mode,
+        "matcher": matcher,
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": hook.index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
+        "graph": null,
+        "graph_id": null,
+        "index": hook.index,
+        "executor": plugins.plugin_ref(&hook.work.mode).ok(),
+        "spec_ids": null,
+        "config": config,
+    })
+}
+
+/// A daemon hook's call: the envelope's markers, in its `cwd` (a template) or the event's
+/// project, with its own timeout.
+impl HookCall for DaemonHook {
+    fn parts(&self, trigger: &Trigger, queued: &Queued, fallback_dir: &Path) -> CallParts {
+        CallParts::of_envelope(
+            trigger,
+            queued,
+            fallback_dir,
+            &self.markers,
+            |markers| {
+                self.config
+                    .cwd
+                    .as_deref()
+                    .map(|cwd| PathBuf::from(canopy_model::markers::render_plain(cwd, markers)))
+            },
+            self.timeout,
+        )
+    }
 }
 
 #[cfg(test)]

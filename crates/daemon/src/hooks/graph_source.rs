@@ -3,23 +3,26 @@
 //! still to come, nothing is retroactive), each filtered by its `spec_ids`.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::Firing;
+use super::catalog::{CatalogFilter, millis};
 use super::config::{HookMap, hooks_of};
+use crate::bus::Queued;
 use crate::bus::source::{
     CallParts, Chosen, GraphRun, HookCall, HookSource, Occurrence, Selection, Trigger,
 };
-use crate::bus::Queued;
-use canopy_executors::plugins::split_work_config;
+use canopy_executors::plugins::{PluginHost, split_work_config};
 use canopy_model::events::Envelope;
+use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 use canopy_model::work::Provenance;
-use canopy_store::hook_runs::{HookSourceKind, graph_hook_name};
+use canopy_store::graphs::Graph;
+use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind, graph_hook_name};
 use canopy_store::{Rd, StoreError};
 
 /// Graphs whose parsed maps are kept; past that the cache starts over.
@@ -139,6 +142,69 @@ impl HookSource for GraphHooks {
             None => Ok(None),
         }
     }
+
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value> {
+        let mut entries = Vec::new();
+        for graph in filter.graphs {
+            if filter.workspace.is_some_and(|w| w != graph.workdir) {
+                continue;
+            }
+            for key in EVENTS {
+                if filter.event.is_some_and(|e| !e.names_key(key)) {
+                    continue;
+                }
+                for (index, hook) in hooks_of(&graph.hooks, key).into_iter().enumerate() {
+                    let executor = split_work_config(&hook).ok().map(|w| w.mode);
+                    if filter.allows_mode(executor.as_deref()) {
+                        entries.push(catalog_entry(filter.plugins, graph, key, index, hook));
+                    }
+                }
+            }
+        }
+        entries
+    }
+}
+
+/// A graph's hook as the catalog lists it.
+fn catalog_entry(
+    plugins: &PluginHost,
+    graph: &Graph,
+    key: HookEvent,
+    index: usize,
+    hook: Map<String, Value>,
+) -> Value {
+    let work = split_work_config(&hook).ok();
+    let executor_kind = work.as_ref().map(|w| w.mode.clone());
+    let executor = executor_kind
+        .as_deref()
+        .and_then(|m| plugins.plugin_ref(m).ok());
+    let metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("graph", graph.name.clone()),
+        ("graph_id", graph.id.clone()),
+        ("key", key.as_str().to_string()),
+        ("index", index.to_string()),
+        ("workdir", graph.workdir.clone()),
+    ]);
+    json!({
+        "name": graph_hook_name(&graph.name, key.as_str(), index),
+        "source": HookSourceKind::Graph,
+        "event": key.taxonomy_event(),
+        "key": key.as_str(),
+        "executor_kind": executor_kind,
+        "matcher": { "graph": graph.name, "spec_ids": hook.get("spec_ids") },
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(work.as_ref().and_then(|w| w.host().timeout())),
+        "graph": graph.name,
+        "graph_id": graph.id,
+        "index": index,
+        "executor": executor,
+        "spec_ids": hook.get("spec_ids"),
+        "config": hook,
+    })
 }
 
 /// A graph hook's call: the firing's markers, the graph's workdir, the graph run as provenance.

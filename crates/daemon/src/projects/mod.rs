@@ -28,16 +28,24 @@
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::hooks::daemon::{DATA_MARKER, is_name};
 use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, Payload};
+use canopy_store::StoreError;
+use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind};
+
+use crate::bus::Queued;
+use crate::bus::source::{
+    CallParts, Chosen, HookCall, HookSource, Occurrence, Selection, Trigger, config_text,
+};
+use crate::hooks::catalog::{CatalogFilter, millis};
 
 /// How often a checkout is re-read when no filesystem notification came, by default.
 pub const DEFAULT_POLL_SECS: u64 = 30;
@@ -378,6 +386,110 @@ pub async fn check_actions(plugins: &PluginHost, projects: &Projects) -> Vec<Str
         }
     }
     problems
+}
+
+/// Project hooks as a hook source: a project event's project's hooks for that event, in order.
+pub(crate) struct ProjectHookSource;
+
+impl HookSource for ProjectHookSource {
+    fn kind(&self) -> HookSourceKind {
+        HookSourceKind::Project
+    }
+
+    fn select(&self, event: &Occurrence<'_>) -> Result<Option<Selection>, StoreError> {
+        if event.envelope.family != canopy_model::events::Family::Project {
+            return Ok(None);
+        }
+        let hooks = event
+            .bus
+            .project_hooks()
+            .fired_by(event.envelope)
+            .map(|hook| Chosen {
+                name: hook.name.clone(),
+                index: hook.index,
+                config: config_text(&hook.config),
+                work: Ok(hook.work.clone()),
+                spec_id: None,
+                call: hook.clone(),
+            })
+            .collect();
+        Ok(Selection::of_envelope(event.envelope, hooks))
+    }
+
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value> {
+        // Project hooks fire on project events, never on a graph's.
+        if filter.graph_named {
+            return Vec::new();
+        }
+        let projects = filter.bus.project_hooks();
+        projects
+            .hooks
+            .iter()
+            .filter(|hook| {
+                if filter
+                    .event
+                    .is_some_and(|e| !e.names_event(hook.event.taxonomy_event()))
+                    || !filter.allows_mode(Some(&hook.work.mode))
+                {
+                    return false;
+                }
+                filter.workspace.is_none_or(|workspace| {
+                    let real = std::fs::canonicalize(&hook.checkout)
+                        .unwrap_or_else(|_| hook.checkout.clone());
+                    Path::new(workspace) == real || Path::new(workspace) == hook.checkout
+                })
+            })
+            .map(|hook| catalog_entry(filter.plugins, hook))
+            .collect()
+    }
+}
+
+/// A project's hook as the catalog lists it.
+fn catalog_entry(plugins: &PluginHost, hook: &ProjectHook) -> Value {
+    let checkout = hook.checkout.to_string_lossy().into_owned();
+    let metadata: BTreeMap<&str, String> = BTreeMap::from([
+        ("project", hook.project.clone()),
+        ("checkout", checkout.clone()),
+        ("key", hook.event.as_str().to_string()),
+        ("index", hook.index.to_string()),
+    ]);
+    json!({
+        "name": hook.name,
+        "source": HookSourceKind::Project,
+        "event": hook.event.taxonomy_event(),
+        "key": hook.event.as_str(),
+        "executor_kind": hook.work.mode,
+        "matcher": { "project": hook.project },
+        "metadata": metadata,
+        "mode": ASYNC_MODE,
+        "order": hook.index,
+        "priority": 0,
+        "required": false,
+        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
+        "graph": null,
+        "graph_id": null,
+        "index": hook.index,
+        "project": hook.project,
+        "checkout": checkout,
+        "executor": plugins.plugin_ref(&hook.work.mode).ok(),
+        "spec_ids": null,
+        "config": hook.config,
+    })
+}
+
+/// A project hook's call: the envelope's markers, in the project's checkout, with its own
+/// timeout.
+impl HookCall for ProjectHook {
+    fn parts(&self, trigger: &Trigger, queued: &Queued, fallback_dir: &Path) -> CallParts {
+        CallParts::of_envelope(
+            trigger,
+            queued,
+            fallback_dir,
+            &self.markers,
+            |_| Some(self.checkout.clone()),
+            self.timeout,
+        )
+    }
 }
 
 #[cfg(test)]
