@@ -520,7 +520,8 @@ fn the_daemon_log_file_is_plain_rotated_and_printed_by_logs_with_follow() {
     assert_eq!(printed.len(), 2, "{tail}");
     let all = log_lines(&log);
     assert!(
-        all.windows(2).any(|w| w[0] == printed[0] && w[1] == printed[1]),
+        all.windows(2)
+            .any(|w| w[0] == printed[0] && w[1] == printed[1]),
         "{tail:?} are not two consecutive lines of the log: {all:#?}"
     );
 

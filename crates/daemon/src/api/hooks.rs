@@ -480,7 +480,7 @@ async fn catalog(
         plugins: &state.plugins,
         bus: &state.bus,
     };
-    let hooks: Vec<Value> = state
+    let hooks: Vec<_> = state
         .bus
         .sources()
         .iter()

@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::Bus;
 use super::batch::Queued;
 use crate::hooks::Firing;
-use crate::hooks::catalog::CatalogFilter;
+use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
 use crate::hooks::daemon::{DATA_MARKER, DaemonHooks};
 use canopy_executors::plugins::WorkConfig;
 use canopy_model::events::Envelope;
@@ -39,7 +39,7 @@ pub(crate) trait HookSource: Send + Sync {
 
     /// Every hook of this source as the hook catalog lists it (`GET /api/hooks/catalog`), in
     /// firing order, those the request's filters let through.
-    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value>;
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<CatalogEntry>;
 }
 
 /// What a hook's call takes from where the hook was declared.

@@ -3,13 +3,17 @@
 //! module holds what the sources share: the filters a request gives, and the entry's common
 //! shape.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
 
 use canopy_executors::plugins::PluginHost;
 use canopy_model::events::EventPattern;
 use canopy_model::hook_keys::HookEvent;
 use canopy_store::graphs::Graph;
-use canopy_store::hook_runs::ASYNC_MODE;
+use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind};
 
 use super::daemon::DaemonHook;
 use crate::bus::Bus;
@@ -91,7 +95,82 @@ impl ModeFilter {
     }
 }
 
-/// Milliseconds of a timeout, for the catalog.
-pub(crate) fn millis(timeout: Option<Duration>) -> Option<u64> {
-    timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+/// One hook as the catalog lists it: the hook API's fields (seed 004) and Canopy's own beside
+/// them, in alphabetical order (the order the API writes JSON objects in).
+#[derive(Debug, Serialize)]
+pub(crate) struct CatalogEntry {
+    /// A project hook's checkout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkout: Option<String>,
+    /// The hook's config as written.
+    pub config: Value,
+    /// The event it fires on: a taxonomy event, or a daemon hook's pattern.
+    pub event: String,
+    /// The events a daemon hook's pattern matches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<&'static str>>,
+    /// The executor that would run it now (`null`: none serves its mode).
+    pub executor: Value,
+    pub executor_kind: Option<String>,
+    pub graph: Option<String>,
+    pub graph_id: Option<String>,
+    pub index: usize,
+    /// The key it is declared under (a graph hook's `on_completed`, a project hook's event).
+    pub key: Option<String>,
+    pub matcher: Value,
+    pub metadata: BTreeMap<&'static str, String>,
+    /// `async` (every hook today) or `sync`.
+    pub mode: &'static str,
+    pub name: String,
+    pub order: usize,
+    pub priority: i64,
+    /// A project hook's project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    pub required: bool,
+    pub source: HookSourceKind,
+    pub spec_ids: Value,
+    pub timeout_ms: Option<u64>,
+}
+
+impl CatalogEntry {
+    /// An async hook's entry (every hook today: mode `async`, priority 0, not required, in the
+    /// order of its list), run by the executor of `mode` when one serves it; the source fills
+    /// in what it knows beyond that.
+    pub fn of_async_hook(
+        source: HookSourceKind,
+        name: String,
+        index: usize,
+        mode: Option<&str>,
+        timeout: Option<Duration>,
+        plugins: &PluginHost,
+    ) -> Self {
+        let executor = mode
+            .and_then(|m| plugins.plugin_ref(m).ok())
+            .and_then(|r| serde_json::to_value(r).ok())
+            .unwrap_or(Value::Null);
+        Self {
+            checkout: None,
+            config: Value::Null,
+            event: String::new(),
+            events: None,
+            executor,
+            executor_kind: mode.map(str::to_string),
+            graph: None,
+            graph_id: None,
+            index,
+            key: None,
+            matcher: Value::Null,
+            metadata: BTreeMap::new(),
+            mode: ASYNC_MODE,
+            name,
+            order: index,
+            priority: 0,
+            project: None,
+            required: false,
+            source,
+            spec_ids: Value::Null,
+            timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
 }

@@ -31,13 +31,13 @@ use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
 use canopy_model::pattern::Pattern;
 use canopy_store::StoreError;
-use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind};
+use canopy_store::hook_runs::HookSourceKind;
 
 use crate::bus::Queued;
 use crate::bus::source::{
     CallParts, Chosen, HookCall, HookSource, Occurrence, Selection, Trigger, config_text,
 };
-use crate::hooks::catalog::{CatalogFilter, millis};
+use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
 
 /// The marker holding the whole event as JSON (`CANOPY_HOOK_DATA` in a command).
 pub const DATA_MARKER: &str = "data";
@@ -361,7 +361,7 @@ impl HookSource for DaemonHookSource {
         Ok(Selection::of_envelope(envelope, hooks))
     }
 
-    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value> {
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<CatalogEntry> {
         let daemon = filter.bus.daemon_hooks();
         daemon
             .hooks
@@ -394,7 +394,12 @@ impl HookSource for DaemonHookSource {
 }
 
 /// A daemon hook as the catalog lists it.
-fn catalog_entry(plugins: &PluginHost, hook: &DaemonHook, node: &str, roles: &[String]) -> Value {
+fn catalog_entry(
+    plugins: &PluginHost,
+    hook: &DaemonHook,
+    node: &str,
+    roles: &[String],
+) -> CatalogEntry {
     let config = &hook.config;
     let mut matcher: Map<String, Value> = config
         .matcher
@@ -420,28 +425,21 @@ fn catalog_entry(plugins: &PluginHost, hook: &DaemonHook, node: &str, roles: &[S
     if let Some(cwd) = &config.cwd {
         metadata.insert("cwd", cwd.clone());
     }
-    let events: Vec<&str> = hook.pattern.events().map(|def| def.name).collect();
-    json!({
-        "name": hook.name(),
-        "source": HookSourceKind::Config,
-        "event": hook.pattern.as_str(),
-        "events": events,
-        "key": null,
-        "executor_kind": hook.work.mode,
-        "matcher": matcher,
-        "metadata": metadata,
-        "mode": ASYNC_MODE,
-        "order": hook.index,
-        "priority": 0,
-        "required": false,
-        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
-        "graph": null,
-        "graph_id": null,
-        "index": hook.index,
-        "executor": plugins.plugin_ref(&hook.work.mode).ok(),
-        "spec_ids": null,
-        "config": config,
-    })
+    CatalogEntry {
+        event: hook.pattern.as_str().to_string(),
+        events: Some(hook.pattern.events().map(|def| def.name).collect()),
+        matcher: Value::Object(matcher),
+        metadata,
+        config: serde_json::to_value(config).unwrap_or(Value::Null),
+        ..CatalogEntry::of_async_hook(
+            HookSourceKind::Config,
+            hook.name().to_string(),
+            hook.index,
+            Some(&hook.work.mode),
+            hook.timeout.or_else(|| hook.work.host().timeout()),
+            plugins,
+        )
+    }
 }
 
 /// A daemon hook's call: the envelope's markers, in its `cwd` (a template) or the event's

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::{Map, Value, json};
 
 use super::Firing;
-use super::catalog::{CatalogFilter, millis};
+use super::catalog::{CatalogEntry, CatalogFilter};
 use super::config::{HookMap, hooks_of};
 use crate::bus::Queued;
 use crate::bus::source::{
@@ -22,7 +22,7 @@ use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 use canopy_model::work::Provenance;
 use canopy_store::graphs::Graph;
-use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind, graph_hook_name};
+use canopy_store::hook_runs::{HookSourceKind, graph_hook_name};
 use canopy_store::{Rd, StoreError};
 
 /// Graphs whose parsed maps are kept; past that the cache starts over.
@@ -143,7 +143,7 @@ impl HookSource for GraphHooks {
         }
     }
 
-    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value> {
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<CatalogEntry> {
         let mut entries = Vec::new();
         for graph in filter.graphs {
             if filter.workspace.is_some_and(|w| w != graph.workdir) {
@@ -172,39 +172,33 @@ fn catalog_entry(
     key: HookEvent,
     index: usize,
     hook: Map<String, Value>,
-) -> Value {
+) -> CatalogEntry {
     let work = split_work_config(&hook).ok();
-    let executor_kind = work.as_ref().map(|w| w.mode.clone());
-    let executor = executor_kind
-        .as_deref()
-        .and_then(|m| plugins.plugin_ref(m).ok());
-    let metadata: BTreeMap<&str, String> = BTreeMap::from([
-        ("graph", graph.name.clone()),
-        ("graph_id", graph.id.clone()),
-        ("key", key.as_str().to_string()),
-        ("index", index.to_string()),
-        ("workdir", graph.workdir.clone()),
-    ]);
-    json!({
-        "name": graph_hook_name(&graph.name, key.as_str(), index),
-        "source": HookSourceKind::Graph,
-        "event": key.taxonomy_event(),
-        "key": key.as_str(),
-        "executor_kind": executor_kind,
-        "matcher": { "graph": graph.name, "spec_ids": hook.get("spec_ids") },
-        "metadata": metadata,
-        "mode": ASYNC_MODE,
-        "order": index,
-        "priority": 0,
-        "required": false,
-        "timeout_ms": millis(work.as_ref().and_then(|w| w.host().timeout())),
-        "graph": graph.name,
-        "graph_id": graph.id,
-        "index": index,
-        "executor": executor,
-        "spec_ids": hook.get("spec_ids"),
-        "config": hook,
-    })
+    let spec_ids = hook.get("spec_ids").cloned().unwrap_or(Value::Null);
+    CatalogEntry {
+        event: key.taxonomy_event().to_string(),
+        key: Some(key.as_str().to_string()),
+        matcher: json!({ "graph": graph.name, "spec_ids": spec_ids }),
+        metadata: BTreeMap::from([
+            ("graph", graph.name.clone()),
+            ("graph_id", graph.id.clone()),
+            ("key", key.as_str().to_string()),
+            ("index", index.to_string()),
+            ("workdir", graph.workdir.clone()),
+        ]),
+        graph: Some(graph.name.clone()),
+        graph_id: Some(graph.id.clone()),
+        spec_ids,
+        config: Value::Object(hook),
+        ..CatalogEntry::of_async_hook(
+            HookSourceKind::Graph,
+            graph_hook_name(&graph.name, key.as_str(), index),
+            index,
+            work.as_ref().map(|w| w.mode.as_str()),
+            work.as_ref().and_then(|w| w.host().timeout()),
+            plugins,
+        )
+    }
 }
 
 /// A graph hook's call: the firing's markers, the graph's workdir, the graph run as provenance.

@@ -39,13 +39,13 @@ use crate::hooks::daemon::{DATA_MARKER, is_name};
 use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, Payload};
 use canopy_store::StoreError;
-use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind};
+use canopy_store::hook_runs::HookSourceKind;
 
 use crate::bus::Queued;
 use crate::bus::source::{
     CallParts, Chosen, HookCall, HookSource, Occurrence, Selection, Trigger, config_text,
 };
-use crate::hooks::catalog::{CatalogFilter, millis};
+use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
 
 /// How often a checkout is re-read when no filesystem notification came, by default.
 pub const DEFAULT_POLL_SECS: u64 = 30;
@@ -416,7 +416,7 @@ impl HookSource for ProjectHookSource {
         Ok(Selection::of_envelope(event.envelope, hooks))
     }
 
-    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<Value> {
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<CatalogEntry> {
         // Project hooks fire on project events, never on a graph's.
         if filter.graph_named {
             return Vec::new();
@@ -445,36 +445,30 @@ impl HookSource for ProjectHookSource {
 }
 
 /// A project's hook as the catalog lists it.
-fn catalog_entry(plugins: &PluginHost, hook: &ProjectHook) -> Value {
+fn catalog_entry(plugins: &PluginHost, hook: &ProjectHook) -> CatalogEntry {
     let checkout = hook.checkout.to_string_lossy().into_owned();
-    let metadata: BTreeMap<&str, String> = BTreeMap::from([
-        ("project", hook.project.clone()),
-        ("checkout", checkout.clone()),
-        ("key", hook.event.as_str().to_string()),
-        ("index", hook.index.to_string()),
-    ]);
-    json!({
-        "name": hook.name,
-        "source": HookSourceKind::Project,
-        "event": hook.event.taxonomy_event(),
-        "key": hook.event.as_str(),
-        "executor_kind": hook.work.mode,
-        "matcher": { "project": hook.project },
-        "metadata": metadata,
-        "mode": ASYNC_MODE,
-        "order": hook.index,
-        "priority": 0,
-        "required": false,
-        "timeout_ms": millis(hook.timeout.or_else(|| hook.work.host().timeout())),
-        "graph": null,
-        "graph_id": null,
-        "index": hook.index,
-        "project": hook.project,
-        "checkout": checkout,
-        "executor": plugins.plugin_ref(&hook.work.mode).ok(),
-        "spec_ids": null,
-        "config": hook.config,
-    })
+    CatalogEntry {
+        event: hook.event.taxonomy_event().to_string(),
+        key: Some(hook.event.as_str().to_string()),
+        matcher: json!({ "project": hook.project }),
+        metadata: BTreeMap::from([
+            ("project", hook.project.clone()),
+            ("checkout", checkout.clone()),
+            ("key", hook.event.as_str().to_string()),
+            ("index", hook.index.to_string()),
+        ]),
+        project: Some(hook.project.clone()),
+        checkout: Some(checkout),
+        config: serde_json::to_value(&hook.config).unwrap_or(Value::Null),
+        ..CatalogEntry::of_async_hook(
+            HookSourceKind::Project,
+            hook.name.clone(),
+            hook.index,
+            Some(&hook.work.mode),
+            hook.timeout.or_else(|| hook.work.host().timeout()),
+            plugins,
+        )
+    }
 }
 
 /// A project hook's call: the envelope's markers, in the project's checkout, with its own
