@@ -70,8 +70,9 @@ fn each_crate_depends_only_on_the_layers_below_it() {
                 "canopy-client",
             ],
         ),
+        ("canopy-tui", &["canopy-client", "canopy-datadir"]),
         (
-            "canopy",
+            "canopy-cli",
             &[
                 "canopy-client",
                 "canopy-daemon",
@@ -80,6 +81,9 @@ fn each_crate_depends_only_on_the_layers_below_it() {
                 "canopy-executors",
             ],
         ),
+        // The binary wires the CLI to the TUI; the executors only hand its tests the paths of
+        // the test plugins (their build script's `links` metadata reaches direct dependents).
+        ("canopy", &["canopy-cli", "canopy-tui", "canopy-executors"]),
     ];
     for (name, may) in allowed {
         let deps = packages

@@ -17,7 +17,9 @@ mod spec;
 mod table;
 mod webhooks;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -159,15 +161,24 @@ enum Command {
     Mcp(McpArgs),
     /// The terminal UI: projects, backlog, graphs, queues and sessions, live.
     #[command(after_help = "Example:\n  canopy tui")]
-    Tui(crate::tui::TuiArgs),
+    Tui(TuiArgs),
 }
 
 /// `canopy mcp`: serve MCP on stdin/stdout.
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {}
 
+/// `canopy tui`.
+#[derive(Debug, clap::Args)]
+pub struct TuiArgs {}
+
+/// The terminal UI's entry point (`canopy tui`), given by the binary: the TUI is a crate of its
+/// own that the CLI does not depend on, so a change in one rebuilds neither the other nor the
+/// daemon.
+pub type Tui = fn(DataDir) -> Pin<Box<dyn Future<Output = anyhow::Result<ExitCode>>>>;
+
 /// Runs the CLI; errors are printed as `error: ...` with exit code 1.
-pub fn main() -> ExitCode {
+pub fn main(tui: Tui) -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(cli.command, Command::Daemon { action: None, .. });
     if !daemon {
@@ -192,7 +203,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, tui)) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
@@ -201,7 +212,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
     if let Command::Completions { shell } = cli.command {
         let mut command = <Cli as clap::CommandFactory>::command();
         clap_complete::generate(shell, &mut command, "canopy", &mut std::io::stdout());
@@ -234,7 +245,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(command) => config::run(&data, command).await,
         Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,
         Command::Mcp(McpArgs {}) => canopy_daemon::mcp::serve_stdio(&data).await,
-        Command::Tui(args) => crate::tui::run(&data, args).await,
+        Command::Tui(TuiArgs {}) => tui(data).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

@@ -717,7 +717,7 @@ mod tests {
     use ratatui::backend::TestBackend;
 
     use super::*;
-    use crate::tui::app::{Loaded, Msg, Resource, Spec};
+    use crate::app::{Loaded, Msg, Resource, Spec};
 
     fn screen(app: &App, width: u16, height: u16) -> String {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
@@ -758,7 +758,7 @@ mod tests {
     fn j_and_k_scroll_a_long_run_into_view_in_24_rows() {
         use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-        use crate::tui::app::{Graph, GraphStatus, Progress};
+        use crate::app::{Graph, GraphStatus, Progress};
 
         let mut app = App::new();
         let progress = (1..=40)

@@ -3,7 +3,7 @@
 //!
 //! - [`app`]: the state and its reducer (messages in, state changes and commands out; pure).
 //! - [`ui`]: drawing the state with ratatui widgets.
-//! - [`data`]: API reads and actions through the CLI's client, and the feed follower.
+//! - [`data`]: API reads and actions through `canopy-client`, and the feed follower.
 //! - here: the terminal (set up, and restored on quit, on error, on a signal and on panic) and the
 //!   event loop: terminal input, feed events and API answers arrive on one channel; a one-second
 //!   tick runs only while a node's elapsed time shows; the screen is drawn after each batch of
@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use clap::Args;
 use std::io::{BufWriter, Stdout, Write as _};
 
 use ratatui::Terminal;
@@ -39,15 +38,11 @@ use app::{App, Command, Msg, Resource};
 use canopy_datadir::DataDir;
 use data::Data;
 
-/// `canopy tui`.
-#[derive(Debug, Args)]
-pub struct TuiArgs {}
-
 /// How often the input thread looks whether the TUI is ending.
 const INPUT_POLL: Duration = Duration::from_millis(100);
 
 /// Runs the terminal UI against the daemon of `data` until the user quits.
-pub async fn run(data: &DataDir, _args: TuiArgs) -> Result<ExitCode> {
+pub async fn run(data: &DataDir) -> Result<ExitCode> {
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         bail!(
             "canopy tui needs a terminal (stdin and stdout are not one); for scripts use the other commands' --json"
