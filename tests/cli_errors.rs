@@ -381,6 +381,13 @@ fn help_has_examples_and_descriptions_and_completions_and_version_behave() {
         let output = canopy(args);
         assert!(output.status.success(), "canopy {args:?}");
         let help = text(&output.stdout);
+        if args == ["--help"] {
+            // Says what Canopy is (not the description of the crate the CLI lives in).
+            assert!(
+                help.starts_with("Canopy: a daemon and CLI that runs agent work as graphs"),
+                "{help}"
+            );
+        }
         assert!(help.contains("Example"), "canopy {args:?}:\n{help}");
         // clap prints a positional's description after it on its line, or (long help) on the
         // next line; without one, the line holds only `<NAME>` and the next is not about it.

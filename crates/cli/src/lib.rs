@@ -33,7 +33,8 @@ use canopy_datadir::DataDir;
 #[command(
     name = "canopy",
     version,
-    about,
+    // Said here, not taken from this crate's description (it is the CLI crate's, not Canopy's).
+    about = "Canopy: a daemon and CLI that runs agent work as graphs over specs and queues, with hooks run by sandboxed WebAssembly executors",
     // `-V` belongs to `canopy` alone: a subcommand has no version of its own.
     propagate_version = false,
     after_help = "Example, a first run (the README walks through it):\n  canopy daemon &                                   # or in a terminal of its own\n  canopy spec add --name \"Login form\" --file login.md\n  canopy graph create web.json\n  canopy graph run web --wait"
