@@ -15,7 +15,7 @@
 //! effort_args = ["--effort", "{effort}"]
 //! resume_args = ["--resume", "{session}"]
 //!
-//! # How processes run for plugins (see `crate::procs`).
+//! # How processes run for plugins (see `canopy_executors::procs`).
 //! [process]
 //! pass_env = ["SSH_AUTH_SOCK", "ANTHROPIC_API_KEY"]  # beyond PATH, HOME, LANG, TZ, TERM
 //! kill_orphans_on_start = true   # kill what calls left running when the daemon last died
