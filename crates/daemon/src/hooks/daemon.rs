@@ -75,6 +75,9 @@ pub struct DaemonHook {
     pub work: WorkConfig,
     /// The markers its events offer: the envelope's, `data`, and every matching event's.
     pub markers: Vec<&'static str>,
+    /// Its config as its hook runs record it, serialized once at load (not at every firing,
+    /// inside the event's write).
+    pub recorded_config: Arc<str>,
 }
 
 impl DaemonHook {
@@ -296,6 +299,7 @@ pub fn compile(
         }
         hooks.push(Arc::new(DaemonHook {
             index,
+            recorded_config: config_text(entry),
             config: entry.clone(),
             pattern,
             matchers,
@@ -352,7 +356,7 @@ impl HookSource for DaemonHookSource {
             .map(|hook| Chosen {
                 name: hook.name().to_string(),
                 index: hook.index,
-                config: config_text(&hook.config),
+                config: hook.recorded_config.clone(),
                 work: Ok(hook.work.clone()),
                 spec_id: spec_id.clone(),
                 call: hook.clone(),

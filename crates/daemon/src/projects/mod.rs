@@ -177,6 +177,8 @@ pub struct ProjectHook {
     pub work: WorkConfig,
     /// The markers its event offers: the envelope's, `data`, and the event's own.
     pub markers: Vec<&'static str>,
+    /// Its config as its hook runs record it, serialized once at load.
+    pub recorded_config: Arc<str>,
 }
 
 impl ProjectHook {
@@ -326,6 +328,7 @@ pub fn compile(projects: &BTreeMap<String, ProjectConfig>) -> Result<Projects, V
                     event,
                     index,
                     checkout: checkout.clone(),
+                    recorded_config: config_text(hook),
                     config: hook.clone(),
                     timeout,
                     work,
@@ -407,7 +410,7 @@ impl HookSource for ProjectHookSource {
             .map(|hook| Chosen {
                 name: hook.name.clone(),
                 index: hook.index,
-                config: config_text(&hook.config),
+                config: hook.recorded_config.clone(),
                 work: Ok(hook.work.clone()),
                 spec_id: None,
                 call: hook.clone(),
