@@ -930,6 +930,7 @@ fn bench_reports_every_figure() {
         "compile",
         "cache_load",
         "call",
+        "bare_call",
         "spawn_true",
         "spawn_sh_true",
     ] {
@@ -939,9 +940,17 @@ fn bench_reports_every_figure() {
         );
     }
     assert_eq!(report["call"]["samples"], 20);
+    assert_eq!(report["bare_call"]["samples"], 20);
+    // Canopy's path does more than the bare one; it is a ratio, not a figure that can be 0.
+    assert!(
+        report["call_over_bare"].as_f64().unwrap() > 0.5,
+        "{report:#}"
+    );
     assert_eq!(report["last_status"], "completed");
     let text = daemon.ok(&["plugin", "bench", "append-file", "--iterations", "5"]);
     assert!(text.contains("fresh instantiate + execute"), "{text}");
+    assert!(text.contains("the same on bare wasmtime"), "{text}");
+    assert!(text.contains("x the bare wasmtime call"), "{text}");
 }
 
 #[test]

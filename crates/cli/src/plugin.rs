@@ -415,6 +415,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                     row("compile (Component::new)", "compile"),
                     row("cached load (deserialize_file)", "cache_load"),
                     row("fresh instantiate + execute", "call"),
+                    row("  the same on bare wasmtime", "bare_call"),
                     row("spawn /bin/true (reference)", "spawn_true"),
                     row("spawn sh -c true (reference)", "spawn_sh_true"),
                 ];
@@ -422,6 +423,9 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                     "{}",
                     table::render(&["STEP", "MEDIAN", "P99", "MIN", "SAMPLES"], &rows)
                 );
+                if let Some(ratio) = report.pointer("/call_over_bare").and_then(Value::as_f64) {
+                    println!("a call through Canopy costs {ratio:.2}x the bare wasmtime call");
+                }
             }
         }
     }

@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod projects;
 pub mod reload;
 pub mod retention;
+pub mod runner;
 pub mod sessions;
 pub mod webhooks;
 

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_executors::plugins::{
-    BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, WorkConfig,
+    BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, WorkConfig, Workdir,
 };
 use canopy_model::events::Event;
 use canopy_model::events::plugin::{
@@ -284,7 +284,7 @@ async fn run(
             work,
             markers: body.markers,
             supported_markers: std::borrow::Cow::Borrowed(supported),
-            workdir: body.workdir,
+            workdir: Workdir::resolve(&body.workdir)?,
             provenance: Provenance {
                 event: "manual".to_string(),
                 ..Provenance::default()

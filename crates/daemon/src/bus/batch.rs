@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -17,7 +16,8 @@ use super::source::{HookCall, Trigger};
 use super::{Bus, Recorded};
 use crate::hooks::daemon::DATA_MARKER;
 use crate::hooks::runs::{Finished, HookRunStatus, OUTPUT_LIMIT};
-use canopy_executors::plugins::{CallReport, CallRequest, Ending, PluginError, WorkConfig};
+use crate::runner::{self, Job, Kind, Ran};
+use canopy_executors::plugins::{Ending, WorkConfig};
 use canopy_model::events::{self, Actor, Cause, Event};
 use canopy_model::markers::MarkerValues;
 use canopy_model::work::PluginRef;
@@ -255,10 +255,7 @@ async fn advance(
             &trigger.event,
             trigger.project.clone(),
         );
-        let cause = Cause {
-            actor: Actor::Hook(ended.hook_name.clone()),
-            depth: depth.saturating_add(1),
-        };
+        let cause = hook_cause(&ended.hook_name, depth);
         (ended, event, cause)
     });
     let written = bus
@@ -337,65 +334,37 @@ fn hook_event(
     }
 }
 
-/// Who a hook's processes act as: the hook, one dispatch level deeper than its event.
-fn automation_cause(hook_name: &str, depth: u32) -> Cause {
+/// The job one queued hook run is: what its source gives its call ([`HookCall`]), acting as
+/// the hook one dispatch level deeper than its event.
+fn job(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Job {
+    let parts = queued.call.parts(trigger, queued, &bus.inner.fallback_dir);
+    Job {
+        markers: parts.markers,
+        supported_markers: parts.supported_markers,
+        timeout: parts.timeout,
+        ..Job::new(
+            Kind::Hook,
+            queued.work.clone(),
+            parts.workdir,
+            parts.provenance,
+            hook_cause(&queued.hook_name, trigger.depth),
+        )
+    }
+}
+
+/// Who a hook run acts as, and what its end is caused by: the hook, one dispatch level deeper
+/// than the event that fired it.
+fn hook_cause(hook_name: &str, depth: u32) -> Cause {
     Cause {
         actor: Actor::Hook(hook_name.to_string()),
         depth: depth.saturating_add(1),
     }
 }
 
-/// The variables that say what kind of automation a hook's processes run for.
-fn automation_env(cause: &Cause) -> Vec<(String, String)> {
-    vec![
-        ("CANOPY_AUTOMATION_KIND".to_string(), "hook".to_string()),
-        ("CANOPY_AUTOMATION_ID".to_string(), cause.actor.to_string()),
-    ]
-}
-
-/// The call one queued hook run makes: what its source gives it ([`HookCall`]), acting as the
-/// hook one dispatch level deeper than its event.
-fn request(bus: &Bus, trigger: &Trigger, queued: &Queued, work: WorkConfig) -> CallRequest {
-    let cause = automation_cause(&queued.hook_name, trigger.depth);
-    let env = automation_env(&cause);
-    let parts = queued.call.parts(trigger, queued, &bus.inner.fallback_dir);
-    CallRequest {
-        stdin: None,
-        work,
-        markers: parts.markers,
-        supported_markers: parts.supported_markers,
-        workdir: parts.workdir,
-        provenance: parts.provenance,
-        timeout: parts.timeout,
-        resume_session: None,
-        cause: Some(cause),
-        env,
-    }
-}
-
 /// Runs one hook (already marked running); returns how it ended.
 async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
-    let started = Instant::now();
-    let (result, markers) = match &queued.work {
-        Ok(work) => {
-            let request = request(bus, trigger, queued, work.clone());
-            let markers = request.markers.clone();
-            // What the hook does through the host (a message it queues, say) is the hook's, one
-            // level deeper, as its processes' calls are.
-            let cause = Cause {
-                actor: Actor::Hook(queued.hook_name.clone()),
-                depth: trigger.depth.saturating_add(1),
-            };
-            let result = cause.scope(bus.inner.plugins.execute(request)).await;
-            (result, markers)
-        }
-        Err(message) => (
-            Err(PluginError::InvalidConfig(message.clone())),
-            MarkerValues::new(),
-        ),
-    };
-    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    let finished = finished_of(result, &markers, duration_ms);
+    let ran = runner::run(&bus.inner.plugins, job(bus, trigger, queued)).await;
+    let finished = finished_of(ran);
     match finished.status {
         HookRunStatus::Completed => {}
         HookRunStatus::Failed | HookRunStatus::TimedOut => tracing::warn!(
@@ -418,19 +387,17 @@ async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
 /// The record of a hook's outcome. A hook run is `timed_out` when the call says it was
 /// stopped at its deadline ([`CallError::Timeout`]), or when the host saw a command it ran
 /// stopped at its timeout and the call failed ([`CallReport::timed_out`]).
-fn finished_of(
-    result: Result<CallReport, PluginError>,
-    markers: &MarkerValues,
-    duration_ms: i64,
-) -> Finished {
+fn finished_of(ran: Ran) -> Finished {
     // `data` repeats the whole event; the record keeps the event's id instead (feed_id).
-    let shown: MarkerValues = markers
+    let shown: MarkerValues = ran
+        .markers
         .iter()
         .filter(|(k, _)| k.as_str() != DATA_MARKER)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let markers_json = json!(shown);
-    let (status, error) = match Ending::of(&result) {
+    let output = ran.output(OUTPUT_LIMIT);
+    let (status, error) = match ran.ending {
         Ending::Completed => (HookRunStatus::Completed, None),
         Ending::Failed(reason) => (HookRunStatus::Failed, Some(reason)),
         Ending::TimedOut(reason) => (HookRunStatus::TimedOut, Some(reason)),
@@ -448,15 +415,13 @@ fn finished_of(
             )),
         ),
     };
-    match result {
+    let duration_ms = ran.duration_ms;
+    match ran.result {
         Ok(report) => Finished {
             status,
             summary: report.outcome.summary,
             error,
-            output: Some(canopy_model::text::tail(
-                &report.outcome.detail,
-                OUTPUT_LIMIT,
-            )),
+            output,
             rendered: Some(json!({
                 "config": report.rendered_config,
                 "markers": markers_json,

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -14,7 +14,8 @@ use tokio::task::AbortHandle;
 
 use super::{CatchUp, Cron, Overlap};
 use crate::bus::Bus;
-use canopy_executors::plugins::{CallRequest, Ending, PluginError, StopSwitch};
+use crate::runner::{self, Job, Kind, Ran};
+use canopy_executors::plugins::{Ending, StopSwitch};
 use canopy_model::events::{self, Actor, Cause, Event};
 use canopy_model::work::Provenance;
 use canopy_store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
@@ -533,7 +534,6 @@ impl Crons {
         not_before: Option<tokio::time::Instant>,
     ) {
         let name = cron.name().to_string();
-        let actor = Actor::Cron(name.clone()).to_string();
         let workdir = cron
             .config
             .cwd
@@ -552,55 +552,44 @@ impl Crons {
         .filter(|(_, v)| !v.is_empty())
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let env = vec![
-            ("CANOPY_CRON_NAME".to_string(), name.clone()),
-            ("CANOPY_CRON_RUN_ID".to_string(), receipt.run_id.clone()),
-            ("CANOPY_AUTOMATION_KIND".to_string(), "cron".to_string()),
-            ("CANOPY_AUTOMATION_ID".to_string(), actor),
-        ];
-        let request = CallRequest {
-            stdin: None,
-            work: cron.work.clone(),
+        let provenance = Provenance {
+            graph_id: String::new(),
+            graph_name: String::new(),
+            run_id: receipt.run_id.clone(),
+            event: format!("cron:{name}"),
+            hook_index: None,
+            spec_id: None,
+        };
+        // A cron's action is one level below its firing: what it does is the cron's, at depth 1.
+        let cause = Cause {
+            actor: Actor::Cron(name.clone()),
+            depth: 1,
+        };
+        let job = Job {
             markers,
             supported_markers: Cow::Borrowed(CRON_MARKERS),
-            workdir,
-            provenance: Provenance {
-                graph_id: String::new(),
-                graph_name: String::new(),
-                run_id: receipt.run_id.clone(),
-                event: format!("cron:{name}"),
-                hook_index: None,
-                spec_id: None,
-            },
             timeout: cron.timeout,
-            resume_session: None,
-            cause: Some(Cause {
-                actor: Actor::Cron(name.clone()),
-                depth: 1,
-            }),
-            env,
-        };
-        // Timed from the mark when the firing was prepared ahead of it.
-        let started = not_before.map_or_else(Instant::now, |at| at.into_std().max(Instant::now()));
-        let result = cron_cause(&name)
-            .scope(
-                self.inner
-                    .plugins
-                    .execute_at(request, Some(firing.switch.signal()), not_before),
+            env: vec![
+                ("CANOPY_CRON_NAME".to_string(), name.clone()),
+                ("CANOPY_CRON_RUN_ID".to_string(), receipt.run_id.clone()),
+            ],
+            stop: Some(firing.switch.signal()),
+            not_before,
+            ..Job::new(
+                Kind::Cron,
+                Ok(cron.work.clone()),
+                workdir,
+                provenance,
+                cause,
             )
-            .await;
-        let duration_ms = i64::try_from(
-            Instant::now()
-                .saturating_duration_since(started)
-                .as_millis(),
-        )
-        .unwrap_or(i64::MAX);
+        };
+        let ran = runner::run(&self.inner.plugins, job).await;
         let replaced_by = firing
             .replaced_by
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let end = ending(result, replaced_by, duration_ms);
+        let end = ending(ran, replaced_by);
         self.record_end(&cron, &receipt.run_id, end).await;
         self.forget(&name, &receipt.run_id);
     }
@@ -774,12 +763,10 @@ impl Crons {
 }
 
 /// How a firing's call ended, as its receipt says.
-fn ending(
-    result: Result<canopy_executors::plugins::CallReport, PluginError>,
-    replaced_by: Option<String>,
-    duration_ms: i64,
-) -> ReceiptEnd {
-    let (status, error) = match Ending::of(&result) {
+fn ending(ran: Ran, replaced_by: Option<String>) -> ReceiptEnd {
+    let exit_code = ran.report().and_then(|report| report.exit_code);
+    let output = ran.output(OUTPUT_LIMIT);
+    let (status, error) = match ran.ending {
         Ending::Completed => (ReceiptStatus::Completed, None),
         Ending::Failed(reason) => (ReceiptStatus::Failed, Some(reason)),
         Ending::TimedOut(reason) => (ReceiptStatus::TimedOut, Some(reason)),
@@ -803,22 +790,12 @@ fn ending(
             Some(format!("the action reported blocked: {blocker}")),
         ),
     };
-    let (exit_code, output) = match &result {
-        Ok(report) => (
-            report.exit_code,
-            Some(canopy_model::text::tail(
-                &report.outcome.detail,
-                OUTPUT_LIMIT,
-            )),
-        ),
-        Err(_) => (None, None),
-    };
     ReceiptEnd {
         status,
         exit_code,
         output,
         error,
-        duration_ms,
+        duration_ms: ran.duration_ms,
     }
 }
 

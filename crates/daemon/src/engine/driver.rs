@@ -5,7 +5,7 @@
 //! the spec on. Between specs (at the start of every run, and between the specs of a queue run)
 //! the dirty-tree guard checks the workdir; a dirty tree pauses the graph.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -15,7 +15,8 @@ use super::graphs::{Graph, GraphStatus};
 use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
 use crate::bus::Recorded;
-use canopy_executors::plugins::{CallRequest, Ending, PluginError, split_work_config};
+use crate::runner::{self, Job, Kind, Place};
+use canopy_executors::plugins::{Ending, Workdir, split_work_config};
 use canopy_model::events::{self as taxonomy, Event};
 use canopy_model::markers::{MarkerValues, NODE_MARKERS};
 use canopy_model::work::Provenance;
@@ -56,6 +57,29 @@ impl Lease {
     }
 }
 
+/// The run's workdir, resolved for its first node and reused by every node after it.
+#[derive(Default)]
+struct RunPlace {
+    resolved: Option<(String, Workdir)>,
+}
+
+impl RunPlace {
+    /// Where a node of the run with this workdir runs.
+    fn of(&mut self, workdir: &str) -> Place {
+        match &self.resolved {
+            Some((path, resolved)) if path == workdir => Place::Resolved(resolved.clone()),
+            _ => match Workdir::resolve(Path::new(workdir)) {
+                Ok(resolved) => {
+                    self.resolved = Some((workdir.to_string(), resolved.clone()));
+                    Place::Resolved(resolved)
+                }
+                // The runner resolves it again and the node fails naming it.
+                Err(_) => Place::Path(PathBuf::from(workdir)),
+            },
+        }
+    }
+}
+
 /// What the driver does next.
 enum Next {
     Node(Box<NodeStep>),
@@ -91,6 +115,7 @@ pub(super) async fn drive(engine: Engine, lease: Lease) {
 
 async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
     let mut hint = 0;
+    let mut place = RunPlace::default();
     let mut next = decide(engine, lease, None, hint).await?;
     loop {
         match next {
@@ -146,7 +171,8 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
                 next = decide(engine, lease, Some(spec_id), hint).await?;
             }
             (Next::Node(step), at) => {
-                let (recorded, following, at) = run_node(engine, lease, *step, at).await?;
+                let (recorded, following, at) =
+                    run_node(engine, lease, &mut place, *step, at).await?;
                 hint = at;
                 engine.publish(recorded).await;
                 next = (following, hint);
@@ -330,6 +356,7 @@ fn completed_specs(rd: &Rd<'_>, run_id: &str) -> Result<Vec<CompletedSpec>, Engi
 async fn run_node(
     engine: &Engine,
     lease: &Lease,
+    place: &mut RunPlace,
     step: NodeStep,
     hint: i64,
 ) -> Result<(Recorded, Next, i64), EngineError> {
@@ -351,57 +378,47 @@ async fn run_node(
         tracing::info!(graph = %run.graph_name, node = %node_name, "the daemon is stopping; the node run is not started");
         return Ok((Recorded::default(), Next::Stop, hint));
     };
-    let started = std::time::Instant::now();
     let mode = split_work_config(&node_config)
         .map(|w| w.mode)
         .unwrap_or_default();
-    let result = match split_work_config(&node_config) {
-        Ok(work) => {
-            let markers: MarkerValues = [
-                ("graph_name", run.graph_name.clone()),
-                ("workdir", run.workdir.clone()),
-                ("spec_name", spec_name.clone()),
-                ("spec_id", spec_id.clone()),
-                ("spec_body", spec_body),
-                ("node", node_name.clone()),
-            ]
-            .into_iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-            let cause = run.cause.clone();
-            cause
-                .scope(
-                    engine.plugins().execute(CallRequest {
-                        stdin: None,
-                        work,
-                        markers,
-                        supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
-                        workdir: PathBuf::from(&run.workdir),
-                        provenance: Provenance {
-                            graph_id: run.graph_id.clone(),
-                            graph_name: run.graph_name.clone(),
-                            run_id: run.run_id.clone(),
-                            event: "node".to_string(),
-                            hook_index: None,
-                            spec_id: Some(spec_id.clone()),
-                        },
-                        timeout: None,
-                        resume_session,
-                        // A run a hook or cron started: its nodes act for that automation.
-                        cause: (run.cause.actor.is_automation() || run.cause.depth > 0)
-                            .then(|| run.cause.clone()),
-                        env: Vec::new(),
-                    }),
-                )
-                .await
-        }
-        Err(message) => Err(PluginError::InvalidConfig(format!(
-            "node `{node_name}`: {message}"
-        ))),
+    let markers: MarkerValues = [
+        ("graph_name", run.graph_name.clone()),
+        ("workdir", run.workdir.clone()),
+        ("spec_name", spec_name.clone()),
+        ("spec_id", spec_id.clone()),
+        ("spec_body", spec_body),
+        ("node", node_name.clone()),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let provenance = Provenance {
+        graph_id: run.graph_id.clone(),
+        graph_name: run.graph_name.clone(),
+        run_id: run.run_id.clone(),
+        event: "node".to_string(),
+        hook_index: None,
+        spec_id: Some(spec_id.clone()),
     };
-    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    let (status, reason) = match Ending::of(&result) {
+    let work =
+        split_work_config(&node_config).map_err(|message| format!("node `{node_name}`: {message}"));
+    let job = Job {
+        markers,
+        supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
+        resume_session,
+        ..Job::new(
+            Kind::Node,
+            work,
+            place.of(&run.workdir),
+            provenance,
+            run.cause.clone(),
+        )
+    };
+    let ran = runner::run(engine.plugins(), job).await;
+    let duration_ms = ran.duration_ms;
+    let result = ran.result;
+    let (status, reason) = match ran.ending {
         Ending::Interrupted(_) => {
             // A planned stop forced the node: what it reports is not its outcome. The node run
             // stays running; the stop records it and its run interrupted.

@@ -15,7 +15,8 @@ use super::rules::{FieldPath, Request};
 use super::{Ingress, MAX_ARG_VALUE, MAX_BODY_MARKER, Outcome};
 use crate::engine::NewSpec;
 use crate::hooks::runs::OUTPUT_LIMIT;
-use canopy_executors::plugins::{CallRequest, Ending, WorkConfig};
+use crate::runner::{self, Job, Kind};
+use canopy_executors::plugins::{Ending, WorkConfig};
 use canopy_model::events::webhook::{
     Delivery as DeliveryRef, HandlerEnded, WebhookFailed, WebhookHandled,
 };
@@ -508,10 +509,7 @@ async fn run_work(
     );
     markers.insert("query".into(), delivery.query.clone().unwrap_or_default());
     markers.insert("body".into(), shown.to_string());
-    let actor = Actor::Webhook(hook.key()).to_string();
     let mut env = vec![
-        ("CANOPY_AUTOMATION_KIND".to_string(), "webhook".to_string()),
-        ("CANOPY_AUTOMATION_ID".to_string(), actor),
         ("CANOPY_HOOK_SCOPE".to_string(), hook.scope.clone()),
         ("CANOPY_HOOK_ID".to_string(), hook.id.clone()),
         ("CANOPY_HOOK_BODY_SIZE".to_string(), body.len().to_string()),
@@ -563,32 +561,32 @@ async fn run_work(
         }
         None => ingress.data_dir().to_path_buf(),
     };
-    let request = CallRequest {
-        work: work.clone(),
+    let job = Job {
         markers,
         supported_markers: Cow::Borrowed(WEBHOOK_MARKERS),
-        workdir,
-        provenance: Provenance {
-            graph_id: String::new(),
-            graph_name: String::new(),
-            run_id: delivery.id.clone(),
-            event: "webhook.received".to_string(),
-            hook_index: None,
-            spec_id: None,
-        },
-        timeout: None,
-        resume_session: None,
-        cause: Some(cause(hook)),
         env,
         // The `command` handler reads the body on stdin.
         stdin: body_file.as_ref().map(|f| f.path().to_path_buf()),
+        ..Job::new(
+            Kind::Webhook,
+            Ok(work.clone()),
+            workdir,
+            Provenance {
+                graph_id: String::new(),
+                graph_name: String::new(),
+                run_id: delivery.id.clone(),
+                event: "webhook.received".to_string(),
+                hook_index: None,
+                spec_id: None,
+            },
+            cause(hook),
+        )
     };
-    let result = cause(hook)
-        .scope(ingress.inner.plugins.execute(request))
-        .await;
+    let ran = runner::run(&ingress.inner.plugins, job).await;
     // Nothing of the run reads it any more (what it left running was killed).
     drop(body_file);
-    let (status, error) = match Ending::of(&result) {
+    let output = ran.output(OUTPUT_LIMIT);
+    let (status, error) = match ran.ending {
         Ending::Completed => (DeliveryStatus::Completed, None),
         Ending::Failed(reason) => (DeliveryStatus::Failed, Some(reason)),
         Ending::TimedOut(reason) => (DeliveryStatus::TimedOut, Some(reason)),
@@ -607,14 +605,11 @@ async fn run_work(
             Some(format!("the handler reported blocked: {blocker}")),
         ),
     };
-    match result {
+    match ran.result {
         Ok(report) => Ended {
             status,
             error,
-            output: Some(canopy_model::text::tail(
-                &report.outcome.detail,
-                OUTPUT_LIMIT,
-            )),
+            output,
             result: Some(json!({
                 "mode": report.mode,
                 "plugin": format!("{}@{}", report.plugin.name, report.plugin.version),

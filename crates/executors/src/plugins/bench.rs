@@ -1,5 +1,6 @@
 //! `canopy plugin bench`: what a plugin costs on this machine -- compile, cached load, and a
-//! fresh instantiate + `execute` call -- next to the cost of spawning a process.
+//! fresh instantiate + `execute` call -- next to the floor wasmtime itself sets for that call
+//! and the cost of spawning a process.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -9,7 +10,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use wasmtime::component::Component;
 
-use super::{CallRequest, PluginError, PluginHost, WorkConfig, sha256_hex};
+use super::bindings::canopy::hooks::types::Invocation;
+use super::call::{CallSetup, CommandRecord};
+use super::capabilities::Grants;
+use super::{CallRequest, PluginError, PluginHost, WorkConfig, Workdir, sha256_hex};
 use canopy_model::work::{PluginRef, Provenance};
 
 /// What to measure.
@@ -66,6 +70,11 @@ pub struct BenchReport {
     pub cache_load: Stats,
     /// Fresh store + instantiate + `execute`, through the same path a hook takes.
     pub call: Stats,
+    /// The same call on bare wasmtime: a store with only the workdir preopened, instantiate,
+    /// `execute` (no admission, deadline, grants, rendering or token).
+    pub bare_call: Stats,
+    /// `call`'s median over `bare_call`'s: what Canopy's own per-call work costs.
+    pub call_over_bare: f64,
     /// Reference: spawn `/bin/true` and wait.
     pub spawn_true: Stats,
     /// Reference: spawn `sh -c true` and wait, output piped.
@@ -96,6 +105,8 @@ impl PluginHost {
                 dir
             }
         };
+        // Resolved once, as a run resolves its workdir once for all its nodes.
+        let workdir = Workdir::resolve(&workdir)?;
         let iterations = request.iterations.max(1) as usize;
         let bytes = std::fs::read(self.wasm_path(&plugin.record.sha256))
             .context("cannot read the plugin's component")?;
@@ -150,7 +161,7 @@ impl PluginHost {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
             supported_markers: std::borrow::Cow::Borrowed(canopy_model::markers::HOOK_MARKERS),
-            workdir,
+            workdir: workdir.clone(),
             provenance: Provenance {
                 event: "bench".into(),
                 ..Provenance::default()
@@ -161,8 +172,9 @@ impl PluginHost {
             env: Vec::new(),
         };
         let mut last_status = String::new();
+        let mut warmed = None;
         for _ in 0..iterations.min(20) {
-            self.execute(call_request.clone()).await?;
+            warmed = Some(self.execute(call_request.clone()).await?);
         }
         let mut calls = Vec::with_capacity(iterations);
         for _ in 0..iterations {
@@ -174,6 +186,45 @@ impl PluginHost {
                 super::Status::Failed { reason } => format!("failed: {reason}"),
                 super::Status::Blocked { blocker } => format!("blocked: {blocker}"),
             };
+        }
+
+        // The bare call makes the same invocation the host made (its config as rendered).
+        let invocation = Invocation {
+            mode: mode.clone(),
+            config: warmed
+                .map(|report| report.rendered_config.to_string())
+                .unwrap_or_default(),
+            markers: call_request
+                .supported_markers
+                .iter()
+                .map(|name| {
+                    let value = call_request.markers.get(*name).cloned();
+                    let value = value.unwrap_or_else(|| canopy_model::markers::NONE.to_string());
+                    ((*name).to_string(), value)
+                })
+                .collect(),
+            workdir: workdir.path().to_string_lossy().into_owned(),
+            provenance: super::call::provenance_to_wit(&call_request.provenance),
+            deadline_ms: u64::try_from(self.timeout_for(call_request.work.host()).as_millis())
+                .unwrap_or(u64::MAX),
+            resume_session: None,
+        };
+        let setup = CallSetup {
+            plugin: plugin.clone(),
+            grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
+            workdir: Some(workdir.to_path_buf()),
+            timeout: self.timeout_for(call_request.work.host()),
+            detach: false,
+            env: self.inner.call_env.clone(),
+            commands: std::sync::Arc::new(CommandRecord::default()),
+            host_env: std::sync::Arc::from(Vec::new()),
+            stdin: None,
+        };
+        let mut bare_calls = Vec::with_capacity(iterations);
+        for _ in 0..iterations {
+            let started = Instant::now();
+            setup.bare_execute(&invocation).await?;
+            bare_calls.push(started.elapsed());
         }
 
         let spawns = iterations.clamp(1, 300);
@@ -195,12 +246,20 @@ impl PluginHost {
             spawn_sh_true.push(started.elapsed());
         }
 
+        let (call, bare_call) = (Stats::of(calls), Stats::of(bare_calls));
+        let call_over_bare = if bare_call.median_us > 0.0 {
+            call.median_us / bare_call.median_us
+        } else {
+            0.0
+        };
         Ok(BenchReport {
             plugin: super::plugin_ref(&plugin.record),
             mode,
             compile: Stats::of(compile),
             cache_load: Stats::of(cache_load),
-            call: Stats::of(calls),
+            call,
+            bare_call,
+            call_over_bare,
             spawn_true: Stats::of(spawn_true),
             spawn_sh_true: Stats::of(spawn_sh_true),
             last_status,

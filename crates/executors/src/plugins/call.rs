@@ -496,6 +496,68 @@ impl CallSetup {
         }
     }
 
+    /// The floor every call stands on, for `plugin bench`'s bare-wasmtime line: a store whose
+    /// WASI context has only the workdir preopened, the pre-linked instance, `execute`. None of
+    /// the host's per-call work: no admission, no deadline, no grants, no rendering, no token.
+    pub async fn bare_execute(&self, invocation: &types::Invocation) -> Result<(), CallError> {
+        let label = self.plugin_label();
+        let setup_failed = |message: String| CallError::Setup {
+            plugin: label.clone(),
+            message,
+        };
+        let mut wasi = WasiCtx::builder();
+        if let Some(workdir) = &self.workdir {
+            let guest = workdir.to_string_lossy().into_owned();
+            wasi.preopened_dir(workdir, guest, FsPerms::ReadWrite)
+                .map_err(|err| setup_failed(format!("cannot open the workdir: {err}")))?;
+        }
+        let state = CallState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            memory: MemoryCap {
+                max: self.env.memory_cap,
+                exceeded: false,
+            },
+            stderr: MemoryOutputPipe::new(PLUGIN_STDERR),
+            plugin: Arc::from(label.as_str()),
+            grants: self.grants.clone(),
+            workdir: self.workdir.clone(),
+            deadline: Instant::now() + self.timeout,
+            services: self.env.services.clone(),
+            tmp_dir: self.env.tmp_dir.clone(),
+            provenance: None,
+            detach: false,
+            log_budget: LogBudget::default(),
+            commands: self.commands.clone(),
+            host_env: self.host_env.clone(),
+            stdin: None,
+            _ticking: super::engine::Ticking::start(),
+        };
+        let mut store = Store::new(self.plugin.pre.engine(), state);
+        store.limiter(|state| &mut state.memory);
+        store.set_epoch_deadline(u64::MAX / 2);
+        let broke = |err: wasmtime::Error| CallError::Trap {
+            plugin: label.clone(),
+            message: format!("{err:#}"),
+        };
+        let instance = self
+            .plugin
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(broke)?;
+        instance
+            .canopy_hooks_plugin()
+            .call_execute(&mut store, invocation)
+            .await
+            .map_err(broke)?
+            .map_err(|message| CallError::Plugin {
+                plugin: label.clone(),
+                message: bounds::message(message),
+            })?;
+        Ok(())
+    }
+
     fn timed_out(&self, label: &str, started: Instant) -> CallError {
         let millis = millis_since(started);
         tracing::warn!(plugin = %label, millis, limit_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX), "plugin call stopped at its deadline");

@@ -27,6 +27,7 @@ pub use process::{StopSignal, StopSwitch};
 pub mod platforms;
 mod registry;
 mod work;
+mod workdir;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +47,7 @@ pub use call::{CallError, Outcome, Status};
 pub use engine::{LoadInfo, LoadSource};
 pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};
 pub use work::{HostKeys, RESERVED_KEYS, WorkConfig, split as split_work_config};
+pub use workdir::Workdir;
 
 use call::{Call, CallEnv, CallSetup, CallState, Reply};
 use canopy_datadir::DataDir;
@@ -180,7 +182,8 @@ pub struct CallRequest {
     pub markers: MarkerValues,
     /// The markers this kind of work may use (graph hooks, nodes, or a daemon hook's event).
     pub supported_markers: std::borrow::Cow<'static, [&'static str]>,
-    pub workdir: PathBuf,
+    /// Resolved by the caller, once for all the calls that share it (a run's nodes).
+    pub workdir: Workdir,
     pub provenance: Provenance,
     /// Overrides the timeout the config names (or the default).
     pub timeout: Option<Duration>,
@@ -749,15 +752,7 @@ impl PluginHost {
         not_before: Option<tokio::time::Instant>,
     ) -> Result<CallReport, PluginError> {
         let plugin = self.for_mode(&request.work.mode)?;
-        let workdir = request.workdir.canonicalize().map_err(|err| {
-            PluginError::Refused(format!("workdir {}: {err}", request.workdir.display()))
-        })?;
-        if !workdir.is_dir() {
-            return Err(PluginError::Refused(format!(
-                "workdir {} is not a directory",
-                workdir.display()
-            )));
-        }
+        let workdir = request.workdir;
         let WorkConfig {
             mode,
             mut config,
@@ -775,7 +770,7 @@ impl PluginHost {
         let mut values = request.markers;
         values
             .entry("workdir".to_string())
-            .or_insert_with(|| workdir.to_string_lossy().into_owned());
+            .or_insert_with(|| workdir.path().to_string_lossy().into_owned());
         let marker_env = markers::render_config(&mut config, &plugin.templates, &values);
         let rendered = Value::Object(config);
         let marker_list: Vec<(String, String)> = request
@@ -794,7 +789,7 @@ impl PluginHost {
             mode: mode.clone(),
             config: rendered.to_string(),
             markers: marker_list,
-            workdir: workdir.to_string_lossy().into_owned(),
+            workdir: workdir.path().to_string_lossy().into_owned(),
             provenance: call::provenance_to_wit(&request.provenance),
             deadline_ms,
             resume_session: request.resume_session,
@@ -825,7 +820,7 @@ impl PluginHost {
         let setup = CallSetup {
             plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
-            workdir: Some(workdir),
+            workdir: Some(workdir.to_path_buf()),
             timeout,
             detach,
             env: self.inner.call_env.clone(),
