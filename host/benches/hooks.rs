@@ -20,10 +20,11 @@ mod in_process;
 use std::time::{Duration, Instant, SystemTime};
 
 use canopy_daemon::bus::Bus;
-use canopy_daemon::engine::events::{CompletedSpec, EngineEvent, RunContext};
+use canopy_daemon::engine::events::RunContext;
 use canopy_daemon::engine::{Engine, GraphInput, NewSpec};
 use canopy_daemon::hooks::daemon::DaemonHooks;
 use canopy_daemon::hooks::runs::{HookRunFilter, HookRunStatus};
+use canopy_model::events::graph::CompletedSpec;
 use canopy_store::{Store, StoreError};
 use serde_json::json;
 
@@ -166,17 +167,12 @@ async fn bench(
                     tokio::time::sleep_until(due.into()).await;
                     behind = behind.max(Instant::now().saturating_duration_since(due));
                 }
-                hooks
-                    .emit_engine(vec![EngineEvent::SpecCompleted {
-                        run: run.clone(),
-                        spec: CompletedSpec {
-                            id: spec.clone(),
-                            name: format!("spec {i}"),
-                            summary: None,
-                        },
-                    }])
-                    .await
-                    .unwrap();
+                let event = run.spec_completed(CompletedSpec {
+                    id: spec.clone(),
+                    name: format!("spec {i}"),
+                    summary: None,
+                });
+                hooks.emit(vec![event], run.cause.clone()).await.unwrap();
             }
             behind
         }));

@@ -533,7 +533,7 @@ async fn test(
             event.as_str()
         )));
     }
-    let firing = engine_event.as_ref().and_then(crate::hooks::Firing::of);
+    let firing = engine_event.as_ref().and_then(|e| e.firing.clone());
     let event_note = match (&engine_event, &firing) {
         (None, _) => Some(format!(
             "run {} has no spec for {} to be about",
@@ -559,7 +559,7 @@ async fn test(
     {
         let ids = state
             .bus
-            .fire_test(firing.clone(), body.index)
+            .fire_test(firing.clone(), body.index, run.cause().depth)
             .await
             .map_err(|e| ApiError::internal(&e.into()))?;
         let deadline = tokio::time::Instant::now() + EXECUTE_WAIT;

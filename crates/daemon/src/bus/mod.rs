@@ -25,11 +25,10 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::{Semaphore, broadcast};
 
-use crate::engine::events::EngineEvent;
-use crate::hooks::Firing;
 use crate::hooks::daemon::DaemonHooks;
 use canopy_executors::plugins::PluginHost;
 use canopy_model::events::{Cause, Envelope, Event};
+use canopy_model::hook_keys::Firing;
 use canopy_store::{Store, StoreError, Tx};
 
 pub(crate) use batch::Queued;
@@ -231,8 +230,8 @@ impl Bus {
         &self.inner.drain
     }
 
-    /// Records events inside the caller's write: their feed rows, and the hook runs (of daemon
-    /// hooks) they fire.
+    /// Records events inside the caller's write: their feed rows, and the hook runs they fire
+    /// (a graph's own hooks, read as stored now, daemon hooks, project hooks).
     pub fn record(
         &self,
         tx: &Tx<'_>,
@@ -241,47 +240,26 @@ impl Bus {
     ) -> Result<Recorded, StoreError> {
         let mut recorded = Recorded::default();
         for event in events {
-            recorded.extend(self.record_one(tx, event, None, cause)?);
-        }
-        Ok(recorded)
-    }
-
-    /// Records engine events inside the engine's write: their feed rows, the hook runs of the
-    /// graph's own hooks (read as stored now) and those of daemon hooks.
-    pub fn record_engine(
-        &self,
-        tx: &Tx<'_>,
-        events: &[EngineEvent],
-    ) -> Result<Recorded, StoreError> {
-        self.record_prepared(tx, prepare_engine(events))
-    }
-
-    /// [`Bus::record_engine`] of events prepared before the write (see [`prepare_engine`]).
-    fn record_prepared(
-        &self,
-        tx: &Tx<'_>,
-        prepared: Vec<PreparedEngineEvent>,
-    ) -> Result<Recorded, StoreError> {
-        let mut recorded = Recorded::default();
-        for (event, firing, cause) in prepared {
-            recorded.extend(self.record_one(tx, event, firing, &cause)?);
+            recorded.extend(self.record_one(tx, event, cause)?);
         }
         Ok(recorded)
     }
 
     /// Records a graph-hook firing as test runs (`hooks test --execute`): only the graph's
-    /// hooks (only hook `only`, when given), no feed row.
+    /// hooks (only hook `only`, when given), no feed row; `depth` is the dispatch depth its
+    /// event would have had.
     pub async fn fire_test(
         &self,
         firing: Firing,
         only: Option<usize>,
+        depth: u32,
     ) -> Result<Vec<String>, StoreError> {
         let bus = self.clone();
         let recorded = self
             .inner
             .store
             .write(move |tx| {
-                let batch = select::record_graph_test(&bus, tx, firing, only)?;
+                let batch = select::record_graph_test(&bus, tx, firing, only, depth)?;
                 Ok::<_, StoreError>(Recorded {
                     envelopes: Vec::new(),
                     batches: batch.into_iter().collect(),
@@ -296,10 +274,10 @@ impl Bus {
     fn record_one(
         &self,
         tx: &Tx<'_>,
-        event: Event,
-        firing: Option<Firing>,
+        mut event: Event,
         cause: &Cause,
     ) -> Result<Recorded, StoreError> {
+        let firing = event.firing.take();
         let daemon = self.daemon_hooks();
         let envelope = Arc::new(tx.append_feed(&daemon.node, event, cause)?);
         let batches = select::record_hooks(self, tx, &daemon, &envelope, firing)?;
@@ -349,21 +327,6 @@ impl Bus {
         Ok(())
     }
 
-    /// Records engine events in a write of their own, then publishes them (the engine records
-    /// its events in its own writes; this serves tools and benchmarks).
-    pub async fn emit_engine(&self, events: Vec<EngineEvent>) -> Result<(), StoreError> {
-        let bus = self.clone();
-        // Made here, on the caller's thread: the writer only records them.
-        let prepared = prepare_engine(&events);
-        let recorded = self
-            .inner
-            .store
-            .write(move |tx| bus.record_prepared(tx, prepared))
-            .await?;
-        self.publish(recorded).await;
-        Ok(())
-    }
-
     /// [`Bus::emit`] for an emitter that cannot do anything about a failure: it is logged.
     pub async fn emit_logged(&self, events: Vec<Event>) {
         let names: Vec<&str> = events.iter().map(Event::name).collect();
@@ -372,22 +335,4 @@ impl Bus {
             tracing::error!(events = %names, error = %err, "cannot record events");
         }
     }
-}
-
-/// An engine event as the feed records it, with the graph-hook firing it makes and its cause.
-type PreparedEngineEvent = (Event, Option<Firing>, Cause);
-
-/// Logs engine events and makes their feed events and firings (no database needed).
-fn prepare_engine(events: &[EngineEvent]) -> Vec<PreparedEngineEvent> {
-    events
-        .iter()
-        .map(|event| {
-            crate::engine::events::log(event);
-            (
-                event.to_event(),
-                Firing::of(event),
-                event.run().cause.clone(),
-            )
-        })
-        .collect()
 }

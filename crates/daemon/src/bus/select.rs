@@ -8,11 +8,11 @@ use std::sync::Arc;
 use super::Bus;
 use super::batch::{Queued, Unstarted};
 use super::source::{Chosen, GraphRun, Occurrence, Selection, Trigger};
-use crate::hooks::Firing;
 use crate::hooks::breaker::Admit;
 use crate::hooks::daemon::DaemonHooks;
 use crate::hooks::runs::Fired;
 use canopy_model::events::{Actor, Cause, Envelope, Event};
+use canopy_model::hook_keys::Firing;
 use canopy_store::hook_runs::HookSourceKind;
 use canopy_store::{StoreError, Tx};
 
@@ -256,9 +256,14 @@ pub(super) fn record_graph_test(
     tx: &Tx<'_>,
     firing: Firing,
     only: Option<usize>,
+    depth: u32,
 ) -> Result<Option<Unstarted>, StoreError> {
     let firing = Arc::new(firing);
-    match bus.inner.graph_hooks.selection(tx, &firing, only, None)? {
+    match bus
+        .inner
+        .graph_hooks
+        .selection(tx, &firing, only, None, depth)?
+    {
         Some(selection) => record(bus, tx, HookSourceKind::Graph, selection, true, u32::MAX),
         None => Ok(None),
     }

@@ -17,11 +17,11 @@ use serde_json::Value;
 
 use super::Bus;
 use super::batch::Queued;
-use crate::hooks::Firing;
 use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
 use crate::hooks::daemon::{DATA_MARKER, DaemonHooks};
 use canopy_executors::plugins::WorkConfig;
 use canopy_model::events::Envelope;
+use canopy_model::hook_keys::Firing;
 use canopy_model::markers::MarkerValues;
 use canopy_model::work::Provenance;
 use canopy_store::hook_runs::HookSourceKind;

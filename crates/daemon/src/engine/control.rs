@@ -3,10 +3,11 @@
 
 use serde::Deserialize;
 
-use super::events::{self, EngineEvent};
+use super::events;
 use super::graphs::{self, GraphStatus};
 use super::runs::{RunStatus, SpecResult};
 use super::{EngineError, invalid, queues};
+use canopy_model::events::{Cause, Event};
 use canopy_store::{Tx, ids};
 
 /// A `graph_control` request.
@@ -212,8 +213,9 @@ pub(super) fn continue_run(
     Ok(run_id)
 }
 
-/// Marks every active run interrupted and pauses its graph; returns the pause events.
-pub(super) fn interrupt_active(tx: &Tx<'_>, why: &str) -> Result<Vec<EngineEvent>, EngineError> {
+/// Marks every active run interrupted and pauses its graph; returns the pause events, each
+/// with its run's cause.
+pub(super) fn interrupt_active(tx: &Tx<'_>, why: &str) -> Result<Vec<(Event, Cause)>, EngineError> {
     let mut events = Vec::new();
     for run_id in tx.running_run_ids()? {
         let run = tx.run(&run_id)?;
@@ -233,19 +235,20 @@ pub(super) fn interrupt_active(tx: &Tx<'_>, why: &str) -> Result<Vec<EngineEvent
         tx.set_run_status(&run_id, RunStatus::Interrupted, Some(&blocker))?;
         tx.set_graph_status(&graph.id, GraphStatus::Paused, Some(&blocker), None)?;
         tx.take_driver_lease(&graph.id)?;
-        events.push(EngineEvent::RunBlocked {
-            run: events::RunContext {
-                graph_id: graph.id.clone(),
-                graph_name: graph.name.clone(),
-                run_id: run_id.clone(),
-                workdir: run.workdir.clone(),
-                queue_id: run.queue_id.clone(),
-                cause: run.cause(),
-            },
+        let context = events::RunContext {
+            graph_id: graph.id.clone(),
+            graph_name: graph.name.clone(),
+            run_id: run_id.clone(),
+            workdir: run.workdir.clone(),
+            queue_id: run.queue_id.clone(),
+            cause: run.cause(),
+        };
+        let event = context.blocked(
             blocker,
-            node: stopped.as_ref().map(|(node, _)| node.clone()),
-            spec_id: stopped.map(|(_, spec)| spec),
-        });
+            stopped.as_ref().map(|(node, _)| node.clone()),
+            stopped.map(|(_, spec)| spec),
+        );
+        events.push((event, context.cause));
     }
     Ok(events)
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::events::{CompletedSpec, EngineEvent, RunContext};
+use super::events::RunContext;
 use super::git::{self, LISTED_PATHS, TreeState};
 use super::graphs::{Graph, GraphStatus};
 use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
@@ -17,7 +17,8 @@ use super::{Engine, EngineError};
 use crate::bus::Recorded;
 use crate::runner::{self, Job, Kind, Place};
 use canopy_executors::plugins::{Ending, Workdir, split_work_config};
-use canopy_model::events::{self as taxonomy, Event};
+use canopy_model::events::graph::CompletedSpec;
+use canopy_model::events::{self as taxonomy, Cause, Event};
 use canopy_model::markers::{MarkerValues, NODE_MARKERS};
 use canopy_model::work::Provenance;
 use canopy_store::runs::{NewNodeRun, NodeRunEnd};
@@ -129,8 +130,8 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
                         if !held.held(tx)? {
                             return Ok(Recorded::default());
                         }
-                        let event = settle(tx, &held.graph_id, &held.run_id)?;
-                        Ok::<_, EngineError>(bus.record_engine(tx, &[event])?)
+                        let (event, cause) = settle(tx, &held.graph_id, &held.run_id)?;
+                        Ok::<_, EngineError>(bus.record(tx, [event], &cause)?)
                     })
                     .await?;
                 engine.publish(recorded).await;
@@ -154,14 +155,14 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
                                 if !held.held(tx)? {
                                     return Ok(Recorded::default());
                                 }
-                                let event = dirty_pause(
+                                let (event, cause) = dirty_pause(
                                     tx,
                                     &held.graph_id,
                                     &held.run_id,
                                     &spec_id,
                                     &lines,
                                 )?;
-                                Ok::<_, EngineError>(bus.record_engine(tx, &[event])?)
+                                Ok::<_, EngineError>(bus.record(tx, [event], &cause)?)
                             })
                             .await?;
                         engine.publish(recorded).await;
@@ -481,10 +482,11 @@ async fn run_node(
             if let Some(session) = &session {
                 tx.set_run_spec_session(&run.run_id, &spec_id, session)?;
             }
-            let mut events = Vec::new();
-            match status {
+            // The spec's event, and whether the run paused with it.
+            let (event, blocked) = match status {
                 NodeRunStatus::Completed if node_index + 1 < node_count => {
                     tx.set_run_spec_next_node(&run.run_id, &spec_id, node_index + 1)?;
+                    (None, false)
                 }
                 NodeRunStatus::Completed => {
                     tx.set_run_spec_status(
@@ -494,14 +496,12 @@ async fn run_node(
                         summary.as_deref(),
                     )?;
                     tx.set_spec_summary(&spec_id, summary.as_deref())?;
-                    events.push(EngineEvent::SpecCompleted {
-                        run: run.clone(),
-                        spec: CompletedSpec {
-                            id: spec_id.clone(),
-                            name: spec_name.clone(),
-                            summary: summary.clone(),
-                        },
-                    });
+                    let spec = CompletedSpec {
+                        id: spec_id.clone(),
+                        name: spec_name.clone(),
+                        summary: summary.clone(),
+                    };
+                    (Some(run.spec_completed(spec)), false)
                 }
                 NodeRunStatus::Blocked => {
                     tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Blocked, None)?;
@@ -513,36 +513,31 @@ async fn run_node(
                         blocked_ways_out(&run.graph_name, &node_name)
                     );
                     pause(tx, &run.graph_id, &run.run_id, &blocker)?;
-                    events.push(EngineEvent::RunBlocked {
-                        run: run.clone(),
-                        blocker,
-                        node: Some(node_name.clone()),
-                        spec_id: Some(spec_id.clone()),
-                    });
+                    let event =
+                        run.blocked(blocker, Some(node_name.clone()), Some(spec_id.clone()));
+                    (Some(event), true)
                 }
                 NodeRunStatus::Failed => {
                     tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Failed, None)?;
-                    events.push(EngineEvent::SpecFailed {
-                        run: run.clone(),
-                        spec: CompletedSpec {
-                            id: spec_id.clone(),
-                            name: spec_name.clone(),
-                            summary: None,
-                        },
-                        node: node_name.clone(),
-                        reason: reason.clone().unwrap_or_default(),
-                    });
+                    let spec = CompletedSpec {
+                        id: spec_id.clone(),
+                        name: spec_name.clone(),
+                        summary: None,
+                    };
+                    let event = run.spec_failed(
+                        spec,
+                        node_name.clone(),
+                        reason.clone().unwrap_or_default(),
+                    );
+                    (Some(event), false)
                 }
                 NodeRunStatus::Running | NodeRunStatus::Interrupted => {
                     return Err(EngineError::Internal(anyhow::anyhow!(
                         "a node run cannot end {status}"
                     )));
                 }
-            }
-            let blocked = events
-                .iter()
-                .any(|e| matches!(e, EngineEvent::RunBlocked { .. }));
-            recorded.extend(bus.record_engine(tx, &events)?);
+            };
+            recorded.extend(bus.record(tx, event, &run.cause)?);
             if blocked {
                 return Ok((recorded, Next::Stop, hint));
             }
@@ -580,7 +575,7 @@ fn dirty_pause(
     run_id: &str,
     spec_id: &str,
     lines: &[String],
-) -> Result<EngineEvent, EngineError> {
+) -> Result<(Event, Cause), EngineError> {
     let graph = tx.graph_shallow(graph_id)?;
     let run = tx.run(run_id)?;
     let spec_name = tx
@@ -605,17 +600,16 @@ fn dirty_pause(
         g = graph.name
     ));
     pause(tx, graph_id, run_id, &blocker)?;
-    Ok(EngineEvent::RunBlocked {
-        run: context(&graph, &run),
-        blocker,
-        node: None,
-        spec_id: Some(spec_id.to_string()),
-    })
+    let run = context(&graph, &run);
+    Ok((
+        run.blocked(blocker, None, Some(spec_id.to_string())),
+        run.cause,
+    ))
 }
 
 /// Settles a drained run: completed when every spec it reached completed or was skipped,
 /// failed naming the others.
-fn settle(tx: &Tx<'_>, graph_id: &str, run_id: &str) -> Result<EngineEvent, EngineError> {
+fn settle(tx: &Tx<'_>, graph_id: &str, run_id: &str) -> Result<(Event, Cause), EngineError> {
     let graph = tx.graph_shallow(graph_id)?;
     let run = tx.run(run_id)?;
     let specs = tx.run_specs(run_id)?;
@@ -632,10 +626,8 @@ fn settle(tx: &Tx<'_>, graph_id: &str, run_id: &str) -> Result<EngineEvent, Engi
         let summary = format!("{} spec(s) completed, {skipped} skipped", completed.len());
         tx.finish_run(run_id, RunStatus::Completed, None, Some(&summary))?;
         tx.set_graph_status(graph_id, GraphStatus::Completed, None, None)?;
-        return Ok(EngineEvent::RunCompleted {
-            run: context(&graph, &run),
-            completed,
-        });
+        let run = context(&graph, &run);
+        return Ok((run.completed(completed), run.cause));
     }
     let names: Vec<String> = bad
         .iter()
@@ -666,11 +658,12 @@ fn settle(tx: &Tx<'_>, graph_id: &str, run_id: &str) -> Result<EngineEvent, Engi
         .filter(|s| matches!(s.status, SpecResult::Failed | SpecResult::Interrupted))
         .map(|s| s.spec_id.clone())
         .collect();
-    Ok(EngineEvent::RunFailed {
-        run: context(&graph, &run),
+    let run = context(&graph, &run);
+    let event = run.failed(
         blocker,
-        node: last_failed.map(|(node, _)| node),
+        last_failed.map(|(node, _)| node),
         spec_id,
         failed_specs,
-    })
+    );
+    Ok((event, run.cause))
 }

@@ -24,7 +24,6 @@ use serde_json::Value;
 
 pub use control::ControlRequest;
 pub use error::{EngineError, invalid};
-pub use events::EngineEvent;
 pub use graphs::{Graph, GraphInput, GraphStatus, Node};
 pub use queues::{NewQueue, Queue};
 pub use runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
@@ -36,6 +35,7 @@ use view::remaining_events;
 
 use crate::bus::{Bus, Recorded};
 use crate::hooks::{HookMap, SpecScope, validate_hooks};
+use canopy_model::events::graph::CompletedSpec;
 use canopy_model::events::{self as taxonomy, Cause, Event};
 use canopy_model::hook_keys::HookEvent;
 
@@ -666,7 +666,7 @@ impl Engine {
         event: HookEvent,
         run: Option<&str>,
         spec: Option<&str>,
-    ) -> Result<(Graph, Run, Option<EngineEvent>), EngineError> {
+    ) -> Result<(Graph, Run, Option<Event>), EngineError> {
         let (name_or_id, run, spec) = (
             name_or_id.to_string(),
             run.map(str::to_string),
@@ -702,10 +702,10 @@ impl Engine {
                 cause: run.cause(),
             };
             let specs = conn.run_specs(&run.id)?;
-            let completed: Vec<events::CompletedSpec> = specs
+            let completed: Vec<CompletedSpec> = specs
                 .iter()
                 .filter(|s| s.status == SpecResult::Completed)
-                .map(|s| events::CompletedSpec {
+                .map(|s| CompletedSpec {
                     id: s.spec_id.clone(),
                     name: s.spec_name.clone().unwrap_or_default(),
                     summary: s.summary.clone(),
@@ -721,10 +721,7 @@ impl Engine {
                     .map(|n| n.node.clone())
             };
             let built = match event {
-                HookEvent::OnCompleted => Some(EngineEvent::RunCompleted {
-                    run: context,
-                    completed,
-                }),
+                HookEvent::OnCompleted => Some(context.completed(completed)),
                 HookEvent::OnSpecCompleted => {
                     let spec = match &spec_id {
                         Some(id) => {
@@ -733,7 +730,7 @@ impl Engine {
                                 .iter()
                                 .find(|s| &s.spec_id == id)
                                 .and_then(|s| s.summary.clone());
-                            Some(events::CompletedSpec {
+                            Some(CompletedSpec {
                                 id: found.id,
                                 name: found.name,
                                 summary,
@@ -741,7 +738,7 @@ impl Engine {
                         }
                         None => completed.last().cloned(),
                     };
-                    spec.map(|spec| EngineEvent::SpecCompleted { run: context, spec })
+                    spec.map(|spec| context.spec_completed(spec))
                 }
                 HookEvent::OnFailed => {
                     let failed: Vec<&RunSpec> = specs
@@ -752,39 +749,37 @@ impl Engine {
                         [one] => Some(one.spec_id.clone()),
                         _ => None,
                     });
-                    Some(EngineEvent::RunFailed {
-                        run: context,
-                        blocker: run.blocker.clone().unwrap_or_default(),
-                        node: last_node(NodeRunStatus::Failed),
+                    Some(context.failed(
+                        run.blocker.clone().unwrap_or_default(),
+                        last_node(NodeRunStatus::Failed),
                         spec_id,
-                        failed_specs: failed.iter().map(|s| s.spec_id.clone()).collect(),
-                    })
+                        failed.iter().map(|s| s.spec_id.clone()).collect(),
+                    ))
                 }
-                HookEvent::OnBlocked => Some(EngineEvent::RunBlocked {
-                    run: context,
-                    blocker: run.blocker.clone().unwrap_or_default(),
-                    node: last_node(NodeRunStatus::Blocked),
-                    spec_id: None,
-                }),
+                HookEvent::OnBlocked => Some(context.blocked(
+                    run.blocker.clone().unwrap_or_default(),
+                    last_node(NodeRunStatus::Blocked),
+                    None,
+                )),
                 HookEvent::OnSpecFailed => {
                     // The named spec if it failed in this run, else the run's last failed spec.
                     let failed = specs.iter().rev().find(|s| {
                         s.status == SpecResult::Failed
                             && spec_id.as_ref().is_none_or(|id| &s.spec_id == id)
                     });
-                    failed.map(|s| EngineEvent::SpecFailed {
-                        run: context,
-                        spec: events::CompletedSpec {
-                            id: s.spec_id.clone(),
-                            name: s.spec_name.clone().unwrap_or_default(),
-                            summary: None,
-                        },
-                        node: s
-                            .reason_node
-                            .clone()
-                            .or_else(|| last_node(NodeRunStatus::Failed))
-                            .unwrap_or_default(),
-                        reason: s.reason.clone().unwrap_or_default(),
+                    failed.map(|s| {
+                        context.spec_failed(
+                            CompletedSpec {
+                                id: s.spec_id.clone(),
+                                name: s.spec_name.clone().unwrap_or_default(),
+                                summary: None,
+                            },
+                            s.reason_node
+                                .clone()
+                                .or_else(|| last_node(NodeRunStatus::Failed))
+                                .unwrap_or_default(),
+                            s.reason.clone().unwrap_or_default(),
+                        )
                     })
                 }
             };
@@ -961,7 +956,12 @@ impl Engine {
                     tx,
                     "the daemon stopped (crash or kill) while this run was in progress",
                 )?;
-                Ok((events.len(), bus.record_engine(tx, &events)?))
+                let count = events.len();
+                let mut recorded = Recorded::default();
+                for (event, cause) in events {
+                    recorded.extend(bus.record(tx, [event], &cause)?);
+                }
+                Ok((count, recorded))
             })
             .await?;
         self.publish(recorded).await;

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 
 use canopy_executors::plugins::{PluginHost, split_work_config};
-use canopy_model::hook_keys::HookEvent;
+use canopy_model::hook_keys::{Firing, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 
 /// A validated hooks map: event name → array of hook config objects (`spec_ids` resolved to
@@ -63,6 +63,12 @@ pub fn spec_ids(hook: &Map<String, Value>) -> Option<Vec<String>> {
             .map(str::to_string)
             .collect()
     })
+}
+
+/// The spec each run of `hook` is about for this firing: once with the event's spec for a hook
+/// without `spec_ids`, once per matching spec for a filtered one (none: it does not run).
+pub fn runs_of(firing: &Firing, hook: &Map<String, Value>) -> Vec<Option<String>> {
+    firing.runs_for(spec_ids(hook).as_deref())
 }
 
 /// Parses and checks a whole hooks map. `raw` may give an event a single config object (the

@@ -5,9 +5,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::config::runs_of;
 use super::config::{HookMap, hooks_of};
-use super::firing::{Firing, matches};
 use canopy_executors::plugins::{PluginError, PluginHost, split_work_config};
+use canopy_model::hook_keys::Firing;
 use canopy_model::hook_keys::HookEvent;
 use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
 
@@ -89,7 +90,7 @@ pub async fn evaluate(
         let (would_fire, reason) = match firing {
             _ if disabled.is_some() => (false, disabled.clone()),
             None => (false, Some("the event would not fire".to_string())),
-            Some(firing) if !matches(&hook, firing) => (
+            Some(firing) if runs_of(firing, &hook).is_empty() => (
                 false,
                 Some(format!(
                     "its spec_ids do not include the event's spec ({})",

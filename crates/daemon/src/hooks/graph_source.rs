@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
 
-use super::Firing;
 use super::catalog::{CatalogEntry, CatalogFilter};
+use super::config::runs_of;
 use super::config::{HookMap, hooks_of};
 use crate::bus::Queued;
 use crate::bus::source::{
@@ -18,6 +18,7 @@ use crate::bus::source::{
 };
 use canopy_executors::plugins::{PluginHost, split_work_config};
 use canopy_model::events::Envelope;
+use canopy_model::hook_keys::Firing;
 use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 use canopy_model::work::Provenance;
@@ -61,15 +62,16 @@ impl GraphHooks {
     }
 
     /// The hooks a firing fires (only hook `only`, when given), as stored now; `envelope` is
-    /// its feed row (none for a test firing).
+    /// its feed row (none for a test firing), `depth` the dispatch depth of its event.
     pub(crate) fn selection(
         &self,
         rd: &Rd<'_>,
         firing: &Arc<Firing>,
         only: Option<usize>,
         envelope: Option<&Arc<Envelope>>,
+        depth: u32,
     ) -> Result<Option<Selection>, StoreError> {
-        let map = self.stored(rd, &firing.run.graph_id)?;
+        let map = self.stored(rd, &firing.run.graph.graph_id)?;
         let call: Arc<dyn HookCall> = Arc::new(GraphCall {
             firing: firing.clone(),
         });
@@ -88,13 +90,13 @@ impl GraphHooks {
             recorded_as: firing.event.as_str().to_string(),
             trigger: Trigger {
                 event: firing.event.taxonomy_event().to_string(),
-                depth: envelope.map_or(run.cause.depth, |e| e.dispatch_depth),
-                project: Some(run.workdir.clone()),
+                depth,
+                project: Some(run.graph.workdir.clone()),
                 envelope: envelope.cloned(),
             },
             graph: GraphRun {
-                graph_id: Some(run.graph_id.clone()),
-                graph_name: Some(run.graph_name.clone()),
+                graph_id: Some(run.graph.graph_id.clone()),
+                graph_name: Some(run.graph.graph_name.clone()),
                 run_id: Some(run.run_id.clone()),
             },
             hooks,
@@ -110,12 +112,12 @@ fn chosen(
     hook: Map<String, Value>,
     call: &Arc<dyn HookCall>,
 ) -> Vec<Chosen> {
-    let specs = firing.runs_of(&hook);
+    let specs = runs_of(firing, &hook);
     if specs.is_empty() {
         return Vec::new();
     }
     let work = split_work_config(&hook);
-    let name = graph_hook_name(&firing.run.graph_name, firing.event.as_str(), index);
+    let name = graph_hook_name(&firing.run.graph.graph_name, firing.event.as_str(), index);
     // Serialized once per hook, whatever the number of specs it runs for.
     let config: Arc<str> = Value::Object(hook).to_string().into();
     specs
@@ -138,7 +140,13 @@ impl HookSource for GraphHooks {
 
     fn select(&self, event: &Occurrence<'_>) -> Result<Option<Selection>, StoreError> {
         match event.firing {
-            Some(firing) => self.selection(event.tx, firing, None, Some(event.envelope)),
+            Some(firing) => self.selection(
+                event.tx,
+                firing,
+                None,
+                Some(event.envelope),
+                event.envelope.dispatch_depth,
+            ),
             None => Ok(None),
         }
     }
@@ -212,10 +220,10 @@ impl HookCall for GraphCall {
         CallParts {
             markers: firing.markers_for(queued.spec_id.as_ref()),
             supported_markers: Cow::Borrowed(HOOK_MARKERS),
-            workdir: PathBuf::from(&firing.run.workdir),
+            workdir: PathBuf::from(&firing.run.graph.workdir),
             provenance: Provenance {
-                graph_id: firing.run.graph_id.clone(),
-                graph_name: firing.run.graph_name.clone(),
+                graph_id: firing.run.graph.graph_id.clone(),
+                graph_name: firing.run.graph.graph_name.clone(),
                 run_id: firing.run.run_id.clone(),
                 event: firing.event.as_str().to_string(),
                 hook_index: u32::try_from(queued.index).ok(),

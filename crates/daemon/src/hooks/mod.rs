@@ -17,21 +17,7 @@ pub mod catalog;
 pub mod config;
 pub mod daemon;
 pub mod dry_run;
-mod firing;
 pub mod graph_source;
 pub mod runs;
 
 pub use config::{HookMap, SpecScope, validate_hooks};
-pub use firing::{Firing, matches};
-
-/// `{{completed_specs}}`: name and one-line summary of each spec, one per line.
-pub fn completed_specs_text(specs: &[crate::engine::events::CompletedSpec]) -> String {
-    specs
-        .iter()
-        .map(|s| match &s.summary {
-            Some(summary) => format!("{} — {summary}", s.name),
-            None => s.name.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, declare_events};
+use crate::hook_keys::{FiringParts, GraphHook, HookEvent};
 
 /// The graph an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -135,15 +136,55 @@ declare_events! { Family::Graph;
     RunCompleted => "graph.run.completed", false,
         "a run completed: every spec it reached completed or was skipped (graph hooks: on_completed, for a run that completed at least one spec)",
         ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "completed_specs"],
-        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone()),
+        graph_hook: GraphHook {
+            key: HookEvent::OnCompleted,
+            takes_spec_ids: false,
+            markers: &["completed_specs"],
+            description: "a run reached completed, having completed at least one spec; once per completing run",
+        },
+        fires: |e| (!e.specs.is_empty())
+            .then(|| FiringParts::of(&e.run).marker("completed_specs", e.completed_specs.clone()));
     RunFailed => "graph.run.failed", false,
         "a run and its graph failed; `spec_id` is set when the failure belongs to one spec (graph hooks: on_failed)",
         ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "blocker", "node", "spec_id", "failed_specs"],
-        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone()),
+        graph_hook: GraphHook {
+            key: HookEvent::OnFailed,
+            takes_spec_ids: true,
+            markers: &["blocker", "node", "spec_id"],
+            description: "the graph reached failed; {{spec_id}} is set when the failure belongs to a spec",
+        },
+        fires: |e| {
+            // A filtered hook runs for the specs that failed; none listed: the one it is about.
+            let specs = if e.failed_specs.is_empty() {
+                e.spec_id.iter().cloned().collect()
+            } else {
+                e.failed_specs.clone()
+            };
+            Some(
+                FiringParts::of(&e.run)
+                    .marker("blocker", e.blocker.clone())
+                    .marker_if("node", e.node.as_ref())
+                    .marker_if("spec_id", e.spec_id.as_ref())
+                    .about(e.spec_id.clone(), specs),
+            )
+        };
     RunBlocked => "graph.run.blocked", false,
         "a graph paused with a blocker: a blocked node, a dirty tree, an interruption (graph hooks: on_blocked)",
         ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "blocker", "node", "spec_id"],
-        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone()),
+        graph_hook: GraphHook {
+            key: HookEvent::OnBlocked,
+            takes_spec_ids: false,
+            markers: &["blocker", "node"],
+            description: "the graph paused with a blocker (a blocked node, a dirty tree, an interruption); once per pause",
+        },
+        fires: |e| Some(
+            FiringParts::of(&e.run)
+                .marker("blocker", e.blocker.clone())
+                .marker_if("node", e.node.as_ref()),
+        );
     RunReset => "graph.run.reset", false,
         "a graph was reset: its active run (if any) ended and it is idle again",
         ["graph_id", "graph_name", "workdir", "run_id"],

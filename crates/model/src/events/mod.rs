@@ -137,6 +137,8 @@ pub struct EventDef {
     pub payload_schema: fn() -> schemars::Schema,
     /// The schema of the patch a sync hook may return, for sync-eligible events.
     pub patch_schema: Option<fn() -> schemars::Schema>,
+    /// The graph-hook key that fires on this event, when one does.
+    pub graph_hook: Option<&'static crate::hook_keys::GraphHook>,
 }
 
 /// A typed payload: the struct that is one event's data.
@@ -147,12 +149,21 @@ pub trait Payload: Serialize {
     fn target(&self) -> Option<String>;
     /// The project (the workdir) the event belongs to, when it belongs to one.
     fn project(&self) -> Option<String>;
+    /// What this event gives the graph hooks it fires, when its definition has a graph-hook key
+    /// and this occurrence fires it.
+    fn graph_firing(&self) -> Option<crate::hook_keys::FiringParts> {
+        None
+    }
 }
 
 /// Declares a family's events: each `Payload type => "name", description, markers` line makes
-/// the type an event payload, and `EVENTS` lists the family's definitions in order.
+/// the type an event payload, and `EVENTS` lists the family's definitions in order. An event
+/// that graph hooks key on adds `graph_hook: GraphHook { .. }` and `fires: |e| ..`, the parts
+/// of a firing its payload gives (`None`: this occurrence fires none).
 macro_rules! declare_events {
-    ($family:expr; $( $payload:ty => $name:literal, $sync:literal, $description:literal, [$($marker:literal),* $(,)?], target: |$t:ident| $target:expr, project: |$p:ident| $project:expr; )+) => {
+    (@some) => { None };
+    (@some $hook:expr) => { Some(&$hook) };
+    ($family:expr; $( $payload:ty => $name:literal, $sync:literal, $description:literal, [$($marker:literal),* $(,)?], target: |$t:ident| $target:expr, project: |$p:ident| $project:expr $(, graph_hook: $hook:expr, fires: |$f:ident| $fires:expr)?; )+) => {
         $(
             impl $crate::events::Payload for $payload {
                 const DEF: &'static $crate::events::EventDef = &$crate::events::EventDef {
@@ -163,6 +174,7 @@ macro_rules! declare_events {
                     sync_eligible: $sync,
                     payload_schema: || schemars::schema_for!($payload),
                     patch_schema: None,
+                    graph_hook: $crate::events::declare_events!(@some $($hook)?),
                 };
                 fn target(&self) -> Option<String> {
                     let $t = self;
@@ -172,6 +184,12 @@ macro_rules! declare_events {
                     let $p = self;
                     $project
                 }
+                $(
+                    fn graph_firing(&self) -> Option<$crate::hook_keys::FiringParts> {
+                        let $f = self;
+                        $fires
+                    }
+                )?
             }
         )+
         /// This family's events, in the order they are documented.
@@ -351,6 +369,8 @@ pub struct Event {
     /// Read it freely; never change it after [`Event::new`]: the feed records `text`, made from
     /// it there.
     pub payload: Value,
+    /// The graph hooks it fires, when it fires any (see [`Payload::graph_firing`]).
+    pub firing: Option<crate::hook_keys::Firing>,
     /// `payload` as JSON text, as the feed stores it: serialised once, where the event is made
     /// (bounding it measures that text anyway), not again inside the write that records it.
     text: String,
@@ -363,11 +383,17 @@ impl Event {
             serde_json::json!({ "error": format!("payload not serialisable: {err}") })
         });
         let (value, text) = bounded(value, PAYLOAD_LIMIT);
+        let firing = P::DEF.graph_hook.and_then(|hook| {
+            payload
+                .graph_firing()
+                .map(|parts| crate::hook_keys::Firing::new(hook.key, parts))
+        });
         Self {
             def: P::DEF,
             target: payload.target(),
             project: payload.project(),
             payload: value,
+            firing,
             text,
         }
     }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::graph::RunRef;
 use super::{Family, declare_events};
+use crate::hook_keys::{FiringParts, GraphHook, HookEvent};
 
 /// `spec.created`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -76,9 +77,35 @@ declare_events! { Family::Spec;
     SpecCompleted => "spec.completed", false,
         "a spec reached completed in a run, from the graph's bound specs or a queue (graph hooks: on_spec_completed)",
         ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "spec_id", "spec_name", "summary"],
-        target: |e| Some(e.spec_id.clone()), project: |e| Some(e.run.graph.workdir.clone());
+        target: |e| Some(e.spec_id.clone()), project: |e| Some(e.run.graph.workdir.clone()),
+        graph_hook: GraphHook {
+            key: HookEvent::OnSpecCompleted,
+            takes_spec_ids: true,
+            markers: &["spec_name", "spec_id"],
+            description: "a spec reached completed, from the graph's bound specs or from a queue; once per spec",
+        },
+        fires: |e| Some(
+            FiringParts::of(&e.run)
+                .marker("spec_name", e.spec_name.clone())
+                .marker("spec_id", e.spec_id.clone())
+                .about(Some(e.spec_id.clone()), vec![e.spec_id.clone()]),
+        );
     SpecFailed => "spec.failed", false,
         "a spec failed in a run: one of its nodes failed (graph hooks: on_spec_failed)",
         ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "spec_id", "spec_name", "node", "reason"],
-        target: |e| Some(e.spec_id.clone()), project: |e| Some(e.run.graph.workdir.clone());
+        target: |e| Some(e.spec_id.clone()), project: |e| Some(e.run.graph.workdir.clone()),
+        graph_hook: GraphHook {
+            key: HookEvent::OnSpecFailed,
+            takes_spec_ids: true,
+            markers: &["spec_name", "spec_id", "node", "blocker"],
+            description: "a spec failed (one of its nodes failed); {{node}} is that node and {{blocker}} why; once per failing spec",
+        },
+        fires: |e| Some(
+            FiringParts::of(&e.run)
+                .marker("spec_name", e.spec_name.clone())
+                .marker("spec_id", e.spec_id.clone())
+                .marker("node", e.node.clone())
+                .marker("blocker", e.reason.clone())
+                .about(Some(e.spec_id.clone()), vec![e.spec_id.clone()]),
+        );
 }
