@@ -771,6 +771,51 @@ respond = {{ status = 200 }}
         (quiet.status, quiet.json()["status"].clone()),
         (200, json!("accepted"))
     );
+
+    // A header the rules read, sent twice, could pass the rule as one value and run as the
+    // other: refused before anything is recorded, by the listener and by `webhooks test` alike.
+    let body = r#"{"ref": "refs/heads/main", "after": "twice"}"#;
+    let twice = post(
+        &format!("{base}/hooks/global/push"),
+        &[
+            ("Authorization", "Bearer rules-token-abcdef123"),
+            ("X-GitHub-Event", "push"),
+            ("X-GitHub-Event", "ping"),
+            (
+                "X-Hub-Signature-256",
+                &sign("rules-hmac-fedcba321", body.as_bytes()),
+            ),
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(twice.status, 400, "{}", twice.body);
+    assert!(
+        twice
+            .body
+            .contains("header `x-github-event` is sent more than once"),
+        "{}",
+        twice.body
+    );
+    let text = daemon.fails(&[
+        "webhooks",
+        "test",
+        "global/push",
+        "--header",
+        "X-GitHub-Event: push",
+        "--header",
+        "X-GitHub-Event: ping",
+    ]);
+    assert!(
+        text.contains("header `x-github-event` is sent more than once"),
+        "{text}"
+    );
+    let all = daemon.json(&["webhooks", "deliveries", "--hook", "global/push"]);
+    assert_eq!(
+        all["deliveries"].as_array().unwrap().len(),
+        4,
+        "nothing of the refused requests is recorded: {all}"
+    );
+    assert_eq!(std::fs::read_to_string(&pushed).unwrap(), "m1\n");
 }
 
 #[test]

@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::webhooks::rules::Request;
-use crate::webhooks::{IngressError, Received, RedeliverError, hook_view};
+use crate::webhooks::intake::{Intake, intake};
+use crate::webhooks::{IngressError, RedeliverError, hook_view};
 use canopy_store::StoreError;
 use canopy_store::webhooks::{DeliveryFilter, DeliveryStatus};
 
@@ -197,39 +197,18 @@ async fn test(
             ),
         ));
     }
-    let query: Vec<(String, String)> = input
-        .query
-        .as_deref()
-        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
-        .unwrap_or_default();
-    let reason = hook.rule.as_ref().and_then(|rule| {
-        let json: Option<Value> = serde_json::from_str(&input.body).ok();
-        rule.check(&Request {
-            json: json.as_ref(),
-            headers: &headers,
-            query: &query,
-        })
-        .err()
-    });
-    let recorded = crate::webhooks::server::recorded_headers(&hook.headers, &headers);
-    let received = Received {
-        method: "POST".to_string(),
-        path: hook.url_path(),
-        query: input
-            .query
-            .as_deref()
-            .map(crate::webhooks::auth::recorded_query),
-        content_type: headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        headers: recorded,
-        body: input.body.into_bytes(),
-    };
-    let ignored = reason.clone();
+    let Intake { received, ignored } = intake(
+        &hook,
+        "POST",
+        hook.url_path(),
+        input.query.as_deref(),
+        &headers,
+        input.body.into_bytes(),
+    )
+    .map_err(|refused| ApiError::bad_request(format!("field `headers`: {refused}")))?;
     let delivery_id = state
         .webhooks
-        .record(&hook, received, reason, None, true)
+        .record(&hook, received, ignored.clone(), None, true)
         .await?;
     if let Some(reason) = ignored {
         return Ok((

@@ -25,6 +25,7 @@ pub mod auth;
 mod bodies;
 pub mod config;
 pub mod flood;
+pub mod intake;
 pub mod rules;
 mod run;
 pub mod server;

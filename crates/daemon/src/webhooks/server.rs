@@ -18,11 +18,11 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::BodyExt as _;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::config::{Hook, RespondMode};
-use super::rules::Request;
-use super::{Ingress, MAX_HEADER_VALUE, Outcome, Received, auth};
+use super::intake::{Intake, intake};
+use super::{Ingress, Outcome, auth};
 use canopy_store::webhooks::DeliveryStatus;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
@@ -190,51 +190,30 @@ async fn receive(
         tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
         return unauthorized();
     }
-    // A header the rules read, sent twice (`X-GitHub-Event: push` and `: ping`), could pass a
-    // rule on one value and be handled as the other: refused.
-    if let Some(name) = hook.rule.as_ref().and_then(|rule| {
-        rule.header_names()
-            .into_iter()
-            .find(|name| headers.get_all(*name).iter().nth(1).is_some())
-    }) {
-        tracing::info!(webhook = %hook.key(), %peer, header = name, "webhook request refused (400): a header its rules read was sent more than once");
-        return error(
-            StatusCode::BAD_REQUEST,
-            &format!(
-                "header `{name}` is sent more than once; this webhook's rules read it, and take it once"
-            ),
-        );
-    }
+    let Intake { received, ignored } = match intake(
+        &hook,
+        method.as_str(),
+        uri.path().to_string(),
+        uri.query(),
+        &headers,
+        body,
+    ) {
+        Ok(taken) => taken,
+        Err(refused) => {
+            tracing::info!(webhook = %hook.key(), %peer, why = %refused, "webhook request refused (400)");
+            return error(StatusCode::BAD_REQUEST, &refused.to_string());
+        }
+    };
     let query: Vec<(String, String)> = uri
         .query()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let reason = hook.rule.as_ref().and_then(|rule| {
-        let json: Option<Value> = serde_json::from_slice(&body).ok();
-        rule.check(&Request {
-            json: json.as_ref(),
-            headers: &headers,
-            query: &query,
-        })
-        .err()
-    });
-    let received = Received {
-        method: method.to_string(),
-        path: uri.path().to_string(),
-        query: uri.query().map(auth::recorded_query),
-        content_type: headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        headers: recorded_headers(&hook.headers, &headers),
-        body,
-    };
     let sync = hook.respond.mode == RespondMode::Sync || wants_wait(&query);
     let success = hook
         .respond
         .status
         .and_then(|s| StatusCode::from_u16(s).ok());
-    let received = if sync && reason.is_none() {
+    let received = if sync && ignored.is_none() {
         match ingress.run_waited(&hook, received).await {
             Ok(Ok(outcome)) => return waited_answer(&hook, outcome, success),
             // It takes the queue.
@@ -244,8 +223,10 @@ async fn receive(
     } else {
         received
     };
-    let ignored = reason.clone();
-    let delivery_id = match ingress.record(&hook, received, reason, None, false).await {
+    let delivery_id = match ingress
+        .record(&hook, received, ignored.clone(), None, false)
+        .await
+    {
         Ok(id) => id,
         Err(err) => return unrecorded(&hook, &err),
     };
@@ -390,26 +371,4 @@ async fn discard(mut body: Body, read: usize) {
         }
     };
     let _ = tokio::time::timeout(DISCARD_TIMEOUT, draining).await;
-}
-
-/// The headers of `wanted` (lowercase names) the request has, each value at most
-/// [`MAX_HEADER_VALUE`] bytes. Auth headers are never among `wanted`; one whose name looks like
-/// a credential (`x-gitlab-token`, `x-api-key`) is recorded `(redacted)`.
-pub(crate) fn recorded_headers(wanted: &[String], headers: &HeaderMap) -> Vec<(String, String)> {
-    let mut recorded = Vec::new();
-    for name in wanted {
-        if headers.contains_key(name.as_str()) && auth::looks_secret(name) {
-            recorded.push((name.clone(), "(redacted)".to_string()));
-            continue;
-        }
-        if let Some(value) = headers.get(name.as_str()) {
-            let text = String::from_utf8_lossy(value.as_bytes());
-            let mut end = text.len().min(MAX_HEADER_VALUE);
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            recorded.push((name.clone(), text[..end].to_string()));
-        }
-    }
-    recorded
 }
