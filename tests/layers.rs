@@ -61,8 +61,13 @@ fn each_crate_depends_only_on_the_layers_below_it() {
         ),
         ("canopy-client", &["canopy-model", "canopy-datadir"]),
         (
+            "canopy-core",
+            &["canopy-model", "canopy-store", "canopy-executors"],
+        ),
+        (
             "canopy-daemon",
             &[
+                "canopy-core",
                 "canopy-model",
                 "canopy-store",
                 "canopy-executors",
@@ -75,6 +80,7 @@ fn each_crate_depends_only_on_the_layers_below_it() {
             "canopy-cli",
             &[
                 "canopy-client",
+                "canopy-core",
                 "canopy-daemon",
                 "canopy-model",
                 "canopy-datadir",

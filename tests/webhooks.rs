@@ -105,7 +105,7 @@ fn endless_body(base: &str, path: &str, pause: Duration) {
 
 /// GitHub's `X-Hub-Signature-256` of a body.
 fn sign(secret: &str, body: &[u8]) -> String {
-    canopy_daemon::webhooks::auth::sign(secret.as_bytes(), body)
+    canopy_core::webhooks::auth::sign(secret.as_bytes(), body)
 }
 
 /// One delivery, by id, once it has ended.

@@ -11,9 +11,9 @@ mod in_process;
 
 use std::time::Duration;
 
-use canopy_daemon::bus::Bus;
-use canopy_daemon::config::Config;
-use canopy_daemon::crons::Crons;
+use canopy_core::bus::Bus;
+use canopy_core::config::Config;
+use canopy_core::crons::Crons;
 
 const CRONS: usize = 20;
 

@@ -19,8 +19,8 @@ mod in_process;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use canopy_daemon::bus::Bus;
-use canopy_daemon::config::Config;
+use canopy_core::bus::Bus;
+use canopy_core::config::Config;
 use canopy_model::events::spec::SpecCreated;
 use canopy_model::events::{Cause, Event};
 
@@ -220,9 +220,9 @@ fn read_marks(marks: &std::path::Path) -> Vec<(usize, u128)> {
 
 /// How many runs of hook `name` have finished.
 async fn finished_runs(store: &canopy_store::Store, name: &str) -> usize {
-    let filter = canopy_daemon::hooks::runs::HookRunFilter {
+    let filter = canopy_core::hooks::runs::HookRunFilter {
         hook: Some(name.to_string()),
-        status: Some(canopy_daemon::hooks::runs::HookRunStatus::Completed),
+        status: Some(canopy_core::hooks::runs::HookRunStatus::Completed),
         ..Default::default()
     };
     store
@@ -233,9 +233,9 @@ async fn finished_runs(store: &canopy_store::Store, name: &str) -> usize {
 
 /// (event index, time printed) from the finished hook runs of hook `name`.
 async fn recorded_marks(store: &canopy_store::Store, name: &str) -> Vec<(usize, u128)> {
-    let filter = canopy_daemon::hooks::runs::HookRunFilter {
+    let filter = canopy_core::hooks::runs::HookRunFilter {
         hook: Some(name.to_string()),
-        status: Some(canopy_daemon::hooks::runs::HookRunStatus::Completed),
+        status: Some(canopy_core::hooks::runs::HookRunStatus::Completed),
         last: HOOK_EVENTS + 1,
         ..Default::default()
     };

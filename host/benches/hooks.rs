@@ -19,11 +19,11 @@ mod in_process;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use canopy_daemon::bus::Bus;
-use canopy_daemon::engine::events::RunContext;
-use canopy_daemon::engine::{Engine, GraphInput, NewSpec};
-use canopy_daemon::hooks::daemon::DaemonHooks;
-use canopy_daemon::hooks::runs::{HookRunFilter, HookRunStatus};
+use canopy_core::bus::Bus;
+use canopy_core::engine::events::RunContext;
+use canopy_core::engine::{Engine, GraphInput, NewSpec};
+use canopy_core::hooks::daemon::DaemonHooks;
+use canopy_core::hooks::runs::{HookRunFilter, HookRunStatus};
 use canopy_model::events::graph::CompletedSpec;
 use canopy_store::{Store, StoreError};
 use serde_json::json;

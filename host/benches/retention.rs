@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use canopy_daemon::retention::{Policy, prune};
+use canopy_core::retention::{Policy, prune};
 use canopy_model::events::spec::SpecCreated;
 use canopy_model::events::{Cause, Event};
 use canopy_store::Store;
@@ -49,7 +49,7 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("canopy.db");
     let store = Store::open(&path).unwrap();
-    let policy = Policy::of(&canopy_daemon::config::Config::default());
+    let policy = Policy::of(&canopy_core::config::Config::default());
     // The bound the defaults imply: each capped table full, at the sizes measured below.
     println!(
         "retention: {minutes} simulated minutes at {HOOK_RUNS_PER_SEC} hook runs/s, {DELIVERIES_PER_SEC} deliveries/s, {FEED_PER_SEC} feed events/s; caps: hook runs {}, deliveries {}, feed {}, a pass every {} min",

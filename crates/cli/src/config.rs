@@ -41,7 +41,7 @@ pub async fn run(data: &DataDir, command: ConfigCommand) -> Result<ExitCode> {
 
 async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<ExitCode> {
     let path = file.unwrap_or_else(|| data.config_file());
-    let text = canopy_daemon::config::read_file(&path)
+    let text = canopy_core::config::read_file(&path)
         .map_err(|err| anyhow::anyhow!(err))?
         .ok_or_else(|| anyhow::anyhow!("cannot read {}: there is no such file", path.display()))?;
     // With a daemon, the executors check the hooks' actions too; without one, only the file.
@@ -84,7 +84,7 @@ async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<E
 
 /// What the file alone says, without executors to check the hooks' actions.
 fn offline(text: &str) -> Value {
-    match canopy_daemon::config::Config::parse(text) {
+    match canopy_core::config::Config::parse(text) {
         Ok(_) => json!({ "valid": true, "problems": [] }),
         Err(problems) => json!({ "valid": false, "problems": problems }),
     }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 
 use crate::api::{self, AppState};
-use crate::bus::Bus;
-use crate::config::{self, Config};
-use crate::engine::Engine;
-use crate::sessions::{self, Delivery};
+use canopy_core::bus::Bus;
+use canopy_core::config::{self, Config};
+use canopy_core::engine::Engine;
+use canopy_core::sessions::{self, Delivery};
 use canopy_datadir::DataDir;
 use canopy_executors::plugins::platforms::Platform;
 use canopy_executors::plugins::{HostServices, PluginHost};
@@ -193,7 +193,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
         bail!(already_running(&data, running.pid));
     }
     let listener = bind(&data, &listen).await?;
-    let webhook_listener = crate::webhooks::server::bind(&config).await?;
+    let webhook_listener = crate::webhook_listener::bind(&config).await?;
     canopy_executors::procs::umask::private_umask();
     let data = data.create()?;
     let _lock = lock(&data)?;
@@ -235,7 +235,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let daemon_hooks = config
         .daemon_hooks()
         .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
-    for problem in crate::hooks::daemon::check_actions(&plugins, &daemon_hooks).await {
+    for problem in canopy_core::hooks::daemon::check_actions(&plugins, &daemon_hooks).await {
         tracing::warn!(%problem, "a daemon hook's action does not validate; its runs will fail until it does");
     }
     let bus = Bus::new(
@@ -268,9 +268,9 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
     let engine_store = store.clone();
-    // One drain for all the work a planned stop waits for (see `crate::drain`).
+    // One drain for all the work a planned stop waits for (see `canopy_core::drain`).
     let drain = bus.drain().clone();
-    let crons = crate::crons::Crons::new(
+    let crons = canopy_core::crons::Crons::new(
         bus.clone(),
         data.root().to_path_buf(),
         config.feed.keep_days,
@@ -278,18 +278,19 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             .crons()
             .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?,
     );
-    for problem in crate::crons::check_actions(&plugins, &config.crons().unwrap_or_default()).await
+    for problem in
+        canopy_core::crons::check_actions(&plugins, &config.crons().unwrap_or_default()).await
     {
         tracing::warn!(%problem, "a cron's action does not validate; its firings will fail until it does");
     }
     crons.start().await?;
     reloader.schedule_crons(crons.clone());
     // Project hooks, and a watcher per project checkout.
-    let project_watchers =
-        crate::projects::start(&config, &plugins, &bus, &drain, &reloader).await?;
+    let project_watchers = canopy_core::projects::start(&config, &plugins, &bus, &drain).await?;
+    reloader.watch_projects(project_watchers.clone());
     // Webhook ingress: deliveries accepted before the last stop run now; its own listener.
-    let webhooks = crate::webhooks::Ingress::new(
-        crate::webhooks::Parts {
+    let webhooks = canopy_core::webhooks::Ingress::new(
+        canopy_core::webhooks::Parts {
             store: store.clone(),
             bus: bus.clone(),
             plugins: plugins.clone(),
@@ -302,12 +303,12 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     )?;
     webhooks.start().await?;
     if let Some(listener) = webhook_listener {
-        crate::webhooks::server::spawn(webhooks.clone(), listener, info.stopped())?;
+        crate::webhook_listener::spawn(webhooks.clone(), listener, info.stopped())?;
     }
     let delivery = Delivery::new(bus.clone());
     outbox.bind(bus.clone());
     let scheduler = tokio::spawn(scheduler(delivery.clone()));
-    crate::retention::spawn(store.clone(), crate::retention::Policy::of(&config));
+    canopy_core::retention::spawn(store.clone(), canopy_core::retention::Policy::of(&config));
     let app = api::router(
         AppState {
             delivery,
@@ -332,7 +333,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     let limits = crate::listener::Limits {
         name: "API",
         settings: "a quarter of the daemon's open-file limit, up to 1024: raise `ulimit -n`",
-        max_connections: usize::try_from(crate::listener::default_max_connections())
+        max_connections: usize::try_from(canopy_core::config::default_max_connections())
             .unwrap_or(1024),
         // Every client of the loopback API is the same address: no cap per peer; at the cap
         // the connection reading its headers longest makes room.
@@ -478,9 +479,9 @@ async fn shutdown_signal(info: &api::DaemonInfo) {
 /// (its processes killed) and has [`drain::FORCE_GRACE`] to record its end.
 async fn planned_stop(
     info: Arc<api::DaemonInfo>,
-    drain: crate::drain::Drain,
+    drain: canopy_core::drain::Drain,
     plugins: PluginHost,
-    crons: crate::crons::Crons,
+    crons: canopy_core::crons::Crons,
 ) {
     shutdown_signal(&info).await;
     drain.close();
@@ -499,7 +500,7 @@ async fn planned_stop(
             "the drain budget passed; forcing what is left (its processes are killed)"
         );
         plugins.force_stop();
-        if !drain.wait_idle(crate::drain::FORCE_GRACE).await {
+        if !drain.wait_idle(canopy_core::drain::FORCE_GRACE).await {
             tracing::warn!(
                 running = drain.running(),
                 "work still runs after the force grace; it is recorded interrupted"

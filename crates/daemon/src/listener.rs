@@ -446,19 +446,3 @@ async fn stop_asked(flag: &mut watch::Receiver<bool>) {
         std::future::pending::<()>().await;
     }
 }
-
-/// The default `max_connections`: a quarter of this process's file descriptor limit, from 16
-/// to 1024, so a flood of connections leaves the daemon most of its descriptors.
-pub fn default_max_connections() -> u32 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct it is given.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur
-    } else {
-        1024
-    };
-    u32::try_from(soft / 4).unwrap_or(u32::MAX).clamp(16, 1024)
-}

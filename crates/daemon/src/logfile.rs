@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 pub const KEPT: usize = 2;
 
 /// The default size limit of one file.
-pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+pub const DEFAULT_MAX_BYTES: u64 = canopy_core::config::LOG_MAX_BYTES;
 
 /// Bytes read from the end of the file to find recent lines.
 const TAIL_WINDOW: u64 = 512 * 1024;

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 
-use crate::bus::Bus;
-use crate::config::Config;
-use crate::hooks::daemon::{DaemonHooks, check_actions};
+use canopy_core::bus::Bus;
+use canopy_core::config::Config;
+use canopy_core::hooks::daemon::{DaemonHooks, check_actions};
 use canopy_executors::plugins::PluginHost;
 use canopy_executors::plugins::platforms::Platform;
 
@@ -47,9 +47,9 @@ pub struct Reloader {
     /// One reload at a time.
     gate: tokio::sync::Mutex<()>,
     /// The project watchers, once the daemon has started them.
-    watchers: std::sync::OnceLock<Arc<crate::projects::watch::Watchers>>,
+    watchers: std::sync::OnceLock<Arc<canopy_core::projects::watch::Watchers>>,
     /// The crons, once the daemon has started them.
-    crons: std::sync::OnceLock<crate::crons::Crons>,
+    crons: std::sync::OnceLock<canopy_core::crons::Crons>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -81,13 +81,13 @@ impl Reloader {
     }
 
     /// Hands the crons to the reloader: a reload that changes `[[crons]]` reschedules them.
-    pub fn schedule_crons(&self, crons: crate::crons::Crons) {
+    pub fn schedule_crons(&self, crons: canopy_core::crons::Crons) {
         let _ = self.crons.set(crons);
     }
 
     /// Hands the project watchers to the reloader: a reload that changes `[projects]` starts,
     /// stops or restarts them.
-    pub fn watch_projects(&self, watchers: Arc<crate::projects::watch::Watchers>) {
+    pub fn watch_projects(&self, watchers: Arc<canopy_core::projects::watch::Watchers>) {
         let _ = self.watchers.set(watchers);
     }
 
@@ -100,11 +100,12 @@ impl Reloader {
         let config = Config::parse(text)?;
         let hooks = config.daemon_hooks()?;
         let mut problems = check_actions(&self.plugins, &hooks).await;
-        let projects = crate::projects::compile(&config.projects)?;
-        problems.extend(crate::projects::check_actions(&self.plugins, &projects).await);
-        problems.extend(crate::crons::check_actions(&self.plugins, &config.crons()?).await);
-        let webhooks = crate::webhooks::config::compile(&config)?;
-        problems.extend(crate::webhooks::config::check_actions(&self.plugins, &webhooks).await);
+        let projects = canopy_core::projects::compile(&config.projects)?;
+        problems.extend(canopy_core::projects::check_actions(&self.plugins, &projects).await);
+        problems.extend(canopy_core::crons::check_actions(&self.plugins, &config.crons()?).await);
+        let webhooks = canopy_core::webhooks::config::compile(&config)?;
+        problems
+            .extend(canopy_core::webhooks::config::check_actions(&self.plugins, &webhooks).await);
         if problems.is_empty() {
             Ok((config, hooks))
         } else {
@@ -117,7 +118,8 @@ impl Reloader {
         let _one = self.gate.lock().await;
         // Off the runtime: a file system can be slow, and nothing read may block a worker.
         let path = self.path.clone();
-        let text = match tokio::task::spawn_blocking(move || crate::config::read_file(&path)).await
+        let text = match tokio::task::spawn_blocking(move || canopy_core::config::read_file(&path))
+            .await
         {
             Ok(Ok(text)) => text.unwrap_or_default(),
             Ok(Err(err)) => return Err(vec![err]),
@@ -149,7 +151,7 @@ impl Reloader {
         hooks: DaemonHooks,
     ) -> (
         ReloadReport,
-        Option<Result<Vec<crate::crons::Cron>, Vec<String>>>,
+        Option<Result<Vec<canopy_core::crons::Cron>, Vec<String>>>,
     ) {
         let mut current = self
             .current
@@ -184,7 +186,7 @@ impl Reloader {
         // Webhooks (their listener, hooks, tokens' sources, the actions they run) are read at
         // start: an edit is named, to restart for.
         let project_webhooks =
-            |c: &Config| -> Vec<(String, crate::webhooks::config::ProjectWebhooks)> {
+            |c: &Config| -> Vec<(String, canopy_core::webhooks::config::ProjectWebhooks)> {
                 c.projects
                     .iter()
                     .map(|(name, p)| (name.clone(), p.webhooks.clone()))
@@ -230,7 +232,7 @@ impl Reloader {
             needs_restart,
         };
         self.bus.set_daemon_hooks(hooks);
-        if projects_changed && let Ok(projects) = crate::projects::compile(&config.projects) {
+        if projects_changed && let Ok(projects) = canopy_core::projects::compile(&config.projects) {
             if let Some(watchers) = self.watchers.get() {
                 watchers.apply(&projects.projects);
             }

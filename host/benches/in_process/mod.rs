@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use canopy_daemon::config::Config;
+use canopy_core::config::Config;
 use canopy_datadir::DataDir;
 use canopy_executors::plugins::platforms::Platform;
 use canopy_executors::plugins::{HostServices, PluginHost};

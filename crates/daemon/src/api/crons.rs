@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::crons::CronError;
+use canopy_core::crons::CronError;
 
 /// Receipts `GET /api/crons/{name}/runs` returns unless `last` says otherwise.
 const DEFAULT_LAST: usize = 20;

@@ -50,12 +50,12 @@ impl DaemonInfo {
     }
 
     /// How long a planned stop lets admitted work run on: what the stop asked for, else
-    /// [`crate::drain::DEFAULT_BUDGET`].
+    /// [`canopy_core::drain::DEFAULT_BUDGET`].
     pub fn drain_budget(&self) -> std::time::Duration {
         self.budget
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .unwrap_or(crate::drain::DEFAULT_BUDGET)
+            .unwrap_or(canopy_core::drain::DEFAULT_BUDGET)
     }
 
     /// Resolves once the daemon is stopping.
@@ -117,7 +117,7 @@ async fn shutdown(
         serde_json::from_slice(&body)
             .map_err(|err| ApiError::bad_request(format!("invalid shutdown request: {err}")))?
     };
-    let max = crate::drain::MAX_BUDGET.as_secs();
+    let max = canopy_core::drain::MAX_BUDGET.as_secs();
     if let Some(secs) = request.timeout_secs {
         if secs > max {
             return Err(ApiError::bad_request(format!(

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::engine::{
+use canopy_core::engine::{
     ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, NodeRun, Queue, Spec, SpecPatch,
     ViewPage,
 };
@@ -116,8 +116,8 @@ async fn create_graph(
 async fn with_warnings(view: GraphView) -> Result<Value, ApiError> {
     let workdir = view.graph.workdir.clone();
     let mut warnings = Vec::new();
-    if let crate::engine::git::TreeState::NotARepo(why) =
-        crate::engine::git::tree_state(std::path::Path::new(&workdir)).await
+    if let canopy_core::engine::git::TreeState::NotARepo(why) =
+        canopy_core::engine::git::tree_state(std::path::Path::new(&workdir)).await
     {
         let why = why.lines().next().unwrap_or_default().to_string();
         warnings.push(format!(
@@ -305,7 +305,7 @@ async fn get_run(
     ApiQuery(query): ApiQuery<RunQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let (mut view, in_flight) = state.engine.get_run_in_flight(&id).await?;
-    let filter = crate::hooks::runs::HookRunFilter {
+    let filter = canopy_core::hooks::runs::HookRunFilter {
         run_id: Some(view.run.id.clone()),
         last: 10_000,
         ..Default::default()

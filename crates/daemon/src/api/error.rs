@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::engine::EngineError;
+use canopy_core::engine::EngineError;
 use canopy_executors::plugins::PluginError;
 
 /// An error response.

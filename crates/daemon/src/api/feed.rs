@@ -10,7 +10,7 @@
 //! header and gets everything after that cursor, then the live events: the stream subscribes
 //! to the bus before it reads the store, and a live event is sent only when every row before it
 //! has been accounted for (a gap is read back from the store), so nothing is skipped and
-//! nothing is sent twice. A follower that falls more than [`crate::bus::LIVE_BUFFER`] events
+//! nothing is sent twice. A follower that falls more than [`canopy_core::bus::LIVE_BUFFER`] events
 //! behind reads what it missed back from the store too, and gets a `lagged` event
 //! `{"missed": N}` saying it happened. Filters apply to live events as to stored ones.
 

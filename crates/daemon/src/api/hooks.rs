@@ -14,11 +14,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::engine::EngineError;
-use crate::hooks::catalog::{CatalogFilter, EventFilter, ModeFilter};
-use crate::hooks::dry_run::{DryRun, evaluate};
-use crate::hooks::runs::{HookRunFilter, HookRunStatus};
-use canopy_model::events::{EventPattern, FAMILIES, Family};
+use canopy_core::engine::EngineError;
+use canopy_core::hooks::catalog::{CatalogFilter, EventFilter, ModeFilter};
+use canopy_core::hooks::dry_run::{DryRun, evaluate};
+use canopy_core::hooks::runs::{HookRunFilter, HookRunStatus};
+use canopy_model::events::{FAMILIES, Family};
 use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 use canopy_store::hook_runs::{HookOutcome, HookSourceKind};
@@ -74,45 +74,10 @@ fn parse_event(text: &str) -> Result<HookEvent, ApiError> {
     })
 }
 
-impl EventFilter {
-    fn parse(text: &str) -> Result<Self, ApiError> {
-        if let Some(key) = HookEvent::parse(text) {
-            return Ok(Self::Key(key));
-        }
-        EventPattern::parse(text).map(Self::Pattern).map_err(|err| {
-            if err.contains("matches no event") {
-                let names = EVENTS
-                    .iter()
-                    .map(|e| e.as_str())
-                    .chain(canopy_model::events::all().map(|def| def.name));
-                ApiError::bad_request(format!(
-                    "query parameter `event`: unknown event `{text}`{}; give a graph hook key ({}) or an event of the taxonomy, or a glob of them (graph.run.completed, spec.*; `canopy hooks events` lists them)",
-                    canopy_model::text::did_you_mean(text, names),
-                    HookEvent::names()
-                ))
-            } else {
-                ApiError::bad_request(format!("query parameter `event`: {err}"))
-            }
-        })
-    }
-
-    /// The events hook runs record that this filter names: the key itself, or the matching
-    /// taxonomy events (daemon hooks) and the keys firing on them (graph hooks).
-    fn recorded(&self) -> Vec<String> {
-        match self {
-            Self::Key(key) => vec![key.as_str().to_string()],
-            Self::Pattern(pattern) => pattern
-                .events()
-                .map(|def| def.name.to_string())
-                .chain(
-                    EVENTS
-                        .iter()
-                        .filter(|key| pattern.matches(key.taxonomy_event()))
-                        .map(|key| key.as_str().to_string()),
-                )
-                .collect(),
-        }
-    }
+/// Parses the `event` query parameter.
+fn parse_event_filter(text: &str) -> Result<EventFilter, ApiError> {
+    EventFilter::parse(text)
+        .map_err(|err| ApiError::bad_request(format!("query parameter `event`: {err}")))
 }
 
 /// The allowed values of a parameter, for its error.
@@ -184,7 +149,7 @@ async fn list_runs(
         events: query
             .event
             .as_deref()
-            .map(EventFilter::parse)
+            .map(parse_event_filter)
             .transpose()?
             .map(|e| e.recorded()),
         status: query.status.as_deref().map(parse_status).transpose()?,
@@ -262,7 +227,7 @@ async fn workspace_runs(
         events: query
             .event
             .as_deref()
-            .map(EventFilter::parse)
+            .map(parse_event_filter)
             .transpose()?
             .map(|e| e.recorded()),
         outcome: query.outcome.as_deref().map(parse_outcome).transpose()?,
@@ -344,7 +309,7 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>
         })
         .collect();
     // The keys of `[projects.NAME.hooks]`, with the taxonomy events they fire on.
-    let project_hooks: Vec<Value> = crate::projects::EVENTS
+    let project_hooks: Vec<Value> = canopy_core::projects::EVENTS
         .iter()
         .filter(|key| !query.sync_only && family.is_none_or(|f| f == key.def().family))
         .map(|key| {
@@ -389,22 +354,16 @@ struct CatalogQuery {
     mode: Option<String>,
 }
 
-impl ModeFilter {
-    fn parse(text: &str) -> Result<Self, ApiError> {
-        match text.trim() {
-            "" => Err(ApiError::bad_request(
-                "query parameter `mode`: it is empty; give sync, async, or an executor mode (command, agent, ...)",
-            )),
-            "sync" | "async" => Ok(Self::Dispatch(text.trim().to_string())),
-            other => Ok(Self::Executor(other.to_string())),
-        }
-    }
+/// Parses the `mode` query parameter.
+fn parse_mode_filter(text: &str) -> Result<ModeFilter, ApiError> {
+    ModeFilter::parse(text)
+        .map_err(|err| ApiError::bad_request(format!("query parameter `mode`: {err}")))
 }
 
 /// Every configured hook, resolved across its sources: each graph's hooks (or one graph's),
 /// in firing order per key, then the daemon hooks of `canopy.toml` in force, in their order,
 /// then the projects' hooks; each with the executor that would run it now.
-/// The hooks their firing breaker has tripped (see [`crate::hooks::breaker`]).
+/// The hooks their firing breaker has tripped (see [`canopy_core::hooks::breaker`]).
 async fn tripped(State(state): State<AppState>) -> ApiJson<Value> {
     ApiJson(json!({ "tripped": state.bus.tripped_hooks() }))
 }
@@ -450,9 +409,9 @@ async fn catalog(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<CatalogQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let event = query.event.as_deref().map(EventFilter::parse).transpose()?;
+    let event = query.event.as_deref().map(parse_event_filter).transpose()?;
     let source = query.source.as_deref().map(parse_source).transpose()?;
-    let mode = query.mode.as_deref().map(ModeFilter::parse).transpose()?;
+    let mode = query.mode.as_deref().map(parse_mode_filter).transpose()?;
     let workspace = match query.workspace.as_deref() {
         Some(text) => Some(resolve_workspace(&state, text).await?.ok_or_else(|| {
             ApiError::bad_request(format!(
@@ -480,13 +439,7 @@ async fn catalog(
         plugins: &state.plugins,
         bus: &state.bus,
     };
-    let hooks: Vec<_> = state
-        .bus
-        .sources()
-        .iter()
-        .filter(|s| source.is_none_or(|kind| kind == s.kind()))
-        .flat_map(|s| s.catalog(&filter))
-        .collect();
+    let hooks = state.bus.catalog(source, &filter);
     Ok(ApiJson(json!({ "hooks": hooks })))
 }
 
@@ -523,7 +476,7 @@ async fn test(
         .engine
         .event_from_history(&name, event, body.run.as_deref(), body.spec.as_deref())
         .await?;
-    let count = crate::hooks::config::hooks_of(&graph.hooks, event).len();
+    let count = canopy_core::hooks::config::hooks_of(&graph.hooks, event).len();
     if let Some(index) = body.index
         && index >= count
     {

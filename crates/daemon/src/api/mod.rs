@@ -30,9 +30,9 @@ pub use daemon::DaemonInfo;
 pub use error::{ApiError, ApiJson, ApiQuery};
 pub use guard::Access;
 
-use crate::bus::Bus;
-use crate::engine::Engine;
-use crate::sessions::Delivery;
+use canopy_core::bus::Bus;
+use canopy_core::engine::Engine;
+use canopy_core::sessions::Delivery;
 use canopy_executors::plugins::PluginHost;
 use canopy_store::Store;
 
@@ -50,12 +50,12 @@ pub struct AppState {
     /// Re-reads and checks `canopy.toml`.
     pub reloader: Arc<crate::reload::Reloader>,
     pub delivery: Delivery,
-    /// A planned stop's drain: admit work through it (see [`crate::drain`]).
-    pub drain: crate::drain::Drain,
+    /// A planned stop's drain: admit work through it (see [`canopy_core::drain`]).
+    pub drain: canopy_core::drain::Drain,
     /// Webhook ingress: its hooks, queues and deliveries.
-    pub webhooks: crate::webhooks::Ingress,
+    pub webhooks: canopy_core::webhooks::Ingress,
     /// The daemon's crons.
-    pub crons: crate::crons::Crons,
+    pub crons: canopy_core::crons::Crons,
     pub data_dir: std::path::PathBuf,
     /// Pid, address, start time, log file, and the shutdown switch.
     pub daemon: Arc<DaemonInfo>,

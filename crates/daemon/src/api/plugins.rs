@@ -139,7 +139,7 @@ async fn remove(
         }
     };
     for hook in state.webhooks.webhooks().hooks.values() {
-        if let crate::webhooks::config::Handler::Work { work, .. } = &hook.handler {
+        if let canopy_core::webhooks::config::Handler::Work { work, .. } = &hook.handler {
             configured(format!("webhook {}", hook.key()), &work.mode);
         }
     }
@@ -170,7 +170,7 @@ async fn remove(
             uses(format!("nodes[{index}] (`{}`)", node.name), &node.config);
         }
         for event in canopy_model::hook_keys::EVENTS {
-            for (index, hook) in crate::hooks::config::hooks_of(&graph.hooks, event)
+            for (index, hook) in canopy_core::hooks::config::hooks_of(&graph.hooks, event)
                 .iter()
                 .enumerate()
             {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::sessions::{self, Message, MessageStatus, NewSession, Session};
+use canopy_core::sessions::{self, Message, MessageStatus, NewSession, Session};
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
-use crate::webhooks::intake::{Intake, intake};
-use crate::webhooks::{IngressError, RedeliverError, hook_view};
+use canopy_core::webhooks::intake::{Intake, intake};
+use canopy_core::webhooks::{IngressError, RedeliverError, hook_view};
 use canopy_store::StoreError;
 use canopy_store::webhooks::{DeliveryFilter, DeliveryStatus};
 
@@ -109,7 +109,7 @@ fn find(
     state: &AppState,
     scope: &str,
     id: &str,
-) -> Result<std::sync::Arc<crate::webhooks::Hook>, ApiError> {
+) -> Result<std::sync::Arc<canopy_core::webhooks::Hook>, ApiError> {
     state.webhooks.hook(scope, id).ok_or_else(|| {
         let known: Vec<String> = state
             .webhooks
@@ -171,7 +171,7 @@ async fn test(
     let mut headers = HeaderMap::new();
     for (i, (name, value)) in input.headers.iter().enumerate() {
         let lower = name.to_ascii_lowercase();
-        if crate::webhooks::config::AUTH_HEADERS.contains(&lower.as_str()) {
+        if canopy_core::webhooks::config::AUTH_HEADERS.contains(&lower.as_str()) {
             return Err(ApiError::bad_request(format!(
                 "field `headers[{i}]`: `{name}` carries credentials; a test takes none"
             )));

@@ -15,8 +15,8 @@ use crate::api::requests::{
     AddSpec, FeedParams, GraphQuery, ListQuery, Reorder, RunsQuery, SendBody, SetGroup, SpecQuery,
     TestBody,
 };
-use crate::engine::{ControlRequest, GraphInput, NewQueue, NewSpec, SpecPatch};
 use canopy_client::encode;
+use canopy_core::engine::{ControlRequest, GraphInput, NewQueue, NewSpec, SpecPatch};
 
 /// How long a tool's API call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);

@@ -351,15 +351,14 @@ pub fn compile(projects: &BTreeMap<String, ProjectConfig>) -> Result<Projects, V
     }
 }
 
-/// Puts the configured projects in force at the daemon's start: their hooks on the bus, a
-/// watcher per checkout, and both handed to the reloader. A hook whose action its executor
-/// refuses is logged; its runs fail until the file is fixed.
+/// Puts the configured projects in force at the daemon's start: their hooks on the bus and a
+/// watcher per checkout (the daemon hands the watchers to its reloader). A hook whose action
+/// its executor refuses is logged; its runs fail until the file is fixed.
 pub async fn start(
     config: &crate::config::Config,
     plugins: &PluginHost,
     bus: &crate::bus::Bus,
     drain: &crate::drain::Drain,
-    reloader: &crate::reload::Reloader,
 ) -> anyhow::Result<Arc<watch::Watchers>> {
     let projects =
         compile(&config.projects).map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
@@ -370,7 +369,6 @@ pub async fn start(
     let watched = projects.projects.clone();
     bus.set_project_hooks(projects);
     watchers.apply(&watched);
-    reloader.watch_projects(watchers.clone());
     Ok(watchers)
 }
 

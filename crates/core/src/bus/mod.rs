@@ -141,9 +141,19 @@ impl Bus {
         }
     }
 
-    /// Where hooks are declared, in the order their batches are recorded for one event.
-    pub(crate) fn sources(&self) -> &[Arc<dyn source::HookSource>] {
-        &self.inner.sources
+    /// The catalog entries of every hook source (only `source`'s, when given), in the order
+    /// their batches are recorded for one event, those `filter` lets through.
+    pub fn catalog(
+        &self,
+        source: Option<canopy_store::hook_runs::HookSourceKind>,
+        filter: &crate::hooks::catalog::CatalogFilter<'_>,
+    ) -> Vec<crate::hooks::catalog::CatalogEntry> {
+        self.inner
+            .sources
+            .iter()
+            .filter(|s| source.is_none_or(|kind| kind == s.kind()))
+            .flat_map(|s| s.catalog(filter))
+            .collect()
     }
 
     /// The daemon hooks and identity in force.

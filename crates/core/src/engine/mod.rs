@@ -10,7 +10,7 @@ mod control;
 mod driver;
 mod error;
 pub mod events;
-pub(crate) mod git;
+pub mod git;
 pub mod graphs;
 pub mod queues;
 pub mod runs;

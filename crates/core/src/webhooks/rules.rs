@@ -13,8 +13,8 @@
 //! `re:` and a regex; numbers and booleans compare as their text. A field that is absent never
 //! matches.
 
-use axum::http::HeaderMap;
 use canopy_model::pattern::Pattern;
+use http::HeaderMap;
 use serde_json::Value;
 
 /// Where a field is read from.
@@ -58,7 +58,7 @@ impl FieldPath {
                     "header `{name}` carries credentials; rules never read it"
                 ));
             }
-            if axum::http::HeaderName::from_bytes(lower.as_bytes()).is_err() {
+            if http::HeaderName::from_bytes(lower.as_bytes()).is_err() {
                 return Err(format!("`{name}` is not a header name"));
             }
             return Ok(Self::Header(lower));
@@ -280,7 +280,7 @@ mod tests {
         let mut map = HeaderMap::new();
         for (k, v) in headers {
             map.insert(
-                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
                 v.parse().unwrap(),
             );
         }

@@ -404,7 +404,7 @@ pub struct Webhooks {
     /// `host:port` to listen on, when the listener is on.
     pub bind: Option<(String, u16)>,
     pub keep_days: u32,
-    /// Connections the listener keeps open at once (see [`crate::listener`]).
+    /// Connections the listener keeps open at once.
     pub max_connections: usize,
     /// How long a request's line and headers may take once their first byte arrived.
     pub header_timeout: Duration,
@@ -485,7 +485,7 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
     }
     let max_connections = section
         .max_connections
-        .unwrap_or_else(crate::listener::default_max_connections);
+        .unwrap_or_else(crate::config::default_max_connections);
     if !(1..=MAX_CONNECTIONS).contains(&max_connections) {
         problems.push(format!(
             "webhooks.max_connections: must be from 1 to {MAX_CONNECTIONS}"
@@ -725,7 +725,7 @@ fn compile_one(
                 "{}: `{name}` carries credentials; it is never recorded or passed",
                 field(&format!("pass_headers[{i}]"))
             ));
-        } else if axum::http::HeaderName::from_bytes(lower.as_bytes()).is_err() {
+        } else if http::HeaderName::from_bytes(lower.as_bytes()).is_err() {
             problems.push(format!(
                 "{}: `{name}` is not a header name",
                 field(&format!("pass_headers[{i}]"))

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
+use http::HeaderMap;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
@@ -89,7 +89,7 @@ pub fn recorded_query(query: &str) -> String {
 /// The tokens a request presents: the bearer token and the token header.
 fn presented(headers: &HeaderMap) -> Vec<&[u8]> {
     let mut tokens = Vec::new();
-    for value in headers.get_all(axum::http::header::AUTHORIZATION) {
+    for value in headers.get_all(http::header::AUTHORIZATION) {
         let bytes = value.as_bytes();
         if bytes.len() > 7 && bytes[..7].eq_ignore_ascii_case(b"bearer ") {
             tokens.push(bytes[7..].trim_ascii());

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use canopy_executors::plugins::PluginHost;
 use canopy_model::events::EventPattern;
-use canopy_model::hook_keys::HookEvent;
+use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_store::graphs::Graph;
 use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind};
 
@@ -19,7 +19,7 @@ use super::daemon::DaemonHook;
 use crate::bus::Bus;
 
 /// What one catalog request asks every source.
-pub(crate) struct CatalogFilter<'a> {
+pub struct CatalogFilter<'a> {
     /// Only hooks firing on what this names.
     pub event: Option<&'a EventFilter>,
     /// Only hooks of this dispatch mode or executor mode.
@@ -47,12 +47,53 @@ impl CatalogFilter<'_> {
 /// event or glob (`graph.run.completed`, `spec.*`: every hook that fires on a matching event,
 /// graph hooks by their key's event included).
 #[derive(Debug, Clone)]
-pub(crate) enum EventFilter {
+pub enum EventFilter {
     Key(HookEvent),
     Pattern(EventPattern),
 }
 
 impl EventFilter {
+    /// Parses a filter: a graph hook's key, else an event or glob of the taxonomy; the error
+    /// says what is allowed.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(key) = HookEvent::parse(text) {
+            return Ok(Self::Key(key));
+        }
+        EventPattern::parse(text).map(Self::Pattern).map_err(|err| {
+            if err.contains("matches no event") {
+                let names = EVENTS
+                    .iter()
+                    .map(|e| e.as_str())
+                    .chain(canopy_model::events::all().map(|def| def.name));
+                format!(
+                    "unknown event `{text}`{}; give a graph hook key ({}) or an event of the taxonomy, or a glob of them (graph.run.completed, spec.*; `canopy hooks events` lists them)",
+                    canopy_model::text::did_you_mean(text, names),
+                    HookEvent::names()
+                )
+            } else {
+                err
+            }
+        })
+    }
+
+    /// The events hook runs record that this filter names: the key itself, or the matching
+    /// taxonomy events (daemon hooks) and the keys firing on them (graph hooks).
+    pub fn recorded(&self) -> Vec<String> {
+        match self {
+            Self::Key(key) => vec![key.as_str().to_string()],
+            Self::Pattern(pattern) => pattern
+                .events()
+                .map(|def| def.name.to_string())
+                .chain(
+                    EVENTS
+                        .iter()
+                        .filter(|key| pattern.matches(key.taxonomy_event()))
+                        .map(|key| key.as_str().to_string()),
+                )
+                .collect(),
+        }
+    }
+
     /// Whether it names a graph-hook key.
     pub fn names_key(&self, key: HookEvent) -> bool {
         match self {
@@ -79,7 +120,7 @@ impl EventFilter {
 }
 
 /// The `mode` filter of the catalog.
-pub(crate) enum ModeFilter {
+pub enum ModeFilter {
     /// `sync` or `async`, the hook API's mode.
     Dispatch(String),
     /// An executor mode.
@@ -87,6 +128,18 @@ pub(crate) enum ModeFilter {
 }
 
 impl ModeFilter {
+    /// Parses a filter: `sync`, `async`, or an executor mode.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "" => Err(
+                "it is empty; give sync, async, or an executor mode (command, agent, ...)"
+                    .to_string(),
+            ),
+            "sync" | "async" => Ok(Self::Dispatch(text.trim().to_string())),
+            other => Ok(Self::Executor(other.to_string())),
+        }
+    }
+
     fn allows(&self, executor: Option<&str>) -> bool {
         match self {
             Self::Dispatch(mode) => mode == ASYNC_MODE,
@@ -98,7 +151,7 @@ impl ModeFilter {
 /// One hook as the catalog lists it: the hook API's fields (seed 004) and Canopy's own beside
 /// them, in alphabetical order (the order the API writes JSON objects in).
 #[derive(Debug, Serialize)]
-pub(crate) struct CatalogEntry {
+pub struct CatalogEntry {
     /// A project hook's checkout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkout: Option<String>,

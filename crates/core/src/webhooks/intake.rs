@@ -3,7 +3,7 @@
 //! route (`webhooks test`) both take a request in through [`intake`], so a test delivery is
 //! judged and recorded exactly as a real one.
 
-use axum::http::{HeaderMap, header};
+use http::{HeaderMap, header};
 use serde_json::Value;
 
 use super::config::Hook;

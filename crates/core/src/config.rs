@@ -128,7 +128,7 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
-            max_file_kib: crate::logfile::DEFAULT_MAX_BYTES / 1024,
+            max_file_kib: LOG_MAX_BYTES / 1024,
         }
     }
 }
@@ -368,6 +368,25 @@ impl Config {
         platforms.extend(self.platforms.clone());
         platforms
     }
+}
+
+/// The default size of the daemon's log file before it rolls over (`[log] max_file_kib`).
+pub const LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The default `max_connections`: a quarter of this process's file descriptor limit, from 16
+/// to 1024, so a flood of connections leaves the daemon most of its descriptors.
+pub fn default_max_connections() -> u32 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur
+    } else {
+        1024
+    };
+    u32::try_from(soft / 4).unwrap_or(u32::MAX).clamp(16, 1024)
 }
 
 #[cfg(test)]

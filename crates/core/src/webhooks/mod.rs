@@ -3,7 +3,7 @@
 //!
 //! - [`config`]: `[webhooks]` and `[projects.NAME.webhooks]`, checked by [`config::compile`]
 //!   without reading a secret.
-//! - [`server`]: the listener. A request for a hook this node serves passes its token (headers
+//! - The listener (the daemon's `webhook_listener`): a request for a hook this node serves passes its token (headers
 //!   only), then its body is read (413 past `max_body_bytes`), its HMAC signature checked, its
 //!   rules evaluated, and it is recorded -- `accepted`, or `ignored` with the reason -- together
 //!   with its `webhook.received` event, in one write. Only then is it answered: 202 with the
@@ -28,7 +28,6 @@ pub mod flood;
 pub mod intake;
 pub mod rules;
 mod run;
-pub mod server;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -449,11 +448,11 @@ impl Ingress {
         self.inner.listen.get().map(String::as_str)
     }
 
-    pub(crate) fn set_listen(&self, url: String) {
+    pub fn set_listen(&self, url: String) {
         let _ = self.inner.listen.set(url);
     }
 
-    pub(crate) fn data_dir(&self) -> &std::path::Path {
+    pub fn data_dir(&self) -> &std::path::Path {
         &self.inner.data_dir
     }
 
@@ -607,7 +606,7 @@ impl Ingress {
     }
 
     /// Notes a delivery answered without waiting for its handler (see [`flood`]).
-    pub(crate) fn note_answered_at_once(&self) {
+    pub fn note_answered_at_once(&self) {
         self.inner.flood.note();
     }
 

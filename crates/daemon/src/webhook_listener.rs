@@ -20,9 +20,9 @@ use axum::routing::post;
 use http_body_util::BodyExt as _;
 use serde_json::json;
 
-use super::config::{Hook, RespondMode};
-use super::intake::{Intake, intake};
-use super::{Ingress, Outcome, auth};
+use canopy_core::webhooks::config::{Hook, RespondMode};
+use canopy_core::webhooks::intake::{Intake, intake};
+use canopy_core::webhooks::{Ingress, Outcome, auth};
 use canopy_store::webhooks::DeliveryStatus;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
@@ -40,8 +40,8 @@ pub const ADDRESS_FILE: &str = "webhooks.addr";
 
 /// Binds the listener when `[webhooks]` sets a port (before the daemon touches its data dir,
 /// so a taken port refuses the start cleanly).
-pub async fn bind(config: &crate::config::Config) -> Result<Option<tokio::net::TcpListener>> {
-    let webhooks = super::config::compile(config)
+pub async fn bind(config: &canopy_core::config::Config) -> Result<Option<tokio::net::TcpListener>> {
+    let webhooks = canopy_core::webhooks::config::compile(config)
         .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
     let Some((host, port)) = &webhooks.bind else {
         return Ok(None);
@@ -274,7 +274,7 @@ async fn receive(
 }
 
 /// 503 for a delivery that could not be recorded (nothing of it runs).
-fn unrecorded(hook: &Hook, err: &super::IngressError) -> Response {
+fn unrecorded(hook: &Hook, err: &canopy_core::webhooks::IngressError) -> Response {
     tracing::error!(webhook = %hook.key(), error = %err, "cannot record a webhook delivery");
     error(
         StatusCode::SERVICE_UNAVAILABLE,
