@@ -299,14 +299,23 @@ impl Config {
     /// The daemon hooks and identity this configuration sets.
     pub fn daemon_hooks(&self) -> Result<crate::hooks::daemon::DaemonHooks, Vec<String>> {
         let mut hooks = crate::hooks::daemon::compile(
-            self.node.as_deref(),
-            &self.roles,
+            self.identity(),
             self.limits.max_dispatch_depth,
             &self.hooks,
         )?;
         hooks.breaker_firings = self.limits.breaker_firings;
         hooks.breaker_window = std::time::Duration::from_secs(self.limits.breaker_window_secs);
         Ok(hooks)
+    }
+
+    /// Which daemon this configuration makes (`node`, `roles`), checked.
+    pub fn identity(&self) -> Result<crate::node::Identity, Vec<String>> {
+        crate::node::Identity::of(self.node.as_deref(), &self.roles)
+    }
+
+    /// This daemon's node name: `node`, else the host name.
+    pub fn node_name(&self) -> String {
+        self.node.clone().unwrap_or_else(crate::node::host_name)
     }
 
     /// The crons this configuration sets, checked.

@@ -13,6 +13,7 @@ pub mod crons;
 pub mod drain;
 pub mod engine;
 pub mod hooks;
+pub mod node;
 pub mod projects;
 pub mod retention;
 pub mod runner;

@@ -227,7 +227,7 @@ impl Reloader {
         let report = ReloadReport {
             path: self.path.clone(),
             hooks: hooks.hooks.len(),
-            node: hooks.node.clone(),
+            node: hooks.identity.node.clone(),
             applied,
             needs_restart,
         };

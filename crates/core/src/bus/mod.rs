@@ -217,7 +217,7 @@ impl Bus {
 
     /// This daemon's node name.
     pub fn node(&self) -> String {
-        self.daemon_hooks().node.clone()
+        self.daemon_hooks().identity.node.clone()
     }
 
     /// Live envelopes, from now on. A reader that falls more than [`LIVE_BUFFER`] behind gets
@@ -289,7 +289,7 @@ impl Bus {
     ) -> Result<Recorded, StoreError> {
         let firing = event.firing.take();
         let daemon = self.daemon_hooks();
-        let envelope = Arc::new(tx.append_feed(&daemon.node, event, cause)?);
+        let envelope = Arc::new(tx.append_feed(&daemon.identity.node, event, cause)?);
         let batches = select::record_hooks(self, tx, &daemon, &envelope, firing)?;
         Ok(Recorded {
             envelopes: vec![envelope],

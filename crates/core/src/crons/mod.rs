@@ -98,14 +98,9 @@ impl Cron {
         &self.config.name
     }
 
-    /// Whether this daemon (node, roles) runs the cron.
-    pub fn serves(&self, node: &str, roles: &[String]) -> bool {
-        crate::hooks::daemon::node_serves(
-            &self.config.nodes,
-            &self.config.roles_permitted,
-            node,
-            roles,
-        )
+    /// Whether this daemon runs the cron.
+    pub fn serves(&self, identity: &crate::node::Identity) -> bool {
+        identity.runs(&self.config.nodes, &self.config.roles_permitted)
     }
 }
 
@@ -123,7 +118,7 @@ pub fn compile(entries: &[CronConfig]) -> Result<Vec<Cron>, Vec<String>> {
     for (index, entry) in entries.iter().enumerate() {
         let at = |field: &str| format!("crons[{index}].{field}");
         let before = problems.len();
-        if !crate::hooks::daemon::is_name(&entry.name) {
+        if !crate::node::is_name(&entry.name) {
             problems.push(format!(
                 "{}: `{}` is not a cron name (ASCII letters, digits, `-`, `_`, `.`; at most 100)",
                 at("name"),
@@ -147,7 +142,7 @@ pub fn compile(entries: &[CronConfig]) -> Result<Vec<Cron>, Vec<String>> {
             })
             .ok();
         for (i, name) in entry.nodes.iter().enumerate() {
-            if !crate::hooks::daemon::is_name(name) {
+            if !crate::node::is_name(name) {
                 problems.push(format!(
                     "{}: `{name}` is not a node name",
                     at(&format!("nodes[{i}]"))

@@ -244,7 +244,7 @@ impl Crons {
         let daemon = self.inner.bus.daemon_hooks();
         self.all()
             .into_iter()
-            .filter(|c| c.serves(&daemon.node, &daemon.roles))
+            .filter(|c| c.serves(&daemon.identity))
             .collect()
     }
 
@@ -379,13 +379,13 @@ impl Crons {
     pub async fn run_now(&self, name: &str) -> Result<Receipt, CronError> {
         let cron = self.find(name)?;
         let daemon = self.inner.bus.daemon_hooks();
-        if !cron.serves(&daemon.node, &daemon.roles) {
+        if !cron.serves(&daemon.identity) {
             return Err(CronError::NotServed {
                 name: name.to_string(),
                 why: format!(
                     "this node is `{}` with roles [{}]; the cron's nodes are [{}], roles_permitted [{}]",
-                    daemon.node,
-                    daemon.roles.join(", "),
+                    daemon.identity.node,
+                    daemon.identity.roles.join(", "),
                     cron.config.nodes.join(", "),
                     cron.config.roles_permitted.join(", ")
                 ),
@@ -676,7 +676,7 @@ impl Crons {
             .await?;
         let paused = state.is_some_and(|s| s.paused);
         let daemon = self.inner.bus.daemon_hooks();
-        let served = cron.serves(&daemon.node, &daemon.roles);
+        let served = cron.serves(&daemon.identity);
         let running: Vec<String> = self
             .inner
             .running

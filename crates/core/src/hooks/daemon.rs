@@ -38,6 +38,7 @@ use crate::bus::source::{
     CallParts, Chosen, HookCall, HookSource, Occurrence, Selection, Trigger, config_text,
 };
 use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
+use crate::node::{Identity, is_name};
 
 /// The marker holding the whole event as JSON (`CANOPY_HOOK_DATA` in a command).
 pub const DATA_MARKER: &str = "data";
@@ -85,14 +86,9 @@ impl DaemonHook {
         &self.config.name
     }
 
-    /// Whether this daemon (node, roles) runs the hook at all.
-    pub fn serves(&self, node: &str, roles: &[String]) -> bool {
-        node_serves(
-            &self.config.nodes,
-            &self.config.roles_permitted,
-            node,
-            roles,
-        )
+    /// Whether this daemon runs the hook at all.
+    pub fn serves(&self, identity: &Identity) -> bool {
+        identity.runs(&self.config.nodes, &self.config.roles_permitted)
     }
 
     /// Whether the hook fires for this event: its event pattern and every `match` field.
@@ -115,18 +111,6 @@ impl DaemonHook {
     }
 }
 
-/// Whether a daemon (its node name and roles) runs automation narrowed to `nodes` and
-/// `roles_permitted` (either empty: no narrowing) -- daemon hooks and crons alike.
-pub fn node_serves(
-    nodes: &[String],
-    roles_permitted: &[String],
-    node: &str,
-    roles: &[String],
-) -> bool {
-    (nodes.is_empty() || nodes.iter().any(|n| n == node))
-        && (roles_permitted.is_empty() || roles_permitted.iter().any(|r| roles.contains(r)))
-}
-
 /// A field of an event as text: an envelope field, or a payload field (dotted for nested).
 fn field_text(envelope: &Envelope, field: &str) -> Option<String> {
     match field {
@@ -147,9 +131,8 @@ fn field_text(envelope: &Envelope, field: &str) -> Option<String> {
 /// The daemon's hooks and identity, as configured.
 #[derive(Debug, Clone)]
 pub struct DaemonHooks {
-    /// This daemon's node name.
-    pub node: String,
-    pub roles: Vec<String>,
+    /// Which daemon this is (its node name and roles).
+    pub identity: Identity,
     /// Dispatch depth past which hooks no longer fire.
     pub max_depth: u32,
     /// A hook firing more than this many times within [`Self::breaker_window`] trips (see
@@ -162,8 +145,7 @@ pub struct DaemonHooks {
 impl Default for DaemonHooks {
     fn default() -> Self {
         Self {
-            node: host_name(),
-            roles: Vec::new(),
+            identity: Identity::default(),
             max_depth: DEFAULT_MAX_DEPTH,
             breaker_firings: crate::hooks::breaker::DEFAULT_FIRINGS,
             breaker_window: crate::hooks::breaker::DEFAULT_WINDOW,
@@ -172,49 +154,16 @@ impl Default for DaemonHooks {
     }
 }
 
-/// This machine's host name (the default node name).
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|name| name.trim().to_string())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
-}
-
-pub fn is_name(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 100
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
 /// Checks the `[[hooks]]` entries; returns every problem, each with its TOML path.
 pub fn compile(
-    node: Option<&str>,
-    roles: &[String],
+    identity: Result<Identity, Vec<String>>,
     max_depth: u32,
     entries: &[DaemonHookConfig],
 ) -> Result<DaemonHooks, Vec<String>> {
-    let mut problems = Vec::new();
-    let node = match node {
-        Some(name) if !is_name(name) => {
-            problems.push(format!(
-                "node: `{name}` is not a node name (ASCII letters, digits, `-`, `_`, `.`; at most 100)"
-            ));
-            String::new()
-        }
-        Some(name) => name.to_string(),
-        None => host_name(),
+    let (identity, mut problems) = match identity {
+        Ok(identity) => (identity, Vec::new()),
+        Err(problems) => (Identity::default(), problems),
     };
-    for (i, role) in roles.iter().enumerate() {
-        if !is_name(role) {
-            problems.push(format!(
-                "roles[{i}]: `{role}` is not a role name (ASCII letters, digits, `-`, `_`, `.`)"
-            ));
-        }
-    }
     let mut names = HashSet::new();
     let mut hooks = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
@@ -310,8 +259,7 @@ pub fn compile(
     }
     if problems.is_empty() {
         Ok(DaemonHooks {
-            node,
-            roles: roles.to_vec(),
+            identity,
             max_depth,
             hooks,
             ..DaemonHooks::default()
@@ -352,7 +300,7 @@ impl HookSource for DaemonHookSource {
         let hooks = daemon
             .hooks
             .iter()
-            .filter(|hook| hook.serves(&daemon.node, &daemon.roles) && hook.matches(envelope))
+            .filter(|hook| hook.serves(&daemon.identity) && hook.matches(envelope))
             .map(|hook| Chosen {
                 name: hook.name().to_string(),
                 index: hook.index,
@@ -392,18 +340,13 @@ impl HookSource for DaemonHookSource {
                         ])
                     })
             })
-            .map(|hook| catalog_entry(filter.plugins, hook, &daemon.node, &daemon.roles))
+            .map(|hook| catalog_entry(filter.plugins, hook, &daemon.identity))
             .collect()
     }
 }
 
 /// A daemon hook as the catalog lists it.
-fn catalog_entry(
-    plugins: &PluginHost,
-    hook: &DaemonHook,
-    node: &str,
-    roles: &[String],
-) -> CatalogEntry {
+fn catalog_entry(plugins: &PluginHost, hook: &DaemonHook, identity: &Identity) -> CatalogEntry {
     let config = &hook.config;
     let mut matcher: Map<String, Value> = config
         .matcher
@@ -418,7 +361,7 @@ fn catalog_entry(
     }
     let mut metadata: BTreeMap<&str, String> = BTreeMap::from([
         ("index", hook.index.to_string()),
-        ("serves_this_node", hook.serves(node, roles).to_string()),
+        ("serves_this_node", hook.serves(identity).to_string()),
     ]);
     if !config.nodes.is_empty() {
         metadata.insert("nodes", config.nodes.join(","));
@@ -493,8 +436,7 @@ mod tests {
     #[test]
     fn a_hook_matches_its_event_glob_and_payload_fields() {
         let hooks = compile(
-            Some("n1"),
-            &[],
+            Identity::of(Some("n1"), &[]),
             4,
             &[entry(
                 r#"
@@ -527,8 +469,7 @@ mod tests {
     #[test]
     fn nodes_and_roles_narrow_where_a_hook_runs() {
         let hooks = compile(
-            Some("n1"),
-            &["worker".to_string()],
+            Identity::of(Some("n1"), &["worker".to_string()]),
             4,
             &[
                 entry("name = \"a\"\nevent = \"*\"\nnodes = [\"n2\"]\naction = { command = \"true\" }"),
@@ -544,7 +485,7 @@ mod tests {
         let serves: Vec<bool> = hooks
             .hooks
             .iter()
-            .map(|h| h.serves(&hooks.node, &hooks.roles))
+            .map(|h| h.serves(&hooks.identity))
             .collect();
         assert_eq!(serves, [false, false, true]);
     }
@@ -552,8 +493,7 @@ mod tests {
     #[test]
     fn every_problem_is_reported_with_its_path() {
         let problems = compile(
-            Some("n1"),
-            &[],
+            Identity::of(Some("n1"), &[]),
             4,
             &[
                 entry("name = \"a\"\nevent = \"graph.ran\"\naction = { command = \"true\" }"),

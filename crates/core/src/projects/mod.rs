@@ -35,7 +35,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::hooks::daemon::{DATA_MARKER, is_name};
+use crate::hooks::daemon::DATA_MARKER;
+use crate::node::is_name;
 use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, Payload};
 use canopy_store::StoreError;

@@ -440,18 +440,10 @@ pub async fn check_actions(
     problems
 }
 
-/// This configuration's node name (the host name unless `node` says).
-fn node_of(config: &crate::config::Config) -> String {
-    config
-        .node
-        .clone()
-        .unwrap_or_else(crate::hooks::daemon::host_name)
-}
-
 /// Checks and compiles every hook. Reads no secret.
 pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> {
     let mut problems = Vec::new();
-    let node = node_of(config);
+    let node = config.node_name();
     let section = &config.webhooks;
     let bind = match (&section.bind_host, section.bind_port) {
         (host, Some(port)) => {
@@ -539,7 +531,7 @@ pub fn compile(config: &crate::config::Config) -> Result<Webhooks, Vec<String>> 
             continue;
         }
         let base = format!("projects.{name}.webhooks");
-        if name == "global" || !crate::hooks::daemon::is_name(name) {
+        if name == "global" || !crate::node::is_name(name) {
             problems.push(format!(
                 "projects.{name}: a project with webhooks needs a name of letters, digits, `-`, `_`, `.` other than `global` (it is a URL segment)"
             ));
@@ -677,13 +669,13 @@ fn compile_one(
 ) -> Option<Hook> {
     let before = problems.len();
     let field = |name: &str| format!("{at}.{name}");
-    if !crate::hooks::daemon::is_name(id) {
+    if !crate::node::is_name(id) {
         problems.push(format!(
             "{at}: `{id}` is not a hook id (ASCII letters, digits, `-`, `_`, `.`; at most 100)"
         ));
     }
     for (i, name) in entry.nodes.iter().enumerate() {
-        if !crate::hooks::daemon::is_name(name) {
+        if !crate::node::is_name(name) {
             problems.push(format!(
                 "{}: `{name}` is not a node name",
                 field(&format!("nodes[{i}]"))

@@ -291,10 +291,7 @@ impl Ingress {
     pub fn new(parts: Parts, config: &crate::config::Config) -> anyhow::Result<Self> {
         let webhooks = config::compile(config)
             .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
-        let node = config
-            .node
-            .clone()
-            .unwrap_or_else(crate::hooks::daemon::host_name);
+        let node = config.node_name();
         let queues = webhooks
             .hooks
             .iter()

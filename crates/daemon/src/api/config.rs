@@ -60,7 +60,7 @@ async fn validate(
             "valid": true,
             "problems": [],
             "hooks": hooks.hooks.len(),
-            "node": hooks.node,
+            "node": hooks.identity.node,
         })),
         Err(problems) => ApiJson(json!({ "valid": false, "problems": problems })),
     }
