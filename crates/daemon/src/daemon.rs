@@ -294,7 +294,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
             store: store.clone(),
             bus: bus.clone(),
             plugins: plugins.clone(),
-            engine: engine.clone(),
+            backlog: std::sync::Arc::new(engine.clone()),
             drain: drain.clone(),
             data_dir: data.root().to_path_buf(),
             stopping: info.stopping.subscribe(),

@@ -22,6 +22,7 @@
 //!   `interrupted_unknown` and are never replayed. Deliveries found `accepted` run.
 
 pub mod auth;
+pub mod backlog;
 mod bodies;
 pub mod config;
 pub mod flood;
@@ -41,7 +42,6 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::bus::Bus;
 use crate::drain::Drain;
-use crate::engine::Engine;
 use canopy_executors::plugins::PluginHost;
 use canopy_model::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
 use canopy_model::events::{Actor, Cause, Event};
@@ -125,7 +125,7 @@ struct Inner {
     store: Store,
     bus: Bus,
     plugins: PluginHost,
-    engine: Engine,
+    backlog: Arc<dyn backlog::Backlog>,
     drain: Drain,
     data_dir: PathBuf,
     node: String,
@@ -279,7 +279,8 @@ pub struct Parts {
     pub store: Store,
     pub bus: Bus,
     pub plugins: PluginHost,
-    pub engine: Engine,
+    /// Where `spec` handlers add their specs (the engine).
+    pub backlog: Arc<dyn backlog::Backlog>,
     pub drain: Drain,
     pub data_dir: PathBuf,
     /// Turns true once the daemon is stopping: waits for an outcome end then.
@@ -319,7 +320,7 @@ impl Ingress {
                 store: parts.store,
                 bus: parts.bus,
                 plugins: parts.plugins,
-                engine: parts.engine,
+                backlog: parts.backlog,
                 drain: parts.drain,
                 data_dir: parts.data_dir,
                 node,

@@ -379,8 +379,8 @@ impl SpecHandler<'_> {
         let spec_body = spec_body(&text.replace('\0', "\u{FFFD}"), hook, &delivery.id);
         let created = ingress
             .inner
-            .engine
-            .create_spec(NewSpec {
+            .backlog
+            .add(NewSpec {
                 name,
                 body: spec_body,
                 workdir: self.workdir.map(|w| w.to_string_lossy().into_owned()),
@@ -392,8 +392,8 @@ impl SpecHandler<'_> {
         };
         let mut result = json!({ "spec_id": spec.id, "spec_name": spec.name });
         if let Some(queue) = self.queue {
-            match ingress.inner.engine.queue_add(queue, &spec.id, None).await {
-                Ok(added) => result["queue_id"] = json!(added.id),
+            match ingress.inner.backlog.enqueue(queue, &spec.id).await {
+                Ok(queue_id) => result["queue_id"] = json!(queue_id),
                 Err(err) => {
                     return Ended {
                         result: Some(result),
