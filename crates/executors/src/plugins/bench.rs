@@ -70,8 +70,9 @@ pub struct BenchReport {
     pub cache_load: Stats,
     /// Fresh store + instantiate + `execute`, through the same path a hook takes.
     pub call: Stats,
-    /// The same call on bare wasmtime: a store with only the workdir preopened, instantiate,
-    /// `execute` (no admission, deadline, grants, rendering or token).
+    /// The same call on bare wasmtime, measured pair by pair with `call`: a store with the
+    /// directories the plugin's grants open, instantiate, `execute` (no admission, deadline,
+    /// rendering or token).
     pub bare_call: Stats,
     /// `call`'s median over `bare_call`'s: what Canopy's own per-call work costs.
     pub call_over_bare: f64,
@@ -176,18 +177,6 @@ impl PluginHost {
         for _ in 0..iterations.min(20) {
             warmed = Some(self.execute(call_request.clone()).await?);
         }
-        let mut calls = Vec::with_capacity(iterations);
-        for _ in 0..iterations {
-            let started = Instant::now();
-            let report = self.execute(call_request.clone()).await?;
-            calls.push(started.elapsed());
-            last_status = match report.outcome.status {
-                super::Status::Completed => "completed".to_string(),
-                super::Status::Failed { reason } => format!("failed: {reason}"),
-                super::Status::Blocked { blocker } => format!("blocked: {blocker}"),
-            };
-        }
-
         // The bare call makes the same invocation the host made (its config as rendered).
         let invocation = Invocation {
             mode: mode.clone(),
@@ -220,8 +209,19 @@ impl PluginHost {
             host_env: std::sync::Arc::from(Vec::new()),
             stdin: None,
         };
+        // Pair by pair: a call through Canopy, then the same on bare wasmtime, so drift in the
+        // machine (frequency, other load) falls on both alike.
+        let mut calls = Vec::with_capacity(iterations);
         let mut bare_calls = Vec::with_capacity(iterations);
         for _ in 0..iterations {
+            let started = Instant::now();
+            let report = self.execute(call_request.clone()).await?;
+            calls.push(started.elapsed());
+            last_status = match report.outcome.status {
+                super::Status::Completed => "completed".to_string(),
+                super::Status::Failed { reason } => format!("failed: {reason}"),
+                super::Status::Blocked { blocker } => format!("blocked: {blocker}"),
+            };
             let started = Instant::now();
             setup.bare_execute(&invocation).await?;
             bare_calls.push(started.elapsed());

@@ -497,8 +497,9 @@ impl CallSetup {
     }
 
     /// The floor every call stands on, for `plugin bench`'s bare-wasmtime line: a store whose
-    /// WASI context has only the workdir preopened, the pre-linked instance, `execute`. None of
-    /// the host's per-call work: no admission, no deadline, no grants, no rendering, no token.
+    /// WASI context has the directories the plugin's grants open (what any host must open for
+    /// it), the pre-linked instance, `execute`. None of the host's per-call work: no admission,
+    /// no deadline, no rendering, no token, no network policy.
     pub async fn bare_execute(&self, invocation: &types::Invocation) -> Result<(), CallError> {
         let label = self.plugin_label();
         let setup_failed = |message: String| CallError::Setup {
@@ -507,9 +508,18 @@ impl CallSetup {
         };
         let mut wasi = WasiCtx::builder();
         if let Some(workdir) = &self.workdir {
-            let guest = workdir.to_string_lossy().into_owned();
-            wasi.preopened_dir(workdir, guest, FsPerms::ReadWrite)
-                .map_err(|err| setup_failed(format!("cannot open the workdir: {err}")))?;
+            for preopen in self.grants.preopens(workdir).map_err(setup_failed)? {
+                let perms = if preopen.writable {
+                    FsPerms::ReadWrite
+                } else {
+                    FsPerms::ReadOnly
+                };
+                let guest = preopen.path.to_string_lossy().into_owned();
+                wasi.preopened_dir(&preopen.path, guest, perms)
+                    .map_err(|err| {
+                        setup_failed(format!("cannot open {}: {err}", preopen.path.display()))
+                    })?;
+            }
         }
         let state = CallState {
             wasi: wasi.build(),
