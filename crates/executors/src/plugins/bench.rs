@@ -214,8 +214,10 @@ impl PluginHost {
         let mut calls = Vec::with_capacity(iterations);
         let mut bare_calls = Vec::with_capacity(iterations);
         for _ in 0..iterations {
+            // The request is made before the clock starts, as the bare call's invocation is.
+            let request = call_request.clone();
             let started = Instant::now();
-            let report = self.execute(call_request.clone()).await?;
+            let report = self.execute(request).await?;
             calls.push(started.elapsed());
             last_status = match report.outcome.status {
                 super::Status::Completed => "completed".to_string(),
