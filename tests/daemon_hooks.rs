@@ -253,7 +253,7 @@ fn config_reload_refuses_a_bad_file_whole_and_applies_a_good_one() {
     let err = daemon.fails(&["config", "reload"]);
     for expected in [
         "nothing changed",
-        "hooks[0].event: `spec.craeted` matches no event",
+        "hooks[0].event: `spec.craeted` matches no event; did you mean `spec.created`?",
         "hooks[1].name: `second` names another hook too",
         "hooks[2].action: unknown field `comand`; did you mean `command`?",
         "limits.max_concurrent_calls: must be from 1 to 1024",

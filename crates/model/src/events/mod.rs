@@ -236,7 +236,8 @@ impl EventPattern {
         };
         if !all().any(|def| pattern.matches(def.name)) {
             return Err(format!(
-                "`{text}` matches no event; events are named like graph.run.completed or spec.* (`canopy hooks events` lists them)"
+                "`{text}` matches no event{}; events are named like graph.run.completed or spec.* (`canopy hooks events` lists them)",
+                crate::text::did_you_mean(text, all().map(|def| def.name))
             ));
         }
         Ok(pattern)
@@ -554,6 +555,12 @@ mod tests {
         assert_eq!(all.events().count(), super::all().count());
         let err = EventPattern::parse("graph.ran").unwrap_err();
         assert!(err.contains("matches no event"), "{err}");
+        // A misspelt name is answered with the closest event.
+        let err = EventPattern::parse("spec.creatd").unwrap_err();
+        assert!(
+            err.starts_with("`spec.creatd` matches no event; did you mean `spec.created`?"),
+            "{err}"
+        );
     }
 
     #[test]
