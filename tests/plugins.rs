@@ -941,11 +941,11 @@ fn bench_reports_every_figure() {
     }
     assert_eq!(report["call"]["samples"], 20);
     assert_eq!(report["bare_call"]["samples"], 20);
-    // Canopy's path does more than the bare one; it is a ratio, not a figure that can be 0.
-    assert!(
-        report["call_over_bare"].as_f64().unwrap() > 0.5,
-        "{report:#}"
-    );
+    // The ratio printed is the two medians' (a debug build under load says nothing of speed).
+    let ratio = report["call_over_bare"].as_f64().unwrap();
+    let medians = report["call"]["median_us"].as_f64().unwrap()
+        / report["bare_call"]["median_us"].as_f64().unwrap();
+    assert!((ratio - medians).abs() < 1e-9, "{report:#}");
     assert_eq!(report["last_status"], "completed");
     let text = daemon.ok(&["plugin", "bench", "append-file", "--iterations", "5"]);
     assert!(text.contains("fresh instantiate + execute"), "{text}");
