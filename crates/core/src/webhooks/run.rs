@@ -15,8 +15,8 @@ use super::rules::{FieldPath, Request};
 use super::{Ingress, MAX_ARG_VALUE, MAX_BODY_MARKER, Outcome};
 use crate::engine::NewSpec;
 use crate::hooks::runs::OUTPUT_LIMIT;
-use crate::runner::{self, Job, Kind};
-use canopy_executors::plugins::{Ending, WorkConfig};
+use crate::runner::{self, Job, Kind, Place};
+use canopy_executors::plugins::{Ending, WorkConfig, Workdir};
 use canopy_model::events::webhook::{
     Delivery as DeliveryRef, HandlerEnded, WebhookFailed, WebhookHandled,
 };
@@ -551,15 +551,18 @@ async fn run_work(
     };
     // A `cwd` that is not there fails the run naming it: run elsewhere, the handler would act
     // on a folder it was never meant for.
-    let workdir = match &hook.workdir {
-        Some(cwd) if cwd.is_dir() => cwd.clone(),
-        Some(cwd) => {
-            return Ended::failed(format!(
-                "the hook's cwd `{}` is not an existing directory; nothing ran",
-                cwd.display()
-            ));
-        }
-        None => ingress.data_dir().to_path_buf(),
+    // Resolved here, once: the runner takes it as it is.
+    let workdir: Place = match &hook.workdir {
+        Some(cwd) => match Workdir::resolve(cwd) {
+            Ok(resolved) => resolved.into(),
+            Err(_) => {
+                return Ended::failed(format!(
+                    "the hook's cwd `{}` is not an existing directory; nothing ran",
+                    cwd.display()
+                ));
+            }
+        },
+        None => ingress.data_dir().to_path_buf().into(),
     };
     let job = Job {
         markers,

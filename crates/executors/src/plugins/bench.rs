@@ -183,15 +183,7 @@ impl PluginHost {
             config: warmed
                 .map(|report| report.rendered_config.to_string())
                 .unwrap_or_default(),
-            markers: call_request
-                .supported_markers
-                .iter()
-                .map(|name| {
-                    let value = call_request.markers.get(*name).cloned();
-                    let value = value.unwrap_or_else(|| canopy_model::markers::NONE.to_string());
-                    ((*name).to_string(), value)
-                })
-                .collect(),
+            markers: super::marker_list(&call_request.supported_markers, &call_request.markers),
             workdir: workdir.path().to_string_lossy().into_owned(),
             provenance: super::call::provenance_to_wit(&call_request.provenance),
             deadline_ms: u64::try_from(self.timeout_for(call_request.work.host()).as_millis())

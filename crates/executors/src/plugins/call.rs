@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use wasmtime::component::{ResourceTable, ResourceTableError};
 use wasmtime::{PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::canopy::hooks::{host, types};
 use super::bounds::{self, LogBudget};
@@ -323,6 +323,31 @@ impl CallSetup {
         }
     }
 
+    /// Opens for the guest what the plugin's grants give it in the call's workdir (nothing for
+    /// `describe` / `validate`, which have none).
+    fn preopen(&self, wasi: &mut WasiCtxBuilder, label: &str) -> Result<(), CallError> {
+        let Some(workdir) = &self.workdir else {
+            return Ok(());
+        };
+        let setup_failed = |message: String| CallError::Setup {
+            plugin: label.to_string(),
+            message,
+        };
+        for preopen in self.grants.preopens(workdir).map_err(setup_failed)? {
+            let perms = if preopen.writable {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            let guest = preopen.path.to_string_lossy().into_owned();
+            wasi.preopened_dir(&preopen.path, guest, perms)
+                .map_err(|err| {
+                    setup_failed(format!("cannot open {}: {err}", preopen.path.display()))
+                })?;
+        }
+        Ok(())
+    }
+
     /// A fresh store for one attempt at the call. `deadline` is the call's own deadline: the
     /// guest traps once it passes (and yields to the runtime on every epoch tick until then, so
     /// a spinning guest never holds a runtime worker).
@@ -338,28 +363,7 @@ impl CallSetup {
         wasi.allow_blocking_current_thread(true);
         let stderr = MemoryOutputPipe::new(PLUGIN_STDERR);
         wasi.stderr(stderr.clone());
-        if let Some(workdir) = &self.workdir {
-            let preopens = self
-                .grants
-                .preopens(workdir)
-                .map_err(|message| CallError::Setup {
-                    plugin: label.clone(),
-                    message,
-                })?;
-            for preopen in preopens {
-                let perms = if preopen.writable {
-                    FsPerms::ReadWrite
-                } else {
-                    FsPerms::ReadOnly
-                };
-                let guest = preopen.path.to_string_lossy().into_owned();
-                wasi.preopened_dir(&preopen.path, guest, perms)
-                    .map_err(|err| CallError::Setup {
-                        plugin: label.clone(),
-                        message: format!("cannot open {}: {err}", preopen.path.display()),
-                    })?;
-            }
-        }
+        self.preopen(&mut wasi, &label)?;
         if let Some(policy) = self.grants.network() {
             // TCP and UDP stay off in wasmtime-wasi until allowed; every address the guest
             // binds, connects, sends to or receives from then goes through the grant. Host
@@ -502,25 +506,8 @@ impl CallSetup {
     /// no deadline, no rendering, no token, no network policy.
     pub async fn bare_execute(&self, invocation: &types::Invocation) -> Result<(), CallError> {
         let label = self.plugin_label();
-        let setup_failed = |message: String| CallError::Setup {
-            plugin: label.clone(),
-            message,
-        };
         let mut wasi = WasiCtx::builder();
-        if let Some(workdir) = &self.workdir {
-            for preopen in self.grants.preopens(workdir).map_err(setup_failed)? {
-                let perms = if preopen.writable {
-                    FsPerms::ReadWrite
-                } else {
-                    FsPerms::ReadOnly
-                };
-                let guest = preopen.path.to_string_lossy().into_owned();
-                wasi.preopened_dir(&preopen.path, guest, perms)
-                    .map_err(|err| {
-                        setup_failed(format!("cannot open {}: {err}", preopen.path.display()))
-                    })?;
-            }
-        }
+        self.preopen(&mut wasi, &label)?;
         let state = CallState {
             wasi: wasi.build(),
             table: ResourceTable::new(),

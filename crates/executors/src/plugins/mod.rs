@@ -773,17 +773,7 @@ impl PluginHost {
             .or_insert_with(|| workdir.path().to_string_lossy().into_owned());
         let marker_env = markers::render_config(&mut config, &plugin.templates, &values);
         let rendered = Value::Object(config);
-        let marker_list: Vec<(String, String)> = request
-            .supported_markers
-            .iter()
-            .map(|name| {
-                let value = values
-                    .get(*name)
-                    .cloned()
-                    .unwrap_or_else(|| markers::NONE.to_string());
-                ((*name).to_string(), value)
-            })
-            .collect();
+        let marker_list = marker_list(&request.supported_markers, &values);
         let deadline_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let invocation = bindings::canopy::hooks::types::Invocation {
             mode: mode.clone(),
@@ -875,6 +865,21 @@ impl PluginHost {
     pub(crate) fn tmp_dir(&self) -> &Path {
         &self.inner.call_env.tmp_dir
     }
+}
+
+/// The markers a call hands the plugin: every one its kind of work offers, with its value or
+/// `(none)`.
+fn marker_list(supported: &[&str], values: &MarkerValues) -> Vec<(String, String)> {
+    supported
+        .iter()
+        .map(|name| {
+            let value = values
+                .get(*name)
+                .cloned()
+                .unwrap_or_else(|| markers::NONE.to_string());
+            ((*name).to_string(), value)
+        })
+        .collect()
 }
 
 fn plugin_ref(record: &PluginRecord) -> PluginRef {
