@@ -9,7 +9,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use support::{
-    APPEND_FILE_WASM, Daemon, HOSTILE_WASM, IMPOSTOR_WASM, git_repo, plugin_run, real, script,
+    APPEND_FILE_WASM, CONTRACT_V0_1_WASM, Daemon, HOSTILE_WASM, IMPOSTOR_WASM, git_repo,
+    plugin_run, real, script,
 };
 
 /// `plugin run --json` on `name` with a config and markers, in `workdir`; returns the report.
@@ -194,7 +195,8 @@ fn command_mode_is_killed_at_its_timeout() {
         &[],
         workdir.path(),
     );
-    assert_eq!(report["outcome"]["status"], "failed");
+    // Contract 0.2.0 says so with a status of its own, not only in the reason.
+    assert_eq!(report["outcome"]["status"], "timed_out", "{report:#}");
     assert!(
         report["outcome"]["reason"]
             .as_str()
@@ -483,6 +485,65 @@ fn the_sdk_example_installs_and_appends_rendered_markers() {
 }
 
 #[test]
+fn a_plugin_built_against_contract_0_1_0_keeps_running() {
+    let daemon = Daemon::start();
+    daemon.ok(&[
+        "plugin",
+        "install",
+        CONTRACT_V0_1_WASM,
+        "--grant",
+        "process",
+    ]);
+    let listed = daemon.json(&["plugin", "list"]);
+    let contract_of = |name: &str| {
+        listed["plugins"]
+            .as_array()
+            .and_then(|plugins| plugins.iter().find(|p| p["name"] == name))
+            .map(|p| p["contract"].clone())
+            .unwrap_or_else(|| panic!("no plugin {name} in {listed:#}"))
+    };
+    assert_eq!(contract_of("legacy"), "0.1.0");
+    assert_eq!(contract_of("command"), "0.2.0");
+
+    let workdir = tempfile::tempdir().unwrap();
+    // Its calls get 0.1.0's values: a graph-shaped provenance, empty outside a graph run.
+    let report = run_json(&daemon, "legacy", None, json!({}), &[], workdir.path());
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    assert_eq!(
+        report["outcome"]["summary"], "contract 0.1.0: graph= run= event=manual",
+        "{report:#}"
+    );
+    // Its host calls reach the host through the 0.1.0 interface.
+    let report = run_json(
+        &daemon,
+        "legacy",
+        None,
+        json!({ "command": "printf 'made in '; pwd" }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
+    assert_eq!(
+        report["outcome"]["detail"],
+        format!("made in {}\n", real(workdir.path())),
+        "{report:#}"
+    );
+    let failed = run_json(
+        &daemon,
+        "legacy",
+        None,
+        json!({ "command": "echo no >&2; exit 3" }),
+        &[],
+        workdir.path(),
+    );
+    assert_eq!(failed["outcome"]["status"], "failed", "{failed:#}");
+    assert_eq!(
+        failed["outcome"]["reason"], "exited with Some(3): no",
+        "{failed:#}"
+    );
+}
+
+#[test]
 fn plugin_run_reads_the_hosts_keys_and_hands_the_plugin_the_rest() {
     let daemon = Daemon::start();
     daemon.ok(&[
@@ -583,7 +644,7 @@ fn install_refuses_what_is_not_a_canopy_component() {
     // The example rebuilt against a contract version this host does not know.
     let mut bytes = std::fs::read(APPEND_FILE_WASM).unwrap();
     let (from, to) = (
-        b"canopy:hooks/plugin@0.1.0".as_slice(),
+        b"canopy:hooks/plugin@0.2.0".as_slice(),
         b"canopy:hooks/plugin@0.9.0".as_slice(),
     );
     let mut patched = 0;
@@ -605,7 +666,7 @@ fn install_refuses_what_is_not_a_canopy_component() {
         "--grant",
         "fs-write:.",
     ]);
-    assert!(err.contains("built against canopy:hooks@0.9.0, which this Canopy does not support (it supports canopy:hooks@0.1.0)"), "{err}");
+    assert!(err.contains("built against canopy:hooks@0.9.0, which this Canopy does not support (it supports canopy:hooks@0.1.0, canopy:hooks@0.2.0)"), "{err}");
 
     let list = daemon.json(&["plugin", "list"]);
     assert_eq!(

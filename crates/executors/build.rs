@@ -25,6 +25,10 @@ const PLUGINS: &[(&str, &str)] = &[
         "canopy-plugin-append-file",
         "CANOPY_EXAMPLE_APPEND_FILE_WASM",
     ),
+    (
+        "canopy-test-contract-v0-1",
+        "CANOPY_TEST_CONTRACT_V0_1_WASM",
+    ),
     ("canopy-test-hostile", "CANOPY_TEST_HOSTILE_WASM"),
     ("canopy-test-impostor", "CANOPY_TEST_IMPOSTOR_WASM"),
     ("canopy-test-noop", "CANOPY_TEST_NOOP_WASM"),

@@ -80,7 +80,10 @@ pub use command::{Command, plain_words, run_command};
 pub use config::Config;
 pub use manifest::Manifest;
 pub use outcome::Outcome;
-pub use wit::{Escape, Exit, Level, Platform as AgentPlatform, Provenance, SessionTarget, Status};
+pub use wit::{
+    Decision, Escape, Exit, GraphRef, Level, Origin, Platform as AgentPlatform, Provenance,
+    SessionTarget, Status,
+};
 
 /// Exports a Canopy executor: implement this trait on a struct and pass the struct to
 /// [`export_executor!`].
@@ -162,6 +165,12 @@ impl Invocation {
     /// A warm harness session to resume, if the host handed one over.
     pub fn resume_session(&self) -> Option<&str> {
         self.inner.resume_session.as_deref()
+    }
+
+    /// When the call is a sync hook: the input of the action it decides on, as JSON text of
+    /// an object. Answer with [`Outcome::allow`], [`Outcome::deny`] or [`Outcome::patch`].
+    pub fn decision_input(&self) -> Option<&str> {
+        self.inner.decision_input.as_deref()
     }
 }
 
@@ -245,7 +254,8 @@ pub mod __private {
     #[allow(missing_docs, clippy::all)]
     pub mod bindings {
         wit_bindgen::generate!({
-            path: "../wit/since_v0.1.0",
+            path: "../wit/since_v0.2.0",
+            additional_derives: [PartialEq],
             world: "executor",
             pub_export_macro: true,
             export_macro_name: "__export_executor_bindings",

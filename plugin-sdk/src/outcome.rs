@@ -17,8 +17,43 @@ impl Outcome {
                 summary: None,
                 detail: String::new(),
                 harness_session: None,
+                decision: None,
             },
         }
+    }
+
+    fn decided(decision: wit::Decision) -> Self {
+        let mut outcome = Self::completed();
+        outcome.inner.decision = Some(decision);
+        outcome
+    }
+
+    /// A sync hook's answer: the action goes ahead as asked.
+    pub fn allow() -> Self {
+        Self::decided(wit::Decision::Allow)
+    }
+
+    /// A sync hook's answer: the action does not happen, for `reason` (shown to whoever asked
+    /// for the action, and recorded).
+    pub fn deny(reason: impl Into<String>) -> Self {
+        Self::decided(wit::Decision::Deny(reason.into()))
+    }
+
+    /// A sync hook's answer: the action goes ahead with its input changed. `fields` is an
+    /// object whose fields replace the input's; the event's patch schema says which it may
+    /// change, and a patch outside it is refused (recorded `rejected`) and not applied.
+    pub fn patch(fields: serde_json::Value) -> Self {
+        Self::decided(wit::Decision::Patch(fields.to_string()))
+    }
+
+    /// Something the work waited on was stopped at its deadline; `reason` says what.
+    pub fn timed_out(reason: impl Into<String>) -> Self {
+        Self::with_status(Status::TimedOut(reason.into()))
+    }
+
+    /// The decision this outcome carries, if any.
+    pub fn decision(&self) -> Option<&wit::Decision> {
+        self.inner.decision.as_ref()
     }
 
     /// The work is done.
@@ -97,7 +132,7 @@ impl Outcome {
     pub fn from_exit(exit: &crate::Exit) -> Result<Self, String> {
         let detail = format!("{}{}", exit.stdout, exit.stderr);
         if exit.timed_out {
-            return Ok(Outcome::failed(format!(
+            return Ok(Outcome::timed_out(format!(
                 "timed out after {} ms: {}",
                 exit.duration_ms,
                 tail(&exit.stderr, STDERR_TAIL)
@@ -157,6 +192,92 @@ impl Outcome {
     }
 }
 
+/// A decision a process writes on stdout (the decision protocol).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionLine {
+    decision: String,
+    reason: Option<String>,
+    patch: Option<serde_json::Value>,
+}
+
+impl Outcome {
+    /// A sync hook's decision from a process, as agent runtimes' command hooks decide: exit 0
+    /// allows, exit 2 denies with its stderr as the reason, and a JSON object on stdout
+    /// (`{"decision": "allow" | "deny" | "patch", "reason": "...", "patch": {...}}`) says it
+    /// explicitly, whatever the exit code. Any other exit, or a stop at the timeout, fails the
+    /// hook (the host then applies the hook's `required`).
+    pub fn decision_from_exit(exit: &crate::Exit) -> Result<Self, String> {
+        let detail = format!("{}{}", exit.stdout, exit.stderr);
+        if exit.timed_out {
+            return Ok(Outcome::timed_out(format!(
+                "timed out after {} ms before deciding: {}",
+                exit.duration_ms,
+                tail(&exit.stderr, STDERR_TAIL)
+            ))
+            .with_detail(detail));
+        }
+        let stdout = exit.stdout.trim();
+        if stdout.starts_with('{') {
+            let line: DecisionLine = serde_json::from_str(stdout).map_err(|err| {
+                format!(
+                    "stdout starts with `{{` but is not a decision object ({{\"decision\": \"allow\" | \"deny\" | \"patch\", \"reason\": ..., \"patch\": {{...}}}}): {err}"
+                )
+            })?;
+            let outcome = match (line.decision.as_str(), line.patch) {
+                ("allow", None) => Outcome::allow(),
+                ("deny", None) => Outcome::deny(
+                    line.reason
+                        .unwrap_or_else(|| "denied (no reason given)".to_string()),
+                ),
+                ("patch", Some(patch @ serde_json::Value::Object(_))) => Outcome::patch(patch),
+                ("patch", _) => {
+                    return Err(
+                        "decision `patch` needs a `patch` object with the fields to change"
+                            .to_string(),
+                    );
+                }
+                ("allow" | "deny", Some(_)) => {
+                    return Err(format!(
+                        "decision `{}` takes no `patch` (only `patch` does)",
+                        line.decision
+                    ));
+                }
+                (other, _) => {
+                    return Err(format!(
+                        "decision `{other}` is not one of allow, deny, patch"
+                    ));
+                }
+            };
+            return Ok(outcome.with_detail(detail));
+        }
+        let outcome = match exit.code {
+            Some(0) => Outcome::allow(),
+            Some(2) => {
+                let said = tail(&exit.stderr, STDERR_TAIL);
+                Outcome::deny(if said.is_empty() {
+                    "denied (exit code 2, nothing on stderr)".to_string()
+                } else {
+                    said.to_string()
+                })
+            }
+            code => {
+                let code =
+                    code.map_or_else(|| "a signal".to_string(), |c| format!("exit code {c}"));
+                let said = tail(&exit.stderr, STDERR_TAIL);
+                Outcome::failed(if said.is_empty() {
+                    format!("exited with {code} (a decision is exit 0 to allow or 2 to deny)")
+                } else {
+                    format!(
+                        "exited with {code} (a decision is exit 0 to allow or 2 to deny): {said}"
+                    )
+                })
+            }
+        };
+        Ok(outcome.with_detail(detail))
+    }
+}
+
 fn last_line(text: &str) -> Option<String> {
     text.lines()
         .rev()
@@ -176,4 +297,101 @@ fn tail(text: &str, max: usize) -> &str {
         start += 1;
     }
     &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wit::Decision;
+
+    fn exit(code: Option<i32>, stdout: &str, stderr: &str) -> crate::Exit {
+        crate::Exit {
+            code,
+            timed_out: false,
+            stdout: stdout.to_string(),
+            stderr: stderr.to_string(),
+            duration_ms: 5,
+            result: None,
+        }
+    }
+
+    fn decided(exit: &crate::Exit) -> Result<(Status, Option<Decision>), String> {
+        Outcome::decision_from_exit(exit).map(|o| (o.inner.status, o.inner.decision))
+    }
+
+    #[test]
+    fn a_command_decides_by_exit_code_or_a_decision_object() {
+        assert_eq!(
+            decided(&exit(Some(0), "checked\n", "")),
+            Ok((Status::Completed, Some(Decision::Allow)))
+        );
+        assert_eq!(
+            decided(&exit(Some(2), "", "no force pushes\n")),
+            Ok((
+                Status::Completed,
+                Some(Decision::Deny("no force pushes".to_string()))
+            ))
+        );
+        assert_eq!(
+            decided(&exit(Some(2), "", "")),
+            Ok((
+                Status::Completed,
+                Some(Decision::Deny(
+                    "denied (exit code 2, nothing on stderr)".to_string()
+                ))
+            ))
+        );
+        // An object on stdout says it whatever the exit code.
+        assert_eq!(
+            decided(&exit(
+                Some(0),
+                r#"{"decision": "patch", "patch": {"prompt": "be brief"}}"#,
+                ""
+            )),
+            Ok((
+                Status::Completed,
+                Some(Decision::Patch(r#"{"prompt":"be brief"}"#.to_string()))
+            ))
+        );
+        assert_eq!(
+            decided(&exit(
+                Some(1),
+                r#"{"decision": "deny", "reason": "policy"}"#,
+                ""
+            )),
+            Ok((
+                Status::Completed,
+                Some(Decision::Deny("policy".to_string()))
+            ))
+        );
+        // Anything else is a failure, never a decision.
+        let (status, decision) = decided(&exit(Some(1), "", "boom")).expect("an outcome");
+        assert_eq!(
+            status,
+            Status::Failed(
+                "exited with exit code 1 (a decision is exit 0 to allow or 2 to deny): boom"
+                    .to_string()
+            )
+        );
+        assert_eq!(decision, None);
+        let mut slow = exit(None, "", "");
+        slow.timed_out = true;
+        assert!(matches!(decided(&slow), Ok((Status::TimedOut(_), None))));
+    }
+
+    #[test]
+    fn a_malformed_decision_object_is_an_error_naming_what_is_wrong() {
+        let err = decided(&exit(Some(0), r#"{"decision": "maybe"}"#, "")).expect_err("refused");
+        assert_eq!(err, "decision `maybe` is not one of allow, deny, patch");
+        let err = decided(&exit(Some(0), r#"{"decision": "patch"}"#, "")).expect_err("refused");
+        assert!(err.contains("needs a `patch` object"), "{err}");
+        let err = decided(&exit(Some(0), r#"{"decision": "allow", "patch": {}}"#, ""))
+            .expect_err("refused");
+        assert!(err.contains("takes no `patch`"), "{err}");
+        let err = decided(&exit(Some(0), r#"{"verdict": "allow"}"#, "")).expect_err("refused");
+        assert!(
+            err.starts_with("stdout starts with `{` but is not a decision object"),
+            "{err}"
+        );
+    }
 }

@@ -14,6 +14,9 @@ pub const CANOPY: &str = env!("CARGO_BIN_EXE_canopy");
 
 /// The SDK example plugin (`plugins/examples/append-file`), built for wasm32-wasip2.
 pub const APPEND_FILE_WASM: &str = env!("CANOPY_EXAMPLE_APPEND_FILE_WASM");
+/// An executor built against `canopy:hooks@0.1.0` with plain wit-bindgen
+/// (`tests/plugins/contract-v0_1`).
+pub const CONTRACT_V0_1_WASM: &str = env!("CANOPY_TEST_CONTRACT_V0_1_WASM");
 /// The misbehaving test plugin (`tests/plugins/hostile`).
 pub const HOSTILE_WASM: &str = env!("CANOPY_TEST_HOSTILE_WASM");
 /// A test plugin claiming the `command` mode (`tests/plugins/impostor`).

@@ -14,9 +14,9 @@ use std::time::Instant;
 use canopy_executors::plugins::{
     CallReport, CallRequest, Ending, PluginError, PluginHost, StopSignal, WorkConfig, Workdir,
 };
-use canopy_model::events::Cause;
+use canopy_model::events::{Actor, Cause};
 use canopy_model::markers::MarkerValues;
-use canopy_model::work::Provenance;
+use canopy_model::work::{Origin, Provenance};
 
 /// What kind of work a job is. A hook's, a cron's and a webhook's processes see theirs in
 /// `CANOPY_AUTOMATION_KIND` (with the actor in `CANOPY_AUTOMATION_ID`); a node is the work
@@ -37,6 +37,21 @@ impl Kind {
             Self::Cron => Some("cron"),
             Self::Webhook => Some("webhook"),
         }
+    }
+}
+
+/// What a job is, as its call's provenance says: a node, or the automation (by its actor's
+/// name) it runs for.
+fn origin(kind: Kind, actor: &Actor) -> Origin {
+    let name = match actor {
+        Actor::Hook(name) | Actor::Cron(name) | Actor::Webhook(name) => name.clone(),
+        Actor::User | Actor::Agent => actor.to_string(),
+    };
+    match kind {
+        Kind::Node => Origin::Node,
+        Kind::Hook => Origin::Hook(name),
+        Kind::Cron => Origin::Cron(name),
+        Kind::Webhook => Origin::Webhook(name),
     }
 }
 
@@ -87,6 +102,8 @@ pub struct Job {
     /// The call is set up ahead and its processes start on this mark (a cron's second); the
     /// job's time counts from it.
     pub not_before: Option<tokio::time::Instant>,
+    /// A sync hook's job: the input of the action it decides on, as a JSON object.
+    pub decision_input: Option<serde_json::Value>,
 }
 
 impl Job {
@@ -112,6 +129,7 @@ impl Job {
             stdin: None,
             stop: None,
             not_before: None,
+            decision_input: None,
         }
     }
 }
@@ -156,7 +174,12 @@ pub async fn run(plugins: &PluginHost, job: Job) -> Ran {
         stdin,
         stop,
         not_before,
+        decision_input,
     } = job;
+    let provenance = Provenance {
+        origin: origin(kind, &cause.actor),
+        ..provenance
+    };
     let now = Instant::now();
     // Timed from the mark when the call was prepared ahead of it.
     let started = not_before.map_or(now, |at| at.into_std().max(now));
@@ -193,6 +216,7 @@ pub async fn run(plugins: &PluginHost, job: Job) -> Ran {
             cause: acts_as,
             env,
             stdin,
+            decision_input: decision_input.map(|input| input.to_string()),
         };
         plugins.execute_at(request, stop, not_before).await
     };

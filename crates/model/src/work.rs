@@ -4,9 +4,29 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Where a piece of work came from.
+/// What kind of work a call is, and which automation it runs for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "name", rename_all = "snake_case")]
+pub enum Origin {
+    /// A graph's node.
+    Node,
+    /// A hook, by its name.
+    Hook(String),
+    /// A cron's action, by the cron's name.
+    Cron(String),
+    /// A webhook's handler, by the webhook (`<scope>/<id>`).
+    Webhook(String),
+    /// A direct call (`canopy plugin run`, a benchmark).
+    #[default]
+    Manual,
+}
+
+/// Where a piece of work came from. The graph fields are empty outside a graph run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Provenance {
+    /// Set by the one runner from the kind of job (see `canopy_core::runner`).
+    #[serde(default)]
+    pub origin: Origin,
     pub graph_id: String,
     pub graph_name: String,
     pub run_id: String,

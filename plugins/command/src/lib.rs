@@ -14,6 +14,10 @@
 //! The outcome follows Canopy's result protocol ([`Outcome::from_exit`]): exit code 0 is
 //! completed, anything else failed with the code and the tail of stderr, and the process may say
 //! more through the JSON file named by `CANOPY_RESULT_FILE`.
+//!
+//! As a sync hook the command decides ([`Outcome::decision_from_exit`]): the action's input
+//! arrives as JSON on stdin (and in `CANOPY_HOOK_DATA`); exit 0 allows, exit 2 denies with
+//! stderr as the reason, and a decision object on stdout says it explicitly.
 
 use canopy_plugin_sdk::{
     Command, Config, Escape, Executor, Invocation, Manifest, Outcome, export_executor,
@@ -62,11 +66,15 @@ impl Executor for CommandExecutor {
         // A little before the call's deadline, so the command is reported as timed out.
         let timeout_ms = invocation.deadline_ms().saturating_sub(50).max(1);
 
+        let decides = invocation.decision_input();
         let prepare = |mut command: Command| {
-            command = command
-                .cwd(invocation.workdir())
-                .timeout_ms(timeout_ms)
-                .capture_result();
+            command = command.cwd(invocation.workdir()).timeout_ms(timeout_ms);
+            command = match decides {
+                // A sync hook reads the action's input on stdin and answers by its exit code
+                // or a decision object on stdout.
+                Some(input) => command.stdin(input.as_bytes().to_vec()),
+                None => command.capture_result(),
+            };
             for (name, value) in invocation.markers() {
                 command = command.env(format!("CANOPY_HOOK_{}", name.to_ascii_uppercase()), value);
             }
@@ -81,7 +89,10 @@ impl Executor for CommandExecutor {
             Err(_) if command.is_direct() => canopy_plugin_sdk::run_command(&command.under_sh())?,
             ran => ran?,
         };
-        Outcome::from_exit(&exit)
+        match decides {
+            Some(_) => Outcome::decision_from_exit(&exit),
+            None => Outcome::from_exit(&exit),
+        }
     }
 }
 

@@ -198,6 +198,8 @@ impl CallParts {
             event: trigger.event.clone(),
             hook_index: u32::try_from(queued.index).ok(),
             spec_id: queued.spec_id.clone(),
+            // The runner says what kind of work it is.
+            ..Default::default()
         };
         Self {
             markers,

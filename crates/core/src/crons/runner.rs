@@ -559,6 +559,8 @@ impl Crons {
             event: format!("cron:{name}"),
             hook_index: None,
             spec_id: None,
+            // The runner says what kind of work it is.
+            ..Default::default()
         };
         // A cron's action is one level below its firing: what it does is the cron's, at depth 1.
         let cause = Cause {

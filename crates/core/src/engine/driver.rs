@@ -401,6 +401,8 @@ async fn run_node(
         event: "node".to_string(),
         hook_index: None,
         spec_id: Some(spec_id.clone()),
+        // The runner says what kind of work it is.
+        ..Default::default()
     };
     let work =
         split_work_config(&node_config).map_err(|message| format!("node `{node_name}`: {message}"));

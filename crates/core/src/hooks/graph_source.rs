@@ -228,6 +228,8 @@ impl HookCall for GraphCall {
                 event: firing.event.as_str().to_string(),
                 hook_index: u32::try_from(queued.index).ok(),
                 spec_id: queued.spec_id.clone(),
+                // The runner says what kind of work it is.
+                ..Default::default()
             },
             timeout: None,
         }

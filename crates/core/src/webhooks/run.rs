@@ -581,6 +581,8 @@ async fn run_work(
                 event: "webhook.received".to_string(),
                 hook_index: None,
                 spec_id: None,
+                // The runner says what kind of work it is.
+                ..Default::default()
             },
             cause(hook),
         )

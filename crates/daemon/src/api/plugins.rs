@@ -281,6 +281,7 @@ async fn run(
         .plugins
         .execute(CallRequest {
             stdin: None,
+            decision_input: None,
             work,
             markers: body.markers,
             supported_markers: std::borrow::Cow::Borrowed(supported),

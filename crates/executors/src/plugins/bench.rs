@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use wasmtime::component::Component;
 
 use super::bindings::canopy::hooks::types::Invocation;
-use super::call::{CallSetup, CommandRecord};
+use super::call::{Call, CallSetup, CommandRecord};
 use super::capabilities::Grants;
 use super::{CallRequest, PluginError, PluginHost, WorkConfig, Workdir, sha256_hex};
 use canopy_model::work::{PluginRef, Provenance};
@@ -152,6 +152,7 @@ impl PluginHost {
 
         let call_request = CallRequest {
             stdin: None,
+            decision_input: None,
             work: WorkConfig::with_mode(mode.clone(), &request.config),
             markers: [
                 ("graph_name", "bench"),
@@ -189,7 +190,9 @@ impl PluginHost {
             deadline_ms: u64::try_from(self.timeout_for(call_request.work.host()).as_millis())
                 .unwrap_or(u64::MAX),
             resume_session: None,
+            decision_input: None,
         };
+        let bare_call = Call::Execute(Box::new(invocation));
         let setup = CallSetup {
             plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
@@ -215,9 +218,10 @@ impl PluginHost {
                 super::Status::Completed => "completed".to_string(),
                 super::Status::Failed { reason } => format!("failed: {reason}"),
                 super::Status::Blocked { blocker } => format!("blocked: {blocker}"),
+                super::Status::TimedOut { reason } => format!("timed out: {reason}"),
             };
             let started = Instant::now();
-            setup.bare_execute(&invocation).await?;
+            setup.bare_execute(&bare_call).await?;
             bare_calls.push(started.elapsed());
         }
 

@@ -13,6 +13,8 @@ pub const SUMMARY_LIMIT: usize = 1024;
 pub const DETAIL_LIMIT: usize = 64 * 1024;
 /// Bytes of a failure reason, blocker or error message kept.
 pub const MESSAGE_LIMIT: usize = 4 * 1024;
+/// Bytes of a sync hook's patch kept (a longer one is cut, and so refused as not JSON).
+pub const PATCH_LIMIT: usize = 64 * 1024;
 /// Bytes of a harness session id kept.
 pub const SESSION_LIMIT: usize = 256;
 /// Bytes of one plugin log line kept.
@@ -65,10 +67,17 @@ pub(crate) fn reply(reply: Reply) -> Reply {
                 types::Status::Completed => types::Status::Completed,
                 types::Status::Failed(reason) => types::Status::Failed(message(reason)),
                 types::Status::Blocked(blocker) => types::Status::Blocked(message(blocker)),
+                types::Status::TimedOut(reason) => types::Status::TimedOut(message(reason)),
             },
             summary: outcome.summary.map(|s| head(s, SUMMARY_LIMIT)),
             detail: tail(outcome.detail, DETAIL_LIMIT),
             harness_session: outcome.harness_session.map(|s| head(s, SESSION_LIMIT)),
+            decision: outcome.decision.map(|decision| match decision {
+                types::Decision::Allow => types::Decision::Allow,
+                types::Decision::Deny(reason) => types::Decision::Deny(message(reason)),
+                // A patch cut short is no longer JSON: the caller rejects it as such.
+                types::Decision::Patch(patch) => types::Decision::Patch(head(patch, PATCH_LIMIT)),
+            }),
         }),
         other => other,
     }

@@ -20,7 +20,7 @@ use super::engine::Admission;
 use super::process::{self, ProcessSpec};
 use super::{HostServices, LoadedPlugin};
 use canopy_model::capabilities::Capability;
-use canopy_model::work::Provenance;
+use canopy_model::work::{Origin, Provenance};
 
 /// Resources (open files, streams, pollables, sockets) one call may hold at once. Far below the
 /// daemon's file-descriptor limit, so a plugin that hoards handles fails its own call only.
@@ -46,11 +46,35 @@ pub(crate) enum Reply {
     Outcome(types::Outcome),
 }
 
+pub(crate) fn origin_to_wit(origin: &Origin) -> types::Origin {
+    match origin {
+        Origin::Node => types::Origin::Node,
+        Origin::Hook(name) => types::Origin::Hook(name.clone()),
+        Origin::Cron(name) => types::Origin::Cron(name.clone()),
+        Origin::Webhook(name) => types::Origin::Webhook(name.clone()),
+        Origin::Manual => types::Origin::Manual,
+    }
+}
+
+fn origin_from_wit(origin: types::Origin) -> Origin {
+    match origin {
+        types::Origin::Node => Origin::Node,
+        types::Origin::Hook(name) => Origin::Hook(name),
+        types::Origin::Cron(name) => Origin::Cron(name),
+        types::Origin::Webhook(name) => Origin::Webhook(name),
+        types::Origin::Manual => Origin::Manual,
+    }
+}
+
 pub(crate) fn provenance_to_wit(provenance: &Provenance) -> types::Provenance {
+    let some = |text: &String| (!text.is_empty()).then(|| text.clone());
     types::Provenance {
-        graph_id: provenance.graph_id.clone(),
-        graph_name: provenance.graph_name.clone(),
-        run_id: provenance.run_id.clone(),
+        origin: origin_to_wit(&provenance.origin),
+        graph: some(&provenance.graph_id).map(|id| types::GraphRef {
+            id,
+            name: provenance.graph_name.clone(),
+        }),
+        run_id: some(&provenance.run_id),
         event: provenance.event.clone(),
         hook_index: provenance.hook_index,
         spec_id: provenance.spec_id.clone(),
@@ -58,10 +82,12 @@ pub(crate) fn provenance_to_wit(provenance: &Provenance) -> types::Provenance {
 }
 
 pub(crate) fn provenance_from_wit(wit: types::Provenance) -> Provenance {
+    let (graph_id, graph_name) = wit.graph.map(|g| (g.id, g.name)).unwrap_or_default();
     Provenance {
-        graph_id: wit.graph_id,
-        graph_name: wit.graph_name,
-        run_id: wit.run_id,
+        origin: origin_from_wit(wit.origin),
+        graph_id,
+        graph_name,
+        run_id: wit.run_id.unwrap_or_default(),
         event: wit.event,
         hook_index: wit.hook_index,
         spec_id: wit.spec_id,
@@ -73,8 +99,30 @@ pub(crate) fn provenance_from_wit(wit: types::Provenance) -> Provenance {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Status {
     Completed,
-    Failed { reason: String },
-    Blocked { blocker: String },
+    Failed {
+        reason: String,
+    },
+    Blocked {
+        blocker: String,
+    },
+    /// Something the work waited on was stopped at its deadline.
+    TimedOut {
+        reason: String,
+    },
+}
+
+/// A sync hook's answer about the action it was asked about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Deny {
+        reason: String,
+    },
+    /// JSON text of an object whose fields replace the input's (checked by the caller).
+    Patch {
+        patch: String,
+    },
 }
 
 /// The result of an `execute` call.
@@ -85,6 +133,9 @@ pub struct Outcome {
     pub summary: Option<String>,
     pub detail: String,
     pub harness_session: Option<String>,
+    /// A sync hook's decision, when the plugin gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
 }
 
 impl Outcome {
@@ -101,10 +152,19 @@ impl Outcome {
                 Status::Blocked { blocker } => Status::Blocked {
                     blocker: mask(blocker),
                 },
+                Status::TimedOut { reason } => Status::TimedOut {
+                    reason: mask(reason),
+                },
             },
             summary: self.summary.map(mask),
             detail: mask(self.detail),
             harness_session: self.harness_session,
+            decision: self.decision.map(|decision| match decision {
+                Decision::Deny { reason } => Decision::Deny {
+                    reason: mask(reason),
+                },
+                other => other,
+            }),
         }
     }
 
@@ -114,10 +174,16 @@ impl Outcome {
                 types::Status::Completed => Status::Completed,
                 types::Status::Failed(reason) => Status::Failed { reason },
                 types::Status::Blocked(blocker) => Status::Blocked { blocker },
+                types::Status::TimedOut(reason) => Status::TimedOut { reason },
             },
             summary: wit.summary,
             detail: wit.detail,
             harness_session: wit.harness_session,
+            decision: wit.decision.map(|decision| match decision {
+                types::Decision::Allow => Decision::Allow,
+                types::Decision::Deny(reason) => Decision::Deny { reason },
+                types::Decision::Patch(patch) => Decision::Patch { patch },
+            }),
         }
     }
 }
@@ -452,25 +518,8 @@ impl CallSetup {
         };
         loop {
             let mut store = self.store(deadline, provenance.clone())?;
-            let pre = self.plugin.pre.clone();
-            let attempt = async {
-                let instance = pre.instantiate_async(&mut store).await?;
-                let plugin = instance.canopy_hooks_plugin();
-                match &call {
-                    Call::Describe => plugin
-                        .call_describe(&mut store)
-                        .await
-                        .map(|m| Ok(Reply::Manifest(m))),
-                    Call::Validate { mode, config } => plugin
-                        .call_validate(&mut store, mode, config)
-                        .await
-                        .map(|r| r.map(|()| Reply::Valid)),
-                    Call::Execute(invocation) => plugin
-                        .call_execute(&mut store, invocation)
-                        .await
-                        .map(|r| r.map(Reply::Outcome)),
-                }
-            };
+            let pre = &self.plugin.pre;
+            let attempt = pre.call(&mut store, &call);
             let result = tokio::time::timeout_at(hard_stop, attempt).await;
             let state = store.data();
             if state.log_budget.dropped() > 0 {
@@ -504,7 +553,7 @@ impl CallSetup {
     /// WASI context has the directories the plugin's grants open (what any host must open for
     /// it), the pre-linked instance, `execute`. None of the host's per-call work: no admission,
     /// no deadline, no rendering, no token, no network policy.
-    pub async fn bare_execute(&self, invocation: &types::Invocation) -> Result<(), CallError> {
+    pub(crate) async fn bare_execute(&self, call: &Call) -> Result<(), CallError> {
         let label = self.plugin_label();
         let mut wasi = WasiCtx::builder();
         self.preopen(&mut wasi, &label)?;
@@ -537,15 +586,9 @@ impl CallSetup {
             plugin: label.clone(),
             message: format!("{err:#}"),
         };
-        let instance = self
-            .plugin
+        self.plugin
             .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(broke)?;
-        instance
-            .canopy_hooks_plugin()
-            .call_execute(&mut store, invocation)
+            .call(&mut store, call)
             .await
             .map_err(broke)?
             .map_err(|message| CallError::Plugin {
@@ -610,6 +653,13 @@ impl CallSetup {
 
 fn millis_since(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl CallState {
+    /// The provenance the host stamped on this call (none for `describe` / `validate`).
+    pub(crate) fn provenance(&self) -> Option<&Provenance> {
+        self.provenance.as_ref()
+    }
 }
 
 impl types::Host for CallState {}

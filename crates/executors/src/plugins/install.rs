@@ -136,10 +136,7 @@ impl PluginHost {
                 && existing.record.granted == grants
                 && !existing.record.builtin
             {
-                return Ok(PluginInfo {
-                    record: existing.record.clone(),
-                    load: existing.load,
-                });
+                return Ok(existing.info());
             }
         }
         let displaced = self.check_conflicts(&manifest, builtin, replace)?;
@@ -245,10 +242,7 @@ impl PluginHost {
         if let Some(old) = previous.filter(|old| *old != sha256) {
             self.forget_component(&old).await;
         }
-        Ok(PluginInfo {
-            record: loaded.record.clone(),
-            load: loaded.load,
-        })
+        Ok(loaded.info())
     }
 
     /// Which installed plugins the new manifest clashes with; with `replace`, the ones to displace
@@ -418,11 +412,12 @@ fn check_header(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// Refuses a component built against another version of the `canopy:hooks` contract.
+/// The version of the `canopy:hooks` contract a component was built against; refuses one the
+/// host does not run, or one that mixes versions.
 pub(super) fn check_contract(
     engine: &Engine,
     component: &wasmtime::component::Component,
-) -> Result<(), String> {
+) -> Result<bindings::Version, String> {
     let ty = component.component_type();
     let prefix = "canopy:hooks/";
     let mut exported = None;
@@ -431,7 +426,7 @@ pub(super) fn check_contract(
             exported = Some(version.to_string());
         }
     }
-    let mut versions: BTreeSet<String> = ty
+    let imported: BTreeSet<String> = ty
         .imports(engine)
         .filter_map(|(name, _)| {
             name.strip_prefix(prefix)
@@ -439,23 +434,30 @@ pub(super) fn check_contract(
                 .map(|(_, v)| v.to_string())
         })
         .collect();
-    match exported {
-        None => {
-            return Err(format!(
-                "the component does not export `{}`: it is not a Canopy executor (build it with canopy-plugin-sdk)",
-                bindings::PLUGIN_EXPORT
-            ));
-        }
-        Some(version) => versions.insert(version),
-    };
-    if let Some(other) = versions
-        .iter()
-        .find(|v| v.as_str() != bindings::WIT_VERSION)
-    {
+    let Some(exported) = exported else {
         return Err(format!(
-            "the component was built against canopy:hooks@{other}, which this Canopy does not support (it supports canopy:hooks@{})",
-            bindings::WIT_VERSION
+            "the component does not export `{}`: it is not a Canopy executor (build it with canopy-plugin-sdk)",
+            bindings::PLUGIN_EXPORT
+        ));
+    };
+    let supported = || {
+        bindings::WIT_VERSIONS
+            .iter()
+            .map(|v| format!("canopy:hooks@{v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(version) = bindings::Version::parse(&exported) else {
+        return Err(format!(
+            "the component was built against canopy:hooks@{exported}, which this Canopy does not support (it supports {})",
+            supported()
+        ));
+    };
+    if let Some(other) = imported.iter().find(|v| v.as_str() != exported) {
+        return Err(format!(
+            "the component exports canopy:hooks@{exported} but imports canopy:hooks@{other}: build it against one version of the contract (this Canopy supports {})",
+            supported()
         ));
     }
-    Ok(())
+    Ok(version)
 }

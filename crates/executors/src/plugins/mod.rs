@@ -18,6 +18,7 @@ mod bindings;
 mod bounds;
 mod call;
 mod capabilities;
+mod contract_v0_1;
 pub mod credentials;
 mod engine;
 mod fs_guard;
@@ -158,9 +159,19 @@ fn list_or_none(items: &[String]) -> String {
 /// One installed plugin, compiled and pre-linked.
 pub(crate) struct LoadedPlugin {
     record: PluginRecord,
-    pre: bindings::ExecutorPre<CallState>,
+    pre: bindings::ExecutorPre,
     load: LoadInfo,
     templates: Vec<(String, Escape)>,
+}
+
+impl LoadedPlugin {
+    fn info(&self) -> PluginInfo {
+        PluginInfo {
+            record: self.record.clone(),
+            load: self.load,
+            contract: self.pre.version().as_str(),
+        }
+    }
 }
 
 /// A plugin as `plugin list` / `inspect` show it.
@@ -170,6 +181,8 @@ pub struct PluginInfo {
     pub record: PluginRecord,
     /// How the component was loaded by this daemon.
     pub load: LoadInfo,
+    /// The version of the `canopy:hooks` contract it was built against.
+    pub contract: &'static str,
 }
 
 /// One `execute` call to make.
@@ -200,6 +213,9 @@ pub struct CallRequest {
     /// A file every process the call starts without input of its own reads as its stdin (a
     /// webhook's body, for its `command` handler).
     pub stdin: Option<PathBuf>,
+    /// Set for a sync hook: the input of the action it decides on, as JSON text of an object
+    /// (the plugin answers with a decision in its outcome).
+    pub decision_input: Option<String>,
 }
 
 /// How a piece of automation work ended, in the terms every record of it uses (hook runs,
@@ -229,13 +245,16 @@ impl Ending {
                 Status::Failed { reason } if report.interrupted => {
                     Self::Interrupted(Some(reason.clone()))
                 }
-                Status::Blocked { blocker } if report.interrupted => {
+                Status::Blocked { blocker } | Status::TimedOut { reason: blocker }
+                    if report.interrupted =>
+                {
                     Self::Interrupted(Some(blocker.clone()))
                 }
                 Status::Completed => Self::Completed,
                 Status::Failed { reason } if report.timed_out => Self::TimedOut(reason.clone()),
                 Status::Failed { reason } => Self::Failed(reason.clone()),
                 Status::Blocked { blocker } => Self::Blocked(blocker.clone()),
+                Status::TimedOut { reason } => Self::TimedOut(reason.clone()),
             },
             Err(err @ PluginError::Call(CallError::Timeout { .. })) => {
                 Self::TimedOut(err.to_string())
@@ -321,12 +340,9 @@ impl PluginHost {
             .map_err(anyhow::Error::from)
             .context("cannot link WASI")?;
         fs_guard::add_to_linker(&mut linker)?;
-        bindings::Executor::add_to_linker::<CallState, wasmtime::component::HasSelf<CallState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(anyhow::Error::from)
-        .context("cannot link the canopy host interface")?;
+        bindings::add_to_linker(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("cannot link the canopy host interface")?;
         let host = Self {
             inner: Arc::new(Inner {
                 cache: ComponentCache::new(&data.cache_dir(), &engine, store.clone()),
@@ -377,7 +393,7 @@ impl PluginHost {
         &self,
         sha256: &str,
         bytes: Option<Vec<u8>>,
-    ) -> Result<(bindings::ExecutorPre<CallState>, LoadInfo), PluginError> {
+    ) -> Result<(bindings::ExecutorPre, LoadInfo), PluginError> {
         let inner = self.inner.clone();
         let sha = sha256.to_string();
         let wasm_path = self.wasm_path(sha256);
@@ -392,7 +408,8 @@ impl PluginHost {
         .context("the compile task panicked")?
         // The cache's own error says "cannot compile the component" already.
         .map_err(|err| PluginError::Refused(format!("{err:#}")))?;
-        check_contract(&self.inner.engine, &component).map_err(PluginError::Refused)?;
+        let version =
+            check_contract(&self.inner.engine, &component).map_err(PluginError::Refused)?;
         let pre = self
             .inner
             .linker
@@ -402,7 +419,7 @@ impl PluginHost {
                     "the component imports something Canopy does not provide: {err:#}"
                 ))
             })?;
-        let pre = bindings::ExecutorPre::new(pre).map_err(|err| {
+        let pre = bindings::ExecutorPre::new(version, pre).map_err(|err| {
             PluginError::Refused(format!(
                 "the component does not have the shape of a Canopy executor: {err:#}"
             ))
@@ -482,21 +499,12 @@ impl PluginHost {
 
     /// Every installed plugin.
     pub fn list(&self) -> Vec<PluginInfo> {
-        self.plugins()
-            .values()
-            .map(|p| PluginInfo {
-                record: p.record.clone(),
-                load: p.load,
-            })
-            .collect()
+        self.plugins().values().map(|p| p.info()).collect()
     }
 
     /// One plugin by name.
     pub fn get(&self, name: &str) -> Result<PluginInfo, PluginError> {
-        self.loaded(name).map(|p| PluginInfo {
-            record: p.record.clone(),
-            load: p.load,
-        })
+        self.loaded(name).map(|p| p.info())
     }
 
     fn loaded(&self, name: &str) -> Result<Arc<LoadedPlugin>, PluginError> {
@@ -530,6 +538,7 @@ impl PluginHost {
         Ok(PluginInfo {
             record,
             load: plugin.load,
+            contract: plugin.pre.version().as_str(),
         })
     }
 
@@ -583,10 +592,7 @@ impl PluginHost {
             templates: plugin.templates.clone(),
         });
         self.plugins_mut().insert(name, updated.clone());
-        Ok(PluginInfo {
-            record: updated.record.clone(),
-            load: updated.load,
-        })
+        Ok(updated.info())
     }
 
     /// Every mode served by an enabled plugin.
@@ -783,6 +789,7 @@ impl PluginHost {
             provenance: call::provenance_to_wit(&request.provenance),
             deadline_ms,
             resume_session: request.resume_session,
+            decision_input: request.decision_input,
         };
         let started = Instant::now();
         let stops = std::iter::once(self.inner.force.signal())

@@ -558,7 +558,7 @@ mod tests {
 
     #[test]
     fn the_wit_documents_every_reserved_key() {
-        let wit = include_str!("../../../../wit/since_v0.1.0/canopy-hooks.wit");
+        let wit = include_str!("../../../../wit/since_v0.2.0/canopy-hooks.wit");
         let section = wit
             .split_once("Reserved keys:")
             .and_then(|(_, rest)| rest.split_once("validate: func"))

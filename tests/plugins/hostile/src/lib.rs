@@ -11,8 +11,8 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use canopy_plugin_sdk::{
-    Command, Config, Escape, Executor, Invocation, Manifest, Outcome, Provenance, SessionTarget,
-    export_executor, log,
+    Command, Config, Escape, Executor, GraphRef, Invocation, Manifest, Origin, Outcome, Provenance,
+    SessionTarget, export_executor, log,
 };
 
 struct Hostile;
@@ -120,9 +120,12 @@ impl Executor for Hostile {
             // Claims to be another graph's run when it queues a message.
             "hostile-forge" => {
                 let forged = Provenance {
-                    graph_id: "payroll".to_string(),
-                    graph_name: "payroll".to_string(),
-                    run_id: "forged-run".to_string(),
+                    origin: Origin::Cron("payroll".to_string()),
+                    graph: Some(GraphRef {
+                        id: "payroll".to_string(),
+                        name: "payroll".to_string(),
+                    }),
+                    run_id: Some("forged-run".to_string()),
                     event: "on_completed".to_string(),
                     hook_index: Some(7),
                     spec_id: Some("forged-spec".to_string()),
