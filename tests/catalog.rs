@@ -163,7 +163,8 @@ fn the_catalog_lists_graph_and_daemon_hooks_and_every_filter_narrows_it() {
     assert_eq!(on_completed["metadata"]["key"], "on_completed");
     assert_eq!(on_completed["metadata"]["workdir"], web_dir.as_str());
     assert_eq!(hook("web.on_completed[1]")["order"], 1);
-    assert_eq!(hook("web.on_completed[1]")["timeout_ms"], Value::Null);
+    // No timeout of its own: the catalog shows the default it runs with, never null.
+    assert_eq!(hook("web.on_completed[1]")["timeout_ms"], 600_000);
     let per_spec = hook("web.on_spec_completed[0]");
     assert_eq!(per_spec["event"], "spec.completed");
     assert_eq!(per_spec["matcher"]["spec_ids"], json!([spec]));
@@ -183,7 +184,7 @@ fn the_catalog_lists_graph_and_daemon_hooks_and_every_filter_narrows_it() {
     assert_eq!(every_spec["matcher"]["nodes"], json!(["elsewhere"]));
     assert_eq!(every_spec["metadata"]["nodes"], "elsewhere");
     assert_eq!(every_spec["metadata"]["serves_this_node"], "false");
-    assert_eq!(every_spec["timeout_ms"], Value::Null);
+    assert_eq!(every_spec["timeout_ms"], 600_000);
 
     let listed = |query: &str| -> BTreeSet<String> {
         names(

@@ -557,7 +557,7 @@ fn plugin_run_reads_the_hosts_keys_and_hands_the_plugin_the_rest() {
     let workdir = tempfile::tempdir().unwrap();
     let inspect = daemon.ok(&["plugin", "inspect", "append-file"]);
     assert!(
-        inspect.contains("Canopy's own keys (any mode; read by the daemon, never passed on): mode, spec_ids, timeout_seconds, timeout_minutes, detach"),
+        inspect.contains("Canopy's own keys (any mode; read by the daemon, never passed on): mode, spec_ids, timeout_seconds, timeout_minutes, timeout_ms, detach, priority, required"),
         "{inspect}"
     );
 

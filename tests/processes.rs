@@ -254,7 +254,7 @@ fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline() {
         }),
         workdir.path(),
     );
-    assert_eq!(report["outcome"]["status"], "failed", "{report:#}");
+    assert_eq!(report["outcome"]["status"], "timed_out", "{report:#}");
     let pid = pid_in(&workdir.path().join("escapee.pid"));
     wait_gone(pid, "the setsid grandchild to be killed and reaped");
 }
@@ -268,7 +268,7 @@ fn a_grandchild_killed_at_the_deadline_does_not_stay_a_zombie() {
         json!({ "command": "sleep 300 & echo $! > child.pid; wait", "timeout_seconds": 1 }),
         workdir.path(),
     );
-    assert_eq!(report["outcome"]["status"], "failed", "{report:#}");
+    assert_eq!(report["outcome"]["status"], "timed_out", "{report:#}");
     let pid = pid_in(&workdir.path().join("child.pid"));
     wait_gone(pid, "the killed grandchild to be reaped");
 }

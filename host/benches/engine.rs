@@ -4,7 +4,9 @@
 //! 1. engine throughput: 1,000 specs through a one-node graph whose node is a no-op wasm
 //!    executor, from the `run` request to the run's completion, every node run durably recorded
 //!    (checked in the SQLite file afterwards);
-//! 2. `graph get` over HTTP with one client, on a small graph and on the 1,000-spec graph.
+//! 2. what sync hooks on `node.pre_dispatch` add to a dispatch: none, one no-op wasm hook,
+//!    ten (the last one patching);
+//! 3. `graph get` over HTTP with one client, on a small graph and on the 1,000-spec graph.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -30,6 +32,83 @@ fn get_throughput(daemon: &Daemon, path: &str, window: Duration) -> (usize, f64)
         count += 1;
     }
     (count, count as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Specs per run in the sync-hook rounds.
+const GATED_SPECS: usize = 300;
+
+/// One run of `graph`; its engine time per spec in µs, by the run's own record.
+fn micros_per_spec(daemon: &Daemon, graph: &str, specs: usize) -> f64 {
+    let (status, view) = daemon.send(
+        "POST",
+        &format!("/api/graphs/{graph}/control"),
+        &json!({ "action": "run" }),
+    );
+    assert_eq!(status, 200, "{view}");
+    let run = wait_for("the run to complete", Duration::from_secs(300), || {
+        let (_, runs) = daemon.get(&format!("/api/runs?graph={graph}&last=1"));
+        (runs["runs"][0]["status"] != "running").then(|| runs["runs"][0].clone())
+    });
+    assert_eq!(run["status"], "completed", "{run}");
+    let at = |field: &str| humantime::parse_rfc3339(run[field].as_str().unwrap()).unwrap();
+    let secs = at("finished_at")
+        .duration_since(at("started_at"))
+        .unwrap()
+        .as_secs_f64();
+    secs * 1e6 / specs as f64
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// What sync hooks on `node.pre_dispatch` add to a node's dispatch: the same graph with none,
+/// with one no-op wasm sync hook (it allows), and with ten (nine allow, the last patches the
+/// node's prompt), run in turns so drift in the machine falls on all three alike.
+fn sync_hooks(daemon: &Daemon, workdir: &std::path::Path, ids: &[String]) {
+    let node = json!([{ "name": "noop", "mode": "noop", "prompt": "as configured" }]);
+    let allow = json!({ "mode": "noop" });
+    let mut ten: Vec<serde_json::Value> = vec![allow.clone(); 9];
+    ten.push(json!({ "mode": "noop", "patch": { "prompt": "patched" } }));
+    for (name, hooks) in [
+        ("gate-0", json!({})),
+        ("gate-1", json!({ "node.pre_dispatch": [allow] })),
+        ("gate-10", json!({ "node.pre_dispatch": ten })),
+    ] {
+        let (status, answer) = daemon.send(
+            "POST",
+            "/api/graphs",
+            &json!({ "name": name, "workdir": workdir, "nodes": node, "specs": ids, "hooks": hooks }),
+        );
+        assert_eq!(status, 201, "{answer}");
+    }
+    let (mut none, mut one, mut ten) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        none.push(micros_per_spec(daemon, "gate-0", ids.len()));
+        one.push(micros_per_spec(daemon, "gate-1", ids.len()));
+        ten.push(micros_per_spec(daemon, "gate-10", ids.len()));
+    }
+    let (none, one, ten) = (median(none), median(one), median(ten));
+    let (_, runs) = daemon.get("/api/hook-runs?event=node.pre_dispatch&last=1");
+    assert_eq!(runs["runs"][0]["outcome"], "applied", "{runs}");
+    assert_eq!(
+        runs["runs"][0]["patch_applied"]["prompt"], "patched",
+        "{runs}"
+    );
+    println!(
+        "\nsync hooks on node.pre_dispatch ({} specs a run, median of 5 runs each, by the runs' own records):",
+        ids.len()
+    );
+    println!("  no sync hook:                     {none:.0} µs per spec");
+    println!(
+        "  one no-op wasm sync hook:         {one:.0} µs per spec: +{:.0} µs per dispatch",
+        one - none
+    );
+    println!(
+        "  ten (nine allow, one patches):    {ten:.0} µs per spec: +{:.0} µs per dispatch for the decision",
+        ten - none
+    );
 }
 
 fn main() {
@@ -102,6 +181,8 @@ fn main() {
             SPECS as f64 / recorded_secs
         );
     }
+
+    sync_hooks(&daemon, workdir.path(), &ids[..GATED_SPECS]);
 
     let (status, _) = daemon.send(
         "POST",

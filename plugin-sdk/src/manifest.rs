@@ -11,6 +11,7 @@ pub struct Manifest {
     capabilities: Vec<String>,
     config_schema: serde_json::Value,
     templates: Vec<(String, Escape)>,
+    decides: Vec<String>,
 }
 
 impl Manifest {
@@ -24,7 +25,19 @@ impl Manifest {
             capabilities: Vec::new(),
             config_schema: serde_json::json!({ "type": "object" }),
             templates: Vec::new(),
+            decides: Vec::new(),
         }
+    }
+
+    /// Serves one more mode that can answer as a sync hook: given
+    /// [`crate::Invocation::decision_input`], it returns [`crate::Outcome::allow`],
+    /// [`crate::Outcome::deny`] or [`crate::Outcome::patch`]. Only such a mode may be named by a
+    /// sync hook.
+    pub fn deciding_mode(mut self, mode: impl Into<String>) -> Self {
+        let mode = mode.into();
+        self.decides.push(mode.clone());
+        self.modes.push(mode);
+        self
     }
 
     /// Serves one more mode: hooks and nodes naming it run in this plugin.
@@ -65,6 +78,7 @@ impl Manifest {
                 .into_iter()
                 .map(|(field, escape)| wit::TemplateField { field, escape })
                 .collect(),
+            decides: self.decides,
         }
     }
 }

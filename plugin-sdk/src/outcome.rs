@@ -132,12 +132,7 @@ impl Outcome {
     pub fn from_exit(exit: &crate::Exit) -> Result<Self, String> {
         let detail = format!("{}{}", exit.stdout, exit.stderr);
         if exit.timed_out {
-            return Ok(Outcome::timed_out(format!(
-                "timed out after {} ms: {}",
-                exit.duration_ms,
-                tail(&exit.stderr, STDERR_TAIL)
-            ))
-            .with_detail(detail));
+            return Ok(Outcome::timed_out(timed_out(exit, "")).with_detail(detail));
         }
         let reported: ResultFile = match exit.result.as_deref().map(str::trim) {
             None | Some("") => ResultFile::default(),
@@ -210,12 +205,7 @@ impl Outcome {
     pub fn decision_from_exit(exit: &crate::Exit) -> Result<Self, String> {
         let detail = format!("{}{}", exit.stdout, exit.stderr);
         if exit.timed_out {
-            return Ok(Outcome::timed_out(format!(
-                "timed out after {} ms before deciding: {}",
-                exit.duration_ms,
-                tail(&exit.stderr, STDERR_TAIL)
-            ))
-            .with_detail(detail));
+            return Ok(Outcome::timed_out(timed_out(exit, " before deciding")).with_detail(detail));
         }
         let stdout = exit.stdout.trim();
         if stdout.starts_with('{') {
@@ -275,6 +265,16 @@ impl Outcome {
             }
         };
         Ok(outcome.with_detail(detail))
+    }
+}
+
+/// Why a process was stopped at its timeout: how long it ran, and its stderr's last lines.
+fn timed_out(exit: &crate::Exit, what: &str) -> String {
+    let said = tail(&exit.stderr, STDERR_TAIL);
+    if said.is_empty() {
+        format!("timed out after {} ms{what}", exit.duration_ms)
+    } else {
+        format!("timed out after {} ms{what}: {said}", exit.duration_ms)
     }
 }
 

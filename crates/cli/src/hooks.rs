@@ -161,7 +161,7 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
                 r["mode"].as_str().unwrap_or("-").to_string(),
                 format!(
                     "{}{}",
-                    str_at(r, "/status"),
+                    status_cell(r),
                     if r["test"].as_bool() == Some(true) {
                         " (test)"
                     } else {
@@ -171,10 +171,14 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
                 r["duration_ms"]
                     .as_i64()
                     .map_or_else(|| "-".to_string(), |ms| format!("{ms} ms")),
-                r["error"]
-                    .as_str()
-                    .or(r["summary"].as_str())
-                    .unwrap_or("-")
+                patched(r)
+                    .or_else(|| {
+                        r["error"]
+                            .as_str()
+                            .or(r["summary"].as_str())
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_else(|| "-".to_string())
                     .lines()
                     .next()
                     .unwrap_or("-")
@@ -182,6 +186,26 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
             ]
         })
         .collect()
+}
+
+/// A hook run's status as the table shows it: a sync hook's is what it meant for its action
+/// (`denied (sync)`, `rejected (sync)`), unless it timed out.
+fn status_cell(run: &Value) -> String {
+    let status = str_at(run, "/status");
+    match (run["dispatch"].as_str(), run["outcome"].as_str()) {
+        (Some("sync"), Some(outcome)) if status != "timed_out" => format!("{outcome} (sync)"),
+        (Some("sync"), _) => format!("{status} (sync)"),
+        _ => status.to_string(),
+    }
+}
+
+/// What a sync hook's applied patch changed: `patched command, model`.
+fn patched(run: &Value) -> Option<String> {
+    let fields = run["patch_applied"].as_object()?;
+    Some(format!(
+        "patched {}",
+        fields.keys().cloned().collect::<Vec<_>>().join(", ")
+    ))
 }
 
 pub const HOOK_RUN_HEADERS: [&str; 8] = [

@@ -30,6 +30,18 @@ state_enum! {
         /// Never run: its event was caused, through a chain of hooks, deeper than the
         /// dispatch depth allows (a hook loop ends here).
         Dropped = "dropped",
+        /// A sync hook never run: a hook before it denied the action.
+        Skipped = "skipped",
+    }
+}
+
+state_enum! {
+    /// How a hook is dispatched.
+    pub enum Dispatch {
+        /// It runs after its event, off the emitter's path, and cannot change what happened.
+        Async = "async",
+        /// It runs before its action, which waits for its answer: allow, deny or patch.
+        Sync = "sync",
     }
 }
 
@@ -46,10 +58,9 @@ state_enum! {
 }
 
 state_enum! {
-    /// How a hook run turned out, in the terms of the hook API (seed 004): what its status
-    /// means for the operation that fired it. Async hooks (every hook today) are `applied`,
-    /// `failed` or `dropped`; `denied`, `skipped` and `rejected` belong to sync hooks, which
-    /// come later.
+    /// How a hook run turned out, in the terms of the hook API (seed 004): what it meant for
+    /// the action that fired it. Async hooks are `applied`, `failed` or `dropped`; `denied`,
+    /// `skipped` and `rejected` belong to sync hooks.
     pub enum HookOutcome {
         /// It ran to completion.
         Applied = "applied",
@@ -74,6 +85,7 @@ impl HookRunStatus {
             Self::Completed => Some(HookOutcome::Applied),
             Self::Failed | Self::TimedOut | Self::Interrupted => Some(HookOutcome::Failed),
             Self::Dropped => Some(HookOutcome::Dropped),
+            Self::Skipped => Some(HookOutcome::Skipped),
         }
     }
 
@@ -81,9 +93,12 @@ impl HookRunStatus {
     pub fn is_finished(self) -> bool {
         match self {
             Self::Queued | Self::Running => false,
-            Self::Completed | Self::Failed | Self::TimedOut | Self::Interrupted | Self::Dropped => {
-                true
-            }
+            Self::Completed
+            | Self::Failed
+            | Self::TimedOut
+            | Self::Interrupted
+            | Self::Dropped
+            | Self::Skipped => true,
         }
     }
 }
@@ -93,10 +108,6 @@ impl HookRunStatus {
 pub fn graph_hook_name(graph_name: &str, key: &str, index: usize) -> String {
     format!("{graph_name}.{key}[{index}]")
 }
-
-/// A hook's mode in the hook API: every hook today is `async` (it runs after its event, and
-/// cannot allow, deny or patch it); `sync` hooks come later.
-pub const ASYNC_MODE: &str = "async";
 
 /// A hook run as the API returns it: its record, and the fields of the hook API (seed 004)
 /// derived from it (`outcome`, `recorded_at`, `required`, `patch_applied`, `executor_kind`).
@@ -144,14 +155,16 @@ pub struct HookRun {
     pub feed_id: Option<i64>,
     /// The project (workdir) of its event, when known.
     pub project: Option<String>,
-    /// `applied`, `failed` or `dropped` once it ended; null while queued or running.
+    /// What it meant for its action once it ended; null while queued or running.
     pub outcome: Option<HookOutcome>,
-    /// The patch a sync hook applied; always null (every hook is async today).
+    /// The patch a sync hook applied (null when it applied none).
     pub patch_applied: Option<Value>,
     /// When it was recorded: its event's firing time (`fired_at`).
     pub recorded_at: String,
-    /// Whether its failure fails its operation; false (every hook is async today).
+    /// Whether its failure denies its action (sync hooks).
     pub required: bool,
+    /// `sync` (it decided before its action) or `async`.
+    pub dispatch: Dispatch,
 }
 
 impl HookRun {
@@ -175,7 +188,7 @@ impl HookRun {
             error: self.error.clone(),
             event: self.taxonomy_event().to_string(),
             hook_name: self.hook_name.clone(),
-            mode: ASYNC_MODE,
+            mode: self.dispatch,
             outcome: self.outcome,
             patch_applied: self.patch_applied.clone(),
             recorded_at: self.recorded_at.clone(),
@@ -194,8 +207,8 @@ pub struct SeedHookRun {
     /// The taxonomy event that fired it.
     pub event: String,
     pub hook_name: String,
-    /// `async` (sync hooks come later).
-    pub mode: &'static str,
+    /// `sync` or `async`.
+    pub mode: Dispatch,
     pub outcome: Option<HookOutcome>,
     pub patch_applied: Option<Value>,
     pub recorded_at: String,
@@ -203,7 +216,7 @@ pub struct SeedHookRun {
     pub source: HookSourceKind,
 }
 
-const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project";
+const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project, dispatch, required, outcome, patch_applied";
 
 fn json_column(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
     let text: Option<String> = row.get(index)?;
@@ -248,9 +261,10 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
         dispatch_depth: row.get(24)?,
         feed_id: row.get(25)?,
         project: row.get(26)?,
-        outcome: status.outcome(),
-        patch_applied: None,
-        required: false,
+        dispatch: row.get(27)?,
+        required: row.get(28)?,
+        outcome: row.get::<_, Option<HookOutcome>>(29)?.or(status.outcome()),
+        patch_applied: json_column(row, 30)?,
     })
 }
 
@@ -295,6 +309,20 @@ pub struct Finished {
     pub duration_ms: i64,
 }
 
+/// A sync hook run, recorded once its decision is made.
+#[derive(Debug, Clone)]
+pub struct SyncHookRun {
+    /// What fired it (`running` and `dropped` are not read: `finished` says how it went).
+    pub fired: Fired,
+    pub started_at: Option<String>,
+    pub plugin: Option<PluginRef>,
+    pub finished: Finished,
+    pub required: bool,
+    /// What it meant for the action.
+    pub outcome: HookOutcome,
+    pub patch_applied: Option<Value>,
+}
+
 /// Filters of `GET /api/hook-runs` (and of a workspace's hook runs); every one given must hold.
 #[derive(Debug, Clone, Default)]
 pub struct HookRunFilter {
@@ -322,16 +350,16 @@ pub struct HookRunFilter {
     pub last: usize,
 }
 
-/// A status's outcome in SQL: `CASE status WHEN 'completed' THEN 'applied' ... END`, from
-/// [`HookRunStatus::outcome`].
+/// A hook run's outcome in SQL: the one recorded (a sync hook's), else its status's, `CASE
+/// status WHEN 'completed' THEN 'applied' ... END`, from [`HookRunStatus::outcome`].
 fn outcome_sql() -> String {
-    let mut sql = String::from("CASE status");
+    let mut sql = String::from("COALESCE(outcome, CASE status");
     for status in HookRunStatus::ALL {
         if let Some(outcome) = status.outcome() {
             sql.push_str(&format!(" WHEN '{status}' THEN '{outcome}'"));
         }
     }
-    sql.push_str(" END");
+    sql.push_str(" END)");
     sql
 }
 
@@ -540,6 +568,60 @@ impl Tx<'_> {
                 finished_at
             ])?;
         Ok(id)
+    }
+
+    /// Records the sync hook runs of one decision, each as it ended (they ran before their
+    /// action, which waited for them); returns their ids in order.
+    pub fn insert_sync_hook_runs(&self, runs: &[SyncHookRun]) -> Result<Vec<String>, StoreError> {
+        let mut ids = Vec::with_capacity(runs.len());
+        for run in runs {
+            let id = time_ordered_id();
+            let fired = &run.fired;
+            let plugin = run.plugin.as_ref();
+            let finished = &run.finished;
+            self.conn()
+                .prepare_cached(
+                    "INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
+                                            source, hook_name, dispatch_depth, feed_id, project, error, finished_at, summary, output, rendered, duration_ms,
+                                            dispatch, required, outcome, patch_applied)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+                )?
+                .execute(params![
+                    id,
+                    fired.graph_id,
+                    fired.graph_name,
+                    fired.run_id,
+                    fired.event,
+                    i64::try_from(fired.hook_index).unwrap_or(i64::MAX),
+                    &*fired.hook_config,
+                    fired.spec_id,
+                    fired.mode,
+                    finished.status,
+                    fired.test,
+                    fired.fired_at,
+                    run.started_at,
+                    plugin.map(|p| p.name.as_str()),
+                    plugin.map(|p| p.version.as_str()),
+                    plugin.map(|p| p.sha256.as_str()),
+                    fired.source,
+                    fired.hook_name,
+                    fired.dispatch_depth,
+                    fired.feed_id,
+                    fired.project,
+                    finished.error,
+                    super::now(),
+                    finished.summary,
+                    finished.output,
+                    finished.rendered.as_ref().map(Value::to_string),
+                    finished.duration_ms,
+                    Dispatch::Sync,
+                    run.required,
+                    run.outcome,
+                    run.patch_applied.as_ref().map(Value::to_string),
+                ])?;
+            ids.push(id);
+        }
+        Ok(ids)
     }
 
     /// Marks a queued hook run as running, with the executor about to run it. False when it

@@ -468,7 +468,34 @@ const MIGRATIONS: &[Migration] = &[
     // 14: a hook run's source is checked in Rust (`HookSourceKind`, read back through it), not by
     // a CHECK that a new hook source would have to widen by rebuilding the table: it is dropped.
     Code(hook_source_checked_in_rust),
+    // 15: sync hooks. A hook run says how it was dispatched (`sync` decides before its action,
+    // `async` reacts after), whether it was required, and, for a sync hook, the outcome it had
+    // on its action (`denied`, `rejected`, ...) and the patch it applied.
+    Sql(r#"
+    ALTER TABLE hook_runs ADD COLUMN dispatch TEXT NOT NULL DEFAULT 'async';
+    ALTER TABLE hook_runs ADD COLUMN required INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE hook_runs ADD COLUMN outcome TEXT;
+    ALTER TABLE hook_runs ADD COLUMN patch_applied TEXT;
+    "#),
+    // 16: a sync hook after one that denied is not run: its status is `skipped`.
+    Code(hook_runs_may_be_skipped),
 ];
+
+/// Widens the CHECK on `hook_runs.status` (as migration 13 wrote it) by `skipped`: every
+/// stored row still fits.
+fn hook_runs_may_be_skipped(tx: &Transaction) -> Result<()> {
+    rewrite_tables(tx, |name, sql| {
+        if name == "hook_runs" {
+            sql.replacen(
+                "OR status = 'dropped')",
+                "OR status = 'dropped' OR status = 'skipped')",
+                1,
+            )
+        } else {
+            sql.to_string()
+        }
+    })
+}
 
 /// `CHECK (status IN ('a', 'b'))`, its column and its list of quoted values.
 static CHECK_IN: LazyLock<Regex> = LazyLock::new(|| {

@@ -38,6 +38,9 @@ pub struct Manifest {
     pub capabilities: Vec<String>,
     pub config_schema: serde_json::Value,
     pub templates: Vec<TemplateField>,
+    /// The modes that answer as sync hooks (contract 0.2.0; none for a 0.1.0 plugin).
+    #[serde(default)]
+    pub decides: Vec<String>,
 }
 
 /// A config field the host renders markers into.

@@ -37,7 +37,7 @@ struct CommandExecutor;
 impl Executor for CommandExecutor {
     fn describe() -> Manifest {
         Manifest::new("command", env!("CARGO_PKG_VERSION"))
-            .mode("command")
+            .deciding_mode("command")
             .capability("process")
             .template("command", Escape::Shell)
             .config_schema(serde_json::json!({

@@ -247,7 +247,7 @@ async fn advance(
     let depth = trigger.depth;
     // The end's event is made before the write: the writer thread only records it.
     let ending = ended.map(|ended| {
-        let event = hook_event(
+        let event = hook_run_event(
             &ended.record_id,
             &ended.hook_name,
             ended.source,
@@ -309,7 +309,7 @@ async fn advance(
 }
 
 /// The `hook.run.completed` / `hook.run.failed` event of a hook run that ended.
-fn hook_event(
+pub(crate) fn hook_run_event(
     record_id: &str,
     hook_name: &str,
     source: HookSourceKind,
@@ -377,7 +377,8 @@ async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
         HookRunStatus::Queued
         | HookRunStatus::Running
         | HookRunStatus::Interrupted
-        | HookRunStatus::Dropped => {
+        | HookRunStatus::Dropped
+        | HookRunStatus::Skipped => {
             tracing::error!(status = %finished.status, "a hook run ended with a status it cannot end with");
         }
     }

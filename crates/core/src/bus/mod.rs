@@ -31,8 +31,8 @@ use canopy_model::events::{Cause, Envelope, Event};
 use canopy_model::hook_keys::Firing;
 use canopy_store::{Store, StoreError, Tx};
 
-pub(crate) use batch::Queued;
 pub use batch::Unstarted;
+pub(crate) use batch::{Queued, hook_run_event};
 
 /// Hook batches that may run at the same time.
 pub const CONCURRENT_BATCHES: usize = 32;
@@ -228,6 +228,11 @@ impl Bus {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Where a hook with no workdir of its own runs.
+    pub(crate) fn fallback_dir(&self) -> &std::path::Path {
+        &self.inner.fallback_dir
     }
 
     /// The executor host hooks run on.

@@ -6,6 +6,7 @@
 //! the dirty-tree guard checks the workdir; a dirty tree pauses the graph.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -15,6 +16,8 @@ use super::graphs::{Graph, GraphStatus};
 use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
 use crate::bus::Recorded;
+use crate::hooks::HookMap;
+use crate::hooks::decide::{GraphScope, Question, Verdict};
 use crate::runner::{self, Job, Kind, Place};
 use canopy_executors::plugins::{Ending, Workdir, split_work_config};
 use canopy_model::events::graph::CompletedSpec;
@@ -39,6 +42,8 @@ struct NodeStep {
     node_config: serde_json::Map<String, Value>,
     node_count: usize,
     resume_session: Option<String>,
+    /// The graph's hooks map, when it has sync hooks on `node.pre_dispatch`.
+    dispatch_hooks: Option<Arc<HookMap>>,
 }
 
 /// The run a driver works on, and the lease it holds on it.
@@ -332,7 +337,77 @@ fn next_step(
         node_config: node.config.clone(),
         node_count: graph.nodes.len(),
         resume_session,
+        dispatch_hooks: graph
+            .hooks
+            .contains_key(PRE_DISPATCH)
+            .then(|| Arc::new(graph.hooks.clone())),
     })))
+}
+
+/// The question a node's dispatch asks of the sync hooks.
+const PRE_DISPATCH: &str = "node.pre_dispatch";
+
+/// What the sync hooks said about a node's dispatch.
+enum Dispatched {
+    /// It runs as configured.
+    AsConfigured,
+    /// It runs with this config.
+    Patched(serde_json::Map<String, Value>),
+    /// It does not run; the spec is blocked with this.
+    Denied(String),
+}
+
+/// Asks the sync hooks whether a node runs ([`crate::hooks::decide`]).
+async fn dispatch_decision(
+    engine: &Engine,
+    step: &NodeStep,
+    mode: &str,
+) -> Result<Dispatched, EngineError> {
+    if step.dispatch_hooks.is_none() && !engine.bus().asks(PRE_DISPATCH) {
+        return Ok(Dispatched::AsConfigured);
+    }
+    let text = |field: &str| {
+        step.node_config
+            .get(field)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let question = taxonomy::node::NodePreDispatch {
+        run: step.run.run_ref(),
+        spec_id: step.spec_id.clone(),
+        spec_name: step.spec_name.clone(),
+        node: step.node_name.clone(),
+        mode: mode.to_string(),
+        prompt: text("prompt"),
+        command: text("command"),
+        model: text("model"),
+    };
+    let mut question = Question::of(&question, step.run.cause.clone()).about_spec(&step.spec_id);
+    if let Some(hooks) = &step.dispatch_hooks {
+        question = question.in_graph(GraphScope {
+            graph_id: step.run.graph_id.clone(),
+            graph_name: step.run.graph_name.clone(),
+            run_id: Some(step.run.run_id.clone()),
+            workdir: step.run.workdir.clone(),
+            hooks: hooks.clone(),
+        });
+    }
+    let decision = engine.bus().decide(question).await?;
+    if let Verdict::Deny { hook, reason } = &decision.verdict {
+        return Ok(Dispatched::Denied(format!(
+            "sync hook `{hook}` denied the dispatch: {reason}"
+        )));
+    }
+    if !decision.patched {
+        return Ok(Dispatched::AsConfigured);
+    }
+    let mut config = step.node_config.clone();
+    for field in ["prompt", "command", "model"] {
+        if let Some(value) = decision.input.get(field).filter(|v| v.is_string()) {
+            config.insert(field.to_string(), value.clone());
+        }
+    }
+    Ok(Dispatched::Patched(config))
 }
 
 /// The specs this run completed so far.
@@ -361,6 +436,17 @@ async fn run_node(
     step: NodeStep,
     hint: i64,
 ) -> Result<(Recorded, Next, i64), EngineError> {
+    // A planned stop has closed admission: the node run is not started. It stays recorded
+    // running, and the stop records it (and its run) interrupted; a continue runs it again.
+    let Some(_admitted) = engine.bus().drain().admit() else {
+        tracing::info!(graph = %step.run.graph_name, node = %step.node_name, "the daemon is stopping; the node run is not started");
+        return Ok((Recorded::default(), Next::Stop, hint));
+    };
+    let mode = split_work_config(&step.node_config)
+        .map(|w| w.mode)
+        .unwrap_or_default();
+    // The sync hooks on `node.pre_dispatch` decide whether it runs, and may patch it.
+    let decided = dispatch_decision(engine, &step, &mode).await?;
     let NodeStep {
         run,
         node_run_id,
@@ -372,16 +458,8 @@ async fn run_node(
         node_config,
         node_count,
         resume_session,
+        dispatch_hooks: _,
     } = step;
-    // A planned stop has closed admission: the node run is not started. It stays recorded
-    // running, and the stop records it (and its run) interrupted; a continue runs it again.
-    let Some(_admitted) = engine.bus().drain().admit() else {
-        tracing::info!(graph = %run.graph_name, node = %node_name, "the daemon is stopping; the node run is not started");
-        return Ok((Recorded::default(), Next::Stop, hint));
-    };
-    let mode = split_work_config(&node_config)
-        .map(|w| w.mode)
-        .unwrap_or_default();
     let markers: MarkerValues = [
         ("graph_name", run.graph_name.clone()),
         ("workdir", run.workdir.clone()),
@@ -404,24 +482,34 @@ async fn run_node(
         // The runner says what kind of work it is.
         ..Default::default()
     };
-    let work =
-        split_work_config(&node_config).map_err(|message| format!("node `{node_name}`: {message}"));
-    let job = Job {
-        markers,
-        supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
-        resume_session,
-        ..Job::new(
-            Kind::Node,
-            work,
-            place.of(&run.workdir),
-            provenance,
-            run.cause.clone(),
-        )
+    let node_config = match decided {
+        Dispatched::AsConfigured => Ok(node_config),
+        Dispatched::Patched(config) => Ok(config),
+        Dispatched::Denied(blocker) => Err(blocker),
     };
-    let ran = runner::run(engine.plugins(), job).await;
-    let duration_ms = ran.duration_ms;
-    let result = ran.result;
-    let (status, reason) = match ran.ending {
+    let (ending, result, duration_ms) = match node_config {
+        // Denied: the node does not run, and the spec is blocked with the reason.
+        Err(blocker) => (Ending::Blocked(blocker), None, 0),
+        Ok(node_config) => {
+            let work = split_work_config(&node_config)
+                .map_err(|message| format!("node `{node_name}`: {message}"));
+            let job = Job {
+                markers,
+                supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
+                resume_session,
+                ..Job::new(
+                    Kind::Node,
+                    work,
+                    place.of(&run.workdir),
+                    provenance,
+                    run.cause.clone(),
+                )
+            };
+            let ran = runner::run(engine.plugins(), job).await;
+            (ran.ending, ran.result.ok(), ran.duration_ms)
+        }
+    };
+    let (status, reason) = match ending {
         Ending::Interrupted(_) => {
             // A planned stop forced the node: what it reports is not its outcome. The node run
             // stays running; the stop records it and its run interrupted.
@@ -434,7 +522,7 @@ async fn run_node(
         Ending::Blocked(blocker) => (NodeRunStatus::Blocked, Some(blocker)),
     };
     let (summary, detail, session, plugin) = match &result {
-        Ok(report) => (
+        Some(report) => (
             report.outcome.summary.clone(),
             Some(canopy_model::text::tail(
                 &report.outcome.detail,
@@ -443,7 +531,7 @@ async fn run_node(
             report.outcome.harness_session.clone(),
             Some(report.plugin.clone()),
         ),
-        Err(_) => (None, None, None, None),
+        None => (None, None, None, None),
     };
     let end = NodeRunEnd {
         status,

@@ -251,6 +251,7 @@ impl Engine {
             let at = format!("nodes[{index}] (`{}`)", node.name);
             let work = split_work_config(&node.config)
                 .and_then(|work| work.host().check_no_spec_ids().map(|()| work))
+                .and_then(|work| work.host().check_not_sync().map(|()| work))
                 .map_err(|err| EngineError::Invalid(format!("{at}: {err}")))?;
             self.validate_work(&at, &work, NODE_MARKERS).await?;
         }
@@ -803,13 +804,11 @@ impl Engine {
                 if request.mode.is_some() || request.node.is_some() {
                     return invalid("fields `mode` and `node` belong to the `continue` action");
                 }
+                let (queue_id, workdir) = self
+                    .ask_pre_start(&graph_id, request.queue_id, request.workdir)
+                    .await?;
                 self.drive_new(&graph_id, "run", None, move |tx, id| {
-                    start_run(
-                        tx,
-                        id,
-                        request.queue_id.as_deref(),
-                        request.workdir.as_deref(),
-                    )
+                    start_run(tx, id, queue_id.as_deref(), workdir.as_deref())
                 })
                 .await?;
             }
@@ -856,6 +855,62 @@ impl Engine {
             }
         }
         self.graph_view(&graph_id, ViewPage::default()).await
+    }
+
+    /// Asks the sync hooks on `graph.run.pre_start` whether a run starts
+    /// ([`crate::hooks::decide`]); returns its queue and workdir as they patched them. A
+    /// denial is a conflict naming the hook and its reason: nothing starts.
+    async fn ask_pre_start(
+        &self,
+        graph_id: &str,
+        queue_id: Option<String>,
+        workdir: Option<String>,
+    ) -> Result<(Option<String>, Option<String>), EngineError> {
+        const PRE_START: &str = "graph.run.pre_start";
+        let id = graph_id.to_string();
+        let graph = self.read(move |rd| Ok(rd.graph_shallow(&id)?)).await?;
+        let graph_hooks = graph.hooks.contains_key(PRE_START);
+        if !graph_hooks && !self.inner.bus.asks(PRE_START) {
+            return Ok((queue_id, workdir));
+        }
+        let cause = Cause::current();
+        let asked_workdir = workdir.clone().unwrap_or_else(|| graph.workdir.clone());
+        let question = taxonomy::graph::RunPreStart {
+            graph: taxonomy::graph::GraphRef {
+                graph_id: graph.id.clone(),
+                graph_name: graph.name.clone(),
+                workdir: asked_workdir.clone(),
+            },
+            queue_id: queue_id.clone(),
+            actor: cause.actor.to_string(),
+        };
+        let mut question = crate::hooks::decide::Question::of(&question, cause);
+        if graph_hooks {
+            question = question.in_graph(crate::hooks::decide::GraphScope {
+                graph_id: graph.id.clone(),
+                graph_name: graph.name.clone(),
+                run_id: None,
+                workdir: graph.workdir.clone(),
+                hooks: std::sync::Arc::new(graph.hooks.clone()),
+            });
+        }
+        let decision = self.inner.bus.decide(question).await?;
+        if let crate::hooks::decide::Verdict::Deny { hook, reason } = decision.verdict {
+            return Err(EngineError::Conflict(format!(
+                "sync hook `{hook}` denied the run of graph `{}`: {reason}",
+                graph.name
+            )));
+        }
+        if !decision.patched {
+            return Ok((queue_id, workdir));
+        }
+        let patched: taxonomy::graph::RunPreStart = decision
+            .input_as()
+            .map_err(|err| EngineError::Internal(anyhow::anyhow!(err)))?;
+        let workdir = (patched.graph.workdir != asked_workdir)
+            .then_some(patched.graph.workdir)
+            .or(workdir);
+        Ok((patched.queue_id, workdir))
     }
 
     /// Makes the graph's run running with `begin` (which returns the run's id) and, in the same

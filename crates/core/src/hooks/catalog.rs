@@ -13,7 +13,7 @@ use canopy_executors::plugins::PluginHost;
 use canopy_model::events::EventPattern;
 use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_store::graphs::Graph;
-use canopy_store::hook_runs::{ASYNC_MODE, HookSourceKind};
+use canopy_store::hook_runs::{Dispatch, HookSourceKind};
 
 use super::daemon::DaemonHook;
 use crate::bus::Bus;
@@ -37,9 +37,9 @@ pub struct CatalogFilter<'a> {
 }
 
 impl CatalogFilter<'_> {
-    /// Whether the mode filter lets a hook of this executor mode through.
-    pub fn allows_mode(&self, executor: Option<&str>) -> bool {
-        self.mode.is_none_or(|m| m.allows(executor))
+    /// Whether the mode filter lets a hook of this dispatch and executor mode through.
+    pub fn allows_mode(&self, dispatch: Dispatch, executor: Option<&str>) -> bool {
+        self.mode.is_none_or(|m| m.allows(dispatch, executor))
     }
 }
 
@@ -140,9 +140,9 @@ impl ModeFilter {
         }
     }
 
-    fn allows(&self, executor: Option<&str>) -> bool {
+    fn allows(&self, dispatch: Dispatch, executor: Option<&str>) -> bool {
         match self {
-            Self::Dispatch(mode) => mode == ASYNC_MODE,
+            Self::Dispatch(mode) => mode == dispatch.as_str(),
             Self::Executor(mode) => executor == Some(mode.as_str()),
         }
     }
@@ -172,8 +172,8 @@ pub struct CatalogEntry {
     pub key: Option<String>,
     pub matcher: Value,
     pub metadata: BTreeMap<&'static str, String>,
-    /// `async` (every hook today) or `sync`.
-    pub mode: &'static str,
+    /// `sync` (decides before its action) or `async`.
+    pub mode: Dispatch,
     pub name: String,
     pub order: usize,
     pub priority: i64,
@@ -183,13 +183,14 @@ pub struct CatalogEntry {
     pub required: bool,
     pub source: HookSourceKind,
     pub spec_ids: Value,
-    pub timeout_ms: Option<u64>,
+    /// Its deadline: its own, else the default of its kind of hook.
+    pub timeout_ms: u64,
 }
 
 impl CatalogEntry {
-    /// An async hook's entry (every hook today: mode `async`, priority 0, not required, in the
-    /// order of its list), run by the executor of `mode` when one serves it; the source fills
-    /// in what it knows beyond that.
+    /// An async hook's entry (priority 0, not required, in the order of its list), run by the
+    /// executor of `mode` when one serves it; its deadline is `timeout`, else the executor's
+    /// default. The source fills in what it knows beyond that (a sync hook's rule included).
     pub fn of_async_hook(
         source: HookSourceKind,
         name: String,
@@ -198,6 +199,7 @@ impl CatalogEntry {
         timeout: Option<Duration>,
         plugins: &PluginHost,
     ) -> Self {
+        let timeout = timeout.unwrap_or_else(|| plugins.timeout_for(&Default::default()));
         let executor = mode
             .and_then(|m| plugins.plugin_ref(m).ok())
             .and_then(|r| serde_json::to_value(r).ok())
@@ -215,7 +217,7 @@ impl CatalogEntry {
             key: None,
             matcher: Value::Null,
             metadata: BTreeMap::new(),
-            mode: ASYNC_MODE,
+            mode: Dispatch::Async,
             name,
             order: index,
             priority: 0,
@@ -223,7 +225,7 @@ impl CatalogEntry {
             required: false,
             source,
             spec_ids: Value::Null,
-            timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         }
     }
 }

@@ -9,6 +9,7 @@
 use serde_json::{Map, Value};
 
 use canopy_executors::plugins::{PluginHost, split_work_config};
+use canopy_model::events::{EventDef, Family};
 use canopy_model::hook_keys::{Firing, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 
@@ -86,16 +87,23 @@ pub async fn validate_hooks(
     };
     let mut validated = HookMap::new();
     for (key, value) in map {
-        let Some(event) = HookEvent::parse(key) else {
+        let asked = graph_sync_event(key);
+        let event = HookEvent::parse(key);
+        if event.is_none() && asked.is_none() {
+            let keys = canopy_model::hook_keys::EVENTS
+                .iter()
+                .map(|e| e.as_str())
+                .chain(graph_sync_events().map(|def| def.name));
             return Err(format!(
-                "field `hooks`: unknown event `{key}`{}; the events are {}",
-                canopy_model::text::did_you_mean(
-                    key,
-                    canopy_model::hook_keys::EVENTS.iter().map(|e| e.as_str())
-                ),
-                HookEvent::names()
+                "field `hooks`: unknown event `{key}`{}; the events are {}, and the sync ones (asked before their action) {}",
+                canopy_model::text::did_you_mean(key, keys),
+                HookEvent::names(),
+                graph_sync_events()
+                    .map(|def| def.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
-        };
+        }
         let list = match value {
             Value::Array(items) => items.clone(),
             Value::Object(_) => vec![value.clone()],
@@ -110,7 +118,7 @@ pub async fn validate_hooks(
             };
             let mut config = config.clone();
             if let Some(ids) = config.get("spec_ids") {
-                if !event.takes_spec_ids() {
+                if !event.is_some_and(HookEvent::takes_spec_ids) {
                     return Err(format!(
                         "{at}: field `spec_ids` is not allowed on {key}, which is not per-spec (spec_ids filters on_spec_completed and on_failed)"
                     ));
@@ -138,17 +146,62 @@ pub async fn validate_hooks(
                 config.insert("spec_ids".to_string(), Value::Array(resolved));
             }
             let work = split_work_config(&config).map_err(|err| format!("{at}: {err}"))?;
-            plugins
-                .validate(&work, HOOK_MARKERS)
-                .await
-                .map_err(|err| format!("{at} ({} mode): {err}", work.mode))?;
+            match asked {
+                Some(def) => {
+                    plugins
+                        .check_decides(&work.mode)
+                        .map_err(|err| format!("{at}: {err}"))?;
+                    let markers = sync_markers(def);
+                    plugins
+                        .validate(&work, &markers)
+                        .await
+                        .map_err(|err| format!("{at} ({} mode): {err}", work.mode))?;
+                }
+                None => {
+                    work.host()
+                        .check_not_sync()
+                        .map_err(|err| format!("{at}: {err}"))?;
+                    plugins
+                        .validate(&work, HOOK_MARKERS)
+                        .await
+                        .map_err(|err| format!("{at} ({} mode): {err}", work.mode))?;
+                }
+            }
             hooks.push(Value::Object(config));
         }
         if !hooks.is_empty() {
-            validated.insert(event.as_str().to_string(), Value::Array(hooks));
+            validated.insert(key.clone(), Value::Array(hooks));
         }
     }
     Ok(validated)
+}
+
+/// The sync-eligible events a graph's hooks map may key on: those about one graph (its runs,
+/// its nodes).
+pub fn graph_sync_events() -> impl Iterator<Item = &'static EventDef> {
+    canopy_model::events::all()
+        .filter(|def| def.sync_eligible && matches!(def.family, Family::Graph | Family::Node))
+}
+
+/// The sync-eligible event a graph's hooks map key names, if it names one.
+pub fn graph_sync_event(key: &str) -> Option<&'static EventDef> {
+    graph_sync_events().find(|def| def.name == key)
+}
+
+/// The markers a sync hook on `def` may use: the question's fields and `data` (the whole
+/// question as JSON).
+pub fn sync_markers(def: &EventDef) -> Vec<&'static str> {
+    let mut markers = def.markers.to_vec();
+    markers.push(crate::hooks::daemon::DATA_MARKER);
+    markers
+}
+
+/// The sync hooks of one event, from a stored map.
+pub fn sync_hooks_of(map: &HookMap, event: &str) -> Vec<Map<String, Value>> {
+    map.get(event)
+        .and_then(Value::as_array)
+        .map(|hooks| hooks.iter().filter_map(Value::as_object).cloned().collect())
+        .unwrap_or_default()
 }
 
 /// The hooks of one event, from a stored map.

@@ -13,6 +13,15 @@
 //! timeout_secs = 15
 //! cwd = "{{workdir}}"              # rendered; default: the event's project, else the data dir
 //! action = { command = "notify-send {{graph_name}} {{blocker}}" }   # any executor config
+//!
+//! [[hooks]]
+//! name = "no-force-push"
+//! event = "node.pre_dispatch"      # a sync-eligible event: asked before its action
+//! mode = "sync"                    # decides: allow, deny or patch (default "async")
+//! priority = 10                    # higher runs first (default 0), then canopy.toml order
+//! required = true                  # a failure denies the action (default false: it goes on)
+//! timeout_ms = 500                 # default 1000 for a sync hook
+//! action = { command = "! grep -q 'push --force' <<< \"$CANOPY_HOOK_COMMAND\"" }
 //! ```
 //!
 //! [`compile`] checks every hook and reports every problem with its TOML path
@@ -31,7 +40,7 @@ use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
 use canopy_model::pattern::Pattern;
 use canopy_store::StoreError;
-use canopy_store::hook_runs::HookSourceKind;
+use canopy_store::hook_runs::{Dispatch, HookSourceKind};
 
 use crate::bus::Queued;
 use crate::bus::source::{
@@ -42,6 +51,17 @@ use crate::node::{Identity, is_name};
 
 /// The marker holding the whole event as JSON (`CANOPY_HOOK_DATA` in a command).
 pub const DATA_MARKER: &str = "data";
+
+/// A sync hook's deadline when it names none: its action waits for it.
+pub const SYNC_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The events asked of sync hooks, by name.
+pub fn sync_events() -> Vec<&'static str> {
+    canopy_model::events::all()
+        .filter(|def| def.sync_eligible)
+        .map(|def| def.name)
+        .collect()
+}
 
 /// Dispatch depth past which hooks no longer fire (their runs are recorded `dropped`).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;
@@ -59,6 +79,17 @@ pub struct DaemonHookConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles_permitted: Vec<String>,
     pub timeout_secs: Option<u64>,
+    /// `sync` (decides before its action) or `async` (reacts after it; the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// A sync hook's place among its event's hooks: higher first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// Whether a sync hook's failure denies its action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
     pub cwd: Option<String>,
     pub action: Map<String, Value>,
 }
@@ -72,6 +103,10 @@ pub struct DaemonHook {
     pub pattern: EventPattern,
     pub matchers: Vec<(String, Pattern)>,
     pub timeout: Option<Duration>,
+    /// How it is dispatched; a sync hook's rule (priority, required).
+    pub dispatch: Dispatch,
+    pub priority: i64,
+    pub required: bool,
     /// The executor work of `action`.
     pub work: WorkConfig,
     /// The markers its events offer: the envelope's, `data`, and every matching event's.
@@ -104,24 +139,60 @@ impl DaemonHook {
     }
 
     pub fn matches(&self, envelope: &Envelope) -> bool {
-        self.pattern.matches(&envelope.event)
+        self.dispatch == Dispatch::Async
+            && self.pattern.matches(&envelope.event)
             && self.matchers.iter().all(|(field, matcher)| {
-                field_text(envelope, field).is_some_and(|value| matcher.matches(&value))
+                field_text(&EventFields::of(envelope), field)
+                    .is_some_and(|value| matcher.matches(&value))
+            })
+    }
+
+    /// Whether the hook decides this question: a sync hook whose pattern and `match` fields
+    /// match it.
+    pub fn decides(&self, question: &EventFields<'_>) -> bool {
+        self.dispatch == Dispatch::Sync
+            && self.pattern.matches(question.event)
+            && self.matchers.iter().all(|(field, matcher)| {
+                field_text(question, field).is_some_and(|value| matcher.matches(&value))
             })
     }
 }
 
+/// What a `match` field may name: an envelope's fields (of an event, or of a question asked
+/// of sync hooks) and its payload's.
+pub struct EventFields<'a> {
+    pub event: &'a str,
+    pub node: &'a str,
+    pub actor: &'a str,
+    pub project: Option<&'a str>,
+    pub target: Option<&'a str>,
+    pub payload: &'a Value,
+}
+
+impl<'a> EventFields<'a> {
+    pub fn of(envelope: &'a Envelope) -> Self {
+        Self {
+            event: &envelope.event,
+            node: &envelope.node,
+            actor: &envelope.actor,
+            project: envelope.project.as_deref(),
+            target: envelope.target.as_deref(),
+            payload: &envelope.payload,
+        }
+    }
+}
+
 /// A field of an event as text: an envelope field, or a payload field (dotted for nested).
-fn field_text(envelope: &Envelope, field: &str) -> Option<String> {
+fn field_text(fields: &EventFields<'_>, field: &str) -> Option<String> {
     match field {
-        "event" => return Some(envelope.event.clone()),
-        "node" => return Some(envelope.node.clone()),
-        "actor" => return Some(envelope.actor.clone()),
-        "project" => return envelope.project.clone(),
-        "target" => return envelope.target.clone(),
+        "event" => return Some(fields.event.to_string()),
+        "node" => return Some(fields.node.to_string()),
+        "actor" => return Some(fields.actor.to_string()),
+        "project" => return fields.project.map(str::to_string),
+        "target" => return fields.target.map(str::to_string),
         _ => {}
     }
-    let mut value = &envelope.payload;
+    let mut value = fields.payload;
     for part in field.split('.') {
         value = value.get(part)?;
     }
@@ -200,6 +271,83 @@ pub fn compile(
                 ));
             }
         }
+        let dispatch = match entry.mode.as_deref() {
+            None | Some("async") => Dispatch::Async,
+            Some("sync") => Dispatch::Sync,
+            Some(other) => {
+                problems.push(format!(
+                    "{}: `{other}` is not a hook mode; it is sync (decides before its action) or async (reacts after it; the default)",
+                    at("mode")
+                ));
+                Dispatch::Async
+            }
+        };
+        if let Some(pattern) = &pattern {
+            let (asked, told): (Vec<&str>, Vec<&str>) = {
+                let mut asked = Vec::new();
+                let mut told = Vec::new();
+                for def in pattern.events() {
+                    if def.sync_eligible {
+                        asked.push(def.name);
+                    } else {
+                        told.push(def.name);
+                    }
+                }
+                (asked, told)
+            };
+            match dispatch {
+                Dispatch::Sync if asked.is_empty() => problems.push(format!(
+                    "{}: a sync hook decides before an action, and `{}` names none; the events asked of sync hooks are {}",
+                    at("event"),
+                    entry.event,
+                    sync_events().join(", ")
+                )),
+                Dispatch::Async if told.is_empty() => problems.push(format!(
+                    "{}: {} {} asked before {} action, of sync hooks only; add mode = \"sync\"",
+                    at("mode"),
+                    asked.join(", "),
+                    if asked.len() == 1 { "is" } else { "are" },
+                    if asked.len() == 1 { "its" } else { "their" },
+                )),
+                _ => {}
+            }
+        }
+        if dispatch == Dispatch::Async {
+            for (field, given) in [
+                ("priority", entry.priority.is_some()),
+                ("required", entry.required.is_some()),
+                ("timeout_ms", entry.timeout_ms.is_some()),
+            ] {
+                if given {
+                    problems.push(format!(
+                        "{}: only a sync hook (mode = \"sync\") takes `{field}`; an async hook runs after its event, in canopy.toml order, and never stops anything",
+                        at(field)
+                    ));
+                }
+            }
+        }
+        if entry.timeout_ms.is_some() && entry.timeout_secs.is_some() {
+            problems.push(format!(
+                "{}: give timeout_ms or timeout_secs, not both",
+                at("timeout_ms")
+            ));
+        }
+        let timeout_ms = match entry.timeout_ms {
+            Some(0) => {
+                problems.push(format!("{}: must be at least 1", at("timeout_ms")));
+                None
+            }
+            Some(ms) if ms > canopy_executors::plugins::MAX_TIMEOUT.as_millis() as u64 => {
+                problems.push(format!(
+                    "{}: must be at most {} (7 days)",
+                    at("timeout_ms"),
+                    canopy_executors::plugins::MAX_TIMEOUT.as_millis()
+                ));
+                None
+            }
+            Some(ms) => Some(Duration::from_millis(ms)),
+            None => None,
+        };
         let timeout = match entry.timeout_secs {
             Some(0) => {
                 problems.push(format!("{}: must be at least 1", at("timeout_secs")));
@@ -216,6 +364,10 @@ pub fn compile(
             Some(secs) => Some(Duration::from_secs(secs)),
             None => None,
         };
+        let timeout = timeout_ms.or(timeout).or(match dispatch {
+            Dispatch::Sync => Some(SYNC_TIMEOUT),
+            Dispatch::Async => None,
+        });
         let work = split_work_config(&entry.action)
             .map_err(|err| problems.push(format!("{}: {err}", at("action"))))
             .ok();
@@ -227,7 +379,10 @@ pub fn compile(
         };
         let mut markers: Vec<&'static str> = ENVELOPE_MARKERS.to_vec();
         markers.push(DATA_MARKER);
-        for def in pattern.events() {
+        for def in pattern
+            .events()
+            .filter(|def| def.sync_eligible == (dispatch == Dispatch::Sync))
+        {
             for marker in def.markers {
                 if !markers.contains(marker) {
                     markers.push(marker);
@@ -253,6 +408,9 @@ pub fn compile(
             pattern,
             matchers,
             timeout,
+            dispatch,
+            priority: entry.priority.unwrap_or(0),
+            required: entry.required.unwrap_or(false),
             work,
             markers,
         }));
@@ -320,7 +478,7 @@ impl HookSource for DaemonHookSource {
             .iter()
             .filter(|hook| {
                 if filter.event.is_some_and(|e| !e.names_daemon_hook(hook))
-                    || !filter.allows_mode(Some(&hook.work.mode))
+                    || !filter.allows_mode(hook.dispatch, Some(&hook.work.mode))
                 {
                     return false;
                 }
@@ -378,6 +536,9 @@ fn catalog_entry(plugins: &PluginHost, hook: &DaemonHook, identity: &Identity) -
         matcher: Value::Object(matcher),
         metadata,
         config: serde_json::to_value(config).unwrap_or(Value::Null),
+        mode: hook.dispatch,
+        priority: hook.priority,
+        required: hook.required,
         ..CatalogEntry::of_async_hook(
             HookSourceKind::Config,
             hook.name().to_string(),

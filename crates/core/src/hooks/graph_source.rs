@@ -11,7 +11,8 @@ use serde_json::{Map, Value, json};
 
 use super::catalog::{CatalogEntry, CatalogFilter};
 use super::config::runs_of;
-use super::config::{HookMap, hooks_of};
+use super::config::{HookMap, graph_sync_events, hooks_of, sync_hooks_of};
+use super::daemon::SYNC_TIMEOUT;
 use crate::bus::Queued;
 use crate::bus::source::{
     CallParts, Chosen, GraphRun, HookCall, HookSource, Occurrence, Selection, Trigger,
@@ -23,7 +24,7 @@ use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 use canopy_model::work::Provenance;
 use canopy_store::graphs::Graph;
-use canopy_store::hook_runs::{HookSourceKind, graph_hook_name};
+use canopy_store::hook_runs::{Dispatch, HookSourceKind, graph_hook_name};
 use canopy_store::{Rd, StoreError};
 
 /// Graphs whose parsed maps are kept; past that the cache starts over.
@@ -163,8 +164,28 @@ impl HookSource for GraphHooks {
                 }
                 for (index, hook) in hooks_of(&graph.hooks, key).into_iter().enumerate() {
                     let executor = split_work_config(&hook).ok().map(|w| w.mode);
-                    if filter.allows_mode(executor.as_deref()) {
+                    if filter.allows_mode(Dispatch::Async, executor.as_deref()) {
                         entries.push(catalog_entry(filter.plugins, graph, key, index, hook));
+                    }
+                }
+            }
+            for def in graph_sync_events() {
+                if filter.event.is_some_and(|e| !e.names_event(def.name)) {
+                    continue;
+                }
+                for (index, hook) in sync_hooks_of(&graph.hooks, def.name)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let work = split_work_config(&hook).ok();
+                    if filter.allows_mode(Dispatch::Sync, work.as_ref().map(|w| w.mode.as_str())) {
+                        entries.push(sync_catalog_entry(
+                            filter.plugins,
+                            graph,
+                            def.name,
+                            index,
+                            hook,
+                        ));
                     }
                 }
             }
@@ -204,6 +225,44 @@ fn catalog_entry(
             index,
             work.as_ref().map(|w| w.mode.as_str()),
             work.as_ref().and_then(|w| w.host().timeout()),
+            plugins,
+        )
+    }
+}
+
+/// A graph's sync hook (under a sync-eligible event's name) as the catalog lists it.
+fn sync_catalog_entry(
+    plugins: &PluginHost,
+    graph: &Graph,
+    event: &str,
+    index: usize,
+    hook: Map<String, Value>,
+) -> CatalogEntry {
+    let work = split_work_config(&hook).ok();
+    let host = work.as_ref().map(|w| w.host().clone()).unwrap_or_default();
+    CatalogEntry {
+        event: event.to_string(),
+        key: Some(event.to_string()),
+        matcher: json!({ "graph": graph.name }),
+        metadata: BTreeMap::from([
+            ("graph", graph.name.clone()),
+            ("graph_id", graph.id.clone()),
+            ("key", event.to_string()),
+            ("index", index.to_string()),
+            ("workdir", graph.workdir.clone()),
+        ]),
+        graph: Some(graph.name.clone()),
+        graph_id: Some(graph.id.clone()),
+        config: Value::Object(hook),
+        mode: Dispatch::Sync,
+        priority: host.priority().unwrap_or(0),
+        required: host.required().unwrap_or(false),
+        ..CatalogEntry::of_async_hook(
+            HookSourceKind::Graph,
+            graph_hook_name(&graph.name, event, index),
+            index,
+            work.as_ref().map(|w| w.mode.as_str()),
+            Some(host.timeout().unwrap_or(SYNC_TIMEOUT)),
             plugins,
         )
     }

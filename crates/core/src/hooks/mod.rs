@@ -8,6 +8,7 @@
 //!   event's write and runs them in declaration order off the engine's path; a failing hook is
 //!   recorded, never changes the graph and never stops the hooks after it.
 //! - [`daemon`]: daemon hooks (`[[hooks]]` in `canopy.toml`), another source.
+//! - [`decide`]: sync hooks, which allow, deny or patch an action before it happens.
 //! - [`runs`]: the hook-run records (kept by the store, [`canopy_store::hook_runs`]).
 //! - [`dry_run`]: `canopy hooks test`, rendering (and optionally running) an event's hooks against
 //!   a past run.
@@ -16,6 +17,7 @@ pub mod breaker;
 pub mod catalog;
 pub mod config;
 pub mod daemon;
+pub mod decide;
 pub mod dry_run;
 pub mod graph_source;
 pub mod runs;

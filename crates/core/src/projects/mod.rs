@@ -40,7 +40,7 @@ use crate::node::is_name;
 use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, Payload};
 use canopy_store::StoreError;
-use canopy_store::hook_runs::HookSourceKind;
+use canopy_store::hook_runs::{Dispatch, HookSourceKind};
 
 use crate::bus::Queued;
 use crate::bus::source::{
@@ -431,7 +431,7 @@ impl HookSource for ProjectHookSource {
                 if filter
                     .event
                     .is_some_and(|e| !e.names_event(hook.event.taxonomy_event()))
-                    || !filter.allows_mode(Some(&hook.work.mode))
+                    || !filter.allows_mode(Dispatch::Async, Some(&hook.work.mode))
                 {
                     return false;
                 }

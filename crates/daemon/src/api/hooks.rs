@@ -133,7 +133,7 @@ fn parse_since(text: &str) -> Result<String, ApiError> {
 
 /// How many hook runs a listing returns at most: `last`, 50 by default.
 fn last_of(last: Option<usize>) -> usize {
-    last.unwrap_or(50).clamp(1, 10_000)
+    last.unwrap_or(50).min(10_000)
 }
 
 async fn list_runs(

@@ -15,13 +15,15 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
+use canopy_core::hooks::decide::{Question, Verdict};
 use canopy_executors::plugins::{
     BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, WorkConfig, Workdir,
 };
-use canopy_model::events::Event;
 use canopy_model::events::plugin::{
-    PluginDisabled, PluginEnabled, PluginInstalled, PluginRef as PluginEventRef, PluginRemoved,
+    PluginDisabled, PluginEnabled, PluginInstalled, PluginPreInstall, PluginRef as PluginEventRef,
+    PluginRemoved,
 };
+use canopy_model::events::{Cause, Event, Payload};
 use canopy_model::work::Provenance;
 
 /// Largest component accepted for install.
@@ -83,9 +85,40 @@ async fn install(
         .filter(|g| !g.is_empty())
         .map(str::to_string)
         .collect();
+    // The sync hooks on `plugin.pre_install` decide, once the component said who it is.
+    let bus = state.bus.clone();
+    let gate: canopy_executors::plugins::InstallGate = Box::new(move |ask| {
+        Box::pin(async move {
+            let question = PluginPreInstall {
+                plugin: PluginEventRef {
+                    plugin: ask.name.clone(),
+                    version: ask.version,
+                    sha256: ask.sha256,
+                    modes: ask.modes,
+                },
+                capabilities: ask.capabilities,
+                granted: ask.granted,
+            };
+            if !bus.asks(PluginPreInstall::DEF.name) {
+                return Ok(());
+            }
+            let question = Question::of(&question, Cause::current());
+            let decision = bus
+                .decide(question)
+                .await
+                .map_err(|err| format!("the sync hooks' answer cannot be recorded: {err}"))?;
+            match decision.verdict {
+                Verdict::Allow => Ok(()),
+                Verdict::Deny { hook, reason } => Err(format!(
+                    "sync hook `{hook}` denied the install of plugin `{}`: {reason}",
+                    ask.name
+                )),
+            }
+        })
+    });
     let info = state
         .plugins
-        .install(body.to_vec(), &grants, query.replace)
+        .install_gated(body.to_vec(), &grants, query.replace, Some(gate))
         .await?;
     tracing::info!(plugin = %info.record.name, version = %info.record.version, sha256 = %info.record.sha256, "plugin installed");
     // The files are in place: the event can only follow them.

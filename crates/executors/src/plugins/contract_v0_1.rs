@@ -28,6 +28,8 @@ pub(crate) fn manifest(m: old::Manifest) -> new::Manifest {
                 },
             })
             .collect(),
+        // 0.1.0 has no decisions: none of its modes answers as a sync hook.
+        decides: Vec::new(),
     }
 }
 

@@ -51,7 +51,7 @@ impl PluginHost {
                 continue;
             }
             let info = self
-                .install_component(builtin.bytes.to_vec(), InstallMode::Builtin)
+                .install_component(builtin.bytes.to_vec(), InstallMode::Builtin, None)
                 .await
                 .map_err(|err| anyhow::anyhow!("cannot install a built-in plugin: {err}"))?;
             tracing::info!(plugin = %info.record.name, version = %info.record.version, "built-in plugin installed");
@@ -66,9 +66,22 @@ impl PluginHost {
         grants: &[String],
         replace: bool,
     ) -> Result<PluginInfo, PluginError> {
+        self.install_gated(bytes, grants, replace, None).await
+    }
+
+    /// [`PluginHost::install`], asking `gate` (the sync hooks on `plugin.pre_install`) once
+    /// the component has said who it is and its grants are checked, before anything is
+    /// written; its error refuses the install.
+    pub async fn install_gated(
+        &self,
+        bytes: Vec<u8>,
+        grants: &[String],
+        replace: bool,
+        gate: Option<InstallGate>,
+    ) -> Result<PluginInfo, PluginError> {
         let granted = capabilities::parse_list(grants)
             .map_err(|err| PluginError::Refused(format!("--grant: {err}")))?;
-        self.install_component(bytes, InstallMode::Operator { granted, replace })
+        self.install_component(bytes, InstallMode::Operator { granted, replace }, gate)
             .await
     }
 
@@ -76,6 +89,7 @@ impl PluginHost {
         &self,
         bytes: Vec<u8>,
         mode: InstallMode,
+        gate: Option<InstallGate>,
     ) -> Result<PluginInfo, PluginError> {
         check_header(&bytes).map_err(PluginError::Refused)?;
         let sha256 = sha256_hex(&bytes);
@@ -120,6 +134,18 @@ impl PluginHost {
                     .collect::<Vec<_>>()
                     .join(" ")
             )));
+        }
+
+        if let Some(gate) = gate {
+            let ask = InstallAsk {
+                name: manifest.name.clone(),
+                version: manifest.version.clone(),
+                sha256: sha256.clone(),
+                modes: manifest.modes.clone(),
+                capabilities: manifest.capabilities.clone(),
+                granted: granted.iter().map(ToString::to_string).collect(),
+            };
+            gate(ask).await.map_err(PluginError::Refused)?;
         }
 
         // Compiling and asking the component who it is happen before the lock: a plugin whose
@@ -325,6 +351,29 @@ enum InstallMode {
     },
 }
 
+/// What an install asks before it is written: the plugin, as its manifest says, and the
+/// grants it is given.
+#[derive(Debug, Clone)]
+pub struct InstallAsk {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+    pub modes: Vec<String>,
+    /// What its manifest asks for.
+    pub capabilities: Vec<String>,
+    /// What the install grants.
+    pub granted: Vec<String>,
+}
+
+/// Decides whether an install goes ahead; its error is the reason it does not.
+pub type InstallGate = Box<
+    dyn FnOnce(
+            InstallAsk,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send,
+>;
+
 fn placeholder_record(sha256: &str) -> PluginRecord {
     PluginRecord {
         // Its label in messages before its name is known (`component 92d2734d64b0`).
@@ -338,6 +387,7 @@ fn placeholder_record(sha256: &str) -> PluginRecord {
             capabilities: Vec::new(),
             config_schema: Value::Null,
             templates: Vec::new(),
+            decides: Vec::new(),
         },
         granted: BTreeSet::new(),
         builtin: false,
@@ -372,6 +422,13 @@ fn manifest_from_wit(wit: bindings::canopy::hooks::types::Manifest) -> Result<Ma
             ));
         }
     }
+    if let Some(stray) = wit.decides.iter().find(|m| !wit.modes.contains(m)) {
+        return Err(format!(
+            "plugin `{}`: mode `{stray}` is said to decide but is not one of its modes ({})",
+            wit.name,
+            wit.modes.join(", ")
+        ));
+    }
     let config_schema: Value = serde_json::from_str(&wit.config_schema)
         .map_err(|err| format!("plugin `{}`: config schema is not JSON: {err}", wit.name))?;
     Ok(Manifest {
@@ -391,6 +448,7 @@ fn manifest_from_wit(wit: bindings::canopy::hooks::types::Manifest) -> Result<Ma
                 },
             })
             .collect(),
+        decides: wit.decides,
     })
 }
 

@@ -23,6 +23,7 @@ pub mod credentials;
 mod engine;
 mod fs_guard;
 mod install;
+pub use install::{InstallAsk, InstallGate};
 mod process;
 pub use process::{StopSignal, StopSwitch};
 pub mod platforms;
@@ -43,7 +44,7 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 pub use bench::{BenchReport, BenchRequest};
-pub use call::{CallError, Outcome, Status};
+pub use call::{CallError, Decision, Outcome, Status};
 
 pub use engine::{LoadInfo, LoadSource};
 pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};
@@ -643,6 +644,31 @@ impl PluginHost {
     /// The plugin serving `mode`, as recorded with a run.
     pub fn plugin_ref(&self, mode: &str) -> Result<PluginRef, PluginError> {
         self.for_mode(mode).map(|p| plugin_ref(&p.record))
+    }
+
+    /// Whether `mode` can answer as a sync hook; the error says why not (no plugin serves it,
+    /// or its plugin does not say it decides), naming the modes that can.
+    pub fn check_decides(&self, mode: &str) -> Result<(), String> {
+        let plugin = self.for_mode(mode).map_err(|err| err.to_string())?;
+        if plugin.record.manifest.decides.iter().any(|m| m == mode) {
+            return Ok(());
+        }
+        let deciding: Vec<String> = self
+            .plugins()
+            .values()
+            .filter(|p| p.record.enabled)
+            .flat_map(|p| p.record.manifest.decides.clone())
+            .collect();
+        Err(format!(
+            "mode `{mode}` (plugin {} {}) cannot decide: a sync hook must name a mode whose plugin answers with allow, deny or patch (here: {})",
+            plugin.record.name,
+            plugin.record.version,
+            if deciding.is_empty() {
+                "none".to_string()
+            } else {
+                deciding.join(", ")
+            }
+        ))
     }
 
     async fn quick_call(

@@ -18,13 +18,19 @@ use super::MAX_TIMEOUT;
 /// - `spec_ids`: the specs a per-spec hook fires for (hooks only);
 /// - `timeout_seconds`, `timeout_minutes`: the call's deadline, given to the executor as
 ///   `deadline-ms`;
-/// - `detach`: leave the processes the call started running when it ends (see `crate::procs`).
-pub const RESERVED_KEYS: [&str; 5] = [
+/// - `timeout_ms`: the same in milliseconds (a sync hook's, default 1,000);
+/// - `detach`: leave the processes the call started running when it ends (see `crate::procs`);
+/// - `priority`, `required`: a sync hook's place among its event's hooks (higher first), and
+///   whether its failure denies the action.
+pub const RESERVED_KEYS: [&str; 8] = [
     "mode",
     "spec_ids",
     "timeout_seconds",
     "timeout_minutes",
+    "timeout_ms",
     "detach",
+    "priority",
+    "required",
 ];
 
 /// A config split into its mode, the executor's own config and the host's keys.
@@ -75,20 +81,68 @@ impl HostKeys {
     /// (`mode` is checked by [`split`], `spec_ids` by the hooks that carry it.)
     pub fn check(&self) -> Result<(), String> {
         self.detach()?;
+        self.priority()?;
+        self.required()?;
+        if self.0.contains_key("timeout_ms")
+            && let Some(other) = ["timeout_seconds", "timeout_minutes"]
+                .into_iter()
+                .find(|field| self.0.contains_key(*field))
+        {
+            return Err(format!(
+                "fields `timeout_ms` and `{other}` set the same deadline; give one"
+            ));
+        }
         check_timeouts(&self.0)
     }
 
-    /// The deadline the config asks for: `timeout_seconds`, else `timeout_minutes`, else none.
-    /// A value that is not a whole number counts as absent: [`check`](Self::check) refuses it
-    /// when the config is saved, and a config stored before that check existed still runs.
+    /// The deadline the config asks for: `timeout_ms`, else `timeout_seconds`, else
+    /// `timeout_minutes`, else none. A value that is not a whole number counts as absent:
+    /// [`check`](Self::check) refuses it when the config is saved, and a config stored before
+    /// that check existed still runs.
     pub fn timeout(&self) -> Option<Duration> {
+        let millis = self.0.get("timeout_ms").and_then(Value::as_u64);
         let seconds = self.0.get("timeout_seconds").and_then(Value::as_u64);
         let minutes = self.0.get("timeout_minutes").and_then(Value::as_u64);
-        match (seconds, minutes) {
-            (Some(s), _) => Some(Duration::from_secs(s)),
-            (None, Some(m)) => Some(Duration::from_secs(m.saturating_mul(60))),
-            (None, None) => None,
+        match (millis, seconds, minutes) {
+            (Some(ms), _, _) => Some(Duration::from_millis(ms)),
+            (None, Some(s), _) => Some(Duration::from_secs(s)),
+            (None, None, Some(m)) => Some(Duration::from_secs(m.saturating_mul(60))),
+            (None, None, None) => None,
         }
+    }
+
+    /// A sync hook's `priority` (default 0; higher runs first).
+    pub fn priority(&self) -> Result<i64, String> {
+        match self.0.get("priority") {
+            None => Ok(0),
+            Some(value) => value.as_i64().ok_or_else(|| {
+                format!("field `priority` must be a whole number (higher runs first), not {value}")
+            }),
+        }
+    }
+
+    /// A sync hook's `required` (default false: its failure lets the action go on).
+    pub fn required(&self) -> Result<bool, String> {
+        match self.0.get("required") {
+            None => Ok(false),
+            Some(Value::Bool(required)) => Ok(*required),
+            Some(other) => Err(format!(
+                "field `required` must be true or false, not {other}"
+            )),
+        }
+    }
+
+    /// Refuses the keys only a sync hook takes, where the work is not one (a node, an async
+    /// hook); the error names the field.
+    pub fn check_not_sync(&self) -> Result<(), String> {
+        for field in ["priority", "required", "timeout_ms"] {
+            if self.0.contains_key(field) {
+                return Err(format!(
+                    "field `{field}` belongs to sync hooks (under an event asked before its action, such as node.pre_dispatch); here it has no effect"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the call's processes are left running when it ends (`detach`, default false).
@@ -117,6 +171,7 @@ impl HostKeys {
 fn check_timeouts(config: &Map<String, Value>) -> Result<(), String> {
     let max_seconds = MAX_TIMEOUT.as_secs();
     for (field, unit, max) in [
+        ("timeout_ms", "milliseconds", max_seconds * 1000),
         ("timeout_seconds", "seconds", max_seconds),
         ("timeout_minutes", "minutes", max_seconds / 60),
     ] {
@@ -446,7 +501,7 @@ mod tests {
         assert_eq!(check(json!({ "command": "true" })), Ok(()));
         assert_eq!(
             check(json!({ "command": "true", "timout_seconds": 3 })),
-            Err("unknown field `timout_seconds`; did you mean `timeout_seconds`? (the command mode's fields are command; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, detach)".to_string())
+            Err("unknown field `timout_seconds`; did you mean `timeout_seconds`? (the command mode's fields are command; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, timeout_ms, detach, priority, required)".to_string())
         );
         assert_eq!(
             check(json!({ "command": 5 })),
@@ -474,7 +529,7 @@ mod tests {
         });
         assert_eq!(
             check_schema("append-file", &strict, &map(json!({ "line": "x", "detch": true }))),
-            Err("unknown field `detch`; did you mean `detach`? (the append-file mode's fields are line; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, detach)".to_string())
+            Err("unknown field `detch`; did you mean `detach`? (the append-file mode's fields are line; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, timeout_ms, detach, priority, required)".to_string())
         );
         assert_eq!(
             check_schema("append-file", &strict, &map(json!({ "line": "x" }))),

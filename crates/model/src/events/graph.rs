@@ -62,6 +62,29 @@ pub struct GraphDeleted {
     pub graph: GraphRef,
 }
 
+/// `graph.run.pre_start`: a run of a graph is asked for. Sync hooks decide: allow, deny (the
+/// request is answered 409 with the hook and its reason; nothing starts) or patch its
+/// `workdir` or `queue_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunPreStart {
+    #[serde(flatten)]
+    pub graph: GraphRef,
+    /// The queue the run would take its specs from, when it is queue-driven.
+    pub queue_id: Option<String>,
+    /// Who asked for the run (`user`, `cron:<name>`, `hook:<name>`, ...).
+    pub actor: String,
+}
+
+/// What a sync hook on `graph.run.pre_start` may change: only a field the request has.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunStartPatch {
+    /// Another workdir for this run (an absolute path to a git repository).
+    pub workdir: Option<String>,
+    /// Another queue for this run (a queue's id or name).
+    pub queue_id: Option<String>,
+}
+
 /// `graph.run.started`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunStarted {
@@ -129,6 +152,11 @@ declare_events! { Family::Graph;
         "a graph was deleted",
         ["graph_id", "graph_name", "workdir"],
         target: |e| Some(e.graph.graph_name.clone()), project: |e| Some(e.graph.workdir.clone());
+    RunPreStart => "graph.run.pre_start", true,
+        "asked before a run starts: sync hooks allow it, deny it (the request is answered 409 and nothing starts) or patch its workdir or queue",
+        ["graph_id", "graph_name", "workdir", "queue_id", "actor"],
+        target: |e| Some(e.graph.graph_name.clone()), project: |e| Some(e.graph.workdir.clone()),
+        patch: RunStartPatch;
     RunStarted => "graph.run.started", false,
         "a run started (`how` = run) or a paused run went on (`how` = continue)",
         ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "how", "mode"],

@@ -119,6 +119,9 @@ impl fmt::Display for Family {
     }
 }
 
+/// Checks a sync hook's patch against its event's patch type; the error names the field.
+pub type PatchCheck = fn(&serde_json::Value) -> Result<(), String>;
+
 /// One event of the taxonomy.
 #[derive(Debug)]
 pub struct EventDef {
@@ -130,13 +133,18 @@ pub struct EventDef {
     /// The payload fields a hook config may use as `{{marker}}` (the envelope's markers, see
     /// [`ENVELOPE_MARKERS`], come on top).
     pub markers: &'static [&'static str],
-    /// Whether a sync hook may run before the operation and allow, deny or patch it (the sync
-    /// semantics come later; the taxonomy says which events will take them).
+    /// Whether it is asked *before* its action, of sync hooks that allow, deny or patch it
+    /// (see `canopy_core::hooks::decide`). Such an event is a question, not a fact: it is
+    /// never recorded in the feed, and only sync hooks run on it. Its payload is the action's
+    /// input.
     pub sync_eligible: bool,
     /// The payload's JSON Schema.
     pub payload_schema: fn() -> schemars::Schema,
-    /// The schema of the patch a sync hook may return, for sync-eligible events.
+    /// The schema of the patch a sync hook may return, for sync-eligible events that take one.
     pub patch_schema: Option<fn() -> schemars::Schema>,
+    /// Checks a patch against the event's patch type (the type [`Self::patch_schema`] is made
+    /// from, so the check and the published schema cannot disagree); the error names the field.
+    pub check_patch: Option<PatchCheck>,
     /// The graph-hook key that fires on this event, when one does.
     pub graph_hook: Option<&'static crate::hook_keys::GraphHook>,
 }
@@ -163,7 +171,17 @@ pub trait Payload: Serialize {
 macro_rules! declare_events {
     (@some) => { None };
     (@some $hook:expr) => { Some(&$hook) };
-    ($family:expr; $( $payload:ty => $name:literal, $sync:literal, $description:literal, [$($marker:literal),* $(,)?], target: |$t:ident| $target:expr, project: |$p:ident| $project:expr $(, graph_hook: $hook:expr, fires: |$f:ident| $fires:expr)?; )+) => {
+    (@schema) => { None };
+    (@schema $patch:ty) => { Some(|| schemars::schema_for!($patch)) };
+    (@check) => { None };
+    (@check $patch:ty) => {
+        Some(|value: &serde_json::Value| {
+            <$patch as serde::Deserialize>::deserialize(value)
+                .map(|_| ())
+                .map_err(|err| err.to_string())
+        })
+    };
+    ($family:expr; $( $payload:ty => $name:literal, $sync:literal, $description:literal, [$($marker:literal),* $(,)?], target: |$t:ident| $target:expr, project: |$p:ident| $project:expr $(, graph_hook: $hook:expr, fires: |$f:ident| $fires:expr)? $(, patch: $patch:ty)?; )+) => {
         $(
             impl $crate::events::Payload for $payload {
                 const DEF: &'static $crate::events::EventDef = &$crate::events::EventDef {
@@ -173,7 +191,8 @@ macro_rules! declare_events {
                     markers: &[$($marker),*],
                     sync_eligible: $sync,
                     payload_schema: || schemars::schema_for!($payload),
-                    patch_schema: None,
+                    patch_schema: $crate::events::declare_events!(@schema $($patch)?),
+                    check_patch: $crate::events::declare_events!(@check $($patch)?),
                     graph_hook: $crate::events::declare_events!(@some $($hook)?),
                 };
                 fn target(&self) -> Option<String> {

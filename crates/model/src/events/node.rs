@@ -53,7 +53,42 @@ pub struct NodeFailed(pub NodeEnded);
 #[serde(transparent)]
 pub struct NodeBlocked(pub NodeEnded);
 
+/// `node.pre_dispatch`: a node is about to run for a spec. Sync hooks decide: allow, deny (the
+/// spec is blocked with the reason as its blocker) or patch the node's `prompt`, `command` or
+/// `model`. Those are as the node's config writes them: markers are rendered after the
+/// decision, into the patched text too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodePreDispatch {
+    #[serde(flatten)]
+    pub run: RunRef,
+    pub spec_id: String,
+    pub spec_name: String,
+    pub node: String,
+    /// The executor mode the node runs.
+    pub mode: String,
+    /// The node's prompt (agent and interactive nodes).
+    pub prompt: Option<String>,
+    /// The node's command (command nodes).
+    pub command: Option<String>,
+    /// The node's model (agent nodes that name one).
+    pub model: Option<String>,
+}
+
+/// What a sync hook on `node.pre_dispatch` may change: only a field the node has.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDispatchPatch {
+    pub prompt: Option<String>,
+    pub command: Option<String>,
+    pub model: Option<String>,
+}
+
 declare_events! { Family::Node;
+    NodePreDispatch => "node.pre_dispatch", true,
+        "asked before a node runs for a spec: sync hooks allow it, deny it (the spec is blocked with the reason) or patch its prompt, command or model",
+        ["graph_id", "graph_name", "workdir", "run_id", "spec_id", "spec_name", "node", "mode", "prompt", "command", "model"],
+        target: |e| Some(e.node.clone()), project: |e| Some(e.run.graph.workdir.clone()),
+        patch: NodeDispatchPatch;
     NodeStarted => "node.started", false,
         "a node's executor call started for a spec",
         ["graph_id", "graph_name", "workdir", "run_id", "spec_id", "spec_name", "node", "node_run_id", "mode"],

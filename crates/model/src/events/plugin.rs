@@ -36,7 +36,24 @@ pub struct PluginEnabled(pub PluginRef);
 #[serde(transparent)]
 pub struct PluginDisabled(pub PluginRef);
 
+/// `plugin.pre_install`: a plugin is about to be installed (or upgraded), its manifest read.
+/// Sync hooks decide: allow it or deny it (the install is refused with the reason: a policy
+/// such as "no `network` grant"). Nothing to patch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PluginPreInstall {
+    #[serde(flatten)]
+    pub plugin: PluginRef,
+    /// The capabilities its manifest asks for.
+    pub capabilities: Vec<String>,
+    /// The capabilities the install grants.
+    pub granted: Vec<String>,
+}
+
 declare_events! { Family::Plugin;
+    PluginPreInstall => "plugin.pre_install", true,
+        "asked before a plugin is installed: sync hooks allow it or deny it (the install is refused with the reason)",
+        ["plugin", "version", "sha256", "modes", "capabilities", "granted"],
+        target: |e| Some(e.plugin.plugin.clone()), project: |_e| None;
     PluginInstalled => "plugin.installed", false,
         "an executor plugin was installed (or upgraded)",
         ["plugin", "version", "sha256", "modes"],

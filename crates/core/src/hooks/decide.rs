@@ -1,0 +1,603 @@
+//! Sync hooks: hooks that decide, before an action happens, whether it does.
+//!
+//! An action that sync hooks may gate asks a **question** ([`Question`]): an event of the
+//! taxonomy marked `sync_eligible` (`node.pre_dispatch`, `graph.run.pre_start`, ...) whose
+//! payload is the action's input. [`Bus::decide`] gathers the sync hooks that match it (a
+//! graph's hooks map under the event's name, `[[hooks]]` with `mode = "sync"`), runs them one
+//! after another by priority (higher first), then source, then declaration order, and answers:
+//!
+//! - **allow**: every hook allowed (or patched); the action goes ahead with the input as the
+//!   patches left it;
+//! - **deny**: a hook denied, with its reason. The hooks after it are `skipped`.
+//!
+//! Each hook's call is one job through the one runner, with the input as its
+//! `decision-input` (and in the `data` marker). A patch is an object whose fields replace the
+//! input's; it must fit the event's patch type and may change only a field the input has, or it
+//! is `rejected` and not applied (the next hooks see the input without it). A hook that fails
+//! or times out is `failed`: when it is `required` the action is denied (fail-closed), else it
+//! goes on (fail-open), and the record says which.
+//!
+//! The action waits for the answer, so nothing is written until it is made: the hook runs of
+//! one decision are recorded together, each as it ended, in one write with their
+//! `hook.run.*` events. A question with no matching hook costs a scan of the hooks in memory
+//! and nothing else. A question is never recorded in the feed: it is not a fact.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::bus::Bus;
+use crate::hooks::config::{HookMap, sync_hooks_of, sync_markers};
+use crate::hooks::daemon::{DATA_MARKER, EventFields, SYNC_TIMEOUT};
+use crate::hooks::runs::{Finished, Fired, HookRunStatus, OUTPUT_LIMIT};
+use crate::runner::{self, Job, Kind, Ran};
+use canopy_executors::plugins::{Decision as Answer, Ending, WorkConfig, split_work_config};
+use canopy_model::events::{Actor, Cause, Event, EventDef, Payload, scalar_text};
+use canopy_model::markers::MarkerValues;
+use canopy_model::work::Provenance;
+use canopy_store::StoreError;
+use canopy_store::hook_runs::{
+    Dispatch, HookOutcome, HookSourceKind, SyncHookRun, graph_hook_name,
+};
+
+/// An action about to happen, asked of the sync hooks.
+pub struct Question {
+    pub def: &'static EventDef,
+    /// The action's input: the event's payload.
+    pub input: Value,
+    /// The graph the action belongs to, with its hooks map (its sync hooks are asked first).
+    pub graph: Option<GraphScope>,
+    /// The project (workdir) the action is in, when it has one.
+    pub project: Option<String>,
+    /// Who asks for the action, at which dispatch depth.
+    pub cause: Cause,
+    /// The spec the action is about, recorded with its hook runs.
+    pub spec_id: Option<String>,
+}
+
+impl Question {
+    /// The question `payload` asks (its event must be sync-eligible).
+    pub fn of<P: Payload>(payload: &P, cause: Cause) -> Self {
+        Self {
+            def: P::DEF,
+            input: serde_json::to_value(payload).unwrap_or(Value::Null),
+            graph: None,
+            project: payload.project(),
+            cause,
+            spec_id: None,
+        }
+    }
+
+    pub fn in_graph(self, graph: GraphScope) -> Self {
+        Self {
+            graph: Some(graph),
+            ..self
+        }
+    }
+
+    pub fn about_spec(self, spec_id: impl Into<String>) -> Self {
+        Self {
+            spec_id: Some(spec_id.into()),
+            ..self
+        }
+    }
+}
+
+/// The graph an action belongs to.
+#[derive(Debug, Clone)]
+pub struct GraphScope {
+    pub graph_id: String,
+    pub graph_name: String,
+    pub run_id: Option<String>,
+    pub workdir: String,
+    pub hooks: Arc<HookMap>,
+}
+
+/// The answer to a question.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The input as the applied patches left it (the question's, when none applied).
+    pub input: Value,
+    /// Whether a patch was applied.
+    pub patched: bool,
+    /// The hook runs recorded for it, in the order they ran.
+    pub hook_runs: Vec<String>,
+}
+
+/// Whether the action goes ahead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    /// Denied by the hook named, for this reason.
+    Deny {
+        hook: String,
+        reason: String,
+    },
+}
+
+impl Decision {
+    /// The answer when no hook matches.
+    fn unasked(input: Value) -> Self {
+        Self {
+            verdict: Verdict::Allow,
+            input,
+            patched: false,
+            hook_runs: Vec::new(),
+        }
+    }
+
+    /// The patched input read back as the event's payload type.
+    pub fn input_as<P: serde::de::DeserializeOwned>(&self) -> Result<P, String> {
+        serde_json::from_value(self.input.clone())
+            .map_err(|err| format!("the patched input does not read back: {err}"))
+    }
+}
+
+/// One sync hook that matched a question.
+struct SyncHook {
+    source: HookSourceKind,
+    name: String,
+    index: usize,
+    priority: i64,
+    required: bool,
+    timeout: Duration,
+    config: Arc<str>,
+    work: Result<WorkConfig, String>,
+    /// Where its call runs.
+    workdir: PathBuf,
+    /// A daemon hook's `cwd` template, rendered with the question's markers.
+    cwd: Option<String>,
+}
+
+/// How one sync hook went, before it is recorded.
+struct Answered {
+    hook: SyncHook,
+    status: HookRunStatus,
+    outcome: HookOutcome,
+    error: Option<String>,
+    patch_applied: Option<Value>,
+    ran: Option<Ran>,
+}
+
+impl Bus {
+    /// Whether a daemon hook may decide questions of `event` (graph hooks aside): a caller
+    /// with no graph hooks for it need not build its question at all.
+    pub fn asks(&self, event: &str) -> bool {
+        self.daemon_hooks()
+            .hooks
+            .iter()
+            .any(|hook| hook.dispatch == Dispatch::Sync && hook.pattern.matches(event))
+    }
+
+    /// Asks the sync hooks matching `question` and answers it (see the module's docs). Errs
+    /// only when the decision's hook runs cannot be recorded; the action must not go ahead
+    /// then either.
+    pub async fn decide(&self, question: Question) -> Result<Decision, StoreError> {
+        let hooks = self.sync_hooks(&question);
+        if hooks.is_empty() {
+            return Ok(Decision::unasked(question.input));
+        }
+        let daemon = self.daemon_hooks();
+        let max_depth = daemon.max_depth;
+        let node = daemon.identity.node.clone();
+        let mut input = question.input.clone();
+        let mut patched = false;
+        let mut verdict = Verdict::Allow;
+        let mut answered = Vec::with_capacity(hooks.len());
+        let fired_at = canopy_store::now();
+        for hook in hooks {
+            if verdict != Verdict::Allow {
+                answered.push(Answered {
+                    hook,
+                    status: HookRunStatus::Skipped,
+                    outcome: HookOutcome::Skipped,
+                    error: Some("not run: a hook before it denied the action".to_string()),
+                    patch_applied: None,
+                    ran: None,
+                });
+                continue;
+            }
+            if question.cause.depth > max_depth {
+                let why = format!(
+                    "not run: the action was caused at dispatch depth {}, past the limit of {max_depth}",
+                    question.cause.depth
+                );
+                if hook.required {
+                    verdict = Verdict::Deny {
+                        hook: hook.name.clone(),
+                        reason: format!("required hook `{}` {why}", hook.name),
+                    };
+                }
+                answered.push(Answered {
+                    hook,
+                    status: HookRunStatus::Dropped,
+                    outcome: HookOutcome::Dropped,
+                    error: Some(why),
+                    patch_applied: None,
+                    ran: None,
+                });
+                continue;
+            }
+            let ran = self.ask(&question, &hook, &input, &node).await;
+            let one = judge(&question, hook, &mut input, ran);
+            if one.patch_applied.is_some() {
+                patched = true;
+            }
+            match one.outcome {
+                HookOutcome::Denied => {
+                    verdict = Verdict::Deny {
+                        hook: one.hook.name.clone(),
+                        reason: one.error.clone().unwrap_or_default(),
+                    };
+                }
+                HookOutcome::Failed if one.hook.required => {
+                    verdict = Verdict::Deny {
+                        hook: one.hook.name.clone(),
+                        reason: format!(
+                            "required hook `{}` failed: {}",
+                            one.hook.name,
+                            one.error.as_deref().unwrap_or("no reason given")
+                        ),
+                    };
+                }
+                _ => {}
+            }
+            answered.push(one);
+        }
+        let hook_runs = self.record_decision(&question, &fired_at, answered).await?;
+        match &verdict {
+            Verdict::Allow => {}
+            Verdict::Deny { hook, reason } => tracing::info!(
+                event = question.def.name,
+                %hook,
+                reason = %reason,
+                "a sync hook denied the action"
+            ),
+        }
+        Ok(Decision {
+            verdict,
+            input,
+            patched,
+            hook_runs,
+        })
+    }
+
+    /// The sync hooks matching a question, in the order they run: priority (higher first),
+    /// then the graph's before the daemon's, then declaration order.
+    fn sync_hooks(&self, question: &Question) -> Vec<SyncHook> {
+        let mut hooks = Vec::new();
+        let fallback = |project: Option<&str>| {
+            project
+                .map(PathBuf::from)
+                .filter(|p| p.is_dir())
+                .unwrap_or_else(|| self.fallback_dir().to_path_buf())
+        };
+        if let Some(graph) = &question.graph {
+            for (index, config) in sync_hooks_of(&graph.hooks, question.def.name)
+                .into_iter()
+                .enumerate()
+            {
+                let work = split_work_config(&config);
+                let host = work.as_ref().ok().map(|w| w.host().clone());
+                hooks.push(SyncHook {
+                    source: HookSourceKind::Graph,
+                    name: graph_hook_name(&graph.graph_name, question.def.name, index),
+                    index,
+                    priority: host.as_ref().and_then(|h| h.priority().ok()).unwrap_or(0),
+                    required: host
+                        .as_ref()
+                        .and_then(|h| h.required().ok())
+                        .unwrap_or(false),
+                    timeout: host
+                        .as_ref()
+                        .and_then(|h| h.timeout())
+                        .unwrap_or(SYNC_TIMEOUT),
+                    config: Value::Object(config).to_string().into(),
+                    work,
+                    workdir: fallback(Some(&graph.workdir)),
+                    cwd: None,
+                });
+            }
+        }
+        let daemon = self.daemon_hooks();
+        let node = daemon.identity.node.clone();
+        let actor = question.cause.actor.to_string();
+        let fields = EventFields {
+            event: question.def.name,
+            node: &node,
+            actor: &actor,
+            project: question.project.as_deref(),
+            target: None,
+            payload: &question.input,
+        };
+        for hook in &daemon.hooks {
+            if !hook.serves(&daemon.identity) || !hook.decides(&fields) {
+                continue;
+            }
+            hooks.push(SyncHook {
+                source: HookSourceKind::Config,
+                name: hook.name().to_string(),
+                index: hook.index,
+                priority: hook.priority,
+                required: hook.required,
+                timeout: hook.timeout.unwrap_or(SYNC_TIMEOUT),
+                config: hook.recorded_config.clone(),
+                work: Ok(hook.work.clone()),
+                workdir: fallback(question.project.as_deref()),
+                cwd: hook.config.cwd.clone(),
+            });
+        }
+        // Stable: equal priorities keep the graph's first, then declaration order.
+        hooks.sort_by_key(|hook| std::cmp::Reverse(hook.priority));
+        hooks
+    }
+
+    /// Runs one sync hook on the input as it stands.
+    async fn ask(&self, question: &Question, hook: &SyncHook, input: &Value, node: &str) -> Ran {
+        let mut markers = MarkerValues::new();
+        markers.insert("event".to_string(), question.def.name.to_string());
+        markers.insert("node".to_string(), node.to_string());
+        markers.insert("actor".to_string(), question.cause.actor.to_string());
+        if let Some(project) = &question.project {
+            markers.insert("project".to_string(), project.clone());
+        }
+        if let Value::Object(fields) = input {
+            for (key, value) in fields {
+                if let Some(text) = scalar_text(value) {
+                    markers.insert(key.clone(), text);
+                }
+            }
+        }
+        markers.insert(DATA_MARKER.to_string(), input.to_string());
+        let workdir = hook
+            .cwd
+            .as_deref()
+            .map(|cwd| PathBuf::from(canopy_model::markers::render_plain(cwd, &markers)))
+            .unwrap_or_else(|| hook.workdir.clone());
+        let graph = question.graph.as_ref();
+        let provenance = Provenance {
+            graph_id: graph.map(|g| g.graph_id.clone()).unwrap_or_default(),
+            graph_name: graph.map(|g| g.graph_name.clone()).unwrap_or_default(),
+            run_id: graph.and_then(|g| g.run_id.clone()).unwrap_or_default(),
+            event: question.def.name.to_string(),
+            hook_index: u32::try_from(hook.index).ok(),
+            spec_id: question.spec_id.clone(),
+            // The runner says what kind of work it is.
+            ..Default::default()
+        };
+        let cause = Cause {
+            actor: Actor::Hook(hook.name.clone()),
+            depth: question.cause.depth.saturating_add(1),
+        };
+        let mut supported = sync_markers(question.def);
+        supported.extend(canopy_model::events::ENVELOPE_MARKERS);
+        let job = Job {
+            markers,
+            supported_markers: Cow::Owned(supported),
+            timeout: Some(hook.timeout),
+            decision_input: Some(input.clone()),
+            ..Job::new(Kind::Hook, hook.work.clone(), workdir, provenance, cause)
+        };
+        runner::run(self.plugins(), job).await
+    }
+
+    /// Records a decision's hook runs and their `hook.run.*` events in one write.
+    async fn record_decision(
+        &self,
+        question: &Question,
+        fired_at: &str,
+        answered: Vec<Answered>,
+    ) -> Result<Vec<String>, StoreError> {
+        let graph = question.graph.as_ref();
+        let mut runs = Vec::with_capacity(answered.len());
+        let mut events = Vec::new();
+        for one in answered {
+            let Answered {
+                hook,
+                status,
+                outcome,
+                error,
+                patch_applied,
+                ran,
+            } = one;
+            let report = ran.as_ref().and_then(Ran::report);
+            let finished = Finished {
+                status,
+                summary: report.and_then(|r| r.outcome.summary.clone()),
+                error: error.clone(),
+                output: ran.as_ref().and_then(|r| r.output(OUTPUT_LIMIT)),
+                rendered: ran.as_ref().map(|r| rendered(r, report)),
+                duration_ms: ran.as_ref().map_or(0, |r| r.duration_ms),
+            };
+            if ran.is_some() {
+                events.push((hook.name.clone(), hook.source, finished.clone()));
+            }
+            runs.push(SyncHookRun {
+                fired: Fired {
+                    source: hook.source,
+                    hook_name: hook.name,
+                    graph_id: graph.map(|g| g.graph_id.clone()),
+                    graph_name: graph.map(|g| g.graph_name.clone()),
+                    run_id: graph.and_then(|g| g.run_id.clone()),
+                    event: question.def.name.to_string(),
+                    hook_index: hook.index,
+                    hook_config: hook.config,
+                    spec_id: question.spec_id.clone(),
+                    mode: hook.work.as_ref().ok().map(|w| w.mode.clone()),
+                    test: false,
+                    fired_at: fired_at.to_string(),
+                    running: false,
+                    plugin: None,
+                    dispatch_depth: question.cause.depth,
+                    feed_id: None,
+                    project: question.project.clone(),
+                    dropped: None,
+                },
+                started_at: ran.as_ref().map(|_| fired_at.to_string()),
+                plugin: report.map(|r| r.plugin.clone()),
+                finished,
+                required: hook.required,
+                outcome,
+                patch_applied,
+            });
+        }
+        let bus = self.clone();
+        let fired_by = question.def.name.to_string();
+        let project = question.project.clone();
+        let depth = question.cause.depth;
+        let (ids, recorded) = self
+            .store()
+            .write(move |tx| {
+                let ids = tx.insert_sync_hook_runs(&runs)?;
+                let mut recorded = crate::bus::Recorded::default();
+                for ((name, source, finished), id) in events.into_iter().zip(
+                    runs.iter()
+                        .zip(&ids)
+                        .filter(|(run, _)| run.started_at.is_some())
+                        .map(|(_, id)| id),
+                ) {
+                    let event: Event = crate::bus::hook_run_event(
+                        id,
+                        &name,
+                        source,
+                        &finished,
+                        &fired_by,
+                        project.clone(),
+                    );
+                    let cause = Cause {
+                        actor: Actor::Hook(name),
+                        depth: depth.saturating_add(1),
+                    };
+                    recorded.extend(bus.record(tx, [event], &cause)?);
+                }
+                Ok::<_, StoreError>((ids, recorded))
+            })
+            .await?;
+        self.publish(recorded).await;
+        Ok(ids)
+    }
+}
+
+/// What a hook's call was given, as its record keeps it (`data` is the question itself, kept
+/// once in the markers' place).
+fn rendered(ran: &Ran, report: Option<&canopy_executors::plugins::CallReport>) -> Value {
+    let shown: Map<String, Value> = ran
+        .markers
+        .iter()
+        .filter(|(k, _)| k.as_str() != DATA_MARKER)
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    match report {
+        Some(report) => serde_json::json!({
+            "config": report.rendered_config,
+            "markers": shown,
+            "deadline_ms": report.deadline_ms,
+        }),
+        None => serde_json::json!({ "markers": shown }),
+    }
+}
+
+/// What one sync hook's run means for the action; applies its patch to `input` when it fits.
+fn judge(question: &Question, hook: SyncHook, input: &mut Value, ran: Ran) -> Answered {
+    let required = hook.required;
+    let failed = |status, why: String| {
+        let what = if required {
+            "required: the action is denied"
+        } else {
+            "not required: the action goes on"
+        };
+        (status, HookOutcome::Failed, Some(format!("{why} ({what})")))
+    };
+    let (status, outcome, error, patch) = match &ran.ending {
+        Ending::Completed => {
+            let decision = ran.report().and_then(|r| r.outcome.decision.clone());
+            match decision {
+                None | Some(Answer::Allow) => {
+                    (HookRunStatus::Completed, HookOutcome::Applied, None, None)
+                }
+                Some(Answer::Deny { reason }) => (
+                    HookRunStatus::Completed,
+                    HookOutcome::Denied,
+                    Some(reason),
+                    None,
+                ),
+                Some(Answer::Patch { patch }) => match check_patch(question.def, input, &patch) {
+                    Ok(fields) => (
+                        HookRunStatus::Completed,
+                        HookOutcome::Applied,
+                        None,
+                        Some(fields),
+                    ),
+                    Err(why) => (
+                        HookRunStatus::Completed,
+                        HookOutcome::Rejected,
+                        Some(format!("patch rejected, not applied: {why}")),
+                        None,
+                    ),
+                },
+            }
+        }
+        Ending::Failed(why) | Ending::Blocked(why) => {
+            let (s, o, e) = failed(HookRunStatus::Failed, why.clone());
+            (s, o, e, None)
+        }
+        Ending::TimedOut(why) => {
+            let (s, o, e) = failed(HookRunStatus::TimedOut, why.clone());
+            (s, o, e, None)
+        }
+        Ending::Interrupted(why) => {
+            let (s, o, e) = failed(
+                HookRunStatus::Interrupted,
+                why.clone()
+                    .unwrap_or_else(|| "interrupted by a planned stop".to_string()),
+            );
+            (s, o, e, None)
+        }
+    };
+    let patch_applied = patch.map(|fields: Map<String, Value>| {
+        if let Value::Object(target) = input {
+            for (key, value) in &fields {
+                target.insert(key.clone(), value.clone());
+            }
+        }
+        Value::Object(fields)
+    });
+    Answered {
+        hook,
+        status,
+        outcome,
+        error,
+        patch_applied,
+        ran: Some(ran),
+    }
+}
+
+/// A patch's fields, when it fits the question: a JSON object of the event's patch type
+/// (without fields set to null), each a field the input has.
+fn check_patch(def: &EventDef, input: &Value, patch: &str) -> Result<Map<String, Value>, String> {
+    let Some(check) = def.check_patch else {
+        return Err(format!("{} takes no patch (allow or deny only)", def.name));
+    };
+    let value: Value =
+        serde_json::from_str(patch).map_err(|err| format!("it is not JSON: {err}"))?;
+    check(&value)?;
+    let Value::Object(fields) = value else {
+        return Err("it is not a JSON object".to_string());
+    };
+    let fields: Map<String, Value> = fields.into_iter().filter(|(_, v)| !v.is_null()).collect();
+    if fields.is_empty() {
+        return Err("it changes nothing (an empty object)".to_string());
+    }
+    for key in fields.keys() {
+        if input.get(key).is_none_or(Value::is_null) {
+            return Err(format!(
+                "field `{key}`: the action has none to change (a patch only changes what the input has)"
+            ));
+        }
+    }
+    Ok(fields)
+}

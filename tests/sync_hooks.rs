@@ -1,0 +1,575 @@
+//! Sync hooks end to end: hooks that decide before an action. A node's dispatch is asked of
+//! the daemon's `mode = "sync"` hooks and the graph's own `node.pre_dispatch` hooks, which
+//! allow, deny (the spec is blocked with the reason) or patch it, in priority order; a
+//! failing hook denies only when it is required; a patch outside the event's patch type is
+//! rejected; every outcome is in the hook-run history.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use support::{Daemon, git_repo, script};
+
+/// The hook runs recorded for `event`, in the order they ran.
+fn runs_of(daemon: &Daemon, event: &str) -> Vec<Value> {
+    let (status, answer) = daemon.get(&format!("/api/hook-runs?event={event}&last=100"));
+    assert_eq!(status, 200, "{answer}");
+    let mut runs = answer["runs"].as_array().cloned().unwrap_or_default();
+    runs.reverse();
+    runs
+}
+
+fn run_graph(daemon: &Daemon, name: &str, workdir: &Path, command: &str, hooks: Value) -> Value {
+    let spec = daemon.add_spec(&format!("spec of {name}"));
+    daemon.create_graph(json!({
+        "name": name, "workdir": workdir, "specs": [spec],
+        "nodes": [{ "name": "build", "command": command }],
+        "hooks": hooks,
+    }));
+    daemon.control_ok(name, json!({ "action": "run" }));
+    daemon.settled(name)
+}
+
+#[test]
+fn sync_hooks_patch_a_dispatch_in_priority_order_and_each_outcome_is_recorded() {
+    let tools = tempfile::tempdir().unwrap();
+    let seen = tools.path().join("seen.json");
+    // Priority 10 runs first and patches the command; the allowing hook after it sees the
+    // patched input on stdin; a failing hook that is not required lets the node run; a patch
+    // of a field the node does not have is rejected.
+    let patch = script(
+        tools.path(),
+        "patch.sh",
+        r#"echo '{"decision": "patch", "patch": {"command": "echo patched > out.txt"}}'"#,
+    );
+    let allow = script(
+        tools.path(),
+        "allow.sh",
+        &format!("cat > {}; exit 0", seen.display()),
+    );
+    let broken = script(
+        tools.path(),
+        "broken.sh",
+        "echo 'policy server down' >&2; exit 7",
+    );
+    let stray = script(
+        tools.path(),
+        "stray.sh",
+        r#"echo '{"decision": "patch", "patch": {"prompt": "be brief"}}'"#,
+    );
+    let hook = |name: &str, priority: i64, path: &Path| {
+        format!(
+            "[[hooks]]\nname = \"{name}\"\nevent = \"node.pre_dispatch\"\nmode = \"sync\"\npriority = {priority}\nmatch = {{ graph_name = \"web\" }}\naction = {{ command = \"{}\" }}\n",
+            path.display()
+        )
+    };
+    let config = [
+        hook("allow", 0, &allow),
+        hook("patch", 10, &patch),
+        hook("broken", -1, &broken),
+        hook("stray", -2, &stray),
+    ]
+    .join("\n");
+    let daemon = Daemon::start_with_config(&config);
+    let repo = git_repo();
+
+    let view = run_graph(
+        &daemon,
+        "web",
+        repo.path(),
+        "echo original > out.txt",
+        json!({}),
+    );
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("out.txt")).unwrap(),
+        "patched\n",
+        "the node ran the patched command"
+    );
+    let told: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(told["command"], "echo patched > out.txt", "{told:#}");
+    assert_eq!(told["node"], "build");
+    assert_eq!(told["graph_name"], "web");
+
+    let runs = runs_of(&daemon, "node.pre_dispatch");
+    let summary: Vec<(&str, &str, &str)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["hook_name"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap(),
+                r["dispatch"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("patch", "applied", "sync"),
+            ("allow", "applied", "sync"),
+            ("broken", "failed", "sync"),
+            ("stray", "rejected", "sync"),
+        ],
+        "{runs:#?}"
+    );
+    assert_eq!(
+        runs[0]["patch_applied"],
+        json!({ "command": "echo patched > out.txt" })
+    );
+    assert_eq!(runs[1]["patch_applied"], Value::Null);
+    let failed = runs[2]["error"].as_str().unwrap();
+    assert!(
+        failed.contains("policy server down")
+            && failed.ends_with("(not required: the action goes on)"),
+        "{failed}"
+    );
+    let rejected = runs[3]["error"].as_str().unwrap();
+    assert!(
+        rejected.contains("field `prompt`: the action has none to change"),
+        "{rejected}"
+    );
+    // The seed's view of the same runs.
+    let (_, seed) = daemon.get("/api/workspaces/web/hooks/runs?session=x&last=0");
+    assert_eq!(seed["runs"], json!([]), "last=0 returns no rows: {seed}");
+}
+
+#[test]
+fn a_graph_hook_that_denies_blocks_the_spec_and_skips_the_hooks_after_it() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let view = run_graph(
+        &daemon,
+        "guarded",
+        repo.path(),
+        "touch ran.txt",
+        json!({
+            "node.pre_dispatch": [
+                { "command": "echo 'no force pushes here' >&2; exit 2", "priority": 5 },
+                { "command": "touch hook-ran.txt" },
+            ],
+        }),
+    );
+    assert_eq!(view["status"], "paused", "{view:#}");
+    let blocker = view["blocker"].as_str().unwrap_or_default();
+    assert!(
+        blocker.contains(
+            "sync hook `guarded.node.pre_dispatch[0]` denied the dispatch: no force pushes here"
+        ),
+        "{blocker}"
+    );
+    assert!(!repo.path().join("ran.txt").exists(), "the node never ran");
+    assert!(
+        !repo.path().join("hook-ran.txt").exists(),
+        "the second hook never ran"
+    );
+    let runs = runs_of(&daemon, "node.pre_dispatch");
+    let outcomes: Vec<&str> = runs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["denied", "skipped"], "{runs:#?}");
+    assert_eq!(runs[0]["source"], "graph");
+    assert_eq!(runs[0]["error"], "no force pushes here");
+    assert_eq!(runs[1]["status"], "skipped");
+}
+
+#[test]
+fn a_required_hook_that_fails_denies_and_one_that_is_not_lets_it_run() {
+    let config = r#"
+[[hooks]]
+name = "must-answer"
+event = "node.pre_dispatch"
+mode = "sync"
+required = true
+timeout_ms = 300
+match = { graph_name = "strict" }
+action = { command = "sleep 5" }
+"#;
+    let daemon = Daemon::start_with_config(config);
+    let repo = git_repo();
+    let strict = run_graph(&daemon, "strict", repo.path(), "touch ran.txt", json!({}));
+    assert_eq!(strict["status"], "paused", "{strict:#}");
+    let blocker = strict["blocker"].as_str().unwrap_or_default();
+    assert!(
+        blocker.contains("required hook `must-answer` failed"),
+        "{blocker}"
+    );
+    assert!(!repo.path().join("ran.txt").exists());
+    let runs = runs_of(&daemon, "node.pre_dispatch");
+    assert_eq!(runs[0]["status"], "timed_out", "{runs:#?}");
+    assert_eq!(runs[0]["outcome"], "failed");
+    assert_eq!(runs[0]["required"], true);
+    assert!(
+        runs[0]["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("(required: the action is denied)"),
+        "{runs:#?}"
+    );
+    // Another graph is not matched: it runs without asking.
+    let free = run_graph(&daemon, "free", repo.path(), "touch ran.txt", json!({}));
+    assert_eq!(free["status"], "completed", "{free:#}");
+    assert!(repo.path().join("ran.txt").exists());
+}
+
+#[test]
+fn sync_hooks_are_refused_where_they_cannot_decide() {
+    // canopy.toml: a sync hook on an event nothing asks, an async one on a question, and the
+    // sync-only keys on an async hook.
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("canopy.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[hooks]]
+name = "late"
+event = "graph.run.completed"
+mode = "sync"
+action = { command = "true" }
+
+[[hooks]]
+name = "deaf"
+event = "node.pre_dispatch"
+action = { command = "true" }
+
+[[hooks]]
+name = "pushy"
+event = "spec.created"
+priority = 3
+action = { command = "true" }
+
+[[hooks]]
+name = "odd"
+event = "node.pre_dispatch"
+mode = "blocking"
+action = { command = "true" }
+"#,
+    )
+    .unwrap();
+    let daemon = Daemon::start();
+    let out = daemon.cli(&["config", "validate", config.to_str().unwrap()]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    for expected in [
+        "hooks[0].event: a sync hook decides before an action, and `graph.run.completed` names none; the events asked of sync hooks are",
+        "hooks[1].mode: node.pre_dispatch is asked before its action, of sync hooks only; add mode = \"sync\"",
+        "hooks[2].priority: only a sync hook (mode = \"sync\") takes `priority`",
+        "hooks[3].mode: `blocking` is not a hook mode; it is sync",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+
+    // A graph's sync hook must name a mode that decides; an async key refuses sync-only keys.
+    let repo = git_repo();
+    let spec = daemon.add_spec("a spec");
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({
+            "name": "g", "workdir": repo.path(), "specs": [spec],
+            "nodes": [{ "name": "n", "command": "true" }],
+            "hooks": { "node.pre_dispatch": [{ "mode": "interactive", "prompt": "ok?", "target_session_name": "s" }] },
+        }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("hooks.node.pre_dispatch[0]: mode `interactive` (plugin interactive")
+            && message.contains("cannot decide"),
+        "{message}"
+    );
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({
+            "name": "g", "workdir": repo.path(), "specs": [spec],
+            "nodes": [{ "name": "n", "command": "true" }],
+            "hooks": { "on_completed": [{ "command": "true", "required": true }] },
+        }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("hooks.on_completed[0]: field `required` belongs to sync hooks"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_taxonomy_and_catalog_show_sync_hooks() {
+    let config = r#"
+[[hooks]]
+name = "gate"
+event = "node.pre_dispatch"
+mode = "sync"
+priority = 7
+required = true
+action = { command = "true" }
+
+[[hooks]]
+name = "after"
+event = "graph.run.completed"
+action = { command = "true" }
+"#;
+    let daemon = Daemon::start_with_config(config);
+    let (_, events) = daemon.get("/api/hooks/events?sync_only=true");
+    let names: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "graph.run.pre_start",
+            "node.pre_dispatch",
+            "plugin.pre_install"
+        ],
+        "{events:#}"
+    );
+    let dispatch = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "node.pre_dispatch")
+        .unwrap();
+    assert_eq!(dispatch["sync_eligible"], true);
+    let patchable: Vec<&String> = dispatch["patch_schema"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(patchable, ["command", "model", "prompt"], "{dispatch:#}");
+
+    let (_, catalog) = daemon.get("/api/hooks/catalog?mode=sync");
+    let hooks = catalog["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 1, "{catalog:#}");
+    assert_eq!(hooks[0]["name"], "gate");
+    assert_eq!(hooks[0]["mode"], "sync");
+    assert_eq!(hooks[0]["priority"], 7);
+    assert_eq!(hooks[0]["required"], true);
+    assert_eq!(hooks[0]["timeout_ms"], 1000);
+    let (_, catalog) = daemon.get("/api/hooks/catalog?mode=async");
+    let after = &catalog["hooks"].as_array().unwrap()[0];
+    assert_eq!(after["name"], "after");
+    assert!(
+        after["timeout_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "an async hook's catalog entry shows its real default: {after:#}"
+    );
+}
+
+#[test]
+fn a_run_start_is_denied_with_409_or_moved_to_a_patched_workdir() {
+    let tools = tempfile::tempdir().unwrap();
+    let other = git_repo();
+    let move_it = script(
+        tools.path(),
+        "move.sh",
+        &format!(
+            r#"echo '{{"decision": "patch", "patch": {{"workdir": "{}"}}}}'"#,
+            other.path().display()
+        ),
+    );
+    let config = format!(
+        "[[hooks]]\nname = \"elsewhere\"\nevent = \"graph.run.pre_start\"\nmode = \"sync\"\nmatch = {{ graph_name = \"moved\" }}\naction = {{ command = \"{}\" }}\n",
+        move_it.display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let repo = git_repo();
+
+    // The graph's own hook denies: 409 naming it and its reason, and nothing starts.
+    let spec = daemon.add_spec("a spec");
+    daemon.create_graph(json!({
+        "name": "frozen", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "n", "command": "touch ran.txt" }],
+        "hooks": { "graph.run.pre_start": [{ "command": "echo 'release freeze until Monday' >&2; exit 2" }] },
+    }));
+    let (status, answer) = daemon.control("frozen", json!({ "action": "run" }));
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "sync hook `frozen.graph.run.pre_start[0]` denied the run of graph `frozen`: release freeze until Monday"
+    );
+    let (_, runs) = daemon.get("/api/runs?graph=frozen");
+    assert_eq!(runs["runs"], json!([]), "no run was recorded: {runs}");
+    let cli = daemon.fails(&["graph", "run", "frozen"]);
+    assert!(cli.contains("release freeze until Monday"), "{cli}");
+
+    // A daemon hook patches the workdir: the run happens in the other repo.
+    let view = run_graph(&daemon, "moved", repo.path(), "touch ran.txt", json!({}));
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert!(
+        other.path().join("ran.txt").exists(),
+        "the run used the patched workdir"
+    );
+    assert!(!repo.path().join("ran.txt").exists());
+    let runs = runs_of(&daemon, "graph.run.pre_start");
+    let last = runs.last().unwrap();
+    assert_eq!(last["hook_name"], "elsewhere");
+    assert_eq!(last["outcome"], "applied");
+    assert_eq!(
+        last["patch_applied"]["workdir"],
+        other.path().to_str().unwrap()
+    );
+}
+
+#[test]
+fn a_policy_refuses_a_plugin_install_that_grants_network() {
+    let tools = tempfile::tempdir().unwrap();
+    let policy = script(
+        tools.path(),
+        "policy.sh",
+        r#"if grep -q '"network"' ; then echo 'plugins get no network here' >&2; exit 2; fi"#,
+    );
+    let config = format!(
+        "[[hooks]]\nname = \"no-network\"\nevent = \"plugin.pre_install\"\nmode = \"sync\"\nrequired = true\naction = {{ command = \"{}\" }}\n",
+        policy.display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let refused = daemon.fails(&[
+        "plugin",
+        "install",
+        support::HOSTILE_WASM,
+        "--grant",
+        "fs-read,network",
+    ]);
+    assert!(
+        refused.contains(
+            "sync hook `no-network` denied the install of plugin `hostile`: plugins get no network here"
+        ),
+        "{refused}"
+    );
+    let list = daemon.json(&["plugin", "list"]);
+    assert!(
+        !list["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "hostile"),
+        "nothing was installed: {list:#}"
+    );
+    daemon.ok(&[
+        "plugin",
+        "install",
+        support::HOSTILE_WASM,
+        "--grant",
+        "fs-read",
+    ]);
+    let runs = runs_of(&daemon, "plugin.pre_install");
+    let outcomes: Vec<&str> = runs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
+}
+
+/// Builds `plugins/examples/python-policy` with componentize-py (from PyPI; `.ci/run`
+/// installs it) into `out`; returns the component's path.
+fn build_python_policy(out: &Path) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let component = out.join("python-policy.wasm");
+    let built = std::process::Command::new("python3")
+        .current_dir(&root)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args([
+            "-c",
+            "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())",
+            "-d",
+            "wit/since_v0.2.0",
+            "-w",
+            "executor",
+            "componentize",
+            "-p",
+            "plugins/examples/python-policy",
+            "app",
+            "-o",
+        ])
+        .arg(&component)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        built.status.success(),
+        "componentize-py could not build the Python example (`python3 -m pip install componentize-py==0.25.1`; .ci/run installs it): {}{}",
+        String::from_utf8_lossy(&built.stdout),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    component
+}
+
+#[test]
+fn a_python_executor_decides_as_a_sync_hook() {
+    let out = tempfile::tempdir().unwrap();
+    let component = build_python_policy(out.path());
+    let daemon = Daemon::start();
+    let installed = daemon.ok(&["plugin", "install", component.to_str().unwrap()]);
+    assert!(
+        installed.starts_with("installed plugin python-policy 0.1.0"),
+        "{installed}"
+    );
+    let list = daemon.json(&["plugin", "list"]);
+    let python = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "python-policy")
+        .cloned()
+        .unwrap();
+    assert_eq!(python["contract"], "0.2.0");
+
+    let policy = json!({
+        "node.pre_dispatch": [
+            { "mode": "command-policy", "deny": "push --force", "reason": "no force pushes" },
+        ],
+    });
+    // Its validate refuses a bad config when the graph is saved, naming the field.
+    let repo = git_repo();
+    let spec = daemon.add_spec("a spec");
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({
+            "name": "bad", "workdir": repo.path(), "specs": [spec],
+            "nodes": [{ "name": "n", "command": "true" }],
+            "hooks": { "node.pre_dispatch": [{ "mode": "command-policy", "deny": "(" }] },
+        }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("field `deny`: `(` is not a valid regular expression"),
+        "{message}"
+    );
+
+    let pushed = run_graph(
+        &daemon,
+        "push",
+        repo.path(),
+        "echo git push --force origin main",
+        policy.clone(),
+    );
+    assert_eq!(pushed["status"], "paused", "{pushed:#}");
+    let blocker = pushed["blocker"].as_str().unwrap_or_default();
+    assert!(
+        blocker
+            .contains("sync hook `push.node.pre_dispatch[0]` denied the dispatch: no force pushes"),
+        "{blocker}"
+    );
+    let tested = run_graph(&daemon, "test", repo.path(), "touch tested.txt", policy);
+    assert_eq!(tested["status"], "completed", "{tested:#}");
+    assert!(repo.path().join("tested.txt").exists());
+    let runs = runs_of(&daemon, "node.pre_dispatch");
+    let outcomes: Vec<&str> = runs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
+    assert_eq!(runs[0]["executor_kind"], "command-policy");
+}
