@@ -17,7 +17,7 @@ use super::runs::{NodeRunStatus, Run, RunStatus, SpecResult};
 use super::{Engine, EngineError};
 use crate::bus::Recorded;
 use crate::hooks::HookMap;
-use crate::hooks::decide::{GraphScope, Question, Verdict};
+use crate::hooks::decide::{DecisionRecord, GraphScope, Question, Verdict};
 use crate::runner::{self, Job, Kind, Place};
 use canopy_executors::plugins::{Ending, Workdir, split_work_config};
 use canopy_model::events::graph::CompletedSpec;
@@ -362,9 +362,9 @@ async fn dispatch_decision(
     engine: &Engine,
     step: &NodeStep,
     mode: &str,
-) -> Result<Dispatched, EngineError> {
+) -> (Dispatched, Option<DecisionRecord>) {
     if step.dispatch_hooks.is_none() && !engine.bus().asks(PRE_DISPATCH) {
-        return Ok(Dispatched::AsConfigured);
+        return (Dispatched::AsConfigured, None);
     }
     let text = |field: &str| {
         step.node_config
@@ -392,14 +392,15 @@ async fn dispatch_decision(
             hooks: hooks.clone(),
         });
     }
-    let decision = engine.bus().decide(question).await?;
+    // Its hook runs are recorded in the write of the node run's end.
+    let mut decision = engine.bus().decide_unrecorded(question).await;
+    let record = decision.record.take();
     if let Verdict::Deny { hook, reason } = &decision.verdict {
-        return Ok(Dispatched::Denied(format!(
-            "sync hook `{hook}` denied the dispatch: {reason}"
-        )));
+        let blocker = format!("sync hook `{hook}` denied the dispatch: {reason}");
+        return (Dispatched::Denied(blocker), record);
     }
     if !decision.patched {
-        return Ok(Dispatched::AsConfigured);
+        return (Dispatched::AsConfigured, record);
     }
     let mut config = step.node_config.clone();
     for field in ["prompt", "command", "model"] {
@@ -407,7 +408,7 @@ async fn dispatch_decision(
             config.insert(field.to_string(), value.clone());
         }
     }
-    Ok(Dispatched::Patched(config))
+    (Dispatched::Patched(config), record)
 }
 
 /// The specs this run completed so far.
@@ -446,7 +447,7 @@ async fn run_node(
         .map(|w| w.mode)
         .unwrap_or_default();
     // The sync hooks on `node.pre_dispatch` decide whether it runs, and may patch it.
-    let decided = dispatch_decision(engine, &step, &mode).await?;
+    let (decided, decision) = dispatch_decision(engine, &step, &mode).await;
     let NodeStep {
         run,
         node_run_id,
@@ -514,7 +515,17 @@ async fn run_node(
             // A planned stop forced the node: what it reports is not its outcome. The node run
             // stays running; the stop records it and its run interrupted.
             tracing::info!(graph = %run.graph_name, node = %node_name, "the node run was forced by a planned stop");
-            return Ok((Recorded::default(), Next::Stop, hint));
+            let recorded = match decision {
+                Some(record) => {
+                    let bus = engine.bus().clone();
+                    engine
+                        .store()
+                        .write(move |tx| bus.record_decision(tx, record))
+                        .await?
+                }
+                None => Recorded::default(),
+            };
+            return Ok((recorded, Next::Stop, hint));
         }
         Ending::Completed => (NodeRunStatus::Completed, None),
         // A node past its deadline failed: the reason says it timed out.
@@ -547,9 +558,14 @@ async fn run_node(
     engine
         .store()
         .write_watched(move |tx| {
+            // The sync hooks that decided the dispatch, whatever became of the run since.
+            let mut recorded = match decision {
+                Some(record) => bus.record_decision(tx, record)?,
+                None => Recorded::default(),
+            };
             // A reset or shutdown may have ended the run while the call was in flight.
             if !tx.node_run_running(&node_run_id)? || !lease.held(tx)? {
-                return Ok((Recorded::default(), Next::Stop, hint));
+                return Ok((recorded, Next::Stop, hint));
             }
             tx.finish_node_run(&node_run_id, &end)?;
             let ended = taxonomy::node::NodeEnded {
@@ -568,7 +584,7 @@ async fn run_node(
                 NodeRunStatus::Blocked => Event::new(&taxonomy::node::NodeBlocked(ended)),
                 _ => Event::new(&taxonomy::node::NodeFailed(ended)),
             };
-            let mut recorded = bus.record(tx, [node_event], &run.cause)?;
+            recorded.extend(bus.record(tx, [node_event], &run.cause)?);
             if let Some(session) = &session {
                 tx.set_run_spec_session(&run.run_id, &spec_id, session)?;
             }

@@ -35,13 +35,13 @@ use crate::hooks::daemon::{DATA_MARKER, EventFields, SYNC_TIMEOUT};
 use crate::hooks::runs::{Finished, Fired, HookRunStatus, OUTPUT_LIMIT};
 use crate::runner::{self, Job, Kind, Ran};
 use canopy_executors::plugins::{Decision as Answer, Ending, WorkConfig, split_work_config};
-use canopy_model::events::{Actor, Cause, Event, EventDef, Payload, scalar_text};
+use canopy_model::events::{Actor, Cause, EventDef, Payload, scalar_text};
 use canopy_model::markers::MarkerValues;
 use canopy_model::work::Provenance;
-use canopy_store::StoreError;
 use canopy_store::hook_runs::{
     Dispatch, HookOutcome, HookSourceKind, SyncHookRun, graph_hook_name,
 };
+use canopy_store::{StoreError, Tx};
 
 /// An action about to happen, asked of the sync hooks.
 pub struct Question {
@@ -104,8 +104,19 @@ pub struct Decision {
     pub input: Value,
     /// Whether a patch was applied.
     pub patched: bool,
-    /// The hook runs recorded for it, in the order they ran.
-    pub hook_runs: Vec<String>,
+    /// Its hook runs, to record (none when no hook matched): by [`Bus::decide`] in a write of
+    /// its own, or by the caller in the write of the action's own outcome
+    /// ([`Bus::record_decision`]), which saves the decision a transaction.
+    pub record: Option<DecisionRecord>,
+}
+
+/// The hook runs of one decision, each as it ended, and their `hook.run.*` events.
+#[derive(Debug, Clone)]
+pub struct DecisionRecord {
+    runs: Vec<SyncHookRun>,
+    fired_by: &'static str,
+    project: Option<String>,
+    depth: u32,
 }
 
 /// Whether the action goes ahead.
@@ -126,7 +137,7 @@ impl Decision {
             verdict: Verdict::Allow,
             input,
             patched: false,
-            hook_runs: Vec::new(),
+            record: None,
         }
     }
 
@@ -173,13 +184,28 @@ impl Bus {
             .any(|hook| hook.dispatch == Dispatch::Sync && hook.pattern.matches(event))
     }
 
-    /// Asks the sync hooks matching `question` and answers it (see the module's docs). Errs
-    /// only when the decision's hook runs cannot be recorded; the action must not go ahead
-    /// then either.
+    /// Asks the sync hooks matching `question`, answers it (see the module's docs) and records
+    /// its hook runs in a write of their own. Errs only when they cannot be recorded; the
+    /// action must not go ahead then either.
     pub async fn decide(&self, question: Question) -> Result<Decision, StoreError> {
+        let mut decision = self.decide_unrecorded(question).await;
+        if let Some(record) = decision.record.take() {
+            let bus = self.clone();
+            let recorded = self
+                .store()
+                .write(move |tx| bus.record_decision(tx, record))
+                .await?;
+            self.publish(recorded).await;
+        }
+        Ok(decision)
+    }
+
+    /// [`Bus::decide`] without the write: the caller records [`Decision::record`] with
+    /// [`Bus::record_decision`] inside the write of the action's outcome, and publishes it.
+    pub async fn decide_unrecorded(&self, question: Question) -> Decision {
         let hooks = self.sync_hooks(&question);
         if hooks.is_empty() {
-            return Ok(Decision::unasked(question.input));
+            return Decision::unasked(question.input);
         }
         let daemon = self.daemon_hooks();
         let max_depth = daemon.max_depth;
@@ -248,7 +274,7 @@ impl Bus {
             }
             answered.push(one);
         }
-        let hook_runs = self.record_decision(&question, &fired_at, answered).await?;
+        let record = record_of(&question, &fired_at, answered);
         match &verdict {
             Verdict::Allow => {}
             Verdict::Deny { hook, reason } => tracing::info!(
@@ -258,12 +284,12 @@ impl Bus {
                 "a sync hook denied the action"
             ),
         }
-        Ok(Decision {
+        Decision {
             verdict,
             input,
             patched,
-            hook_runs,
-        })
+            record: Some(record),
+        }
     }
 
     /// The sync hooks matching a question, in the order they run: priority (higher first),
@@ -385,17 +411,44 @@ impl Bus {
         runner::run(self.plugins(), job).await
     }
 
-    /// Records a decision's hook runs and their `hook.run.*` events in one write.
-    async fn record_decision(
+    /// Records a decision's hook runs and their `hook.run.*` events inside the caller's
+    /// write; publish what it returns once that write has committed.
+    pub fn record_decision(
         &self,
-        question: &Question,
-        fired_at: &str,
-        answered: Vec<Answered>,
-    ) -> Result<Vec<String>, StoreError> {
-        let graph = question.graph.as_ref();
-        let mut runs = Vec::with_capacity(answered.len());
-        let mut events = Vec::new();
-        for one in answered {
+        tx: &Tx<'_>,
+        record: DecisionRecord,
+    ) -> Result<crate::bus::Recorded, StoreError> {
+        let ids = tx.insert_sync_hook_runs(&record.runs)?;
+        let mut recorded = crate::bus::Recorded::default();
+        for (run, id) in record.runs.iter().zip(&ids) {
+            // A hook that never ran (skipped, dropped) has no end to announce.
+            if run.started_at.is_none() {
+                continue;
+            }
+            let event = crate::bus::hook_run_event(
+                id,
+                &run.fired.hook_name,
+                run.fired.source,
+                &run.finished,
+                record.fired_by,
+                record.project.clone(),
+            );
+            let cause = Cause {
+                actor: Actor::Hook(run.fired.hook_name.clone()),
+                depth: record.depth.saturating_add(1),
+            };
+            recorded.extend(self.record(tx, [event], &cause)?);
+        }
+        Ok(recorded)
+    }
+}
+
+/// The record of a decision's hook runs.
+fn record_of(question: &Question, fired_at: &str, answered: Vec<Answered>) -> DecisionRecord {
+    let graph = question.graph.as_ref();
+    let runs = answered
+        .into_iter()
+        .map(|one| {
             let Answered {
                 hook,
                 status,
@@ -408,15 +461,12 @@ impl Bus {
             let finished = Finished {
                 status,
                 summary: report.and_then(|r| r.outcome.summary.clone()),
-                error: error.clone(),
+                error,
                 output: ran.as_ref().and_then(|r| r.output(OUTPUT_LIMIT)),
                 rendered: ran.as_ref().map(|r| rendered(r, report)),
                 duration_ms: ran.as_ref().map_or(0, |r| r.duration_ms),
             };
-            if ran.is_some() {
-                events.push((hook.name.clone(), hook.source, finished.clone()));
-            }
-            runs.push(SyncHookRun {
+            SyncHookRun {
                 fired: Fired {
                     source: hook.source,
                     hook_name: hook.name,
@@ -443,42 +493,14 @@ impl Bus {
                 required: hook.required,
                 outcome,
                 patch_applied,
-            });
-        }
-        let bus = self.clone();
-        let fired_by = question.def.name.to_string();
-        let project = question.project.clone();
-        let depth = question.cause.depth;
-        let (ids, recorded) = self
-            .store()
-            .write(move |tx| {
-                let ids = tx.insert_sync_hook_runs(&runs)?;
-                let mut recorded = crate::bus::Recorded::default();
-                for ((name, source, finished), id) in events.into_iter().zip(
-                    runs.iter()
-                        .zip(&ids)
-                        .filter(|(run, _)| run.started_at.is_some())
-                        .map(|(_, id)| id),
-                ) {
-                    let event: Event = crate::bus::hook_run_event(
-                        id,
-                        &name,
-                        source,
-                        &finished,
-                        &fired_by,
-                        project.clone(),
-                    );
-                    let cause = Cause {
-                        actor: Actor::Hook(name),
-                        depth: depth.saturating_add(1),
-                    };
-                    recorded.extend(bus.record(tx, [event], &cause)?);
-                }
-                Ok::<_, StoreError>((ids, recorded))
-            })
-            .await?;
-        self.publish(recorded).await;
-        Ok(ids)
+            }
+        })
+        .collect();
+    DecisionRecord {
+        runs,
+        fired_by: question.def.name,
+        project: question.project.clone(),
+        depth: question.cause.depth,
     }
 }
 
