@@ -174,6 +174,43 @@ fn a_graph_hook_that_denies_blocks_the_spec_and_skips_the_hooks_after_it() {
     assert_eq!(runs[0]["source"], "graph");
     assert_eq!(runs[0]["error"], "no force pushes here");
     assert_eq!(runs[1]["status"], "skipped");
+
+    // `hooks test` asks the same hooks about an input of one's own, and records nothing.
+    let shown = daemon.ok(&[
+        "hooks",
+        "test",
+        "guarded",
+        "node.pre_dispatch",
+        "--input",
+        r#"{"node": "build", "command": "git push --force"}"#,
+    ]);
+    assert!(
+        shown.contains(
+            "node.pre_dispatch: denied by `guarded.node.pre_dispatch[0]`: no force pushes here"
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains("skipped"), "{shown}");
+    let answer = daemon.json(&[
+        "hooks",
+        "test",
+        "guarded",
+        "node.pre_dispatch",
+        "--input",
+        r#"{"node": "build"}"#,
+    ]);
+    assert_eq!(answer["decision"], "deny", "{answer:#}");
+    assert_eq!(answer["input"]["graph_name"], "guarded");
+    assert_eq!(
+        runs_of(&daemon, "node.pre_dispatch").len(),
+        2,
+        "a test records nothing"
+    );
+    let wrong = daemon.fails(&["hooks", "test", "guarded", "node.pre_dispach"]);
+    assert!(
+        wrong.contains("is not asked of sync hooks; did you mean `node.pre_dispatch`?"),
+        "{wrong}"
+    );
 }
 
 #[test]
@@ -331,7 +368,9 @@ action = { command = "true" }
         [
             "graph.run.pre_start",
             "node.pre_dispatch",
-            "plugin.pre_install"
+            "session.message.pre_deliver",
+            "plugin.pre_install",
+            "cron.pre_fire"
         ],
         "{events:#}"
     );
@@ -572,4 +611,114 @@ fn a_python_executor_decides_as_a_sync_hook() {
         .collect();
     assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
     assert_eq!(runs[0]["executor_kind"], "command-policy");
+}
+
+#[test]
+fn a_cron_firing_and_a_session_message_are_asked_before_they_happen() {
+    let tools = tempfile::tempdir().unwrap();
+    let out = tools.path().join("out.txt");
+    // `cron.pre_fire`: the nightly cron is denied, the hourly one gets its command patched.
+    let gate = script(
+        tools.path(),
+        "gate.sh",
+        &format!(
+            r#"input=$(cat)
+case "$input" in
+  *'"cron":"nightly"'*) echo 'not tonight' >&2; exit 2 ;;
+  *'"cron":"hourly"'*) echo '{{"decision": "patch", "patch": {{"command": "echo patched >> {out}"}}}}' ;;
+esac"#,
+            out = out.display()
+        ),
+    );
+    // `session.message.pre_deliver`: secrets are denied, everything else is signed.
+    let screen = script(
+        tools.path(),
+        "screen.sh",
+        r#"input=$(cat)
+case "$input" in
+  *password*) echo 'a message may not carry a password' >&2; exit 2 ;;
+  *) printf '{"decision": "patch", "patch": {"text": "%s (screened)"}}' "$CANOPY_HOOK_TEXT" ;;
+esac"#,
+    );
+    let config = format!(
+        r#"
+[[crons]]
+name = "nightly"
+schedule = "@yearly"
+action = {{ command = "echo nightly >> {out}" }}
+
+[[crons]]
+name = "hourly"
+schedule = "@yearly"
+action = {{ command = "echo hourly >> {out}" }}
+
+[[hooks]]
+name = "gate"
+event = "cron.pre_fire"
+mode = "sync"
+action = {{ command = "{gate}" }}
+
+[[hooks]]
+name = "screen"
+event = "session.message.pre_deliver"
+mode = "sync"
+action = {{ command = "{screen}" }}
+"#,
+        out = out.display(),
+        gate = gate.display(),
+        screen = screen.display(),
+    );
+    let daemon = Daemon::start_with_config(&config);
+
+    let denied = daemon.cli(&["cron", "run", "nightly", "--wait"]);
+    let said = String::from_utf8_lossy(&denied.stdout);
+    assert!(!denied.status.success(), "{said}");
+    let (_, receipts) = daemon.get("/api/crons/nightly/runs?last=1");
+    let receipt = &receipts["runs"][0];
+    assert_eq!(receipt["status"], "denied", "{receipt}");
+    assert_eq!(
+        receipt["error"],
+        "sync hook `gate` denied the firing: not tonight"
+    );
+    daemon.ok(&["cron", "run", "hourly", "--wait"]);
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "patched\n",
+        "the nightly action never ran, the hourly one ran patched"
+    );
+
+    daemon.ok(&["session", "new", "--name", "lead"]);
+    daemon.ok(&["session", "send", "lead", "the password is hunter2"]);
+    daemon.ok(&["session", "send", "lead", "review the login form"]);
+    let delivered = support::wait_for(
+        "the screened message to be delivered",
+        std::time::Duration::from_secs(20),
+        || {
+            let inbox = daemon.json(&["session", "inbox", "lead"]);
+            inbox["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["status"] == "delivered")
+                .cloned()
+        },
+    );
+    assert_eq!(delivered["text"], "review the login form (screened)");
+    let recall = daemon.json(&["session", "recall"]);
+    let kept = recall["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["text"] == "the password is hunter2")
+        .cloned()
+        .unwrap_or_else(|| panic!("the denied message is kept for recall: {recall:#}"));
+    assert_eq!(
+        kept["error"],
+        "sync hook `screen` denied the delivery: a message may not carry a password"
+    );
+    let outcomes: Vec<String> = runs_of(&daemon, "session.message.pre_deliver")
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, ["denied", "applied"]);
 }

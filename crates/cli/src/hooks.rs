@@ -105,17 +105,23 @@ pub enum HooksCommand {
         json: bool,
     },
     /// Render an event's hooks against the graph's latest run (or --run): which would fire,
-    /// with what values, and what is wrong with them. --execute runs them, as test runs.
+    /// with what values, and what is wrong with them. --execute runs them, as test runs. For a
+    /// sync event (node.pre_dispatch, ...) it asks the graph's and the daemon's sync hooks about
+    /// --input, and shows the decision and the patched input, recording nothing.
     #[command(
-        after_help = "Examples:\n  canopy hooks test web on_spec_completed --spec 3f2a\n  canopy hooks test web on_completed --index 0 --execute"
+        after_help = "Examples:\n  canopy hooks test web on_spec_completed --spec 3f2a\n  canopy hooks test web on_completed --index 0 --execute\n  canopy hooks test web node.pre_dispatch --input '{\"node\": \"push\", \"command\": \"git push --force\"}'"
     )]
     Test {
         /// The graph: its name, id or unique id prefix.
         #[arg(value_name = "GRAPH", value_parser = non_empty)]
         graph: String,
-        /// The event: on_completed, on_failed, on_blocked or on_spec_completed.
+        /// The event: on_completed, on_failed, on_blocked or on_spec_completed; or a sync
+        /// event: node.pre_dispatch, graph.run.pre_start, ...
         #[arg(value_name = "EVENT", value_parser = non_empty)]
         event: String,
+        /// A sync event's input, as a JSON object of its fields (the graph's own are filled in).
+        #[arg(long, value_name = "JSON")]
+        input: Option<String>,
         /// Only the hook at this index of the event's list.
         #[arg(long)]
         index: Option<usize>,
@@ -186,6 +192,91 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
             ]
         })
         .collect()
+}
+
+/// `hooks test GRAPH SYNC_EVENT`: what the sync hooks answer about `input`.
+async fn decide(
+    client: &Client,
+    graph: &str,
+    event: &str,
+    input: Option<&str>,
+    json: bool,
+) -> Result<ExitCode> {
+    let input: Value = match input {
+        Some(text) => serde_json::from_str(text)
+            .map_err(|err| anyhow::anyhow!("--input must be a JSON object: {err}"))?,
+        None => json!({}),
+    };
+    if !input.is_object() {
+        anyhow::bail!("--input must be a JSON object of the event's fields, not {input}");
+    }
+    let body = json!({ "event": event, "input": input, "graph": graph });
+    let answer: Value = client
+        .post("/api/hooks/decide", &body)
+        .await
+        .map_err(|err| {
+            in_cli_terms(
+                err,
+                &[("event", "EVENT"), ("input", "--input"), ("graph", "GRAPH")],
+            )
+        })?;
+    if json {
+        print_json(&answer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let hooks = items(&answer["hooks"]);
+    if hooks.is_empty() {
+        println!("no sync hook on {event} for {graph}: the action goes ahead as asked");
+        return Ok(ExitCode::SUCCESS);
+    }
+    match answer["decision"].as_str() {
+        Some("deny") => println!(
+            "{event}: denied by `{}`: {}",
+            str_at(&answer, "/hook"),
+            str_at(&answer, "/reason")
+        ),
+        _ if answer["patched"] == true => println!("{event}: allowed, patched"),
+        _ => println!("{event}: allowed"),
+    }
+    let rows: Vec<Vec<String>> = hooks
+        .iter()
+        .map(|hook| {
+            vec![
+                str_at(hook, "/hook_name").to_string(),
+                str_at(hook, "/source").to_string(),
+                hook["mode"].as_str().unwrap_or("-").to_string(),
+                format!(
+                    "{}{}",
+                    str_at(hook, "/outcome"),
+                    if hook["required"] == true {
+                        " (required)"
+                    } else {
+                        ""
+                    }
+                ),
+                format!("{} ms", hook["duration_ms"]),
+                patched(hook)
+                    .or_else(|| hook["error"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| "-".to_string()),
+            ]
+        })
+        .collect();
+    table_or(
+        &[
+            "HOOK",
+            "SOURCE",
+            "MODE",
+            "OUTCOME",
+            "DURATION",
+            "PATCH / ERROR",
+        ],
+        &rows,
+        "",
+    );
+    if answer["patched"] == true {
+        println!("\ninput as patched: {}", answer["input"]);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A hook run's status as the table shows it: a sync hook's is what it meant for its action
@@ -482,12 +573,22 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
         HooksCommand::Test {
             graph,
             event,
+            input,
             index,
             spec,
             run,
             execute,
             json,
         } => {
+            // A dotted event is a sync one: its hooks decide about an input.
+            if event.contains('.') {
+                return decide(client, &graph, &event, input.as_deref(), json).await;
+            }
+            if input.is_some() {
+                anyhow::bail!(
+                    "--input belongs to sync events (node.pre_dispatch, graph.run.pre_start, ...); {event} is tested against a past run (--run, --spec)"
+                );
+            }
             let body = json!({ "event": event, "index": index, "spec": spec, "run": run, "execute": execute });
             let answer: Value = client
                 .post(&format!("/api/graphs/{}/hooks/test", encode(&graph)), &body)

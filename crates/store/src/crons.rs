@@ -21,6 +21,8 @@ state_enum! {
         TimedOut = "timed_out",
         /// Not run: the previous firing still ran (`overlap = "forbid"`).
         Skipped = "skipped",
+        /// Not run: a sync hook on `cron.pre_fire` denied it.
+        Denied = "denied",
         /// Not run: a planned stop had closed admission.
         Refused = "refused",
         /// Scheduled firings that passed while the daemon was down (`missed_count` of them).

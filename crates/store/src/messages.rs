@@ -256,6 +256,16 @@ impl Tx<'_> {
     /// Moves a message from `from` to `to` (recording `error`, and the time when it becomes
     /// `delivered`); returns the message as it is now, or `None` when it was not in `from`
     /// (someone else moved it first), so two deliverers can never both claim it.
+    /// Replaces a pending message's text (a sync hook's patch, before it is delivered);
+    /// returns whether it was still pending.
+    pub fn set_pending_message_text(&self, id: &str, text: &str) -> Result<bool, StoreError> {
+        let changed = self.execute(
+            "UPDATE messages SET text = ?2 WHERE id = ?1 AND status = ?3",
+            params![id, text, MessageStatus::Pending],
+        )?;
+        Ok(changed == 1)
+    }
+
     pub fn move_message(
         &self,
         id: &str,

@@ -479,7 +479,24 @@ const MIGRATIONS: &[Migration] = &[
     "#),
     // 16: a sync hook after one that denied is not run: its status is `skipped`.
     Code(hook_runs_may_be_skipped),
+    // 17: a cron firing a sync hook denied is recorded `denied`.
+    Code(cron_firings_may_be_denied),
 ];
+
+/// Widens the CHECK on `cron_receipts.status` (as migration 13 wrote it) by `denied`.
+fn cron_firings_may_be_denied(tx: &Transaction) -> Result<()> {
+    rewrite_tables(tx, |name, sql| {
+        if name == "cron_receipts" {
+            sql.replacen(
+                "OR status = 'interrupted_unknown')",
+                "OR status = 'interrupted_unknown' OR status = 'denied')",
+                1,
+            )
+        } else {
+            sql.to_string()
+        }
+    })
+}
 
 /// Widens the CHECK on `hook_runs.status` (as migration 13 wrote it) by `skipped`: every
 /// stored row still fits.

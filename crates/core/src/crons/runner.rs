@@ -14,8 +14,9 @@ use tokio::task::AbortHandle;
 
 use super::{CatchUp, Cron, Overlap};
 use crate::bus::Bus;
+use crate::hooks::decide::{DecisionRecord, Question, Verdict};
 use crate::runner::{self, Job, Kind, Ran};
-use canopy_executors::plugins::{Ending, StopSwitch};
+use canopy_executors::plugins::{Ending, StopSwitch, WorkConfig};
 use canopy_model::events::{self, Actor, Cause, Event};
 use canopy_model::work::Provenance;
 use canopy_store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
@@ -567,6 +568,23 @@ impl Crons {
             actor: Actor::Cron(name.clone()),
             depth: 1,
         };
+        // The sync hooks on `cron.pre_fire` decide whether the action runs, and may patch it.
+        let (work, decision) = self.ask_pre_fire(&cron, &receipt).await;
+        let work = match work {
+            Ok(work) => work,
+            Err(denied) => {
+                let end = ReceiptEnd {
+                    status: ReceiptStatus::Denied,
+                    exit_code: None,
+                    output: None,
+                    error: Some(denied),
+                    duration_ms: 0,
+                };
+                self.record_end(&cron, &receipt.run_id, end, decision).await;
+                self.forget(&name, &receipt.run_id);
+                return;
+            }
+        };
         let job = Job {
             markers,
             supported_markers: Cow::Borrowed(CRON_MARKERS),
@@ -577,13 +595,7 @@ impl Crons {
             ],
             stop: Some(firing.switch.signal()),
             not_before,
-            ..Job::new(
-                Kind::Cron,
-                Ok(cron.work.clone()),
-                workdir,
-                provenance,
-                cause,
-            )
+            ..Job::new(Kind::Cron, Ok(work), workdir, provenance, cause)
         };
         let ran = runner::run(&self.inner.plugins, job).await;
         let replaced_by = firing
@@ -592,11 +604,64 @@ impl Crons {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let end = ending(ran, replaced_by);
-        self.record_end(&cron, &receipt.run_id, end).await;
+        self.record_end(&cron, &receipt.run_id, end, decision).await;
         self.forget(&name, &receipt.run_id);
     }
 
-    async fn record_end(&self, cron: &Cron, run_id: &str, end: ReceiptEnd) {
+    /// Asks the sync hooks on `cron.pre_fire` whether a firing runs its action
+    /// ([`crate::hooks::decide`]): the action as they patched it, or why it does not run; and
+    /// the decision's hook runs, recorded with the firing's end.
+    async fn ask_pre_fire(
+        &self,
+        cron: &Cron,
+        receipt: &Receipt,
+    ) -> (Result<WorkConfig, String>, Option<DecisionRecord>) {
+        const PRE_FIRE: &str = "cron.pre_fire";
+        if !self.inner.bus.asks(PRE_FIRE) {
+            return (Ok(cron.work.clone()), None);
+        }
+        let text = |field: &str| {
+            cron.work
+                .config()
+                .get(field)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        let question = events::cron::CronPreFire {
+            firing: firing_of(receipt),
+            mode: cron.work.mode.clone(),
+            command: text("command"),
+            prompt: text("prompt"),
+        };
+        let question = Question::of(&question, cron_cause(cron.name()));
+        let mut decision = self.inner.bus.decide_unrecorded(question).await;
+        let record = decision.record.take();
+        match decision.verdict {
+            Verdict::Deny { hook, reason } => (
+                Err(format!("sync hook `{hook}` denied the firing: {reason}")),
+                record,
+            ),
+            Verdict::Allow if decision.patched => {
+                let mut fields = serde_json::Map::new();
+                for field in ["command", "prompt"] {
+                    if let Some(value) = decision.input.get(field).filter(|v| v.is_string()) {
+                        fields.insert(field.to_string(), value.clone());
+                    }
+                }
+                (Ok(cron.work.patched(&fields)), record)
+            }
+            Verdict::Allow => (Ok(cron.work.clone()), record),
+        }
+    }
+
+    /// Records a firing's end (with the hook runs of the decision that let it run, or not).
+    async fn record_end(
+        &self,
+        cron: &Cron,
+        run_id: &str,
+        end: ReceiptEnd,
+        decision: Option<DecisionRecord>,
+    ) {
         let (run_id, name, keep) = (
             run_id.to_string(),
             cron.name().to_string(),
@@ -608,11 +673,16 @@ impl Crons {
             .inner
             .store
             .write(move |tx| {
+                let mut recorded = match decision {
+                    Some(record) => bus.record_decision(tx, record)?,
+                    None => crate::bus::Recorded::default(),
+                };
                 let Some(receipt) = tx.finish_cron_receipt(&run_id, &end)? else {
-                    return Ok(crate::bus::Recorded::default());
+                    return Ok(recorded);
                 };
                 tx.prune_cron_receipts(&name, keep, &oldest)?;
-                bus.record(tx, [end_event(&receipt)], &cron_cause(&name))
+                recorded.extend(bus.record(tx, [end_event(&receipt)], &cron_cause(&name))?);
+                Ok::<_, StoreError>(recorded)
             })
             .await;
         match written {

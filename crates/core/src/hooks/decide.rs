@@ -119,6 +119,41 @@ pub struct DecisionRecord {
     depth: u32,
 }
 
+impl DecisionRecord {
+    /// What each hook answered, in the order they ran (`hooks test`, `canopy hooks decide`).
+    pub fn answers(&self) -> Vec<HookAnswer> {
+        self.runs
+            .iter()
+            .map(|run| HookAnswer {
+                hook_name: run.fired.hook_name.clone(),
+                source: run.fired.source,
+                mode: run.fired.mode.clone(),
+                status: run.finished.status,
+                outcome: run.outcome,
+                required: run.required,
+                error: run.finished.error.clone(),
+                patch_applied: run.patch_applied.clone(),
+                duration_ms: run.finished.duration_ms,
+            })
+            .collect()
+    }
+}
+
+/// One sync hook's answer, as a dry run shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HookAnswer {
+    pub hook_name: String,
+    pub source: HookSourceKind,
+    /// The executor mode that ran it.
+    pub mode: Option<String>,
+    pub status: HookRunStatus,
+    pub outcome: HookOutcome,
+    pub required: bool,
+    pub error: Option<String>,
+    pub patch_applied: Option<Value>,
+    pub duration_ms: i64,
+}
+
 /// Whether the action goes ahead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

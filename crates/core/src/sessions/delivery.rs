@@ -29,8 +29,9 @@ use tokio::sync::{Semaphore, broadcast};
 
 use super::{Message, MessageStatus, NotificationKind, Session, SessionStatus, message_ref};
 use crate::bus::Bus;
-use canopy_model::events::Event;
-use canopy_model::events::session::{MessageDelivered, MessageUndeliverable};
+use crate::hooks::decide::{Question, Verdict};
+use canopy_model::events::session::{MessageDelivered, MessagePreDeliver, MessageUndeliverable};
+use canopy_model::events::{Cause, Event};
 use canopy_store::{Store, StoreError};
 
 /// How often the scheduler delivers.
@@ -280,22 +281,94 @@ impl Delivery {
                 )
                 .await
             }
-            SessionStatus::Live => match session.tmux_target.clone() {
-                None => {
-                    let delivered = self
-                        .transition(
-                            &message.id,
-                            MessageStatus::Pending,
-                            MessageStatus::Delivered,
-                        )
-                        .await?;
-                    if let Some(delivered) = delivered {
-                        self.publish(delivered);
+            SessionStatus::Live => {
+                // The sync hooks on `session.message.pre_deliver` decide, and may patch it.
+                let message = match self.ask_pre_deliver(message, &session).await? {
+                    Ok(message) => message,
+                    Err((id, why)) => {
+                        return self
+                            .give_up(
+                                &id,
+                                MessageStatus::Pending,
+                                NotificationKind::DeliveryFailed,
+                                why,
+                            )
+                            .await;
                     }
-                    Ok(())
+                };
+                self.deliver_live(message, &session).await
+            }
+        }
+    }
+
+    /// Asks the sync hooks on `session.message.pre_deliver` whether a message is delivered
+    /// ([`crate::hooks::decide`]): the message as they patched it, or its id and why not.
+    async fn ask_pre_deliver(
+        &self,
+        message: Message,
+        session: &Session,
+    ) -> Result<Result<Message, (String, String)>, StoreError> {
+        const PRE_DELIVER: &str = "session.message.pre_deliver";
+        if !self.inner.bus.asks(PRE_DELIVER) {
+            return Ok(Ok(message));
+        }
+        let question = MessagePreDeliver {
+            session_id: session.id.clone(),
+            session_name: session.name.clone(),
+            message_id: message.id.clone(),
+            origin: message.origin.clone(),
+            text: message.text.clone(),
+        };
+        let decision = self
+            .inner
+            .bus
+            .decide(Question::of(&question, Cause::current()))
+            .await?;
+        if let Verdict::Deny { hook, reason } = decision.verdict {
+            let why = format!("sync hook `{hook}` denied the delivery: {reason}");
+            return Ok(Err((message.id, why)));
+        }
+        let Some(text) = decision
+            .patched
+            .then(|| decision.input.get("text").and_then(|t| t.as_str()))
+            .flatten()
+            .map(str::to_string)
+        else {
+            return Ok(Ok(message));
+        };
+        let id = message.id.clone();
+        let patched = text.clone();
+        let pending = self
+            .inner
+            .store
+            .write(move |tx| tx.set_pending_message_text(&id, &patched))
+            .await?;
+        if !pending {
+            return Ok(Err((
+                message.id,
+                "it was no longer pending once its sync hooks had answered".to_string(),
+            )));
+        }
+        Ok(Ok(Message { text, ..message }))
+    }
+
+    /// Delivers a message to a live session: its inbox, or its tmux pane.
+    async fn deliver_live(&self, message: Message, session: &Session) -> Result<(), StoreError> {
+        match session.tmux_target.clone() {
+            None => {
+                let delivered = self
+                    .transition(
+                        &message.id,
+                        MessageStatus::Pending,
+                        MessageStatus::Delivered,
+                    )
+                    .await?;
+                if let Some(delivered) = delivered {
+                    self.publish(delivered);
                 }
-                Some(target) => self.type_into_pane(&message, &session, &target).await,
-            },
+                Ok(())
+            }
+            Some(target) => self.type_into_pane(&message, session, &target).await,
         }
     }
 

@@ -32,6 +32,7 @@ pub fn router() -> Router<AppState> {
         .route("/hooks/tripped", get(tripped))
         .route("/hooks/reset", post(reset))
         .route("/graphs/{name}/hooks/test", post(test))
+        .route("/hooks/decide", post(decide))
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -461,6 +462,103 @@ pub(crate) struct TestBody {
     /// Really run the hooks (and wait for them), instead of only rendering them.
     #[serde(default)]
     execute: bool,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DecideBody {
+    /// A sync-eligible event: `node.pre_dispatch`, `graph.run.pre_start`, ...
+    event: String,
+    /// The action's input: the event's payload fields (a graph's own fields are filled in
+    /// from `graph` when it names one).
+    #[serde(default)]
+    input: serde_json::Map<String, Value>,
+    /// The graph whose own sync hooks are asked first (its name, id or id prefix).
+    #[serde(default)]
+    graph: Option<String>,
+}
+
+/// `POST /api/hooks/decide`: asks the sync hooks of an event about an input, for real (their
+/// executors run) but recording nothing, and answers with the decision, the patched input and
+/// each hook's answer: what the action would get.
+async fn decide(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<DecideBody>,
+) -> Result<ApiJson<Value>, ApiError> {
+    let sync_events = || {
+        canopy_model::events::all()
+            .filter(|def| def.sync_eligible)
+            .map(|def| def.name)
+    };
+    let Some(def) = canopy_model::events::find(&body.event).filter(|def| def.sync_eligible) else {
+        return Err(ApiError::bad_request(format!(
+            "field `event`: `{}` is not asked of sync hooks{}; the events that are: {}",
+            body.event,
+            canopy_model::text::did_you_mean(&body.event, sync_events()),
+            one_of(sync_events())
+        )));
+    };
+    let mut input = body.input;
+    let mut question_graph = None;
+    if let Some(name) = &body.graph {
+        let name = name.clone();
+        let graph = state
+            .store
+            .read(move |rd| {
+                let id = rd.resolve_graph(&name)?;
+                rd.graph_shallow(&id)
+            })
+            .await
+            .map_err(|err| ApiError::from(EngineError::from(err)))?;
+        for (field, value) in [
+            ("graph_id", &graph.id),
+            ("graph_name", &graph.name),
+            ("workdir", &graph.workdir),
+        ] {
+            input
+                .entry(field.to_string())
+                .or_insert_with(|| Value::String(value.clone()));
+        }
+        question_graph = Some(canopy_core::hooks::decide::GraphScope {
+            graph_id: graph.id.clone(),
+            graph_name: graph.name.clone(),
+            run_id: None,
+            workdir: graph.workdir.clone(),
+            hooks: std::sync::Arc::new(graph.hooks.clone()),
+        });
+    }
+    let question = canopy_core::hooks::decide::Question {
+        def,
+        project: input
+            .get("workdir")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        input: Value::Object(input),
+        graph: question_graph,
+        cause: canopy_model::events::Cause::current(),
+        spec_id: None,
+    };
+    let decision = state.bus.decide_unrecorded(question).await;
+    let answers = decision
+        .record
+        .as_ref()
+        .map(canopy_core::hooks::decide::DecisionRecord::answers)
+        .unwrap_or_default();
+    let (verdict, hook, reason) = match &decision.verdict {
+        canopy_core::hooks::decide::Verdict::Allow => ("allow", None, None),
+        canopy_core::hooks::decide::Verdict::Deny { hook, reason } => {
+            ("deny", Some(hook.clone()), Some(reason.clone()))
+        }
+    };
+    Ok(ApiJson(json!({
+        "event": def.name,
+        "decision": verdict,
+        "hook": hook,
+        "reason": reason,
+        "patched": decision.patched,
+        "input": decision.input,
+        "hooks": answers,
+    })))
 }
 
 /// How long `execute` waits for the test runs to finish.

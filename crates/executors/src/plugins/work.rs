@@ -60,6 +60,18 @@ impl WorkConfig {
     pub fn host(&self) -> &HostKeys {
         &self.host
     }
+
+    /// The same work with some of the executor's fields replaced (a sync hook's patch, whose
+    /// fields are checked by its event's patch type: never a reserved key).
+    pub fn patched(&self, fields: &Map<String, Value>) -> Self {
+        let mut patched = self.clone();
+        for (key, value) in fields {
+            if !RESERVED_KEYS.contains(&key.as_str()) {
+                patched.config.insert(key.clone(), value.clone());
+            }
+        }
+        patched
+    }
 }
 
 /// The reserved keys of a config, as written (see [`RESERVED_KEYS`]).

@@ -68,7 +68,35 @@ pub struct CronMissed {
     pub catch_up: bool,
 }
 
+/// `cron.pre_fire`: a cron's firing is about to run its action. Sync hooks decide: allow,
+/// deny (the firing is recorded `denied` and nothing runs) or patch the action's `command` or
+/// `prompt` (as configured: markers are rendered after the decision).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CronPreFire {
+    #[serde(flatten)]
+    pub firing: CronFiring,
+    /// The executor mode of its action.
+    pub mode: String,
+    /// The action's command (a `command` action).
+    pub command: Option<String>,
+    /// The action's prompt (an agent or interactive action).
+    pub prompt: Option<String>,
+}
+
+/// What a sync hook on `cron.pre_fire` may change: only a field the action has.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CronFirePatch {
+    pub command: Option<String>,
+    pub prompt: Option<String>,
+}
+
 declare_events! { Family::Cron;
+    CronPreFire => "cron.pre_fire", true,
+        "asked before a cron's firing runs its action: sync hooks allow it, deny it (the firing is recorded denied; nothing runs) or patch its command or prompt",
+        ["cron", "run_id", "trigger", "scheduled_at", "mode", "command", "prompt"],
+        target: |e| Some(e.firing.cron.clone()), project: |_e| None,
+        patch: CronFirePatch;
     CronFired => "cron.fired", false,
         "a cron fired (on schedule, by hand or to catch up); its receipt is written before anything runs",
         ["cron", "run_id", "trigger", "scheduled_at"],
