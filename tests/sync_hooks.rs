@@ -370,7 +370,8 @@ action = { command = "true" }
             "node.pre_dispatch",
             "session.message.pre_deliver",
             "plugin.pre_install",
-            "cron.pre_fire"
+            "cron.pre_fire",
+            "webhook.pre_handle"
         ],
         "{events:#}"
     );
@@ -717,6 +718,89 @@ action = {{ command = "{screen}" }}
         "sync hook `screen` denied the delivery: a message may not carry a password"
     );
     let outcomes: Vec<String> = runs_of(&daemon, "session.message.pre_deliver")
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, ["denied", "applied"]);
+}
+
+#[test]
+fn a_webhook_delivery_is_denied_with_403_or_handled_with_a_patched_body() {
+    let tools = tempfile::tempdir().unwrap();
+    let seen = tools.path().join("seen.txt");
+    let gate = script(
+        tools.path(),
+        "gate.sh",
+        r#"input=$(cat)
+case "$input" in
+  *drop-table*) echo 'suspicious payload' >&2; exit 2 ;;
+  *) echo '{"decision": "patch", "patch": {"body": "cleaned"}}' ;;
+esac"#,
+    );
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+
+[webhooks.entries.deploy]
+type = "command"
+token = "webhook-token-5e1f0a9c"
+command = "cat > {seen}"
+
+[[hooks]]
+name = "waf"
+event = "webhook.pre_handle"
+mode = "sync"
+action = {{ command = "{gate}" }}
+"#,
+        seen = seen.display(),
+        gate = gate.display(),
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let file = daemon.data_dir.join("webhooks.addr");
+    let base = support::wait_for(
+        "the webhook listener's address",
+        std::time::Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(&file)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        },
+    );
+    let client = reqwest::blocking::Client::new();
+    let send = |body: &str| {
+        let response = client
+            .post(format!("{base}/hooks/global/deploy?wait=true"))
+            .bearer_auth("webhook-token-5e1f0a9c")
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().unwrap_or(Value::Null))
+    };
+    let (status, answer) = send("drop-table users");
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["status"], "denied", "{answer}");
+    assert!(!seen.exists(), "the denied delivery's handler never ran");
+    let (_, delivery) = daemon.get(&format!(
+        "/api/webhooks/deliveries/{}",
+        answer["delivery_id"].as_str().unwrap()
+    ));
+    assert_eq!(delivery["status"], "denied", "{delivery}");
+    assert_eq!(
+        delivery["error"],
+        "sync hook `waf` denied the delivery: suspicious payload"
+    );
+
+    let (status, answer) = send("deploy main");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "cleaned",
+        "the handler got the patched body"
+    );
+    let outcomes: Vec<String> = runs_of(&daemon, "webhook.pre_handle")
         .iter()
         .map(|r| r["outcome"].as_str().unwrap().to_string())
         .collect();

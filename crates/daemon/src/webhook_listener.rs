@@ -283,7 +283,7 @@ fn unrecorded(hook: &Hook, err: &canopy_core::webhooks::IngressError) -> Respons
 }
 
 /// The answer to a request that waited for its handler: `success` (or 200) when it completed,
-/// 500 when it failed, 202 when it has not ended yet.
+/// 403 when a sync hook denied it, 500 when it failed, 202 when it has not ended yet.
 fn waited_answer(hook: &Hook, outcome: Outcome, success: Option<StatusCode>) -> Response {
     let status = match outcome.status {
         DeliveryStatus::Completed => success.unwrap_or(StatusCode::OK),
@@ -294,6 +294,8 @@ fn waited_answer(hook: &Hook, outcome: Outcome, success: Option<StatusCode>) -> 
         | DeliveryStatus::TimedOut
         | DeliveryStatus::Interrupted
         | DeliveryStatus::InterruptedUnknown => StatusCode::INTERNAL_SERVER_ERROR,
+        // A sync hook on `webhook.pre_handle` refused to let it be handled.
+        DeliveryStatus::Denied => StatusCode::FORBIDDEN,
     };
     let mut answer = json!({
         "delivery_id": outcome.delivery_id,

@@ -481,7 +481,24 @@ const MIGRATIONS: &[Migration] = &[
     Code(hook_runs_may_be_skipped),
     // 17: a cron firing a sync hook denied is recorded `denied`.
     Code(cron_firings_may_be_denied),
+    // 18: so is a webhook delivery.
+    Code(webhook_deliveries_may_be_denied),
 ];
+
+/// Widens the CHECK on `webhook_deliveries.status` (as migration 13 wrote it) by `denied`.
+fn webhook_deliveries_may_be_denied(tx: &Transaction) -> Result<()> {
+    rewrite_tables(tx, |name, sql| {
+        if name == "webhook_deliveries" {
+            sql.replacen(
+                "OR status = 'interrupted_unknown')",
+                "OR status = 'interrupted_unknown' OR status = 'denied')",
+                1,
+            )
+        } else {
+            sql.to_string()
+        }
+    })
+}
 
 /// Widens the CHECK on `cron_receipts.status` (as migration 13 wrote it) by `denied`.
 fn cron_firings_may_be_denied(tx: &Transaction) -> Result<()> {

@@ -32,6 +32,8 @@ state_enum! {
         Interrupted = "interrupted",
         /// The daemon died while the handler ran: what it did is unknown; never replayed.
         InterruptedUnknown = "interrupted_unknown",
+        /// A sync hook on `webhook.pre_handle` denied it; its handler never ran.
+        Denied = "denied",
     }
 }
 
@@ -45,7 +47,8 @@ impl DeliveryStatus {
             | Self::Failed
             | Self::TimedOut
             | Self::Interrupted
-            | Self::InterruptedUnknown => true,
+            | Self::InterruptedUnknown
+            | Self::Denied => true,
         }
     }
 }

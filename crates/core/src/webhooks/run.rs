@@ -117,7 +117,19 @@ pub(super) async fn run(
     } = running;
     let id = delivery.id.clone();
     let clock = Instant::now();
+    // The sync hooks on `webhook.pre_handle` decide whether the handler runs, and may patch
+    // the body it gets.
+    let (body, denied) = match ask_pre_handle(ingress, hook, &delivery, body).await {
+        Ok(body) => (body, None),
+        Err(why) => (Vec::new(), Some(why)),
+    };
     let ended = match &hook.handler {
+        _ if denied.is_some() => Ended {
+            status: DeliveryStatus::Denied,
+            error: denied,
+            output: None,
+            result: None,
+        },
         Handler::Spec {
             title_from,
             body_from,
@@ -205,6 +217,52 @@ pub(super) async fn run(
             _admitted: admitted,
         });
     (outcome, next)
+}
+
+/// Asks the sync hooks on `webhook.pre_handle` about a delivery ([`crate::hooks::decide`]):
+/// the body its handler gets (patched, or as sent), or why it is denied.
+async fn ask_pre_handle(
+    ingress: &Ingress,
+    hook: &Hook,
+    delivery: &Delivery,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    const PRE_HANDLE: &str = "webhook.pre_handle";
+    let bus = &ingress.inner.bus;
+    if !bus.asks(PRE_HANDLE) {
+        return Ok(body);
+    }
+    let text = String::from_utf8_lossy(&body);
+    let (shown, _) = bounded(&text, MAX_BODY_MARKER);
+    let question = canopy_model::events::webhook::WebhookPreHandle {
+        delivery: super::delivery_ref(&delivery.id, hook),
+        method: delivery.method.clone(),
+        path: delivery.path.clone(),
+        content_type: delivery.content_type.clone(),
+        query: delivery.query.clone(),
+        body: shown.to_string(),
+    };
+    let decision = match bus
+        .decide(crate::hooks::decide::Question::of(&question, cause(hook)))
+        .await
+    {
+        Ok(decision) => decision,
+        Err(err) => {
+            return Err(format!(
+                "its sync hooks' answer could not be recorded, so it is not handled: {err}"
+            ));
+        }
+    };
+    match decision.verdict {
+        crate::hooks::decide::Verdict::Deny { hook, reason } => {
+            Err(format!("sync hook `{hook}` denied the delivery: {reason}"))
+        }
+        crate::hooks::decide::Verdict::Allow => Ok(decision
+            .patched
+            .then(|| decision.input.get("body").and_then(Value::as_str))
+            .flatten()
+            .map_or(body, |patched| patched.as_bytes().to_vec())),
+    }
 }
 
 /// The write that records a delivery's end with its event and, when `next` names one, marks

@@ -54,11 +54,38 @@ pub struct WebhookHandled(pub HandlerEnded);
 #[serde(transparent)]
 pub struct WebhookFailed(pub HandlerEnded);
 
+/// `webhook.pre_handle`: an accepted delivery's handler is about to run. Sync hooks decide:
+/// allow, deny (a waited delivery is answered 403; the delivery is recorded `denied` and its
+/// handler never runs) or patch the `body` its handler gets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WebhookPreHandle {
+    #[serde(flatten)]
+    pub delivery: Delivery,
+    pub method: String,
+    pub path: String,
+    pub content_type: Option<String>,
+    pub query: Option<String>,
+    /// The body as text (at most 64 KiB; what is not UTF-8 reads as U+FFFD).
+    pub body: String,
+}
+
+/// What a sync hook on `webhook.pre_handle` may change: the body its handler gets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookHandlePatch {
+    pub body: Option<String>,
+}
+
 declare_events! { Family::Webhook;
     WebhookReceived => "webhook.received", false,
         "an authenticated webhook request was recorded (accepted, or ignored by the hook's rules)",
         ["delivery_id", "scope", "hook", "handler", "size", "status", "reason"],
         target: |e| Some(format!("{}/{}", e.delivery.scope, e.delivery.hook)), project: |e| e.delivery.project.clone();
+    WebhookPreHandle => "webhook.pre_handle", true,
+        "asked before an accepted delivery's handler runs: sync hooks allow it, deny it (recorded denied; a waited delivery is answered 403) or patch the body its handler gets",
+        ["delivery_id", "scope", "hook", "handler", "method", "path", "content_type", "query", "body"],
+        target: |e| Some(format!("{}/{}", e.delivery.scope, e.delivery.hook)), project: |e| e.delivery.project.clone(),
+        patch: WebhookHandlePatch;
     WebhookHandled => "webhook.handled", false,
         "a webhook delivery's handler completed",
         ["delivery_id", "scope", "hook", "handler", "status", "duration_ms"],
