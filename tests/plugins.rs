@@ -668,12 +668,91 @@ fn install_refuses_what_is_not_a_canopy_component() {
     ]);
     assert!(err.contains("built against canopy:hooks@0.9.0, which this Canopy does not support (it supports canopy:hooks@0.1.0, canopy:hooks@0.2.0)"), "{err}");
 
+    // The example rebuilt to import a WASI package the host does not provide: refused before
+    // anything compiles it, naming the import.
+    let mut bytes = std::fs::read(APPEND_FILE_WASM).unwrap();
+    assert!(replace_all(&mut bytes, b"wasi:cli/", b"wasi:xyz/") > 0);
+    let alien = dir.path().join("alien.wasm");
+    std::fs::write(&alien, bytes).unwrap();
+    let err = daemon.fails(&[
+        "plugin",
+        "install",
+        alien.to_str().unwrap(),
+        "--grant",
+        "fs-write:.",
+    ]);
+    assert!(
+        err.contains("the component imports `wasi:xyz/")
+            && err.contains("which Canopy does not provide to plugins")
+            && err.contains("build it without `wasi:xyz`"),
+        "{err}"
+    );
+
+    // A component refused for a grant it lacks is compiled to ask who it is, but cached only
+    // once installed: nothing is left in the cache.
+    let cached = || {
+        std::fs::read_dir(daemon.data_dir.join("cache"))
+            .map(|entries| entries.count())
+            .unwrap_or(0)
+    };
+    let before = cached();
+    let err = daemon.fails(&["plugin", "install", APPEND_FILE_WASM]);
+    assert!(err.contains("not granted"), "{err}");
+    assert_eq!(
+        cached(),
+        before,
+        "a refused install left an artifact in cache/"
+    );
+
     let list = daemon.json(&["plugin", "list"]);
     assert_eq!(
         list["plugins"].as_array().unwrap().len(),
         4,
         "a refused install left something behind"
     );
+}
+
+/// Replaces every `from` in `bytes` by `to` (of the same length); returns how many.
+fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) -> usize {
+    let mut replaced = 0;
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            replaced += 1;
+        }
+        i += 1;
+    }
+    replaced
+}
+
+#[test]
+fn cached_artifacts_no_installed_plugin_uses_go_at_start() {
+    let mut daemon = Daemon::start();
+    let cache = daemon.data_dir.join("cache");
+    let kept: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!kept.is_empty(), "the built-ins' artifacts are cached");
+    daemon.stop();
+    // What a refused install or a crash of an older build could leave.
+    for junk in [
+        "0123456789abcdef-old.cwasm",
+        "fedcba9876543210-x.cwasm.partial",
+    ] {
+        std::fs::write(cache.join(junk), b"junk").unwrap();
+    }
+    let data_dir = daemon.data_dir.clone();
+    let _restarted = Daemon::start_on(&data_dir);
+    let mut left: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut kept = kept;
+    kept.sort();
+    assert_eq!(left, kept, "only the installed plugins' artifacts stay");
 }
 
 #[test]

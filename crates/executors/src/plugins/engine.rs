@@ -352,6 +352,73 @@ impl ComponentCache {
         Ok((component, load))
     }
 
+    /// [`Self::load`] without writing the artifact: the component, how it was loaded, and
+    /// whether it was compiled now (then [`Self::keep`] caches it once it is wanted).
+    pub fn load_uncached(
+        &self,
+        engine: &Engine,
+        sha256: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(Component, LoadInfo, bool)> {
+        let started = Instant::now();
+        if let Some(component) = self.cached(engine, sha256) {
+            let load = LoadInfo {
+                source: LoadSource::Cache,
+                micros: micros(started),
+            };
+            return Ok((component, load, false));
+        }
+        let component = Component::new(engine, bytes)
+            .map_err(anyhow::Error::from)
+            .context("cannot compile the component")?;
+        let load = LoadInfo {
+            source: LoadSource::Compiled,
+            micros: micros(started),
+        };
+        Ok((component, load, true))
+    }
+
+    /// Caches a compiled component's artifact. Blocks: call it off the async runtime.
+    pub fn keep(&self, component: &Component, sha256: &str) -> Result<()> {
+        self.write(component, sha256)
+    }
+
+    /// Removes what no installed component needs: artifacts of components not in
+    /// `installed` (a refused install's, a crash's), of another engine build, and partial
+    /// writes. Returns how many files it removed. Blocks: call it off the async runtime.
+    pub fn sweep(&self, installed: &std::collections::HashSet<String>) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let keep = name
+                .strip_suffix(".cwasm")
+                .and_then(|stem| stem.split_once('-'))
+                .is_some_and(|(sha, key)| key == self.key && installed.contains(sha));
+            if keep {
+                continue;
+            }
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => {
+                    removed += 1;
+                    let file = name.clone();
+                    if let Err(err) = self
+                        .store
+                        .write_blocking(move |tx| tx.forget_artifact(&file))
+                    {
+                        tracing::warn!(file = %name, err = %format!("{err:#}"), "cannot forget a removed artifact's digest");
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(file = %name, %err, "cannot remove an unused cached artifact");
+                }
+            }
+        }
+        removed
+    }
+
     /// The cached artifact, if there is one whose bytes match the recorded digest. Blocks: call
     /// it off the async runtime.
     pub fn cached(&self, engine: &Engine, sha256: &str) -> Option<Component> {

@@ -92,8 +92,13 @@ impl PluginHost {
         gate: Option<InstallGate>,
     ) -> Result<PluginInfo, PluginError> {
         check_header(&bytes).map_err(PluginError::Refused)?;
+        // What it imports and exports is read before anything compiles it.
+        super::shape::read(&bytes)
+            .and_then(|shape| super::shape::check(&shape))
+            .map_err(PluginError::Refused)?;
         let sha256 = sha256_hex(&bytes);
-        let (pre, load) = self.prepare(&sha256, Some(bytes.clone())).await?;
+        // Compiled, but cached only once it is installed: a refused component leaves nothing.
+        let (pre, load, compiled) = self.compile(&sha256, bytes.clone()).await?;
 
         // Ask the component who it is, with no capability at all.
         let probe = Arc::new(LoadedPlugin {
@@ -235,6 +240,9 @@ impl PluginHost {
             })
             .await?;
 
+        if let Some(component) = compiled {
+            self.keep_compiled(component, &sha256).await;
+        }
         let templates = templates_of(&record.manifest);
         let loaded = Arc::new(LoadedPlugin {
             record,

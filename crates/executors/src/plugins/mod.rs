@@ -28,6 +28,7 @@ mod process;
 pub use process::{StopSignal, StopSwitch};
 pub mod platforms;
 mod registry;
+mod shape;
 mod work;
 mod workdir;
 
@@ -368,6 +369,7 @@ impl PluginHost {
         };
         host.load_installed().await?;
         host.install_builtins().await?;
+        host.sweep_cache().await?;
         Ok(host)
     }
 
@@ -387,6 +389,67 @@ impl PluginHost {
 
     fn wasm_path(&self, sha256: &str) -> PathBuf {
         self.inner.plugins_dir.join(format!("{sha256}.wasm"))
+    }
+
+    /// Compiles a component being installed (or loads it from the cache, when the very same
+    /// one is cached already) and pre-links it; the compiled component is returned to be
+    /// cached once the install is done ([`Self::keep_compiled`]), so a refused install leaves
+    /// no artifact behind.
+    async fn compile(
+        &self,
+        sha256: &str,
+        bytes: Vec<u8>,
+    ) -> Result<
+        (
+            bindings::ExecutorPre,
+            LoadInfo,
+            Option<wasmtime::component::Component>,
+        ),
+        PluginError,
+    > {
+        let inner = self.inner.clone();
+        let sha = sha256.to_string();
+        let (component, load, fresh) = tokio::task::spawn_blocking(move || {
+            inner.cache.load_uncached(&inner.engine, &sha, bytes)
+        })
+        .await
+        .context("the compile task panicked")?
+        .map_err(|err| PluginError::Refused(format!("{err:#}")))?;
+        let pre = self.link(&component)?;
+        Ok((pre, load, fresh.then_some(component)))
+    }
+
+    /// Writes a freshly compiled component's artifact to the cache (off the async runtime).
+    async fn keep_compiled(&self, component: wasmtime::component::Component, sha256: &str) {
+        let inner = self.inner.clone();
+        let sha = sha256.to_string();
+        let written = tokio::task::spawn_blocking(move || inner.cache.keep(&component, &sha)).await;
+        if let Ok(Err(err)) | Err(err) = written.map_err(anyhow::Error::from) {
+            tracing::warn!(sha256, err = %format!("{err:#}"), "cannot cache the compiled component");
+        }
+    }
+
+    /// Pre-links a compiled component against the contract version it was built for.
+    fn link(
+        &self,
+        component: &wasmtime::component::Component,
+    ) -> Result<bindings::ExecutorPre, PluginError> {
+        let version =
+            check_contract(&self.inner.engine, component).map_err(PluginError::Refused)?;
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(component)
+            .map_err(|err| {
+                PluginError::Refused(format!(
+                    "the component imports something Canopy does not provide: {err:#}"
+                ))
+            })?;
+        bindings::ExecutorPre::new(version, pre).map_err(|err| {
+            PluginError::Refused(format!(
+                "the component does not have the shape of a Canopy executor: {err:#}"
+            ))
+        })
     }
 
     /// Compiles (or loads from cache) and pre-links a component.
@@ -409,23 +472,28 @@ impl PluginHost {
         .context("the compile task panicked")?
         // The cache's own error says "cannot compile the component" already.
         .map_err(|err| PluginError::Refused(format!("{err:#}")))?;
-        let version =
-            check_contract(&self.inner.engine, &component).map_err(PluginError::Refused)?;
-        let pre = self
+        Ok((self.link(&component)?, load))
+    }
+
+    /// Removes the cached artifacts no installed plugin uses (left by a refused install or a
+    /// crash before this build kept them only once installed, or by another engine build).
+    async fn sweep_cache(&self) -> Result<()> {
+        let installed: std::collections::HashSet<String> = self
             .inner
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|err| {
-                PluginError::Refused(format!(
-                    "the component imports something Canopy does not provide: {err:#}"
-                ))
-            })?;
-        let pre = bindings::ExecutorPre::new(version, pre).map_err(|err| {
-            PluginError::Refused(format!(
-                "the component does not have the shape of a Canopy executor: {err:#}"
-            ))
-        })?;
-        Ok((pre, load))
+            .store
+            .read(|rd| rd.plugins())
+            .await?
+            .into_iter()
+            .map(|record| record.sha256)
+            .collect();
+        let inner = self.inner.clone();
+        let removed = tokio::task::spawn_blocking(move || inner.cache.sweep(&installed))
+            .await
+            .context("the cache sweep panicked")?;
+        if removed > 0 {
+            tracing::info!(removed, "removed cached artifacts no installed plugin uses");
+        }
+        Ok(())
     }
 
     async fn load_installed(&self) -> Result<()> {
