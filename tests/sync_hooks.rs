@@ -397,6 +397,8 @@ action = { command = "true" }
     assert_eq!(hooks[0]["priority"], 7);
     assert_eq!(hooks[0]["required"], true);
     assert_eq!(hooks[0]["timeout_ms"], 1000);
+    let table = daemon.ok(&["hooks", "list"]);
+    assert!(table.contains("sync p=7 required"), "{table}");
     let (_, catalog) = daemon.get("/api/hooks/catalog?mode=async");
     let after = &catalog["hooks"].as_array().unwrap()[0];
     assert_eq!(after["name"], "after");

@@ -433,10 +433,27 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                                 h["executor_kind"].as_str().unwrap_or("?")
                             ),
                         };
+                        // A sync hook's rule: `sync p=10 required`.
+                        let mode = match h["mode"].as_str() {
+                            Some("sync") => format!(
+                                "sync{}{}",
+                                match h["priority"].as_i64() {
+                                    Some(0) | None => String::new(),
+                                    Some(p) => format!(" p={p}"),
+                                },
+                                if h["required"] == true {
+                                    " required"
+                                } else {
+                                    ""
+                                }
+                            ),
+                            other => other.unwrap_or("async").to_string(),
+                        };
                         vec![
                             str_at(h, "/name").to_string(),
                             str_at(h, "/source").to_string(),
                             str_at(h, "/event").to_string(),
+                            mode,
                             executor,
                             h["order"].to_string(),
                             matcher_summary(&h["matcher"]),
@@ -444,7 +461,9 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                     })
                     .collect();
                 table_or(
-                    &["NAME", "SOURCE", "EVENT", "EXECUTOR", "ORDER", "MATCHER"],
+                    &[
+                        "NAME", "SOURCE", "EVENT", "MODE", "EXECUTOR", "ORDER", "MATCHER",
+                    ],
                     &rows,
                     if filtered {
                         "no hooks match"

@@ -99,6 +99,7 @@ impl PluginHost {
         let sha256 = sha256_hex(&bytes);
         // Compiled, but cached only once it is installed: a refused component leaves nothing.
         let (pre, load, compiled) = self.compile(&sha256, bytes.clone()).await?;
+        tracing::info!(sha256 = %&sha256[..12], source = ?load.source, micros = load.micros, "component compiled; asking it who it is");
 
         // Ask the component who it is, with no capability at all.
         let probe = Arc::new(LoadedPlugin {
