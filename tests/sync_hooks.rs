@@ -614,6 +614,13 @@ fn a_python_executor_decides_as_a_sync_hook() {
         .collect();
     assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
     assert_eq!(runs[0]["executor_kind"], "command-policy");
+    // What the Python code printed is kept with its run.
+    let output = runs[0]["output"].as_str().unwrap_or_default();
+    assert!(
+        output
+            .contains("[plugin stdout]\nchecking node build: 'echo git push --force origin main'"),
+        "{output}"
+    );
 }
 
 #[test]

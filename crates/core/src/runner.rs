@@ -145,12 +145,25 @@ pub struct Ran {
 }
 
 impl Ran {
-    /// The last `limit` bytes of what the work printed, when it ran.
+    /// The last `limit` bytes of what the work printed, when it ran: its outcome's detail,
+    /// then what the plugin itself printed, when it printed anything.
     pub fn output(&self, limit: usize) -> Option<String> {
-        self.result
-            .as_ref()
-            .ok()
-            .map(|report| canopy_model::text::tail(&report.outcome.detail, limit))
+        self.result.as_ref().ok().map(|report| {
+            let said = &report.said;
+            if said.is_empty() {
+                return canopy_model::text::tail(&report.outcome.detail, limit);
+            }
+            let mut text = report.outcome.detail.clone();
+            for (stream, printed) in [("stdout", &said.stdout), ("stderr", &said.stderr)] {
+                if !printed.is_empty() {
+                    if !text.is_empty() && !text.ends_with('\n') {
+                        text.push('\n');
+                    }
+                    text.push_str(&format!("[plugin {stream}]\n{printed}\n"));
+                }
+            }
+            canopy_model::text::tail(&text, limit)
+        })
     }
 
     pub fn report(&self) -> Option<&CallReport> {

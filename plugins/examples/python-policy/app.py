@@ -75,6 +75,8 @@ class Plugin(exports.Plugin):
             )
         asked = json.loads(invocation.decision_input)
         text = asked.get("command") or asked.get("prompt") or ""
+        # What a plugin prints is kept with its hook run (bounded), for debugging.
+        print(f"checking node {asked.get('node')}: {text!r}")
         if re.search(config["deny"], text):
             reason = config.get("reason") or f"`{text}` matches the policy `{config['deny']}`"
             host.log(types.Level.INFO, f"denied node {asked.get('node')}: {reason}")

@@ -112,7 +112,7 @@ impl ExecutorPre {
                     Call::Execute(invocation) => plugin
                         .call_execute(store, invocation)
                         .await?
-                        .map(Reply::Outcome),
+                        .map(|outcome| Reply::Outcome(outcome, Default::default())),
                 })
             }
             Self::V0_1(pre) => {
@@ -130,7 +130,7 @@ impl ExecutorPre {
                     Call::Execute(invocation) => plugin
                         .call_execute(store, &adapt::invocation(invocation))
                         .await?
-                        .map(|outcome| Reply::Outcome(adapt::outcome(outcome))),
+                        .map(|outcome| Reply::Outcome(adapt::outcome(outcome), Default::default())),
                 })
             }
         }

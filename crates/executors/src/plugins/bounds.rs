@@ -62,23 +62,28 @@ pub fn message(text: String) -> String {
 /// A reply with every guest-controlled field bounded.
 pub(crate) fn reply(reply: Reply) -> Reply {
     match reply {
-        Reply::Outcome(outcome) => Reply::Outcome(types::Outcome {
-            status: match outcome.status {
-                types::Status::Completed => types::Status::Completed,
-                types::Status::Failed(reason) => types::Status::Failed(message(reason)),
-                types::Status::Blocked(blocker) => types::Status::Blocked(message(blocker)),
-                types::Status::TimedOut(reason) => types::Status::TimedOut(message(reason)),
+        Reply::Outcome(outcome, said) => Reply::Outcome(
+            types::Outcome {
+                status: match outcome.status {
+                    types::Status::Completed => types::Status::Completed,
+                    types::Status::Failed(reason) => types::Status::Failed(message(reason)),
+                    types::Status::Blocked(blocker) => types::Status::Blocked(message(blocker)),
+                    types::Status::TimedOut(reason) => types::Status::TimedOut(message(reason)),
+                },
+                summary: outcome.summary.map(|s| head(s, SUMMARY_LIMIT)),
+                detail: tail(outcome.detail, DETAIL_LIMIT),
+                harness_session: outcome.harness_session.map(|s| head(s, SESSION_LIMIT)),
+                decision: outcome.decision.map(|decision| match decision {
+                    types::Decision::Allow => types::Decision::Allow,
+                    types::Decision::Deny(reason) => types::Decision::Deny(message(reason)),
+                    // A patch cut short is no longer JSON: the caller rejects it as such.
+                    types::Decision::Patch(patch) => {
+                        types::Decision::Patch(head(patch, PATCH_LIMIT))
+                    }
+                }),
             },
-            summary: outcome.summary.map(|s| head(s, SUMMARY_LIMIT)),
-            detail: tail(outcome.detail, DETAIL_LIMIT),
-            harness_session: outcome.harness_session.map(|s| head(s, SESSION_LIMIT)),
-            decision: outcome.decision.map(|decision| match decision {
-                types::Decision::Allow => types::Decision::Allow,
-                types::Decision::Deny(reason) => types::Decision::Deny(message(reason)),
-                // A patch cut short is no longer JSON: the caller rejects it as such.
-                types::Decision::Patch(patch) => types::Decision::Patch(head(patch, PATCH_LIMIT)),
-            }),
-        }),
+            said,
+        ),
         other => other,
     }
 }

@@ -29,7 +29,7 @@ pub(crate) const MAX_HANDLES: usize = 256;
 /// How long past its deadline a call may run to report a timed-out command of its own.
 const REPORT_GRACE: Duration = Duration::from_millis(250);
 
-/// Bytes of a plugin's own stderr kept (a panic message lands there).
+/// Bytes of a plugin's own stderr (a panic message lands there) and of its own stdout kept.
 const PLUGIN_STDERR: usize = 16 * 1024;
 
 /// What to call on a plugin.
@@ -43,7 +43,45 @@ pub(crate) enum Call {
 pub(crate) enum Reply {
     Manifest(types::Manifest),
     Valid,
-    Outcome(types::Outcome),
+    /// An outcome, with what the plugin itself printed while it ran.
+    Outcome(types::Outcome, Said),
+}
+
+/// What a plugin printed to its own stdout and stderr during a call (a Python `print`, a
+/// panic message), bounded to [`PLUGIN_STDERR`] bytes each; not what its processes printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Said {
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub stdout: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub stderr: String,
+}
+
+impl Said {
+    fn of(state: &CallState) -> Self {
+        let text = |pipe: &MemoryOutputPipe| {
+            String::from_utf8_lossy(&pipe.contents())
+                .trim_end()
+                .to_string()
+        };
+        Self {
+            stdout: text(&state.stdout),
+            stderr: text(&state.stderr),
+        }
+    }
+
+    /// Whether the plugin printed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.stdout.is_empty() && self.stderr.is_empty()
+    }
+
+    /// With every known secret, and each of `also`, masked.
+    pub(crate) fn masked(self, also: &[&str]) -> Self {
+        Self {
+            stdout: crate::secrets::mask_owned(self.stdout, also),
+            stderr: crate::secrets::mask_owned(self.stderr, also),
+        }
+    }
 }
 
 pub(crate) fn origin_to_wit(origin: &Origin) -> types::Origin {
@@ -250,6 +288,7 @@ pub(crate) struct CallState {
     table: ResourceTable,
     memory: MemoryCap,
     stderr: MemoryOutputPipe,
+    stdout: MemoryOutputPipe,
     plugin: Arc<str>,
     grants: Grants,
     workdir: Option<PathBuf>,
@@ -429,6 +468,8 @@ impl CallSetup {
         wasi.allow_blocking_current_thread(true);
         let stderr = MemoryOutputPipe::new(PLUGIN_STDERR);
         wasi.stderr(stderr.clone());
+        let stdout = MemoryOutputPipe::new(PLUGIN_STDERR);
+        wasi.stdout(stdout.clone());
         self.preopen(&mut wasi, &label)?;
         if let Some(policy) = self.grants.network() {
             // TCP and UDP stay off in wasmtime-wasi until allowed; every address the guest
@@ -468,6 +509,7 @@ impl CallSetup {
                 exceeded: false,
             },
             stderr,
+            stdout,
             plugin: Arc::from(label.as_str()),
             grants: self.grants.clone(),
             workdir: self.workdir.clone(),
@@ -527,6 +569,9 @@ impl CallSetup {
             }
             return match result {
                 Err(_elapsed) => Err(self.timed_out(&label, started)),
+                Ok(Ok(Ok(Reply::Outcome(outcome, _)))) => {
+                    Ok(bounds::reply(Reply::Outcome(outcome, Said::of(state))))
+                }
                 Ok(Ok(Ok(value))) => Ok(bounds::reply(value)),
                 Ok(Ok(Err(message))) => Err(CallError::Plugin {
                     plugin: label,
@@ -565,6 +610,7 @@ impl CallSetup {
                 exceeded: false,
             },
             stderr: MemoryOutputPipe::new(PLUGIN_STDERR),
+            stdout: MemoryOutputPipe::new(PLUGIN_STDERR),
             plugin: Arc::from(label.as_str()),
             grants: self.grants.clone(),
             workdir: self.workdir.clone(),

@@ -112,7 +112,7 @@ impl PluginHost {
             Reply::Manifest(manifest) => {
                 manifest_from_wit(manifest).map_err(PluginError::Refused)?
             }
-            Reply::Valid | Reply::Outcome(_) => {
+            Reply::Valid | Reply::Outcome(..) => {
                 return Err(PluginError::Refused("describe returned no manifest".into()));
             }
         };

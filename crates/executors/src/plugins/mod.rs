@@ -45,7 +45,7 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 pub use bench::{BenchReport, BenchRequest};
-pub use call::{CallError, Decision, Outcome, Status};
+pub use call::{CallError, Decision, Outcome, Said, Status};
 
 pub use engine::{LoadInfo, LoadSource};
 pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};
@@ -276,6 +276,9 @@ pub struct CallReport {
     /// The deadline the call was given, in milliseconds.
     pub deadline_ms: u64,
     pub outcome: Outcome,
+    /// What the plugin itself printed during the call (a Python `print`), bounded.
+    #[serde(skip_serializing_if = "Said::is_empty")]
+    pub said: Said,
     pub duration_ms: u64,
     /// The call failed after a command it ran was stopped at its timeout (the host saw the
     /// timeout itself): the work hit its deadline.
@@ -927,8 +930,11 @@ impl PluginHost {
         let call = setup.run(Call::Execute(Box::new(invocation)));
         let reply = self.on_plugin_threads(call).await;
         let own_token: Vec<&str> = credential.iter().map(|(c, _)| c.token()).collect();
-        let outcome = match reply? {
-            Reply::Outcome(outcome) => Outcome::from_wit(outcome).masked(&own_token),
+        let (outcome, said) = match reply? {
+            Reply::Outcome(outcome, said) => (
+                Outcome::from_wit(outcome).masked(&own_token),
+                said.masked(&own_token),
+            ),
             Reply::Manifest(_) | Reply::Valid => {
                 return Err(PluginError::Internal(anyhow::anyhow!(
                     "execute returned no outcome"
@@ -950,6 +956,7 @@ impl PluginHost {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
             outcome,
+            said,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
     }
