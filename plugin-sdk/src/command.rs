@@ -128,7 +128,7 @@ pub use canopy_shell_words::plain_words;
 /// cwd outside the workdir) or the spawn failed; a process that ran and failed is an `Ok(Exit)`
 /// with a non-zero code.
 pub fn run_command(command: &Command) -> Result<Exit, String> {
-    wit_host::run_command(&command.inner)
+    wit_host::run_command(&command.inner).map(Exit::from)
 }
 
 impl Exit {

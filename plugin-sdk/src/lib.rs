@@ -72,6 +72,7 @@ mod config;
 pub mod fs;
 mod manifest;
 mod outcome;
+mod types;
 
 use __private::bindings::canopy::hooks::host as wit_host;
 use __private::bindings::canopy::hooks::types as wit;
@@ -80,9 +81,9 @@ pub use command::{Command, plain_words, run_command};
 pub use config::Config;
 pub use manifest::Manifest;
 pub use outcome::Outcome;
-pub use wit::{
-    Decision, Escape, Exit, GraphRef, Level, Origin, Platform as AgentPlatform, Provenance,
-    SessionTarget, Status,
+pub use types::{
+    AgentPlatform, Decision, Escape, Exit, GraphRef, Level, Origin, Provenance, SessionTarget,
+    Status,
 };
 
 /// Exports a Canopy executor: implement this trait on a struct and pass the struct to
@@ -152,9 +153,9 @@ impl Invocation {
         &self.inner.workdir
     }
 
-    /// What launched the work: graph, run, event, hook index, spec.
-    pub fn provenance(&self) -> &Provenance {
-        &self.inner.provenance
+    /// What launched the work: its origin, graph, run, event, hook index, spec.
+    pub fn provenance(&self) -> Provenance {
+        Provenance::from(&self.inner.provenance)
     }
 
     /// Milliseconds the whole call may take.
@@ -180,7 +181,7 @@ pub mod log {
 
     /// Log at `level`.
     pub fn log(level: Level, message: &str) {
-        wit_host::log(level, message);
+        wit_host::log(level.into(), message);
     }
     /// Log at debug level.
     pub fn debug(message: &str) {
@@ -207,12 +208,12 @@ pub fn enqueue_message(
     text: &str,
     provenance: &Provenance,
 ) -> Result<String, String> {
-    wit_host::enqueue_message(target, text, provenance)
+    wit_host::enqueue_message(&target.into(), text, &provenance.into())
 }
 
 /// The daemon's configured agent platform named `name` (how to launch that agent CLI).
 pub fn agent_platform(name: &str) -> Result<AgentPlatform, String> {
-    wit_host::agent_platform(name)
+    wit_host::agent_platform(name).map(AgentPlatform::from)
 }
 
 /// Exports a type implementing [`Executor`] as the component's `canopy:hooks/plugin` interface.

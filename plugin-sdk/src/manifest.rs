@@ -59,6 +59,17 @@ impl Manifest {
         self
     }
 
+    /// The config's JSON Schema, generated from the type `execute` parses it into (derive
+    /// `schemars::JsonSchema` beside `serde::Deserialize`): the fields, their types, their doc
+    /// comments as descriptions, their defaults, and `deny_unknown_fields` as
+    /// `additionalProperties: false`. The host checks a config against it when a hook or node
+    /// is saved, so one type says what the plugin accepts.
+    pub fn config_schema_of<T: schemars::JsonSchema>(mut self) -> Self {
+        self.config_schema = serde_json::to_value(schemars::schema_for!(T))
+            .unwrap_or_else(|_| serde_json::json!({ "type": "object" }));
+        self
+    }
+
     /// Declares a top-level string field of the config as a template: the host renders markers
     /// into it before the call, escaping each value as `escape` says.
     pub fn template(mut self, field: impl Into<String>, escape: Escape) -> Self {
@@ -76,7 +87,10 @@ impl Manifest {
             templates: self
                 .templates
                 .into_iter()
-                .map(|(field, escape)| wit::TemplateField { field, escape })
+                .map(|(field, escape)| wit::TemplateField {
+                    field,
+                    escape: escape.into(),
+                })
                 .collect(),
             decides: self.decides,
         }

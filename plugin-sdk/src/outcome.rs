@@ -1,49 +1,51 @@
 //! Building the result of an `execute` call.
 
-use crate::{Status, wit};
+use crate::{Decision, Status, wit};
 
-/// How a piece of work ended: a status, an optional one-line summary, detail text and the
-/// harness session it ran in.
+/// How a piece of work ended: a status, an optional one-line summary, detail text, the
+/// harness session it ran in, and (for a sync hook) its decision.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    inner: wit::Outcome,
+    status: Status,
+    summary: Option<String>,
+    detail: String,
+    harness_session: Option<String>,
+    decision: Option<Decision>,
 }
 
 impl Outcome {
     fn with_status(status: Status) -> Self {
         Self {
-            inner: wit::Outcome {
-                status,
-                summary: None,
-                detail: String::new(),
-                harness_session: None,
-                decision: None,
-            },
+            status,
+            summary: None,
+            detail: String::new(),
+            harness_session: None,
+            decision: None,
         }
     }
 
-    fn decided(decision: wit::Decision) -> Self {
+    fn decided(decision: Decision) -> Self {
         let mut outcome = Self::completed();
-        outcome.inner.decision = Some(decision);
+        outcome.decision = Some(decision);
         outcome
     }
 
     /// A sync hook's answer: the action goes ahead as asked.
     pub fn allow() -> Self {
-        Self::decided(wit::Decision::Allow)
+        Self::decided(Decision::Allow)
     }
 
     /// A sync hook's answer: the action does not happen, for `reason` (shown to whoever asked
     /// for the action, and recorded).
     pub fn deny(reason: impl Into<String>) -> Self {
-        Self::decided(wit::Decision::Deny(reason.into()))
+        Self::decided(Decision::Deny(reason.into()))
     }
 
     /// A sync hook's answer: the action goes ahead with its input changed. `fields` is an
     /// object whose fields replace the input's; the event's patch schema says which it may
     /// change, and a patch outside it is refused (recorded `rejected`) and not applied.
     pub fn patch(fields: serde_json::Value) -> Self {
-        Self::decided(wit::Decision::Patch(fields.to_string()))
+        Self::decided(Decision::Patch(fields.to_string()))
     }
 
     /// Something the work waited on was stopped at its deadline; `reason` says what.
@@ -52,8 +54,8 @@ impl Outcome {
     }
 
     /// The decision this outcome carries, if any.
-    pub fn decision(&self) -> Option<&wit::Decision> {
-        self.inner.decision.as_ref()
+    pub fn decision(&self) -> Option<&Decision> {
+        self.decision.as_ref()
     }
 
     /// The work is done.
@@ -80,29 +82,35 @@ impl Outcome {
             .unwrap_or_default()
             .trim()
             .to_string();
-        self.inner.summary = (!line.is_empty()).then_some(line);
+        self.summary = (!line.is_empty()).then_some(line);
         self
     }
 
     /// Sets the detail text.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
-        self.inner.detail = detail.into();
+        self.detail = detail.into();
         self
     }
 
     /// Records the harness (agent CLI) session the work ran in.
     pub fn with_harness_session(mut self, session: impl Into<String>) -> Self {
-        self.inner.harness_session = Some(session.into());
+        self.harness_session = Some(session.into());
         self
     }
 
     /// The status so far.
     pub fn status(&self) -> &Status {
-        &self.inner.status
+        &self.status
     }
 
     pub(crate) fn into_wit(self) -> wit::Outcome {
-        self.inner
+        wit::Outcome {
+            status: self.status.into(),
+            summary: self.summary,
+            detail: self.detail,
+            harness_session: self.harness_session,
+            decision: self.decision.map(Into::into),
+        }
     }
 }
 
@@ -302,7 +310,6 @@ fn tail(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wit::Decision;
 
     fn exit(code: Option<i32>, stdout: &str, stderr: &str) -> crate::Exit {
         crate::Exit {
@@ -316,7 +323,7 @@ mod tests {
     }
 
     fn decided(exit: &crate::Exit) -> Result<(Status, Option<Decision>), String> {
-        Outcome::decision_from_exit(exit).map(|o| (o.inner.status, o.inner.decision))
+        Outcome::decision_from_exit(exit).map(|o| (o.status, o.decision))
     }
 
     #[test]

@@ -22,13 +22,14 @@
 use canopy_plugin_sdk::{
     Command, Config, Escape, Executor, Invocation, Manifest, Outcome, export_executor,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// Config of the `command` mode.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CommandConfig {
-    /// Shell command, run as `sh -c` runs it (plain words without the shell).
+    /// shell command, run as sh -c runs it, in the workdir; a marker's value is never parsed by the shell
     command: String,
 }
 
@@ -40,17 +41,7 @@ impl Executor for CommandExecutor {
             .deciding_mode("command")
             .capability("process")
             .template("command", Escape::Shell)
-            .config_schema(serde_json::json!({
-                "type": "object",
-                "required": ["command"],
-                "additionalProperties": false,
-                "properties": {
-                    "command": {
-                        "type": "string",
-                        "description": "shell command, run as sh -c runs it, in the workdir; a marker's value is never parsed by the shell"
-                    }
-                }
-            }))
+            .config_schema_of::<CommandConfig>()
     }
 
     fn validate(_mode: &str, config: &Config) -> Result<(), String> {

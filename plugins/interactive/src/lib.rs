@@ -81,7 +81,7 @@ impl Executor for InteractiveExecutor {
         let config: InteractiveConfig = invocation.config()?;
         let target = config.target()?;
         let message_id =
-            canopy_plugin_sdk::enqueue_message(&target, &config.prompt, invocation.provenance())?;
+            canopy_plugin_sdk::enqueue_message(&target, &config.prompt, &invocation.provenance())?;
         let aimed_at = match &target {
             SessionTarget::Id(id) => format!("session {id}"),
             SessionTarget::Name(name) => format!("session named {name}"),

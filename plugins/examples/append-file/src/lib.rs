@@ -9,6 +9,7 @@
 //! marker. It needs `fs-write:.` (read-write access to the workdir) and nothing else.
 
 use canopy_plugin_sdk::{Config, Escape, Executor, Invocation, Manifest, Outcome, export_executor};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 fn default_file() -> String {
@@ -16,7 +17,7 @@ fn default_file() -> String {
 }
 
 /// Config of the `append-file` mode.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AppendConfig {
     /// File to append to, relative to the workdir.
@@ -35,14 +36,7 @@ impl Executor for AppendFile {
             .mode("append-file")
             .capability("fs-write:.")
             .template("line", Escape::Plain)
-            .config_schema(serde_json::json!({
-                "type": "object",
-                "additionalProperties": false,
-                "properties": {
-                    "file": { "type": "string", "default": "canopy-markers.log" },
-                    "line": { "type": "string" }
-                }
-            }))
+            .config_schema_of::<AppendConfig>()
     }
 
     fn validate(_mode: &str, config: &Config) -> Result<(), String> {

@@ -113,7 +113,7 @@ impl Executor for Hostile {
                             .to_string(),
                     ),
                     "hello",
-                    invocation.provenance(),
+                    &invocation.provenance(),
                 )?;
                 Ok(Outcome::completed().with_summary(id))
             }
