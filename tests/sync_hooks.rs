@@ -815,3 +815,54 @@ action = {{ command = "{gate}" }}
         .collect();
     assert_eq!(outcomes, ["denied", "applied"]);
 }
+
+#[test]
+fn past_the_dispatch_depth_a_sync_hook_is_dropped_and_a_required_one_denies() {
+    // A cron's action acts one dispatch level down: the run it starts, and the dispatch of that
+    // run's node, are at depth 1, past a limit of 0.
+    let repo = git_repo();
+    let config = format!(
+        r#"
+[limits]
+max_dispatch_depth = 0
+
+[[crons]]
+name = "kick"
+schedule = "@yearly"
+action = {{ command = "{canopy} graph run deep" }}
+
+[[hooks]]
+name = "gate"
+event = "node.pre_dispatch"
+mode = "sync"
+required = true
+action = {{ command = "true" }}
+"#,
+        canopy = support::CANOPY,
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let spec = daemon.add_spec("a spec");
+    daemon.create_graph(json!({
+        "name": "deep", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "n", "command": "touch ran.txt" }],
+    }));
+    daemon.ok(&["cron", "run", "kick", "--wait"]);
+    let view = support::wait_for(
+        "the run the cron started to settle",
+        std::time::Duration::from_secs(30),
+        || {
+            let (_, view) = daemon.get("/api/graphs/deep");
+            (view["status"] == "paused").then_some(view)
+        },
+    );
+    let blocker = view["blocker"].as_str().unwrap_or_default();
+    assert!(
+        blocker.contains("required hook `gate` not run: the action was caused at dispatch depth 1, past the limit of 0"),
+        "{blocker}"
+    );
+    assert!(!repo.path().join("ran.txt").exists());
+    let runs = runs_of(&daemon, "node.pre_dispatch");
+    assert_eq!(runs[0]["outcome"], "dropped", "{runs:#?}");
+    assert_eq!(runs[0]["status"], "dropped");
+    assert_eq!(runs[0]["dispatch_depth"], 1);
+}
