@@ -131,6 +131,17 @@ fn sync_hooks_patch_a_dispatch_in_priority_order_and_each_outcome_is_recorded() 
         rejected.contains("field `prompt`: the action has none to change"),
         "{rejected}"
     );
+    // The feed announces the hooks that changed or failed something, not the one that only
+    // allowed (its hook run is its record).
+    let (_, feed) = daemon.get("/api/feed?event=hook.run.*&last=100");
+    let mut announced: Vec<&str> = feed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["payload"]["hook_name"].as_str().unwrap())
+        .collect();
+    announced.sort_unstable();
+    assert_eq!(announced, ["broken", "patch", "stray"], "{feed:#}");
     // The seed's view of the same runs.
     let (_, seed) = daemon.get("/api/workspaces/web/hooks/runs?session=x&last=0");
     assert_eq!(seed["runs"], json!([]), "last=0 returns no rows: {seed}");

@@ -18,9 +18,11 @@
 //! goes on (fail-open), and the record says which.
 //!
 //! The action waits for the answer, so nothing is written until it is made: the hook runs of
-//! one decision are recorded together, each as it ended, in one write with their
-//! `hook.run.*` events. A question with no matching hook costs a scan of the hooks in memory
-//! and nothing else. A question is never recorded in the feed: it is not a fact.
+//! one decision are recorded together, each as it ended, in one write (the action's own, where
+//! the caller has one) with the `hook.run.*` events of the hooks that denied, patched, had a
+//! patch rejected or failed; a hook that only allowed changed nothing and has its hook run as
+//! its record. A question with no matching hook costs a scan of the hooks in memory and nothing
+//! else. A question is never recorded in the feed: it is not a fact.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -456,8 +458,12 @@ impl Bus {
         let ids = tx.insert_sync_hook_runs(&record.runs)?;
         let mut recorded = crate::bus::Recorded::default();
         for (run, id) in record.runs.iter().zip(&ids) {
-            // A hook that never ran (skipped, dropped) has no end to announce.
-            if run.started_at.is_none() {
+            // A hook that never ran (skipped, dropped) has no end to announce, and one that
+            // only allowed changed nothing: its hook run is its record (a feed row per allowing
+            // hook was a third of a sync hook's cost on every dispatch). A denial, a patch, a
+            // rejected patch and a failure are announced.
+            let only_allowed = run.outcome == HookOutcome::Applied && run.patch_applied.is_none();
+            if run.started_at.is_none() || only_allowed {
                 continue;
             }
             let event = crate::bus::hook_run_event(
