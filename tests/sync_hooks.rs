@@ -825,6 +825,15 @@ action = {{ command = "{gate}" }}
         .map(|r| r["outcome"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(outcomes, ["denied", "applied"]);
+
+    // A sender cannot make the policy fail (and so be skipped, fail-open) with a body whose
+    // JSON escaping would not fit the hook's environment (Linux allows 128 KiB a variable):
+    // the question carries a bounded body, and the hook still answers.
+    let hostile = "\u{1}".repeat(100 * 1024);
+    let (status, answer) = send(&hostile);
+    assert_eq!(status, 200, "{answer}");
+    let last = runs_of(&daemon, "webhook.pre_handle").pop().unwrap();
+    assert_eq!(last["outcome"], "applied", "{last:#}");
 }
 
 #[test]

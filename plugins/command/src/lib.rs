@@ -5,8 +5,9 @@
 //! The `command` field is a template with shell escaping: the host renders a marker into a line
 //! that needs no shell as a single-quoted value, which [`Command::shell`] splits back out as
 //! part of one argument, and into any other line as a reference to a `CANOPY_MARKER_<NAME>`
-//! variable the host sets. No value is ever parsed by a shell. Every marker is also exported to
-//! the process as `CANOPY_HOOK_<MARKER>` (`CANOPY_HOOK_WORKDIR`, `CANOPY_HOOK_SPEC_NAME`, ...).
+//! variable the host sets. No value is ever parsed by a shell. Every marker of at most 64 KiB is
+//! also exported to the process as `CANOPY_HOOK_<MARKER>` (`CANOPY_HOOK_WORKDIR`,
+//! `CANOPY_HOOK_SPEC_NAME`, ...); a longer one would keep the process from starting.
 //!
 //! The command is killed at the call's deadline, which the host derives from the config's
 //! `timeout_seconds` / `timeout_minutes` (reserved keys: this plugin never sees them).
@@ -24,6 +25,9 @@ use canopy_plugin_sdk::{
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+/// Longest marker value exported as a `CANOPY_HOOK_<MARKER>` variable, in bytes.
+const ENV_MARKER_LIMIT: usize = 64 * 1024;
 
 /// Config of the `command` mode.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -67,6 +71,13 @@ impl Executor for CommandExecutor {
                 None => command.capture_result(),
             };
             for (name, value) in invocation.markers() {
+                // Linux refuses to start a process with one environment string over 128 KiB:
+                // a marker that long (an event's `data` holding a large body, escaped) would
+                // fail the command before it ran. It is left out; a sync hook has its whole
+                // input on stdin.
+                if value.len() > ENV_MARKER_LIMIT {
+                    continue;
+                }
                 command = command.env(format!("CANOPY_HOOK_{}", name.to_ascii_uppercase()), value);
             }
             command

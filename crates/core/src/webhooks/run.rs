@@ -219,6 +219,9 @@ pub(super) async fn run(
     (outcome, next)
 }
 
+/// Longest body a `webhook.pre_handle` question carries, in bytes (see [`ask_pre_handle`]).
+const QUESTION_BODY: usize = 16 * 1024;
+
 /// Asks the sync hooks on `webhook.pre_handle` about a delivery ([`crate::hooks::decide`]):
 /// the body its handler gets (patched, or as sent), or why it is denied.
 async fn ask_pre_handle(
@@ -233,7 +236,10 @@ async fn ask_pre_handle(
         return Ok(body);
     }
     let text = String::from_utf8_lossy(&body);
-    let (shown, _) = bounded(&text, MAX_BODY_MARKER);
+    // Bounded so that the whole question as JSON (`CANOPY_HOOK_DATA`, where a control
+    // character takes six bytes) stays under Linux's 128 KiB for one environment string: a
+    // sender must not be able to make the hook fail to start, and so be skipped.
+    let (shown, _) = bounded(&text, QUESTION_BODY);
     let question = canopy_model::events::webhook::WebhookPreHandle {
         delivery: super::delivery_ref(&delivery.id, hook),
         method: delivery.method.clone(),

@@ -65,7 +65,7 @@ pub struct WebhookPreHandle {
     pub path: String,
     pub content_type: Option<String>,
     pub query: Option<String>,
-    /// The body as text (at most 64 KiB; what is not UTF-8 reads as U+FFFD).
+    /// The body as text (at most 16 KiB; what is not UTF-8 reads as U+FFFD).
     pub body: String,
 }
 
