@@ -15,15 +15,6 @@ use support::{Daemon, wait_for};
 const TOKEN: &str = "secrets-hook-token-1b2c3d";
 const PASSED: &str = "pass-env-value-7e8f9a0b";
 
-fn webhooks_url(daemon: &Daemon) -> String {
-    wait_for("the webhook listener", Duration::from_secs(60), || {
-        std::fs::read_to_string(daemon.data_dir.join("webhooks.addr"))
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-    })
-}
-
 /// Everything a feed reader and a records reader can see, as one text.
 fn everything(daemon: &Daemon) -> String {
     let (_, feed) = daemon.get("/api/feed?last=1000");
@@ -66,7 +57,7 @@ action = {{ command = "echo \"call $CANOPY_CALL_TOKEN\" >&2; exit 5" }}
 "#
     );
     let daemon = Daemon::start_with_env(&config, &[("CANOPY_TEST_PASSED", PASSED)]);
-    let url = webhooks_url(&daemon);
+    let url = daemon.webhooks_url();
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()

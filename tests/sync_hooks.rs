@@ -777,17 +777,7 @@ action = {{ command = "{gate}" }}
         gate = gate.display(),
     );
     let daemon = Daemon::start_with_config(&config);
-    let file = daemon.data_dir.join("webhooks.addr");
-    let base = support::wait_for(
-        "the webhook listener's address",
-        std::time::Duration::from_secs(60),
-        || {
-            std::fs::read_to_string(&file)
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-        },
-    );
+    let base = daemon.webhooks_url();
     let client = reqwest::blocking::Client::new();
     let send = |body: &str| {
         let response = client

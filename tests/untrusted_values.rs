@@ -256,12 +256,7 @@ fn a_webhook_body_in_a_command_handler_is_data_in_every_shape() {
         ));
     }
     let daemon = Daemon::start_with_config(&config);
-    let base = wait_for("the webhook listener", Duration::from_secs(60), || {
-        std::fs::read_to_string(daemon.data_dir.join("webhooks.addr"))
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-    });
+    let base = daemon.webhooks_url();
     let mut bodies = hostile(Path::new("PWN"));
     bodies.push("x\ntouch PWN".to_string());
     let client = reqwest::blocking::Client::builder()

@@ -15,21 +15,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::{Daemon, NOOP_WASM, script, wait_for};
 
-/// The webhook listener's base URL (written to `webhooks.addr` in the data dir).
-fn webhooks_url(daemon: &Daemon) -> String {
-    let file = daemon.data_dir.join("webhooks.addr");
-    wait_for(
-        "the webhook listener's address",
-        Duration::from_secs(60),
-        || {
-            std::fs::read_to_string(&file)
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-        },
-    )
-}
-
 /// A response: status, headers' text, body text.
 struct Answer {
     status: u16,
@@ -195,7 +180,7 @@ command = "true"
     let tokens = daemon.data_dir.join("tokens");
     std::fs::create_dir_all(&tokens).unwrap();
     std::fs::write(tokens.join("section.token"), format!("{FILE_TOKEN_1}\n")).unwrap();
-    let base = webhooks_url(&daemon);
+    let base = daemon.webhooks_url();
     let url = |id: &str| format!("{base}/hooks/global/{id}");
     let bearer = |token: &str| format!("Bearer {token}");
 
@@ -507,7 +492,7 @@ cwd = "/nonexistent/canopy-webhook-cwd"
     );
     let daemon = Daemon::start_with_config(&config);
     daemon.ok(&["queue", "create", "inbox"]);
-    let base = webhooks_url(&daemon);
+    let base = daemon.webhooks_url();
     let call = |id: &str, body: &str, extra: &[(&str, &str)]| {
         let mut headers = vec![("Authorization", "Bearer handler-token-0123456789")];
         headers.extend_from_slice(extra);
@@ -691,7 +676,7 @@ respond = {{ status = 200 }}
         pushed = pushed.display()
     );
     let daemon = Daemon::start_with_config(&config);
-    let base = webhooks_url(&daemon);
+    let base = daemon.webhooks_url();
     let send = |id: &str, query: &str, event: &str, body: &str| {
         post(
             &format!("{base}/hooks/global/{id}{query}"),
@@ -836,7 +821,7 @@ command = "read what; echo \"start $what\" >> {ran}; if [ \"$what\" = slow ]; th
         ran = ran.display()
     );
     let mut daemon = Daemon::start_with_config(&config);
-    let url = format!("{}/hooks/global/slow", webhooks_url(&daemon));
+    let url = format!("{}/hooks/global/slow", daemon.webhooks_url());
     let auth = [("X-Canopy-Hook-Token", "crash-token-1234567890")];
     let first = post(&url, &auth, b"slow\n").json()["delivery_id"]
         .as_str()
@@ -926,7 +911,7 @@ command = "pwd"
         checkout = checkout.path().display(),
     );
     let daemon = Daemon::start_with_config(&config);
-    let base = webhooks_url(&daemon);
+    let base = daemon.webhooks_url();
     // Another node's hook is not served here (404), and its token file is never read.
     let answer = post(
         &format!("{base}/hooks/global/elsewhere"),
@@ -1099,7 +1084,7 @@ command = "n=$(ls {dir}/running | wc -l); echo $n >> {dir}/peaks; touch {dir}/ru
         dir = dir.display()
     );
     let daemon = Daemon::start_with_config(&config);
-    let url = format!("{}/hooks/global/c", webhooks_url(&daemon));
+    let url = format!("{}/hooks/global/c", daemon.webhooks_url());
     (daemon, url)
 }
 
@@ -1206,7 +1191,7 @@ command = "sleep 0.5; touch {}; echo finished"
         marker.display()
     );
     let daemon = Daemon::start_with_config(&config);
-    let base = webhooks_url(&daemon);
+    let base = daemon.webhooks_url();
     let address = base.trim_start_matches("http://");
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(
@@ -1296,7 +1281,7 @@ command = "at=$(date +%s%N); n=$(ls {dir}/running | wc -l); touch {dir}/running/
     );
     std::fs::create_dir_all(dir.join("running")).unwrap();
     let daemon = Daemon::start_with_config(&config);
-    let url = format!("{}/hooks/global/f", webhooks_url(&daemon));
+    let url = format!("{}/hooks/global/f", daemon.webhooks_url());
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()
@@ -1403,7 +1388,7 @@ command = "read what; echo \"start $what\" >> {ran}; if [ \"$what\" = slow ]; th
         ran = ran.display()
     );
     let mut daemon = Daemon::start_with_config(&config);
-    let url = format!("{}/hooks/global/slow", webhooks_url(&daemon));
+    let url = format!("{}/hooks/global/slow", daemon.webhooks_url());
     let auth = [("X-Canopy-Hook-Token", "stop-token-1234567890")];
     let first = post(&url, &auth, b"slow\n").json()["delivery_id"]
         .as_str()
@@ -1463,7 +1448,7 @@ command = "true"
 "#
     );
     let daemon = Daemon::start_with_config(&config);
-    let url = webhooks_url(&daemon);
+    let url = daemon.webhooks_url();
     let pid = daemon.pid().unwrap();
     let before = sockets_of(pid);
     // Twelve clients: half send nothing, half stop in the middle of their headers (slowloris).
@@ -1604,7 +1589,7 @@ title_from = "t"
         stdin = stdin.display()
     );
     let daemon = Daemon::start_with_config(&config);
-    let url = format!("{}/hooks/global/x?wait=true", webhooks_url(&daemon));
+    let url = format!("{}/hooks/global/x?wait=true", daemon.webhooks_url());
     // A JSON string holding a NUL (`\u0000`), and a raw binary body.
     let json_body = br#"{"v":"before\u0000after"}"#;
     let answer = post(

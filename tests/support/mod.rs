@@ -358,6 +358,20 @@ impl Daemon {
         )
     }
 
+    /// The webhook listener's base URL, once it has written it to `webhooks.addr`.
+    pub fn webhooks_url(&self) -> String {
+        wait_for(
+            "the webhook listener's address",
+            Duration::from_secs(60),
+            || {
+                std::fs::read_to_string(self.data_dir.join("webhooks.addr"))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+            },
+        )
+    }
+
     /// Waits until the graph is no longer running; returns `graph get`.
     pub fn settled(&self, graph: &str) -> Value {
         wait_for(

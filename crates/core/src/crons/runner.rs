@@ -641,16 +641,7 @@ impl Crons {
                 Err(format!("sync hook `{hook}` denied the firing: {reason}")),
                 record,
             ),
-            Verdict::Allow if decision.patched => {
-                let mut fields = serde_json::Map::new();
-                for field in ["command", "prompt"] {
-                    if let Some(value) = decision.input.get(field).filter(|v| v.is_string()) {
-                        fields.insert(field.to_string(), value.clone());
-                    }
-                }
-                (Ok(cron.work.patched(&fields)), record)
-            }
-            Verdict::Allow => (Ok(cron.work.clone()), record),
+            Verdict::Allow => (Ok(cron.work.patched(&decision.patch)), record),
         }
     }
 

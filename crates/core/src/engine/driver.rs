@@ -351,7 +351,7 @@ const PRE_DISPATCH: &str = "node.pre_dispatch";
 enum Dispatched {
     /// It runs as configured.
     AsConfigured,
-    /// It runs with this config.
+    /// It runs with these fields of its config replaced (checked by the event's patch type).
     Patched(serde_json::Map<String, Value>),
     /// It does not run; the spec is blocked with this.
     Denied(String),
@@ -399,16 +399,10 @@ async fn dispatch_decision(
         let blocker = format!("sync hook `{hook}` denied the dispatch: {reason}");
         return (Dispatched::Denied(blocker), record);
     }
-    if !decision.patched {
+    if !decision.patched() {
         return (Dispatched::AsConfigured, record);
     }
-    let mut config = step.node_config.clone();
-    for field in ["prompt", "command", "model"] {
-        if let Some(value) = decision.input.get(field).filter(|v| v.is_string()) {
-            config.insert(field.to_string(), value.clone());
-        }
-    }
-    (Dispatched::Patched(config), record)
+    (Dispatched::Patched(decision.patch), record)
 }
 
 /// The specs this run completed so far.
@@ -483,17 +477,18 @@ async fn run_node(
         // The runner says what kind of work it is.
         ..Default::default()
     };
-    let node_config = match decided {
-        Dispatched::AsConfigured => Ok(node_config),
-        Dispatched::Patched(config) => Ok(config),
+    let work = || {
+        split_work_config(&node_config).map_err(|message| format!("node `{node_name}`: {message}"))
+    };
+    let work = match decided {
+        Dispatched::AsConfigured => Ok(work()),
+        Dispatched::Patched(fields) => Ok(work().map(|work| work.patched(&fields))),
         Dispatched::Denied(blocker) => Err(blocker),
     };
-    let (ending, result, duration_ms) = match node_config {
+    let (ending, result, duration_ms) = match work {
         // Denied: the node does not run, and the spec is blocked with the reason.
         Err(blocker) => (Ending::Blocked(blocker), None, 0),
-        Ok(node_config) => {
-            let work = split_work_config(&node_config)
-                .map_err(|message| format!("node `{node_name}`: {message}"));
+        Ok(work) => {
             let job = Job {
                 markers,
                 supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),

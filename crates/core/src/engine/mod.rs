@@ -901,16 +901,15 @@ impl Engine {
                 graph.name
             )));
         }
-        if !decision.patched {
-            return Ok((queue_id, workdir));
-        }
-        let patched: taxonomy::graph::RunPreStart = decision
-            .input_as()
-            .map_err(|err| EngineError::Internal(anyhow::anyhow!(err)))?;
-        let workdir = (patched.graph.workdir != asked_workdir)
-            .then_some(patched.graph.workdir)
+        let workdir = decision
+            .patched_text("workdir")
+            .map(str::to_string)
             .or(workdir);
-        Ok((patched.queue_id, workdir))
+        let queue_id = decision
+            .patched_text("queue_id")
+            .map(str::to_string)
+            .or(queue_id);
+        Ok((queue_id, workdir))
     }
 
     /// Makes the graph's run running with `begin` (which returns the run's id) and, in the same

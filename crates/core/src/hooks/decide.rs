@@ -104,8 +104,8 @@ pub struct Decision {
     pub verdict: Verdict,
     /// The input as the applied patches left it (the question's, when none applied).
     pub input: Value,
-    /// Whether a patch was applied.
-    pub patched: bool,
+    /// The fields the applied patches changed, with their final values (empty: none was).
+    pub patch: Map<String, Value>,
     /// Its hook runs, to record (none when no hook matched): by [`Bus::decide`] in a write of
     /// its own, or by the caller in the write of the action's own outcome
     /// ([`Bus::record_decision`]), which saves the decision a transaction.
@@ -173,15 +173,19 @@ impl Decision {
         Self {
             verdict: Verdict::Allow,
             input,
-            patched: false,
+            patch: Map::new(),
             record: None,
         }
     }
 
-    /// The patched input read back as the event's payload type.
-    pub fn input_as<P: serde::de::DeserializeOwned>(&self) -> Result<P, String> {
-        serde_json::from_value(self.input.clone())
-            .map_err(|err| format!("the patched input does not read back: {err}"))
+    /// Whether a patch was applied.
+    pub fn patched(&self) -> bool {
+        !self.patch.is_empty()
+    }
+
+    /// The text a patch gave `field`, if one changed it.
+    pub fn patched_text(&self, field: &str) -> Option<&str> {
+        self.patch.get(field).and_then(Value::as_str)
     }
 }
 
@@ -248,7 +252,7 @@ impl Bus {
         let max_depth = daemon.max_depth;
         let node = daemon.identity.node.clone();
         let mut input = question.input.clone();
-        let mut patched = false;
+        let mut patch = Map::new();
         let mut verdict = Verdict::Allow;
         let mut answered = Vec::with_capacity(hooks.len());
         let fired_at = canopy_store::now();
@@ -287,8 +291,8 @@ impl Bus {
             }
             let ran = self.ask(&question, &hook, &input, &node).await;
             let one = judge(&question, hook, &mut input, ran);
-            if one.patch_applied.is_some() {
-                patched = true;
+            if let Some(Value::Object(fields)) = &one.patch_applied {
+                patch.extend(fields.clone());
             }
             match one.outcome {
                 HookOutcome::Denied => {
@@ -324,7 +328,7 @@ impl Bus {
         Decision {
             verdict,
             input,
-            patched,
+            patch,
             record: Some(record),
         }
     }

@@ -328,12 +328,7 @@ impl Delivery {
             let why = format!("sync hook `{hook}` denied the delivery: {reason}");
             return Ok(Err((message.id, why)));
         }
-        let Some(text) = decision
-            .patched
-            .then(|| decision.input.get("text").and_then(|t| t.as_str()))
-            .flatten()
-            .map(str::to_string)
-        else {
+        let Some(text) = decision.patched_text("text").map(str::to_string) else {
             return Ok(Ok(message));
         };
         let id = message.id.clone();

@@ -264,9 +264,7 @@ async fn ask_pre_handle(
             Err(format!("sync hook `{hook}` denied the delivery: {reason}"))
         }
         crate::hooks::decide::Verdict::Allow => Ok(decision
-            .patched
-            .then(|| decision.input.get("body").and_then(Value::as_str))
-            .flatten()
+            .patched_text("body")
             .map_or(body, |patched| patched.as_bytes().to_vec())),
     }
 }

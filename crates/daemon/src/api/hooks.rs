@@ -555,7 +555,7 @@ async fn decide(
         "decision": verdict,
         "hook": hook,
         "reason": reason,
-        "patched": decision.patched,
+        "patched": decision.patched(),
         "input": decision.input,
         "hooks": answers,
     })))

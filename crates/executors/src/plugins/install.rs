@@ -479,52 +479,23 @@ fn check_header(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// The version of the `canopy:hooks` contract a component was built against; refuses one the
-/// host does not run, or one that mixes versions.
+/// The version of the `canopy:hooks` contract a compiled component was built against (one
+/// loaded from the cache, whose bytes were not read): the same check an install makes before
+/// compiling ([`super::shape::check`]), on the compiled component's type.
 pub(super) fn check_contract(
     engine: &Engine,
     component: &wasmtime::component::Component,
 ) -> Result<bindings::Version, String> {
     let ty = component.component_type();
-    let prefix = "canopy:hooks/";
-    let mut exported = None;
-    for (name, _) in ty.exports(engine) {
-        if let Some(version) = name.strip_prefix("canopy:hooks/plugin@") {
-            exported = Some(version.to_string());
-        }
-    }
-    let imported: BTreeSet<String> = ty
-        .imports(engine)
-        .filter_map(|(name, _)| {
-            name.strip_prefix(prefix)
-                .and_then(|rest| rest.split_once('@'))
-                .map(|(_, v)| v.to_string())
-        })
-        .collect();
-    let Some(exported) = exported else {
-        return Err(format!(
-            "the component does not export `{}`: it is not a Canopy executor (build it with canopy-plugin-sdk)",
-            bindings::PLUGIN_EXPORT
-        ));
+    let shape = super::shape::Shape {
+        exports: ty
+            .exports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect(),
+        imports: ty
+            .imports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect(),
     };
-    let supported = || {
-        bindings::WIT_VERSIONS
-            .iter()
-            .map(|v| format!("canopy:hooks@{v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let Some(version) = bindings::Version::parse(&exported) else {
-        return Err(format!(
-            "the component was built against canopy:hooks@{exported}, which this Canopy does not support (it supports {})",
-            supported()
-        ));
-    };
-    if let Some(other) = imported.iter().find(|v| v.as_str() != exported) {
-        return Err(format!(
-            "the component exports canopy:hooks@{exported} but imports canopy:hooks@{other}: build it against one version of the contract (this Canopy supports {})",
-            supported()
-        ));
-    }
-    Ok(version)
+    super::shape::check(&shape)
 }
