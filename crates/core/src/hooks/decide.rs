@@ -25,8 +25,9 @@
 //! else. A question is never recorded in the feed: it is not a fact.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -643,15 +644,38 @@ fn judge(question: &Question, hook: SyncHook, input: &mut Value, ran: Ran) -> An
     }
 }
 
-/// A patch's fields, when it fits the question: a JSON object of the event's patch type
-/// (without fields set to null), each a field the input has.
+/// The compiled patch schema of every sync event that takes a patch, by event name: each
+/// schema is the one the taxonomy publishes (`patch_schema`), so what a hook author reads is
+/// what a patch is checked against.
+static PATCH_VALIDATORS: LazyLock<HashMap<&'static str, Result<jsonschema::Validator, String>>> =
+    LazyLock::new(|| {
+        canopy_model::events::all()
+            .filter_map(|def| {
+                let schema = def.patch_schema?;
+                let compiled = jsonschema::validator_for(schema().as_value()).map_err(|err| {
+                    format!("the patch schema of {} does not compile: {err}", def.name)
+                });
+                Some((def.name, compiled))
+            })
+            .collect()
+    });
+
+/// A patch's fields, when it fits the question: a JSON object valid against the event's patch
+/// schema (without fields set to null), each a field the input has.
 fn check_patch(def: &EventDef, input: &Value, patch: &str) -> Result<Map<String, Value>, String> {
-    let Some(check) = def.check_patch else {
+    let Some(validator) = PATCH_VALIDATORS.get(def.name) else {
         return Err(format!("{} takes no patch (allow or deny only)", def.name));
     };
+    let validator = validator.as_ref().map_err(Clone::clone)?;
     let value: Value =
         serde_json::from_str(patch).map_err(|err| format!("it is not JSON: {err}"))?;
-    check(&value)?;
+    if let Some(error) = validator.iter_errors(&value).next() {
+        let path = error.instance_path.to_string();
+        return Err(match path.strip_prefix('/') {
+            Some(field) if !field.is_empty() => format!("field `{field}`: {error}"),
+            _ => format!("it does not fit the patch schema of {}: {error}", def.name),
+        });
+    }
     let Value::Object(fields) = value else {
         return Err("it is not a JSON object".to_string());
     };

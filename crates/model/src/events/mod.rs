@@ -119,9 +119,6 @@ impl fmt::Display for Family {
     }
 }
 
-/// Checks a sync hook's patch against its event's patch type; the error names the field.
-pub type PatchCheck = fn(&serde_json::Value) -> Result<(), String>;
-
 /// One event of the taxonomy.
 #[derive(Debug)]
 pub struct EventDef {
@@ -141,10 +138,8 @@ pub struct EventDef {
     /// The payload's JSON Schema.
     pub payload_schema: fn() -> schemars::Schema,
     /// The schema of the patch a sync hook may return, for sync-eligible events that take one.
+    /// A patch is checked against this very schema before it is applied.
     pub patch_schema: Option<fn() -> schemars::Schema>,
-    /// Checks a patch against the event's patch type (the type [`Self::patch_schema`] is made
-    /// from, so the check and the published schema cannot disagree); the error names the field.
-    pub check_patch: Option<PatchCheck>,
     /// The graph-hook key that fires on this event, when one does.
     pub graph_hook: Option<&'static crate::hook_keys::GraphHook>,
 }
@@ -173,14 +168,6 @@ macro_rules! declare_events {
     (@some $hook:expr) => { Some(&$hook) };
     (@schema) => { None };
     (@schema $patch:ty) => { Some(|| schemars::schema_for!($patch)) };
-    (@check) => { None };
-    (@check $patch:ty) => {
-        Some(|value: &serde_json::Value| {
-            <$patch as serde::Deserialize>::deserialize(value)
-                .map(|_| ())
-                .map_err(|err| err.to_string())
-        })
-    };
     ($family:expr; $( $payload:ty => $name:literal, $sync:literal, $description:literal, [$($marker:literal),* $(,)?], target: |$t:ident| $target:expr, project: |$p:ident| $project:expr $(, graph_hook: $hook:expr, fires: |$f:ident| $fires:expr)? $(, patch: $patch:ty)?; )+) => {
         $(
             impl $crate::events::Payload for $payload {
@@ -192,7 +179,6 @@ macro_rules! declare_events {
                     sync_eligible: $sync,
                     payload_schema: || schemars::schema_for!($payload),
                     patch_schema: $crate::events::declare_events!(@schema $($patch)?),
-                    check_patch: $crate::events::declare_events!(@check $($patch)?),
                     graph_hook: $crate::events::declare_events!(@some $($hook)?),
                 };
                 fn target(&self) -> Option<String> {
