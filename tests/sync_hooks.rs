@@ -60,6 +60,11 @@ fn sync_hooks_patch_a_dispatch_in_priority_order_and_each_outcome_is_recorded() 
         "stray.sh",
         r#"echo '{"decision": "patch", "patch": {"prompt": "be brief"}}'"#,
     );
+    let typo = script(
+        tools.path(),
+        "typo.sh",
+        r#"echo '{"decision": "patch", "patch": {"command": 42}}'"#,
+    );
     let hook = |name: &str, priority: i64, path: &Path| {
         format!(
             "[[hooks]]\nname = \"{name}\"\nevent = \"node.pre_dispatch\"\nmode = \"sync\"\npriority = {priority}\nmatch = {{ graph_name = \"web\" }}\naction = {{ command = \"{}\" }}\n",
@@ -71,6 +76,7 @@ fn sync_hooks_patch_a_dispatch_in_priority_order_and_each_outcome_is_recorded() 
         hook("patch", 10, &patch),
         hook("broken", -1, &broken),
         hook("stray", -2, &stray),
+        hook("typo", -3, &typo),
     ]
     .join("\n");
     let daemon = Daemon::start_with_config(&config);
@@ -112,6 +118,7 @@ fn sync_hooks_patch_a_dispatch_in_priority_order_and_each_outcome_is_recorded() 
             ("allow", "applied", "sync"),
             ("broken", "failed", "sync"),
             ("stray", "rejected", "sync"),
+            ("typo", "rejected", "sync"),
         ],
         "{runs:#?}"
     );
@@ -131,6 +138,12 @@ fn sync_hooks_patch_a_dispatch_in_priority_order_and_each_outcome_is_recorded() 
         rejected.contains("field `prompt`: the action has none to change"),
         "{rejected}"
     );
+    // A patch that does not fit the event's published patch schema is rejected naming the field.
+    let mistyped = runs[4]["error"].as_str().unwrap();
+    assert!(
+        mistyped.contains("patch rejected, not applied: field `command`: 42 is not of type"),
+        "{mistyped}"
+    );
     // The feed announces the hooks that changed or failed something, not the one that only
     // allowed (its hook run is its record).
     let (_, feed) = daemon.get("/api/feed?event=hook.run.*&last=100");
@@ -141,7 +154,7 @@ fn sync_hooks_patch_a_dispatch_in_priority_order_and_each_outcome_is_recorded() 
         .map(|e| e["payload"]["hook_name"].as_str().unwrap())
         .collect();
     announced.sort_unstable();
-    assert_eq!(announced, ["broken", "patch", "stray"], "{feed:#}");
+    assert_eq!(announced, ["broken", "patch", "stray", "typo"], "{feed:#}");
     // The seed's view of the same runs.
     let (_, seed) = daemon.get("/api/workspaces/web/hooks/runs?session=x&last=0");
     assert_eq!(seed["runs"], json!([]), "last=0 returns no rows: {seed}");
@@ -524,7 +537,7 @@ fn a_policy_refuses_a_plugin_install_that_grants_network() {
     assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
 }
 
-/// Builds `plugins/examples/python-policy` with componentize-py (from PyPI; `.ci/run`
+/// Builds `plugins/examples/python-executor` with componentize-py (from PyPI; `.ci/run`
 /// installs it) into `out`; returns the component's path.
 fn build_python_policy(out: &Path) -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -541,7 +554,7 @@ fn build_python_policy(out: &Path) -> std::path::PathBuf {
             "executor",
             "componentize",
             "-p",
-            "plugins/examples/python-policy",
+            "plugins/examples/python-executor",
             "app",
             "-o",
         ])
@@ -632,6 +645,102 @@ fn a_python_executor_decides_as_a_sync_hook() {
             .contains("[plugin stdout]\nchecking node build: 'echo git push --force origin main'"),
         "{output}"
     );
+}
+
+/// Builds `plugins/examples/js-executor` with the componentize-js its `package.json` pins
+/// (`npm ci` there first; `.ci/run` does it) into `out`; returns the component's path.
+fn build_js_policy(out: &Path) -> std::path::PathBuf {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/examples/js-executor");
+    let component = out.join("js-policy.wasm");
+    // The package's own build script, with the output moved out of the source tree (the last
+    // `--out` wins).
+    let built = std::process::Command::new("npm")
+        .current_dir(&example)
+        .args(["run", "--silent", "build", "--", "--out"])
+        .arg(&component)
+        .output()
+        .expect("npm runs");
+    assert!(
+        built.status.success() && component.exists(),
+        "componentize-js could not build the JavaScript example (run `npm ci` in plugins/examples/js-executor; .ci/run does): {}{}",
+        String::from_utf8_lossy(&built.stdout),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    component
+}
+
+#[test]
+fn a_javascript_executor_decides_and_writes_its_audit_file_through_wasi() {
+    let out = tempfile::tempdir().unwrap();
+    let component = build_js_policy(out.path());
+    let daemon = Daemon::start();
+    // Its one grant is the folder it writes its audit log to; without it the install is refused.
+    let refused = daemon.fails(&["plugin", "install", component.to_str().unwrap()]);
+    assert!(refused.contains("fs-write:.policy-audit"), "{refused}");
+    let installed = daemon.ok(&[
+        "plugin",
+        "install",
+        component.to_str().unwrap(),
+        "--grant",
+        "fs-write:.policy-audit",
+    ]);
+    assert!(
+        installed.starts_with("installed plugin js-policy 0.1.0"),
+        "{installed}"
+    );
+
+    let policy = json!({
+        "node.pre_dispatch": [
+            { "mode": "js-command-policy", "deny": "push --force", "reason": "no force pushes" },
+        ],
+    });
+    let repo = git_repo();
+    // The audit folder is the user's to ignore, or the next run would find the tree dirty.
+    std::fs::write(repo.path().join(".git/info/exclude"), ".policy-audit/\n").unwrap();
+    // Its validate (a thrown string) refuses a bad config when the graph is saved.
+    let spec = daemon.add_spec("a spec");
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({
+            "name": "bad", "workdir": repo.path(), "specs": [spec],
+            "nodes": [{ "name": "n", "command": "true" }],
+            "hooks": { "node.pre_dispatch": [{ "mode": "js-command-policy", "deny": "(" }] },
+        }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("field `deny`: `(` is not a valid regular expression"),
+        "{message}"
+    );
+
+    let pushed = run_graph(
+        &daemon,
+        "push",
+        repo.path(),
+        "echo git push --force origin main",
+        policy.clone(),
+    );
+    assert_eq!(pushed["status"], "paused", "{pushed:#}");
+    let blocker = pushed["blocker"].as_str().unwrap_or_default();
+    assert!(
+        blocker
+            .contains("sync hook `push.node.pre_dispatch[0]` denied the dispatch: no force pushes"),
+        "{blocker}"
+    );
+    let tested = run_graph(&daemon, "test", repo.path(), "touch tested.txt", policy);
+    assert_eq!(tested["status"], "completed", "{tested:#}");
+    assert!(repo.path().join("tested.txt").exists());
+    let outcomes: Vec<String> = runs_of(&daemon, "node.pre_dispatch")
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, ["denied", "applied"]);
+    // The file it wrote with wasi:filesystem, in the folder its grant opened.
+    let audit = std::fs::read_to_string(repo.path().join(".policy-audit/decisions.log"))
+        .expect("the JS plugin wrote its audit log");
+    assert_eq!(audit, "denied build: no force pushes\nallowed build\n");
 }
 
 #[test]

@@ -262,6 +262,22 @@ pub mod __private {
             export_macro_name: "__export_executor_bindings",
             default_bindings_module: "::canopy_plugin_sdk::__private::bindings",
             runtime_path: "::canopy_plugin_sdk::__private::wit_bindgen::rt",
+            // The world's WASI imports are the `wasip2` crate's (the same 0.2.12 packages).
+            with: {
+                "wasi:cli/environment@0.2.12": ::wasip2::cli::environment,
+                "wasi:cli/exit@0.2.12": ::wasip2::cli::exit,
+                "wasi:cli/stdin@0.2.12": ::wasip2::cli::stdin,
+                "wasi:cli/stdout@0.2.12": ::wasip2::cli::stdout,
+                "wasi:cli/stderr@0.2.12": ::wasip2::cli::stderr,
+                "wasi:clocks/monotonic-clock@0.2.12": ::wasip2::clocks::monotonic_clock,
+                "wasi:clocks/wall-clock@0.2.12": ::wasip2::clocks::wall_clock,
+                "wasi:filesystem/types@0.2.12": ::wasip2::filesystem::types,
+                "wasi:filesystem/preopens@0.2.12": ::wasip2::filesystem::preopens,
+                "wasi:io/error@0.2.12": ::wasip2::io::error,
+                "wasi:io/poll@0.2.12": ::wasip2::io::poll,
+                "wasi:io/streams@0.2.12": ::wasip2::io::streams,
+                "wasi:random/random@0.2.12": ::wasip2::random::random,
+            },
         });
     }
 

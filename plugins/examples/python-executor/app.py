@@ -6,7 +6,7 @@ expression, and allows every other. Config: {"deny": "<regex>", "reason": "<text
 Build (componentize-py 0.25.1, from PyPI) against the contract, from the repository's root:
 
     componentize-py -d wit/since_v0.2.0 -w executor componentize \
-        -p plugins/examples/python-policy app -o python-policy.wasm
+        -p plugins/examples/python-executor app -o python-policy.wasm
 
 then `canopy plugin install python-policy.wasm` (it asks for no capability), and name the mode in
 a sync hook: {"mode": "command-policy", "deny": "push --force", "reason": "no force pushes"}.
@@ -17,7 +17,8 @@ import re
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.imports import host, types
+from wit_world.imports import canopy_hooks_types as types
+from wit_world.imports import host
 
 
 def _config(text: str) -> dict:

@@ -21,6 +21,9 @@ pub mod v0_2 {
         path: "../../wit/since_v0.2.0",
         imports: { default: async },
         exports: { default: async },
+        // The world names the WASI interfaces a guest may use; the host's are wasmtime-wasi's,
+        // linked by `wasmtime_wasi::p2::add_to_linker_async`.
+        with: { "wasi": wasmtime_wasi::p2::bindings },
     });
 }
 
@@ -140,7 +143,10 @@ impl ExecutorPre {
 /// Links both versions' `host` interfaces (and their types) into `linker`.
 pub fn add_to_linker(linker: &mut wasmtime::component::Linker<CallState>) -> wasmtime::Result<()> {
     use wasmtime::component::HasSelf;
-    v0_2::Executor::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
+    // Only the `host` interface: the world's WASI imports are linked with wasmtime-wasi.
+    v0_2::canopy::hooks::host::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| {
+        state
+    })?;
     v0_1::Executor::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     Ok(())
 }
