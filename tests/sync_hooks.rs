@@ -800,6 +800,24 @@ action = {{ command = "{screen}" }}
     );
     let daemon = Daemon::start_with_config(&config);
 
+    // A cron is no graph's: its hooks are asked without one, before any firing.
+    let asked = daemon.ok(&[
+        "hooks",
+        "test",
+        "cron.pre_fire",
+        "--input",
+        r#"{"cron": "nightly", "mode": "command", "command": "true"}"#,
+    ]);
+    assert!(
+        asked.starts_with("cron.pre_fire: denied by `gate`: not tonight"),
+        "{asked}"
+    );
+    let graphless = daemon.fails(&["hooks", "test", "on_completed"]);
+    assert!(
+        graphless.contains("on_completed is a graph's hook event: name the graph"),
+        "{graphless}"
+    );
+
     let denied = daemon.cli(&["cron", "run", "nightly", "--wait"]);
     let said = String::from_utf8_lossy(&denied.stdout);
     assert!(!denied.status.success(), "{said}");

@@ -107,18 +107,17 @@ pub enum HooksCommand {
     /// Render an event's hooks against the graph's latest run (or --run): which would fire,
     /// with what values, and what is wrong with them. --execute runs them, as test runs. For a
     /// sync event (node.pre_dispatch, ...) it asks the graph's and the daemon's sync hooks about
-    /// --input, and shows the decision and the patched input, recording nothing.
+    /// --input, and shows the decision and the patched input, recording nothing (without a
+    /// graph, only the daemon's hooks are asked: a cron's, a webhook's, a plugin install's).
     #[command(
-        after_help = "Examples:\n  canopy hooks test web on_spec_completed --spec 3f2a\n  canopy hooks test web on_completed --index 0 --execute\n  canopy hooks test web node.pre_dispatch --input '{\"node\": \"push\", \"command\": \"git push --force\"}'"
+        after_help = "Examples:\n  canopy hooks test web on_spec_completed --spec 3f2a\n  canopy hooks test web on_completed --index 0 --execute\n  canopy hooks test web node.pre_dispatch --input '{\"node\": \"push\", \"command\": \"git push --force\"}'\n  canopy hooks test cron.pre_fire --input '{\"cron\": \"nightly-report\", \"command\": \"./report.sh\"}'"
     )]
     Test {
-        /// The graph: its name, id or unique id prefix.
-        #[arg(value_name = "GRAPH", value_parser = non_empty)]
-        graph: String,
+        /// `GRAPH EVENT`, or a sync `EVENT` alone. The graph: its name, id or unique id prefix.
         /// The event: on_completed, on_failed, on_blocked or on_spec_completed; or a sync
-        /// event: node.pre_dispatch, graph.run.pre_start, ...
-        #[arg(value_name = "EVENT", value_parser = non_empty)]
-        event: String,
+        /// event: node.pre_dispatch, graph.run.pre_start, cron.pre_fire, ...
+        #[arg(value_names = ["GRAPH", "EVENT"], num_args = 1..=2, required = true, value_parser = non_empty)]
+        target: Vec<String>,
         /// A sync event's input, as a JSON object of its fields (the graph's own are filled in).
         #[arg(long, value_name = "JSON")]
         input: Option<String>,
@@ -194,10 +193,10 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// `hooks test GRAPH SYNC_EVENT`: what the sync hooks answer about `input`.
+/// `hooks test [GRAPH] SYNC_EVENT`: what the sync hooks answer about `input`.
 async fn decide(
     client: &Client,
-    graph: &str,
+    graph: Option<&str>,
     event: &str,
     input: Option<&str>,
     json: bool,
@@ -226,7 +225,12 @@ async fn decide(
     }
     let hooks = items(&answer["hooks"]);
     if hooks.is_empty() {
-        println!("no sync hook on {event} for {graph}: the action goes ahead as asked");
+        match graph {
+            Some(graph) => {
+                println!("no sync hook on {event} for {graph}: the action goes ahead as asked");
+            }
+            None => println!("no sync hook on {event}: the action goes ahead as asked"),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     match answer["decision"].as_str() {
@@ -590,8 +594,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             }
         }
         HooksCommand::Test {
-            graph,
-            event,
+            target,
             input,
             index,
             spec,
@@ -599,10 +602,20 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             execute,
             json,
         } => {
+            let (graph, event) = match target.as_slice() {
+                [graph, event] => (Some(graph.clone()), event.clone()),
+                [event] => (None, event.clone()),
+                _ => anyhow::bail!("give GRAPH EVENT, or a sync EVENT alone"),
+            };
             // A dotted event is a sync one: its hooks decide about an input.
             if event.contains('.') {
-                return decide(client, &graph, &event, input.as_deref(), json).await;
+                return decide(client, graph.as_deref(), &event, input.as_deref(), json).await;
             }
+            let Some(graph) = graph else {
+                anyhow::bail!(
+                    "{event} is a graph's hook event: name the graph (`canopy hooks test GRAPH {event}`); only a sync event (node.pre_dispatch, cron.pre_fire, ...) is tested without one"
+                );
+            };
             if input.is_some() {
                 anyhow::bail!(
                     "--input belongs to sync events (node.pre_dispatch, graph.run.pre_start, ...); {event} is tested against a past run (--run, --spec)"
