@@ -17,7 +17,8 @@
 // - an `err` result is a thrown *string* (`throw 'field ...'`); a thrown Error becomes a trap
 //   and the call fails without your message;
 // - `u64` fields (`invocation.deadlineMs`) are BigInt: `Number(invocation.deadlineMs)`;
-// - every record field must be present, options as `undefined`;
+// - every record field that is not an option must be present (an outcome without `detail`
+//   traps); an option may be `undefined`;
 // - variants are `{ tag, val }` objects: `{ tag: 'deny', val: reason }`.
 
 import { log } from 'canopy:hooks/host@0.2.0';
