@@ -102,8 +102,8 @@ pub struct Job {
     /// The call is set up ahead and its processes start on this mark (a cron's second); the
     /// job's time counts from it.
     pub not_before: Option<tokio::time::Instant>,
-    /// A sync hook's job: the input of the action it decides on, as a JSON object.
-    pub decision_input: Option<serde_json::Value>,
+    /// A sync hook's job: the input of the action it decides on, a JSON object's text.
+    pub decision_input: Option<String>,
 }
 
 impl Job {
@@ -229,7 +229,7 @@ pub async fn run(plugins: &PluginHost, job: Job) -> Ran {
             cause: acts_as,
             env,
             stdin,
-            decision_input: decision_input.map(|input| input.to_string()),
+            decision_input,
         };
         plugins.execute_at(request, stop, not_before).await
     };

@@ -326,21 +326,25 @@ fn next_step(
         mode: &mode,
         resume_session: resume_session.as_deref(),
     })?;
+    let (node_name, node_config) = (node.name.clone(), node.config.clone());
+    let run = context(&graph, &run);
+    let node_count = graph.nodes.len();
     Ok(Next::Node(Box::new(NodeStep {
-        run: context(&graph, &run),
+        run,
         node_run_id,
         spec_id,
         spec_name,
         spec_body,
         node_index,
-        node_name: node.name.clone(),
-        node_config: node.config.clone(),
-        node_count: graph.nodes.len(),
+        node_name,
+        node_config,
+        node_count,
         resume_session,
+        // The graph was read for this step: its hooks move over, uncopied.
         dispatch_hooks: graph
             .hooks
             .contains_key(PRE_DISPATCH)
-            .then(|| Arc::new(graph.hooks.clone())),
+            .then(|| Arc::new(graph.hooks)),
     })))
 }
 

@@ -244,7 +244,7 @@ impl Bus {
 
     /// [`Bus::decide`] without the write: the caller records [`Decision::record`] with
     /// [`Bus::record_decision`] inside the write of the action's outcome, and publishes it.
-    pub async fn decide_unrecorded(&self, question: Question) -> Decision {
+    pub async fn decide_unrecorded(&self, mut question: Question) -> Decision {
         let hooks = self.sync_hooks(&question);
         if hooks.is_empty() {
             return Decision::unasked(question.input);
@@ -252,7 +252,8 @@ impl Bus {
         let daemon = self.daemon_hooks();
         let max_depth = daemon.max_depth;
         let node = daemon.identity.node.clone();
-        let mut input = question.input.clone();
+        // Asking takes the input over: the hooks see it as each patch leaves it.
+        let mut input = std::mem::take(&mut question.input);
         let mut patch = Map::new();
         let mut verdict = Verdict::Allow;
         let mut answered = Vec::with_capacity(hooks.len());
@@ -420,7 +421,9 @@ impl Bus {
                 }
             }
         }
-        markers.insert(DATA_MARKER.to_string(), input.to_string());
+        // The input's text, once: the `data` marker and the call's decision input.
+        let data = input.to_string();
+        markers.insert(DATA_MARKER.to_string(), data.clone());
         let workdir = hook
             .cwd
             .as_deref()
@@ -441,13 +444,11 @@ impl Bus {
             actor: Actor::Hook(hook.name.clone()),
             depth: question.cause.depth.saturating_add(1),
         };
-        let mut supported = sync_markers(question.def);
-        supported.extend(canopy_model::events::ENVELOPE_MARKERS);
         let job = Job {
             markers,
-            supported_markers: Cow::Owned(supported),
+            supported_markers: Cow::Borrowed(supported_markers(question.def)),
             timeout: Some(hook.timeout),
-            decision_input: Some(input.clone()),
+            decision_input: Some(data),
             ..Job::new(Kind::Hook, hook.work.clone(), workdir, provenance, cause)
         };
         runner::run(self.plugins(), job).await
@@ -487,6 +488,22 @@ impl Bus {
         }
         Ok(recorded)
     }
+}
+
+/// The markers a sync hook of `def` may use: the event's, `data`, the envelope's. Made once
+/// per event (a dispatch asks on every node).
+fn supported_markers(def: &EventDef) -> &'static [&'static str] {
+    static BY_EVENT: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new(|| {
+        canopy_model::events::all()
+            .filter(|def| def.sync_eligible)
+            .map(|def| {
+                let mut markers = sync_markers(def);
+                markers.extend(canopy_model::events::ENVELOPE_MARKERS);
+                (def.name, markers)
+            })
+            .collect()
+    });
+    BY_EVENT.get(def.name).map_or(&[], Vec::as_slice)
 }
 
 /// The record of a decision's hook runs.
