@@ -1021,8 +1021,11 @@ command = "pwd"
         text.contains("no webhook `global/nope`") && text.contains("global/here"),
         "{text}"
     );
+    // An id alone is a top-level webhook's.
     let text = daemon.fails(&["webhooks", "test", "nope"]);
-    assert!(text.contains("<scope>/<id>"), "{text}");
+    assert!(text.contains("no webhook `global/nope`"), "{text}");
+    let text = daemon.fails(&["webhooks", "test", "web/"]);
+    assert!(text.contains("is not <scope>/<id> or <id>"), "{text}");
 
     // config validate: a token only where the hook is served; problems name the TOML path.
     let check = |text: &str| {
@@ -1648,4 +1651,249 @@ title_from = "t"
     );
     let spec = filed_spec(&daemon, &answer);
     assert_eq!(spec["name"], "Fix the build", "{spec}");
+}
+
+/// A GitHub push exactly as GitHub sends it: its headers, its signature, no token.
+fn github_push(url: &str, secret: &str, delivery: &str, body: &[u8]) -> Answer {
+    let signature = sign(secret, body);
+    post(
+        &format!("{url}/hooks/global/push"),
+        &[
+            ("Content-Type", "application/json"),
+            ("User-Agent", "GitHub-Hookshot/044aadd"),
+            ("X-GitHub-Event", "push"),
+            ("X-GitHub-Delivery", delivery),
+            ("X-GitHub-Hook-ID", "292430182"),
+            ("X-GitHub-Hook-Installation-Target-Type", "repository"),
+            ("X-Hub-Signature-256", &signature),
+        ],
+        body,
+    )
+}
+
+#[test]
+fn github_calls_a_signature_hook_directly_and_a_replayed_delivery_does_not_run_again() {
+    const SECRET: &str = "It's a Secret to Everybody";
+    let out = tempfile::tempdir().unwrap();
+    let ran = out.path().join("ran.txt");
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+
+[webhooks.entries.push]
+type = "command"
+command = "cat >> {ran}; echo >> {ran}"
+provider = "github"
+auth = "signature"
+hmac_secret = "{SECRET}"
+"#,
+        ran = ran.display()
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let url = daemon.webhooks_url();
+    let first_body = br#"{"ref":"refs/heads/main","after":"aaa111"}"#;
+    let first = github_push(
+        &url,
+        SECRET,
+        "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        first_body,
+    );
+    assert_eq!(first.status, 202, "{}", first.body);
+    let first_id = first.json()["delivery_id"].as_str().unwrap().to_string();
+    assert_eq!(ended(&daemon, &first_id)["status"], "completed");
+
+    // GitHub's "Redeliver" (and a replay by whoever captured the request) sends the same
+    // delivery again: it is answered with the first, and does not run.
+    let replay = github_push(
+        &url,
+        SECRET,
+        "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        first_body,
+    );
+    assert_eq!(replay.status, 200, "{}", replay.body);
+    let answer = replay.json();
+    assert_eq!(answer["delivery_id"], first_id.as_str(), "{answer}");
+    assert_eq!(answer["status"], "completed");
+    assert_eq!(answer["duplicate"], true);
+
+    // A new delivery runs.
+    let second_body = br#"{"ref":"refs/heads/main","after":"bbb222"}"#;
+    let second = github_push(
+        &url,
+        SECRET,
+        "8a3c5f2e-cc78-11e3-81ab-4c9367dc0958",
+        second_body,
+    );
+    assert_eq!(second.status, 202, "{}", second.body);
+    let second_id = second.json()["delivery_id"].as_str().unwrap().to_string();
+    assert_eq!(ended(&daemon, &second_id)["status"], "completed");
+    let deliveries = daemon.json(&["webhooks", "deliveries", "--last", "10"]);
+    assert_eq!(deliveries["deliveries"].as_array().unwrap().len(), 2);
+
+    // Eight copies of one delivery at once (a sender retrying over a flaky link): one is taken,
+    // seven are answered as its duplicates.
+    let third_body = br#"{"ref":"refs/heads/main","after":"ccc333"}"#;
+    let copies: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                github_push(
+                    &url,
+                    SECRET,
+                    "9c4d6e3f-cc78-11e3-81ab-4c9367dc0958",
+                    third_body,
+                )
+                .status
+            })
+        })
+        .collect();
+    let mut statuses: Vec<u16> = copies.into_iter().map(|c| c.join().unwrap()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 200, 200, 202]);
+    let deliveries = daemon.json(&["webhooks", "deliveries", "--last", "10"]);
+    assert_eq!(deliveries["deliveries"].as_array().unwrap().len(), 3);
+    wait_for("the third delivery to run", Duration::from_secs(30), || {
+        let ran = std::fs::read_to_string(&ran).unwrap_or_default();
+        (ran.lines().count() >= 3).then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        format!(
+            "{}\n{}\n{}\n",
+            String::from_utf8_lossy(first_body),
+            String::from_utf8_lossy(second_body),
+            String::from_utf8_lossy(third_body)
+        ),
+        "each delivery ran once, its copies never"
+    );
+
+    // Without a valid signature there is no way in: 401, and the log says which check failed.
+    let forged = github_push(
+        &url,
+        "not the secret",
+        "0b1c5f2e-cc78-11e3-81ab-4c9367dc0958",
+        second_body,
+    );
+    assert_eq!(forged.status, 401);
+    assert!(forged.body.is_empty(), "{}", forged.body);
+    let unsigned = post(
+        &format!("{url}/hooks/global/push"),
+        &[("X-GitHub-Delivery", "1b1c5f2e-cc78-11e3-81ab-4c9367dc0958")],
+        second_body,
+    );
+    assert_eq!(unsigned.status, 401);
+    wait_for("the refusals in the log", Duration::from_secs(10), || {
+        let log = all_logs(&daemon);
+        (log.contains("the x-hub-signature-256 does not match the body")
+            && log.contains("no x-hub-signature-256"))
+        .then_some(())
+    });
+    assert!(!all_logs(&daemon).contains(SECRET), "the secret was logged");
+    // The listing says how the hook is let in.
+    let list = daemon.ok(&["webhooks", "list"]);
+    assert!(
+        list.contains("none: signature only  inline (redacted) (github)"),
+        "{list}"
+    );
+    let shown = daemon.json(&["webhooks", "show", "push"]);
+    assert_eq!(shown["auth"], "signature", "{shown}");
+    assert_eq!(shown["dedup"]["header"], "x-github-delivery", "{shown}");
+}
+
+#[test]
+fn gitlab_and_slack_senders_are_presets_and_a_stale_slack_signature_is_refused() {
+    let config = r#"
+[webhooks]
+bind_port = 0
+
+[webhooks.entries.gl]
+type = "command"
+command = "true"
+provider = "gitlab"
+auth = "signature"
+hmac_secret = "gitlab-secret-3f9a"
+
+[webhooks.entries.slack]
+type = "command"
+command = "true"
+provider = "slack"
+auth = "signature"
+hmac_secret = "slack-signing-secret-77c1"
+
+# The shell handler by its other name.
+[webhooks.entries.sh]
+type = "bash"
+command = "echo from bash"
+token = "bash-token-51e0"
+"#;
+    let daemon = Daemon::start_with_config(config);
+    let url = daemon.webhooks_url();
+    let body = br#"{"object_kind":"push","ref":"refs/heads/main"}"#;
+    let gitlab = |token: &str, uuid: &str| {
+        post(
+            &format!("{url}/hooks/global/gl?wait=true"),
+            &[
+                ("Content-Type", "application/json"),
+                ("X-Gitlab-Event", "Push Hook"),
+                ("X-Gitlab-Token", token),
+                ("X-Gitlab-Event-UUID", uuid),
+            ],
+            body,
+        )
+    };
+    let ok = gitlab("gitlab-secret-3f9a", "5f3b7e2a-0001");
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(ok.json()["status"], "completed");
+    assert_eq!(gitlab("wrong", "5f3b7e2a-0002").status, 401);
+    let again = gitlab("gitlab-secret-3f9a", "5f3b7e2a-0001");
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json()["duplicate"], true);
+
+    let slack = |age_secs: u64, secret: &str| {
+        let stamp = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            - age_secs)
+            .to_string();
+        let signed = format!(
+            "v0={}",
+            canopy_core::webhooks::auth::hmac_hex(
+                secret.as_bytes(),
+                &[format!("v0:{stamp}:").as_bytes(), body]
+            )
+        );
+        post(
+            &format!("{url}/hooks/global/slack?wait=true"),
+            &[
+                ("Content-Type", "application/json"),
+                ("X-Slack-Request-Timestamp", &stamp),
+                ("X-Slack-Signature", &signed),
+            ],
+            body,
+        )
+    };
+    let shell = post(
+        &format!("{url}/hooks/global/sh?wait=true"),
+        &[("X-Canopy-Hook-Token", "bash-token-51e0")],
+        b"{}",
+    );
+    assert_eq!(shell.status, 200, "{}", shell.body);
+    assert_eq!(shell.json()["output"], "from bash\n");
+
+    let fresh = slack(0, "slack-signing-secret-77c1");
+    assert_eq!(fresh.status, 200, "{}", fresh.body);
+    assert_eq!(slack(0, "another secret").status, 401);
+    // Signed ten minutes ago: a captured request replayed later.
+    assert_eq!(slack(600, "slack-signing-secret-77c1").status, 401);
+    wait_for(
+        "the stale signature in the log",
+        Duration::from_secs(10),
+        || {
+            all_logs(&daemon)
+                .contains("the x-slack-signature is signed more than 300 s from now")
+                .then_some(())
+        },
+    );
 }

@@ -137,6 +137,7 @@ async fn main() {
                             test: false,
                             received_at: at(start, s, i),
                             started_at: None,
+                            sender_delivery_id: None,
                         })?;
                     }
                 }

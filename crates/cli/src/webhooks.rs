@@ -29,7 +29,7 @@ pub enum WebhooksCommand {
     /// One webhook's whole configuration, secrets redacted, with its delivery counts.
     #[command(after_help = "Example:\n  canopy webhooks show global/deploy")]
     Show {
-        /// `<scope>/<id>`: `global/<id>` or `<project>/<id>`.
+        /// `<scope>/<id>`: `global/<id>` (or `<id>` alone) or `<project>/<id>`.
         #[arg(value_parser = non_empty)]
         hook: String,
         #[arg(long)]
@@ -84,7 +84,7 @@ pub enum WebhooksCommand {
         after_help = "Examples:\n  canopy webhooks test global/deploy --body push.json --header 'X-GitHub-Event: push'\n  echo '{\"ref\": \"refs/heads/main\"}' | canopy webhooks test global/deploy --body -"
     )]
     Test {
-        /// `<scope>/<id>`.
+        /// `<scope>/<id>` (or `<id>` alone for a top-level webhook).
         #[arg(value_parser = non_empty)]
         hook: String,
         /// The body: a file, or `-` for stdin (default: empty).
@@ -125,11 +125,13 @@ pub async fn run(client: &Client, command: WebhooksCommand) -> Result<ExitCode> 
 
 /// `scope/id` as a URL path under `/api/webhooks/hooks/`.
 fn hook_path(hook: &str) -> Result<String> {
-    let Some((scope, id)) = hook.split_once('/') else {
+    // An id alone is a top-level webhook's, as the deliveries filter reads it.
+    let (scope, id) = hook.split_once('/').unwrap_or(("global", hook));
+    if scope.is_empty() || id.is_empty() {
         bail!(
-            "`{hook}` is not <scope>/<id> (`global/<id>` for a top-level webhook, `<project>/<id>` for a project's)"
+            "`{hook}` is not <scope>/<id> or <id> (`global/<id>` or `<id>` for a top-level webhook, `<project>/<id>` for a project's)"
         );
-    };
+    }
     Ok(format!(
         "/api/webhooks/hooks/{}/{}",
         encode(scope),
@@ -181,8 +183,15 @@ async fn list(client: &Client, project: Option<String>, json: bool) -> Result<Ex
                     "no"
                 }
                 .to_string(),
-                h["token"].as_str().unwrap_or("-").to_string(),
-                h["hmac"].as_str().unwrap_or("-").to_string(),
+                if h["auth"] == "signature" {
+                    "none: signature only".to_string()
+                } else {
+                    h["token"].as_str().unwrap_or("-").to_string()
+                },
+                match h["hmac"].as_str() {
+                    Some(source) => format!("{source} ({})", str_at(h, "/provider")),
+                    None => "-".to_string(),
+                },
                 str_at(h, "/respond/mode").to_string(),
             ]
         })

@@ -361,6 +361,7 @@ mod pass_tests {
             test: false,
             received_at: received_at.to_string(),
             started_at: None,
+            sender_delivery_id: None,
         }
     }
 

@@ -22,7 +22,7 @@ use serde_json::json;
 
 use canopy_core::webhooks::config::{Hook, RespondMode};
 use canopy_core::webhooks::intake::{Intake, intake};
-use canopy_core::webhooks::{Ingress, Outcome, auth};
+use canopy_core::webhooks::{Ingress, Outcome, Taken, auth};
 use canopy_store::webhooks::DeliveryStatus;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
@@ -149,7 +149,7 @@ async fn receive(
     };
     let base = ingress.data_dir().to_path_buf();
     if let Err(refusal) = auth::check_token(&hook, &headers, &base) {
-        tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
+        tracing::info!(webhook = %hook.key(), %peer, why = %refusal, "webhook request refused (401)");
         discard_unread(body, &headers).await;
         return unauthorized();
     }
@@ -187,7 +187,7 @@ async fn receive(
         }
     };
     if let Err(refusal) = auth::check_signature(&hook, &headers, &body, &base) {
-        tracing::info!(webhook = %hook.key(), %peer, why = refusal.as_str(), "webhook request refused (401)");
+        tracing::info!(webhook = %hook.key(), %peer, why = %refusal, "webhook request refused (401)");
         return unauthorized();
     }
     let Intake { received, ignored } = match intake(
@@ -227,7 +227,8 @@ async fn receive(
         .record(&hook, received, ignored.clone(), None, false)
         .await
     {
-        Ok(id) => id,
+        Ok(Taken::New(id)) => id,
+        Ok(Taken::Duplicate(first)) => return duplicate_answer(&first),
         Err(err) => return unrecorded(&hook, &err),
     };
     if let Some(reason) = ignored {
@@ -273,6 +274,20 @@ async fn receive(
     waited_answer(&hook, outcome, success)
 }
 
+/// 200 for a delivery its sender sent before (a retry, a replay): the first one's id and
+/// status; nothing new was recorded or runs.
+fn duplicate_answer(first: &Outcome) -> Response {
+    (
+        StatusCode::OK,
+        axum::Json(json!({
+            "delivery_id": first.delivery_id,
+            "status": first.status,
+            "duplicate": first.duplicate,
+        })),
+    )
+        .into_response()
+}
+
 /// 503 for a delivery that could not be recorded (nothing of it runs).
 fn unrecorded(hook: &Hook, err: &canopy_core::webhooks::IngressError) -> Response {
     tracing::error!(webhook = %hook.key(), error = %err, "cannot record a webhook delivery");
@@ -306,6 +321,10 @@ fn waited_answer(hook: &Hook, outcome: Outcome, success: Option<StatusCode>) -> 
     });
     if hook.respond.output {
         answer["output"] = json!(outcome.output);
+    }
+    if outcome.duplicate {
+        // A copy of an earlier delivery: its answer, and nothing ran now.
+        answer["duplicate"] = json!(true);
     }
     (status, axum::Json(answer)).into_response()
 }

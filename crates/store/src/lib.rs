@@ -188,6 +188,14 @@ pub fn now() -> String {
     humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
 }
 
+/// The time `ago` before now, as [`now`] writes it.
+pub fn time_ago(ago: std::time::Duration) -> String {
+    let at = std::time::SystemTime::now()
+        .checked_sub(ago)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    humantime::format_rfc3339_micros(at).to_string()
+}
+
 /// A fresh random id: 32 lowercase hex digits.
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()

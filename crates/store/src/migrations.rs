@@ -483,6 +483,13 @@ const MIGRATIONS: &[Migration] = &[
     Code(cron_firings_may_be_denied),
     // 18: so is a webhook delivery.
     Code(webhook_deliveries_may_be_denied),
+    // 19: a delivery keeps its sender's own id (`X-GitHub-Delivery`), so a retry or a replay of
+    // it is answered with the first one instead of running again.
+    Sql(r#"
+    ALTER TABLE webhook_deliveries ADD COLUMN sender_delivery_id TEXT;
+    CREATE INDEX webhook_deliveries_by_sender ON webhook_deliveries (scope, hook, sender_delivery_id, received_at)
+        WHERE sender_delivery_id IS NOT NULL;
+    "#),
 ];
 
 /// Widens the CHECK on `webhook_deliveries.status` (as migration 13 wrote it) by `denied`.

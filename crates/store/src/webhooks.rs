@@ -76,6 +76,9 @@ pub struct NewDelivery {
     pub received_at: String,
     /// When its handler started: set for a delivery recorded `running` from the start.
     pub started_at: Option<String>,
+    /// The sender's own id of the delivery (`X-GitHub-Delivery`), when the hook deduplicates
+    /// by one: a retry or redelivery repeats it.
+    pub sender_delivery_id: Option<String>,
 }
 
 /// How a handler run ended.
@@ -214,8 +217,8 @@ impl Tx<'_> {
         let size = body_size(&new.body);
         self.conn()
             .prepare_cached(
-                "INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                "INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at, started_at, sender_delivery_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
             )?
             .execute(params![
                 new.id,
@@ -236,6 +239,7 @@ impl Tx<'_> {
                 new.test,
                 new.received_at,
                 new.started_at,
+                new.sender_delivery_id,
             ])?;
         Ok(())
     }
@@ -290,6 +294,27 @@ impl Tx<'_> {
 }
 
 impl Rd<'_> {
+    /// The first delivery of `scope/hook` whose sender named it `sender_id`, received at
+    /// `since` or later.
+    pub fn delivery_by_sender_id(
+        &self,
+        scope: &str,
+        hook: &str,
+        sender_id: &str,
+        since: &str,
+    ) -> Result<Option<Delivery>, StoreError> {
+        let id: Option<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT id FROM webhook_deliveries
+                 WHERE scope = ?1 AND hook = ?2 AND sender_delivery_id = ?3 AND received_at >= ?4
+                 ORDER BY received_at LIMIT 1",
+            )?
+            .query_row(params![scope, hook, sender_id, since], |row| row.get(0))
+            .optional()?;
+        id.map(|id| self.delivery(&id)).transpose()
+    }
+
     /// Resolves a delivery id or unambiguous id prefix.
     pub fn resolve_delivery(&self, prefix: &str) -> Result<String, StoreError> {
         self.resolve_id("webhook_deliveries", "delivery", prefix)
@@ -426,6 +451,7 @@ mod tests {
             test: false,
             received_at: crate::now(),
             started_at: Some(crate::now()),
+            sender_delivery_id: None,
         };
         let expected = serde_json::to_value(Delivery::recorded(&new)).unwrap();
         let id = new.id.clone();

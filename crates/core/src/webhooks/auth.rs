@@ -1,21 +1,29 @@
 //! A request's credentials: the hook's bearer token (`Authorization: Bearer` or
-//! `X-Canopy-Hook-Token`, compared in constant time) and, when the hook has an HMAC secret,
-//! GitHub's `X-Hub-Signature-256` over the raw body. Secrets are read per request and never
-//! logged; a failure is logged with what failed (never a secret) and answered 401 alone.
+//! `X-Canopy-Hook-Token`, compared in constant time) and, when the hook has a sender's secret,
+//! the signature its [`Provider`] puts on the raw body: GitHub's `X-Hub-Signature-256`, GitLab's
+//! `X-Gitlab-Token`, Slack's `v0` and Stripe's timestamped `v1` signatures. A hook with
+//! `auth = "signature"` needs no token: a valid signature authenticates it. Secrets are read
+//! per request and never logged; a failure is logged with what failed (never a secret) and
+//! answered 401 alone.
 
+use std::fmt;
 use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::config::{Hook, Secret};
+use super::config::{AuthMode, Hook, Provider, Secret};
 
 /// The header a token may be sent in instead of `Authorization: Bearer`.
 pub const TOKEN_HEADER: &str = "x-canopy-hook-token";
 /// GitHub's signature header: `sha256=` and the hex HMAC-SHA256 of the body.
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+/// How far a timestamped signature (Slack, Stripe) may be from now: both senders document five
+/// minutes, past which a captured request cannot be replayed.
+pub const TIMESTAMP_TOLERANCE: Duration = Duration::from_secs(300);
 
 /// Why a request was refused (for the log; the client sees 401 only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,18 +32,27 @@ pub enum Refusal {
     WrongToken,
     /// The hook's secret could not be read (a missing file, an unset variable).
     SecretUnreadable,
-    NoSignature,
-    BadSignature,
+    /// The provider's signature header is missing.
+    NoSignature(&'static str),
+    /// It is there but does not match the body (or is not in the provider's format).
+    BadSignature(&'static str),
+    /// Its timestamp is further from now than [`TIMESTAMP_TOLERANCE`] (a replay, or a clock off).
+    StaleSignature(&'static str),
 }
 
-impl Refusal {
-    pub fn as_str(self) -> &'static str {
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoToken => "no token presented",
-            Self::WrongToken => "wrong token",
-            Self::SecretUnreadable => "the hook's secret cannot be read",
-            Self::NoSignature => "no X-Hub-Signature-256",
-            Self::BadSignature => "the X-Hub-Signature-256 does not match the body",
+            Self::NoToken => f.write_str("no token presented"),
+            Self::WrongToken => f.write_str("wrong token"),
+            Self::SecretUnreadable => f.write_str("the hook's secret cannot be read"),
+            Self::NoSignature(header) => write!(f, "no {header}"),
+            Self::BadSignature(header) => write!(f, "the {header} does not match the body"),
+            Self::StaleSignature(header) => write!(
+                f,
+                "the {header} is signed more than {} s from now (a replay, or a clock off)",
+                TIMESTAMP_TOLERANCE.as_secs()
+            ),
         }
     }
 }
@@ -101,8 +118,12 @@ fn presented(headers: &HeaderMap) -> Vec<&[u8]> {
     tokens
 }
 
-/// Checks the token (headers only, before the body is read).
+/// Checks the token (headers only, before the body is read). A hook authenticated by its
+/// signature alone (`auth = "signature"`) needs none.
 pub fn check_token(hook: &Hook, headers: &HeaderMap, base: &Path) -> Result<(), Refusal> {
+    if hook.auth == AuthMode::Signature {
+        return Ok(());
+    }
     let Some(secret) = &hook.token else {
         // Compile refuses a served hook without a token; refuse all the same.
         return Err(Refusal::SecretUnreadable);
@@ -123,7 +144,8 @@ pub fn check_token(hook: &Hook, headers: &HeaderMap, base: &Path) -> Result<(), 
     }
 }
 
-/// Checks the body's signature, when the hook has an HMAC secret.
+/// Checks the body's signature as the hook's provider makes it, when the hook has a sender's
+/// secret.
 pub fn check_signature(
     hook: &Hook,
     headers: &HeaderMap,
@@ -133,35 +155,113 @@ pub fn check_signature(
     let Some(secret) = &hook.hmac else {
         return Ok(());
     };
-    let Some(signature) = headers.get(SIGNATURE_HEADER) else {
-        return Err(Refusal::NoSignature);
+    let header = hook.provider.signature_header();
+    let Some(value) = headers.get(header) else {
+        return Err(Refusal::NoSignature(header));
     };
-    let hex_text = signature
+    let value = value
         .to_str()
-        .ok()
-        .and_then(|s| s.trim().strip_prefix("sha256="))
-        .ok_or(Refusal::BadSignature)?;
-    let claimed = hex::decode(hex_text).map_err(|_| Refusal::BadSignature)?;
+        .map_err(|_| Refusal::BadSignature(header))?
+        .trim();
     let key = read_secret(hook, secret, base)?;
-    verify(&key, body, &claimed)
+    match hook.provider {
+        Provider::Github => {
+            let hex_text = value
+                .strip_prefix("sha256=")
+                .ok_or(Refusal::BadSignature(header))?;
+            let claimed = hex::decode(hex_text).map_err(|_| Refusal::BadSignature(header))?;
+            verify(&key, &[body], &claimed).map_err(|()| Refusal::BadSignature(header))
+        }
+        // GitLab sends the secret itself.
+        Provider::Gitlab => {
+            if bool::from(value.as_bytes().ct_eq(&key)) {
+                Ok(())
+            } else {
+                Err(Refusal::BadSignature(header))
+            }
+        }
+        // `v0=` HMAC of `v0:<X-Slack-Request-Timestamp>:<body>`.
+        Provider::Slack => {
+            let stamp_header = "x-slack-request-timestamp";
+            let stamp = headers
+                .get(stamp_header)
+                .and_then(|v| v.to_str().ok())
+                .ok_or(Refusal::NoSignature(stamp_header))?
+                .trim();
+            fresh(stamp, header)?;
+            let hex_text = value
+                .strip_prefix("v0=")
+                .ok_or(Refusal::BadSignature(header))?;
+            let claimed = hex::decode(hex_text).map_err(|_| Refusal::BadSignature(header))?;
+            let prefix = format!("v0:{stamp}:");
+            verify(&key, &[prefix.as_bytes(), body], &claimed)
+                .map_err(|()| Refusal::BadSignature(header))
+        }
+        // `t=<timestamp>,v1=<hex>[,v1=<hex>...]`, each `v1` an HMAC of `<t>.<body>`.
+        Provider::Stripe => {
+            let mut stamp = None;
+            let mut claims = Vec::new();
+            for part in value.split(',') {
+                match part.trim().split_once('=') {
+                    Some(("t", t)) => stamp = Some(t),
+                    Some(("v1", hex_text)) => claims.push(hex_text),
+                    _ => {}
+                }
+            }
+            let stamp = stamp.ok_or(Refusal::BadSignature(header))?;
+            fresh(stamp, header)?;
+            let prefix = format!("{stamp}.");
+            let matched = claims.iter().any(|hex_text| {
+                hex::decode(hex_text)
+                    .is_ok_and(|claimed| verify(&key, &[prefix.as_bytes(), body], &claimed).is_ok())
+            });
+            if matched {
+                Ok(())
+            } else {
+                Err(Refusal::BadSignature(header))
+            }
+        }
+    }
 }
 
-/// Whether `claimed` is the HMAC-SHA256 of `body` under `key` (compared in constant time).
-fn verify(key: &[u8], body: &[u8], claimed: &[u8]) -> Result<(), Refusal> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).map_err(|_| Refusal::SecretUnreadable)?;
-    mac.update(body);
-    mac.verify_slice(claimed).map_err(|_| Refusal::BadSignature)
+/// Whether a sender's Unix timestamp is within [`TIMESTAMP_TOLERANCE`] of now.
+fn fresh(stamp: &str, header: &'static str) -> Result<(), Refusal> {
+    let signed: u64 = stamp.parse().map_err(|_| Refusal::BadSignature(header))?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if now.abs_diff(signed) > TIMESTAMP_TOLERANCE.as_secs() {
+        return Err(Refusal::StaleSignature(header));
+    }
+    Ok(())
 }
 
-/// `sha256=<hex>` of a body: what a sender puts in `X-Hub-Signature-256`.
-pub fn sign(key: &[u8], body: &[u8]) -> String {
+/// Whether `claimed` is the HMAC-SHA256 of `parts` (one after another) under `key`, compared
+/// in constant time.
+fn verify(key: &[u8], parts: &[&[u8]], claimed: &[u8]) -> Result<(), ()> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).map_err(|_| ())?;
+    for part in parts {
+        mac.update(part);
+    }
+    mac.verify_slice(claimed).map_err(|_| ())
+}
+
+/// The hex HMAC-SHA256 of `parts` under `key`: what a sender signs with.
+pub fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
     match Hmac::<Sha256>::new_from_slice(key) {
         Ok(mut mac) => {
-            mac.update(body);
-            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+            for part in parts {
+                mac.update(part);
+            }
+            hex::encode(mac.finalize().into_bytes())
         }
         Err(_) => String::new(),
     }
+}
+
+/// `sha256=<hex>` of a body: what GitHub puts in `X-Hub-Signature-256`.
+pub fn sign(key: &[u8], body: &[u8]) -> String {
+    format!("sha256={}", hmac_hex(key, &[body]))
 }
 
 #[cfg(test)]
@@ -194,12 +294,12 @@ mod tests {
         );
         let claimed = hex::decode(&signature["sha256=".len()..]).unwrap_or_default();
         assert_eq!(
-            verify(b"It's a Secret to Everybody", b"Hello, World!", &claimed),
+            verify(b"It's a Secret to Everybody", &[b"Hello, World!"], &claimed),
             Ok(())
         );
         assert_eq!(
-            verify(b"It's a Secret to Everybody", b"Hello, World?", &claimed),
-            Err(Refusal::BadSignature)
+            verify(b"It's a Secret to Everybody", &[b"Hello, World?"], &claimed),
+            Err(())
         );
     }
 }

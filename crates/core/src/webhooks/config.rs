@@ -65,14 +65,101 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Headers a request may have recorded and passed to its handler, at most.
 pub const MAX_PASS_HEADERS: usize = 32;
 /// Headers that carry credentials: never matched, recorded or passed to a handler.
-pub const AUTH_HEADERS: [&str; 6] = [
+/// (`X-Gitlab-Token` is not one: a rule may compare it, as configs did before the `gitlab`
+/// provider; its value is never recorded, as every header named like a credential.)
+pub const AUTH_HEADERS: [&str; 8] = [
     "authorization",
     "proxy-authorization",
     "cookie",
     "x-canopy-hook-token",
     "x-hub-signature",
     "x-hub-signature-256",
+    "x-slack-signature",
+    "stripe-signature",
 ];
+/// How long a sender's delivery id is remembered unless `dedup_window_secs` says: a day covers
+/// a sender's automatic retries and a person's redelivery from its settings page.
+pub const DEFAULT_DEDUP_WINDOW_SECS: u64 = 86_400;
+/// The longest delivery id remembered; a longer header value is not an id (and is not used).
+pub const MAX_DELIVERY_ID: usize = 200;
+
+/// Whose signature a hook's sender secret checks, and whose delivery-id header it
+/// deduplicates by (`provider = "github"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Provider {
+    /// `X-Hub-Signature-256: sha256=<HMAC of the body>`; deliveries by `X-GitHub-Delivery`.
+    #[default]
+    Github,
+    /// `X-Gitlab-Token: <the secret>`; deliveries by `X-Gitlab-Event-UUID`.
+    Gitlab,
+    /// `X-Slack-Signature: v0=<HMAC of v0:<timestamp>:<body>>`, the timestamp in
+    /// `X-Slack-Request-Timestamp` within five minutes.
+    Slack,
+    /// `Stripe-Signature: t=<timestamp>,v1=<HMAC of <timestamp>.<body>>`, within five minutes.
+    Stripe,
+}
+
+impl Provider {
+    pub const NAMES: [&str; 4] = ["github", "gitlab", "slack", "stripe"];
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "github" => Some(Self::Github),
+            "gitlab" => Some(Self::Gitlab),
+            "slack" => Some(Self::Slack),
+            "stripe" => Some(Self::Stripe),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Github => "github",
+            Self::Gitlab => "gitlab",
+            Self::Slack => "slack",
+            Self::Stripe => "stripe",
+        }
+    }
+
+    /// The header its signature (or, for GitLab, its secret) comes in, lowercase.
+    pub fn signature_header(self) -> &'static str {
+        match self {
+            Self::Github => "x-hub-signature-256",
+            Self::Gitlab => "x-gitlab-token",
+            Self::Slack => "x-slack-signature",
+            Self::Stripe => "stripe-signature",
+        }
+    }
+
+    /// The header naming each delivery, which a retry or a redelivery repeats, when the sender
+    /// has one.
+    pub fn delivery_header(self) -> Option<&'static str> {
+        match self {
+            Self::Github => Some("x-github-delivery"),
+            Self::Gitlab => Some("x-gitlab-event-uuid"),
+            Self::Slack | Self::Stripe => None,
+        }
+    }
+}
+
+/// What authenticates a request to a hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthMode {
+    /// Its bearer token (and its signature too, when the hook has a sender secret).
+    #[default]
+    Token,
+    /// Its sender's signature over the body alone, for senders that cannot send a token.
+    Signature,
+}
+
+/// A hook's memory of its sender's delivery ids: a delivery whose id was seen within `window`
+/// is answered with the first one's id and status, and not run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dedup {
+    /// Lowercase.
+    pub header: String,
+    pub window: Duration,
+}
 /// Headers recorded with every delivery (when present), besides a hook's `pass_headers`.
 pub const DEFAULT_HEADERS: [&str; 6] = [
     "content-type",
@@ -189,11 +276,23 @@ pub struct WebhookEntry {
     pub token_env: Option<String>,
     /// The file holding the token, relative to the data dir (read per request).
     pub token_file: Option<PathBuf>,
-    /// GitHub-style HMAC secret (`X-Hub-Signature-256` over the raw body).
+    /// The sender's secret: it signs each body (`X-Hub-Signature-256` unless `provider` says
+    /// otherwise; GitLab sends it as `X-Gitlab-Token`).
     #[serde(default, skip_serializing)]
     pub hmac_secret: Option<Redacted>,
     pub hmac_secret_env: Option<String>,
     pub hmac_secret_file: Option<PathBuf>,
+    /// `github` (default), `gitlab`, `slack` or `stripe`: how the sender signs its bodies and
+    /// which header names its deliveries.
+    pub provider: Option<String>,
+    /// `token` (default: a bearer token is required) or `signature`: the sender's signature
+    /// alone authenticates the request (GitHub and the others cannot send a token).
+    pub auth: Option<String>,
+    /// The header naming each delivery (default: the provider's, `X-GitHub-Delivery` for
+    /// GitHub): a delivery whose id was seen within `dedup_window_secs` is not run again.
+    pub dedup_header: Option<String>,
+    /// How long a delivery id is remembered (default a day).
+    pub dedup_window_secs: Option<u64>,
     /// Only these nodes serve the hook (default: every node).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
@@ -364,13 +463,16 @@ pub struct Hook {
     pub id: String,
     /// `webhooks.entries.<id>` or `projects.<p>.webhooks.entries.<id>`.
     pub toml_path: String,
-    /// The handler kind as written (`type`).
+    /// The handler kind (`type`; `bash` is read as `command`).
     pub kind: String,
     pub entry: WebhookEntry,
     /// Whether this node serves it (its `nodes` filter).
     pub served: bool,
     pub token: Option<Secret>,
     pub hmac: Option<Secret>,
+    pub provider: Provider,
+    pub auth: AuthMode,
+    pub dedup: Option<Dedup>,
     pub rule: Option<Rule>,
     pub pass_env: Vec<(String, FieldPath)>,
     /// Lowercase names of the headers recorded and passed.
@@ -686,9 +788,61 @@ fn compile_one(
     let (own_token, own_hmac) = secrets(at, entry.auth(), problems);
     let token = own_token.or_else(|| section.0.clone());
     let hmac = own_hmac.or_else(|| section.1.clone());
-    if served && token.is_none() && problems.len() == before {
+    let provider = match entry.provider.as_deref() {
+        None => Provider::default(),
+        Some(name) => Provider::parse(name).unwrap_or_else(|| {
+            problems.push(format!(
+                "{}: `{name}` is not a provider; the providers: {}",
+                field("provider"),
+                Provider::NAMES.join(", ")
+            ));
+            Provider::default()
+        }),
+    };
+    let auth = match entry.auth.as_deref() {
+        None | Some("token") => AuthMode::Token,
+        Some("signature") => AuthMode::Signature,
+        Some(other) => {
+            problems.push(format!(
+                "{}: `{other}` is not an auth mode; use `token` (a bearer token) or `signature` (the sender's signature alone)",
+                field("auth")
+            ));
+            AuthMode::Token
+        }
+    };
+    if auth == AuthMode::Signature && hmac.is_none() {
         problems.push(format!(
-            "{at}: no token: set exactly one of token, token_env or token_file here or in its section (this node, `{node}`, serves the hook; `nodes` narrows which nodes do)"
+            "{}: `signature` needs the sender's secret: set exactly one of hmac_secret, hmac_secret_env or hmac_secret_file",
+            field("auth")
+        ));
+    }
+    let dedup_header = match &entry.dedup_header {
+        Some(name) => {
+            let lower = name.to_ascii_lowercase();
+            if http::HeaderName::from_bytes(lower.as_bytes()).is_err() || lower.is_empty() {
+                problems.push(format!(
+                    "{}: `{name}` is not a header name",
+                    field("dedup_header")
+                ));
+            }
+            Some(lower)
+        }
+        None => provider.delivery_header().map(str::to_string),
+    };
+    let window = entry.dedup_window_secs.unwrap_or(DEFAULT_DEDUP_WINDOW_SECS);
+    if !(1..=366 * 86_400).contains(&window) {
+        problems.push(format!(
+            "{}: {window} is out of range; from 1 to 31622400 (366 days)",
+            field("dedup_window_secs")
+        ));
+    }
+    let dedup = dedup_header.map(|header| Dedup {
+        header,
+        window: Duration::from_secs(window),
+    });
+    if served && token.is_none() && auth == AuthMode::Token && problems.len() == before {
+        problems.push(format!(
+            "{at}: no token: set exactly one of token, token_env or token_file here or in its section, or `auth = \"signature\"` with the sender's secret (this node, `{node}`, serves the hook; `nodes` narrows which nodes do)"
         ));
     }
     let rule = entry.matcher.as_ref().and_then(|value| {
@@ -778,7 +932,12 @@ fn compile_one(
     .filter(|(_, on)| *on)
     .map(|(name, _)| name)
     .collect();
-    let allowed: &[&str] = match entry.kind.as_str() {
+    // `bash` is the shell handler's other name: a `command` hook (run through `sh -c`).
+    let kind = match entry.kind.as_str() {
+        "bash" => "command",
+        other => other,
+    };
+    let allowed: &[&str] = match kind {
         "spec" => &["title_from", "body_from", "queue", "project"],
         "command" => &["command"],
         "action" => &["action"],
@@ -801,7 +960,7 @@ fn compile_one(
     {
         problems.push(format!("{}: must be an absolute path", field("cwd")));
     }
-    let handler = match entry.kind.as_str() {
+    let handler = match kind {
         "spec" => {
             let title_from = entry
                 .title_from
@@ -909,7 +1068,7 @@ fn compile_one(
             }
         },
     };
-    if entry.kind == "spec" {
+    if kind == "spec" {
         workdir = None;
     }
     if problems.len() > before {
@@ -919,11 +1078,14 @@ fn compile_one(
         scope: scope.to_string(),
         id: id.to_string(),
         toml_path: at.to_string(),
-        kind: entry.kind.clone(),
+        kind: kind.to_string(),
         entry: entry.clone(),
         served,
         token,
         hmac,
+        provider,
+        auth,
+        dedup,
         rule,
         pass_env,
         headers,
@@ -1001,6 +1163,48 @@ mod tests {
 
     fn problems(text: &str) -> String {
         Config::parse(text).err().unwrap_or_default().join("\n")
+    }
+
+    #[test]
+    fn a_signature_hook_needs_the_senders_secret_and_a_known_provider() {
+        let base = "[webhooks]\nbind_port = 0\n[webhooks.entries.x]\ntype = \"command\"\ncommand = \"true\"\n";
+        let unsigned = format!("{base}auth = \"signature\"\n");
+        assert!(
+            problems(&unsigned).contains(
+                "webhooks.entries.x.auth: `signature` needs the sender's secret: set exactly one of hmac_secret, hmac_secret_env or hmac_secret_file"
+            ),
+            "{}",
+            problems(&unsigned)
+        );
+        let signed = format!("{base}auth = \"signature\"\nhmac_secret_env = \"GH_SECRET\"\n");
+        assert_eq!(problems(&signed), "", "a signature hook needs no token");
+        let unknown = format!("{signed}provider = \"bitbucket\"\n");
+        assert!(
+            problems(&unknown).contains(
+                "webhooks.entries.x.provider: `bitbucket` is not a provider; the providers: github, gitlab, slack, stripe"
+            ),
+            "{}",
+            problems(&unknown)
+        );
+        let mode = format!("{base}token = \"t\"\nauth = \"none\"\n");
+        assert!(
+            problems(&mode).contains("webhooks.entries.x.auth: `none` is not an auth mode"),
+            "{}",
+            problems(&mode)
+        );
+        let window = format!("{signed}dedup_window_secs = 0\n");
+        assert!(
+            problems(&window).contains("webhooks.entries.x.dedup_window_secs: 0 is out of range"),
+            "{}",
+            problems(&window)
+        );
+        let header = format!("{signed}dedup_header = \"not a header\"\n");
+        assert!(
+            problems(&header)
+                .contains("webhooks.entries.x.dedup_header: `not a header` is not a header name"),
+            "{}",
+            problems(&header)
+        );
     }
 
     #[test]

@@ -75,6 +75,14 @@ pub fn intake(
             .map(str::to_string),
         headers: recorded_headers(&hook.headers, headers),
         body,
+        sender_delivery_id: hook.dedup.as_ref().and_then(|dedup| {
+            headers
+                .get(dedup.header.as_str())
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|id| !id.is_empty() && id.len() <= super::config::MAX_DELIVERY_ID)
+                .map(str::to_string)
+        }),
     };
     Ok(Intake { received, ignored })
 }

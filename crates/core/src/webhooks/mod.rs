@@ -70,6 +70,18 @@ pub struct Received {
     /// The hook's selected headers (never the auth headers), bounded.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The sender's id of the delivery, when the hook deduplicates by one (`dedup_header`).
+    pub sender_delivery_id: Option<String>,
+}
+
+/// A delivery as the store took it in.
+#[derive(Debug, Clone)]
+pub enum Taken {
+    /// Recorded, with this id.
+    New(String),
+    /// Its sender's delivery id was seen within the hook's window: this is the first delivery
+    /// that had it, and nothing new was recorded or runs.
+    Duplicate(Outcome),
 }
 
 /// What a waited-for delivery came to.
@@ -82,6 +94,10 @@ pub struct Outcome {
     pub output: Option<String>,
     pub result: Option<Value>,
     pub duration_ms: Option<i64>,
+    /// This is the outcome of an earlier delivery with the same sender id: the request was a
+    /// copy of it, and did not run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
 }
 
 impl Outcome {
@@ -94,6 +110,7 @@ impl Outcome {
             output: delivery.output.clone(),
             result: delivery.result.clone(),
             duration_ms: delivery.duration_ms,
+            duplicate: false,
         }
     }
 }
@@ -476,7 +493,7 @@ impl Ingress {
         reason: Option<String>,
         redelivery_of: Option<String>,
         test: bool,
-    ) -> Result<String, IngressError> {
+    ) -> Result<Taken, IngressError> {
         let status = if reason.is_some() {
             DeliveryStatus::Ignored
         } else {
@@ -484,8 +501,10 @@ impl Ingress {
         };
         let new = self.new_delivery(hook, received, status, reason, redelivery_of, test);
         let id = new.id.clone();
-        self.commit(hook, new).await?;
-        Ok(id)
+        Ok(match self.commit(hook, new).await? {
+            None => Taken::New(id),
+            Some(first) => Taken::Duplicate(first),
+        })
     }
 
     /// A delivery of `hook` to record, as it was received.
@@ -517,11 +536,16 @@ impl Ingress {
             redelivery_of,
             test,
             received_at,
+            sender_delivery_id: received.sender_delivery_id,
         }
     }
 
     /// Records a delivery with its `webhook.received` event, in one write.
-    async fn commit(&self, hook: &Hook, new: NewDelivery) -> Result<(), IngressError> {
+    /// Records `new` with its `webhook.received` event, unless its sender's delivery id was
+    /// seen within the hook's window: then nothing is written and the first delivery's outcome
+    /// is returned. The check and the insert are one write, so of two copies sent at once
+    /// exactly one is recorded.
+    async fn commit(&self, hook: &Hook, new: NewDelivery) -> Result<Option<Outcome>, IngressError> {
         let event = Event::new(&WebhookReceived {
             delivery: delivery_ref(&new.id, hook),
             size: new.body.len() as u64,
@@ -538,16 +562,37 @@ impl Ingress {
             actor: Actor::Webhook(hook.key()),
             depth: 0,
         };
-        let recorded = self
+        let seen_since = hook
+            .dedup
+            .as_ref()
+            .map(|dedup| canopy_store::time_ago(dedup.window));
+        let taken = self
             .inner
             .store
             .write(move |tx| {
+                if let (Some(sender_id), Some(since)) = (&new.sender_delivery_id, &seen_since)
+                    && let Some(first) =
+                        tx.delivery_by_sender_id(&new.scope, &new.hook, sender_id, since)?
+                {
+                    return Ok(Err(first));
+                }
                 tx.insert_delivery(&new)?;
-                bus.record(tx, [event], &cause)
+                bus.record(tx, [event], &cause).map(Ok)
             })
             .await?;
-        self.inner.bus.publish(recorded).await;
-        Ok(())
+        match taken {
+            Ok(recorded) => {
+                self.inner.bus.publish(recorded).await;
+                Ok(None)
+            }
+            Err(first) => {
+                tracing::info!(webhook = %hook.key(), first = %first.id, "a webhook delivery its sender sent before is not run again");
+                Ok(Some(Outcome {
+                    duplicate: true,
+                    ..Outcome::of(&first)
+                }))
+            }
+        }
     }
 
     /// Records a delivery whose caller waits for its outcome (`?wait=true`, `respond =
@@ -589,7 +634,9 @@ impl Ingress {
             let hook = handler_hook;
             let _slot = slot;
             let running = run::Running::recorded(&new, admitted);
-            ingress.commit(&hook, new).await?;
+            if let Some(first) = ingress.commit(&hook, new).await? {
+                return Ok(first);
+            }
             Ok::<_, IngressError>(run::run(&ingress, &hook, running, || None).await.0)
         });
         match running.await {
@@ -727,10 +774,18 @@ impl Ingress {
             content_type: old.content_type,
             headers: old.headers,
             body,
+            // A redelivery is asked for: it runs again whatever the sender's id.
+            sender_delivery_id: None,
         };
-        let new = self
+        let new = match self
             .record(&hook, received, None, Some(old.id), old.test)
-            .await?;
+            .await?
+        {
+            Taken::New(id)
+            | Taken::Duplicate(Outcome {
+                delivery_id: id, ..
+            }) => id,
+        };
         let watch = wait.then(|| self.watch(&new));
         self.enqueue(&hook, new.clone())?;
         Ok((hook, new, watch))
@@ -871,6 +926,7 @@ async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
                                 output: None,
                                 result: None,
                                 duration_ms: None,
+                                duplicate: false,
                             });
                             return;
                         }
@@ -989,6 +1045,21 @@ pub fn hook_view(hook: &Hook, listen: Option<&str>) -> Value {
         map.insert(
             "hmac".into(),
             json!(hook.hmac.as_ref().map(config::Secret::describe)),
+        );
+        map.insert(
+            "auth".into(),
+            json!(match hook.auth {
+                config::AuthMode::Token => "token",
+                config::AuthMode::Signature => "signature",
+            }),
+        );
+        map.insert("provider".into(), json!(hook.provider.as_str()));
+        map.insert(
+            "dedup".into(),
+            json!(hook.dedup.as_ref().map(|dedup| json!({
+                "header": dedup.header,
+                "window_secs": dedup.window.as_secs(),
+            }))),
         );
         map.insert("respond".into(), json!(hook.respond));
         map.insert("max_body_bytes".into(), json!(hook.max_body));

@@ -176,6 +176,7 @@ pub(super) async fn run(
         output: end.output.clone(),
         result: end.result.clone(),
         duration_ms: Some(duration_ms),
+        duplicate: false,
     };
     let event = ended_event(
         super::delivery_ref(&id, hook),

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::webhooks::intake::{Intake, intake};
-use canopy_core::webhooks::{IngressError, RedeliverError, hook_view};
+use canopy_core::webhooks::{IngressError, Outcome, Received, RedeliverError, Taken, hook_view};
 use canopy_store::StoreError;
 use canopy_store::webhooks::{DeliveryFilter, DeliveryStatus};
 
@@ -206,10 +206,21 @@ async fn test(
         input.body.into_bytes(),
     )
     .map_err(|refused| ApiError::bad_request(format!("field `headers`: {refused}")))?;
-    let delivery_id = state
+    // A test runs whatever delivery id its headers carry.
+    let received = Received {
+        sender_delivery_id: None,
+        ..received
+    };
+    let delivery_id = match state
         .webhooks
         .record(&hook, received, ignored.clone(), None, true)
-        .await?;
+        .await?
+    {
+        Taken::New(id)
+        | Taken::Duplicate(Outcome {
+            delivery_id: id, ..
+        }) => id,
+    };
     if let Some(reason) = ignored {
         return Ok((
             StatusCode::OK,
