@@ -304,7 +304,7 @@ fn agent_mode_runs_the_configured_platform_and_captures_its_session() {
     );
     assert!(
         unknown.contains(
-            "unknown agent platform `gpt-cli`; configured platforms: claude, codex, standin"
+            "unknown agent platform `gpt-cli`; configured platforms: claude, codex, demo, standin"
         ),
         "{unknown}"
     );

@@ -1,4 +1,5 @@
-//! `canopy status`, `canopy daemon stop`, `canopy logs`: the daemon's life from the outside.
+//! `canopy status`, `canopy daemon start` / `stop`, `canopy logs`: the daemon's life from the
+//! outside.
 
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
@@ -15,6 +16,16 @@ use canopy_datadir::DataDir;
 
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
+    /// Start the daemon in the background and wait until it answers. Its log is `daemon.log`
+    /// in the data dir; `canopy daemon stop` stops it. When one already runs, says so.
+    #[command(
+        after_help = "Examples:\n  canopy daemon start\n  canopy daemon start --listen 127.0.0.1:0    # any free port"
+    )]
+    Start {
+        /// Address to listen on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
     /// Stop the running daemon as planned and wait until it has exited: admission closes at
     /// once, work in flight (cron firings, node runs, hooks, webhook handlers) gets --timeout
     /// seconds to end, what is left is forced (its processes killed) and recorded with its
@@ -39,7 +50,102 @@ const RECENT_PROBLEMS: usize = 5;
 
 pub async fn run(data: &DataDir, command: DaemonCommand) -> Result<ExitCode> {
     match command {
+        DaemonCommand::Start { listen } => start(data, listen).await,
         DaemonCommand::Stop { timeout } => stop(data, timeout).await,
+    }
+}
+
+/// How long `daemon start` waits for the daemon to answer (a first start installs the
+/// built-in plugins, compiling each).
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn start(data: &DataDir, listen: Option<String>) -> Result<ExitCode> {
+    if let Some(holder) = canopy_daemon::daemon::holder(data) {
+        println!(
+            "a canopy daemon is already running for data dir {}{}",
+            data.root().display(),
+            holder
+                .pid
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exe = std::env::current_exe().context("cannot find the canopy binary to start")?;
+    // Its stderr goes to a file in the data dir (made private, as the daemon makes it): what it
+    // says before its log is open, a refused configuration above all, is shown from there.
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(data.root())
+            .with_context(|| format!("cannot create the data dir {}", data.root().display()))?;
+    }
+    let stderr_path = data.root().join("daemon.stderr");
+    let stderr = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&stderr_path)
+            .with_context(|| format!("cannot write {}", stderr_path.display()))?
+    };
+    let mut command = std::process::Command::new(&exe);
+    command.arg("daemon").arg("--data-dir").arg(data.root());
+    if let Some(listen) = &listen {
+        command.arg("--listen").arg(listen);
+    }
+    let mut child = {
+        use std::os::unix::process::CommandExt as _;
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            // Its own process group: a Ctrl-C in this terminal later does not reach it.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot start {}", exe.display()))?
+    };
+    let started = Instant::now();
+    let mut said = started;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let told = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            bail!(
+                "the daemon exited ({status}) before it answered:\n{}",
+                told.trim_end()
+            );
+        }
+        if let Ok(client) = Client::connect(data)
+            && client.get::<Value>("/api/health").await.is_ok()
+        {
+            let address = std::fs::read_to_string(data.address_file()).unwrap_or_default();
+            println!(
+                "canopy daemon started (pid {}) on {}; its log: {}; stop it with `canopy daemon stop`",
+                child.id(),
+                address.trim(),
+                data.log_file().display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        if started.elapsed() >= START_TIMEOUT {
+            bail!(
+                "the daemon (pid {}) did not answer within {}s; `canopy logs` shows what it is doing",
+                child.id(),
+                START_TIMEOUT.as_secs()
+            );
+        }
+        if said.elapsed() >= PROGRESS_EVERY {
+            said = Instant::now();
+            eprintln!(
+                "starting: {}s (a first start compiles the built-in plugins)",
+                started.elapsed().as_secs()
+            );
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 

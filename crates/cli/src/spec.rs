@@ -15,7 +15,7 @@ use canopy_client::in_cli_terms;
 pub enum SpecCommand {
     /// Add a spec to the backlog. The body is the tagged <spec> format.
     #[command(
-        after_help = "Examples:\n  canopy spec add --name \"Login form\" --file login.md\n  cat login.md | canopy spec add --name \"Login form\" --file - --workdir ~/src/web"
+        after_help = "Examples:\n  canopy spec add --name \"Login form\" --file login.md\n  canopy spec add --name Greeting --objective \"Print a greeting\"\n  cat login.md | canopy spec add --name \"Login form\" --file - --workdir ~/src/web"
     )]
     Add {
         /// The spec's name.
@@ -24,6 +24,10 @@ pub enum SpecCommand {
         /// The body as text (or use --file).
         #[arg(long, conflicts_with = "file")]
         body: Option<String>,
+        /// Only the spec's objective: the body is made with it and the other six sections
+        /// left empty, for a quick try.
+        #[arg(long, value_name = "TEXT", conflicts_with_all = ["body", "file"])]
+        objective: Option<String>,
         /// Read the body from a file (`-` for stdin).
         #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
@@ -125,12 +129,19 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
         SpecCommand::Add {
             name,
             body,
+            objective,
             file,
             workdir,
             json,
         } => {
-            let Some(body) = read_body(body, file)? else {
-                bail!("give the spec's body with --body TEXT or --file PATH");
+            let body = match objective {
+                Some(objective) => Some(objective_only(&objective)),
+                None => read_body(body, file)?,
+            };
+            let Some(body) = body else {
+                bail!(
+                    "give the spec's body with --body TEXT or --file PATH (or only its objective with --objective TEXT)"
+                );
             };
             let workdir = workdir.map(absolute).transpose()?;
             let spec: Value = client
@@ -259,4 +270,13 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A spec body holding `objective` and the other sections empty.
+fn objective_only(objective: &str) -> String {
+    let mut body = format!("<spec>\n<objective>\n{}\n</objective>\n", objective.trim());
+    for tag in &canopy_model::spec_format::SECTIONS[1..] {
+        body.push_str(&format!("<{tag}></{tag}>\n"));
+    }
+    body + "</spec>\n"
 }

@@ -38,9 +38,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Spec> {
 }
 
 impl Rd<'_> {
-    /// Resolves a spec id or unambiguous prefix.
-    pub fn resolve_spec(&self, prefix: &str) -> Result<String, StoreError> {
-        self.resolve_id("specs", "spec", prefix)
+    /// Resolves a spec's name (when one spec has it), id or unambiguous id prefix.
+    pub fn resolve_spec(&self, name_or_id: &str) -> Result<String, StoreError> {
+        self.resolve_named("specs", "spec", name_or_id, None)
     }
 
     /// One spec by full id.

@@ -1,5 +1,5 @@
 //! Agent platforms: how to launch one agent CLI (`[platforms.NAME]` in `canopy.toml`), and the
-//! built-in `claude` and `codex`.
+//! built-in `claude`, `codex` and `demo` (a stand-in for trying Canopy out).
 
 use std::collections::BTreeMap;
 
@@ -26,9 +26,23 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_string()).collect()
 }
 
+/// The `demo` platform's agent: it "implements" its prompt by writing it to `DEMO.md` in the
+/// workdir, the same file for the same prompt, and says so on its last line (the node's
+/// summary). It needs nothing but `sh`, so a first graph runs on any machine.
+const DEMO_AGENT: &str = r#"printf '%s\n' "$1" > DEMO.md && echo "demo agent: wrote DEMO.md ($(wc -l < DEMO.md | tr -d ' ') lines) from the prompt""#;
+
 /// The platforms every daemon knows unless `canopy.toml` overrides them.
 pub fn builtin_platforms() -> BTreeMap<String, Platform> {
     BTreeMap::from([
+        (
+            "demo".to_string(),
+            Platform {
+                command: strings(&["sh", "-c", DEMO_AGENT, "demo-agent", "{prompt}"]),
+                model_args: Vec::new(),
+                effort_args: Vec::new(),
+                resume_args: Vec::new(),
+            },
+        ),
         (
             "claude".to_string(),
             Platform {
