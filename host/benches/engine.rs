@@ -36,6 +36,8 @@ fn get_throughput(daemon: &Daemon, path: &str, window: Duration) -> (usize, f64)
 
 /// Specs per run in the sync-hook rounds.
 const GATED_SPECS: usize = 300;
+/// Runs of each graph in the sync-hook rounds.
+const ROUNDS: usize = 8;
 
 /// One run of `graph`; its engine time per spec in µs, by the run's own record.
 fn micros_per_spec(daemon: &Daemon, graph: &str, specs: usize) -> f64 {
@@ -84,10 +86,17 @@ fn sync_hooks(daemon: &Daemon, workdir: &std::path::Path, ids: &[String]) {
         assert_eq!(status, 201, "{answer}");
     }
     let (mut none, mut one, mut ten) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..5 {
-        none.push(micros_per_spec(daemon, "gate-0", ids.len()));
-        one.push(micros_per_spec(daemon, "gate-1", ids.len()));
-        ten.push(micros_per_spec(daemon, "gate-10", ids.len()));
+    // Each round runs the three in turn, the next round in the opposite order, so a drift of
+    // the machine or a database that grows run by run falls on all three alike.
+    for round in 0..ROUNDS {
+        let mut order = [("gate-0", 0), ("gate-1", 1), ("gate-10", 2)];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for (graph, which) in order {
+            let micros = micros_per_spec(daemon, graph, ids.len());
+            [&mut none, &mut one, &mut ten][which].push(micros);
+        }
     }
     let (none, one, ten) = (median(none), median(one), median(ten));
     let (_, runs) = daemon.get("/api/hook-runs?event=node.pre_dispatch&last=1");
@@ -97,7 +106,7 @@ fn sync_hooks(daemon: &Daemon, workdir: &std::path::Path, ids: &[String]) {
         "{runs}"
     );
     println!(
-        "\nsync hooks on node.pre_dispatch ({} specs a run, median of 5 runs each, by the runs' own records):",
+        "\nsync hooks on node.pre_dispatch ({} specs a run, median of {ROUNDS} runs each, in ABC CBA order, by the runs' own records):",
         ids.len()
     );
     println!("  no sync hook:                     {none:.0} µs per spec");
