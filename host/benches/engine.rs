@@ -99,7 +99,7 @@ fn sync_hooks(daemon: &Daemon, workdir: &std::path::Path, ids: &[String]) {
         }
     }
     let (none, one, ten) = (median(none), median(one), median(ten));
-    let (_, runs) = daemon.get("/api/hook-runs?event=node.pre_dispatch&last=1");
+    let (_, runs) = daemon.get("/api/hook-runs?event=node.pre_dispatch&graph=gate-10&last=1");
     assert_eq!(runs["runs"][0]["outcome"], "applied", "{runs}");
     assert_eq!(
         runs["runs"][0]["patch_applied"]["prompt"], "patched",
