@@ -400,3 +400,73 @@ fn an_unknown_platform_names_the_canopy_toml_the_daemon_read_and_when() {
         "{err}"
     );
 }
+
+#[test]
+fn a_run_is_watched_again_after_ctrl_c_detaches_from_it() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let gate = repo.path().join("go");
+    let spec = daemon.add_spec("slow spec");
+    // The node waits for a file the test makes, so the run is in flight for as long as needed.
+    daemon.create_graph(json!({
+        "name": "slow", "workdir": repo.path(), "specs": [spec],
+        "allow_dirty_start": true,
+        "nodes": [{ "name": "wait", "command": format!("while [ ! -e {} ]; do sleep 0.05; done", gate.display()) }],
+    }));
+    let mut waiting = std::process::Command::new(support::CANOPY)
+        .args(["--data-dir", &daemon.data_dir.to_string_lossy()])
+        .args(["graph", "run", "slow", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the run to start", Duration::from_secs(30), || {
+        let (_, graph) = daemon.get("/api/graphs/slow");
+        (graph["status"] == "running").then_some(())
+    });
+    // Ctrl-C: the client detaches and says how to follow the run again; the run goes on.
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &waiting.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let detached = wait_for("the client to exit", Duration::from_secs(30), || {
+        waiting.try_wait().unwrap()
+    });
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut waiting.stderr.take().unwrap(), &mut said).unwrap();
+    assert_eq!(detached.code(), Some(130), "{said}");
+    assert!(
+        said.contains("detached; run")
+            && said.contains("`canopy graph watch slow` follows it again"),
+        "{said}"
+    );
+    let (_, graph) = daemon.get("/api/graphs/slow");
+    assert_eq!(graph["status"], "running", "the run went on");
+
+    // `graph watch` follows it to its end and exits 0 for a completed run.
+    let watching = std::process::Command::new(support::CANOPY)
+        .args(["--data-dir", &daemon.data_dir.to_string_lossy()])
+        .args(["graph", "watch", "slow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(&gate, "").unwrap();
+    let watched = watching.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&watched.stdout);
+    assert!(
+        watched.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&watched.stderr)
+    );
+    assert!(out.contains("status:   completed"), "{out}");
+    // Watching a graph with nothing in flight shows how it ended.
+    let again = daemon.cli(&["graph", "watch", "slow"]);
+    assert!(again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr)
+            .contains("graph slow has no run in flight; it is completed"),
+        "{again:?}"
+    );
+}

@@ -91,6 +91,23 @@ pub enum GraphCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Follow the graph's running run to its end, with the same progress lines as
+    /// `graph run --wait`; the exit code says how it ended (0 completed). A graph with no run
+    /// in flight shows how its last one ended.
+    #[command(after_help = "Example:\n  canopy graph watch web")]
+    Watch {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
+        name: String,
+        /// No progress lines on stderr.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Stop watching after this long (30s, 2h) even if the run goes on.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        timeout: Option<std::time::Duration>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Back to idle; the run history stays.
     #[command(after_help = "Example:\n  canopy graph reset web")]
     Reset {
@@ -300,6 +317,7 @@ fn summary_or_reason(progress: &Value) -> String {
 }
 
 /// Waits for the graph's current run (progress on stderr, then its hooks); returns `graph get`.
+/// Ctrl-C leaves the run going and says how to follow it again.
 async fn wait_for(
     client: &Client,
     name: &str,
@@ -308,7 +326,19 @@ async fn wait_for(
     options: &WaitOptions,
 ) -> Result<Value> {
     let run_id = str_at(graph, "/current_run/id");
-    progress::wait(client, str_at(graph, "/name"), run_id, before, options).await?;
+    let graph_name = str_at(graph, "/name");
+    tokio::select! {
+        waited = progress::wait(client, graph_name, run_id, before, options) => {
+            waited?;
+        }
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!(
+                "\ndetached; run {} goes on: `canopy graph watch {graph_name}` follows it again, `canopy graph reset {graph_name}` stops it",
+                short(run_id)
+            );
+            std::process::exit(130);
+        }
+    }
     client.get(&format!("/api/graphs/{}", encode(name))).await
 }
 
@@ -476,6 +506,36 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             if wait {
                 return Ok(outcome_code(&graph));
             }
+        }
+        GraphCommand::Watch {
+            name,
+            quiet,
+            timeout,
+            json,
+        } => {
+            let waiting = WaitOptions {
+                quiet,
+                hooks_timeout: progress::HOOKS_TIMEOUT,
+                timeout,
+            };
+            let mut graph: Value = client.get(&path(&name)).await?;
+            let running =
+                graph.pointer("/current_run/id").is_some() && graph["status"] == "running";
+            if running {
+                graph = wait_for(client, &name, &graph, None, &waiting).await?;
+            } else if !json {
+                eprintln!(
+                    "graph {} has no run in flight; it is {}",
+                    str_at(&graph, "/name"),
+                    str_at(&graph, "/status")
+                );
+            }
+            if json {
+                print_json(&graph)?;
+            } else {
+                print_graph(&graph);
+            }
+            return Ok(outcome_code(&graph));
         }
         GraphCommand::Reset { name } => {
             let _: Value = client

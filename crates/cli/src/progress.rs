@@ -15,6 +15,9 @@ use super::{Client, encode, items, short, str_at};
 /// How often the run is polled.
 const POLL: Duration = Duration::from_millis(150);
 
+/// How long a wait gives the run's own hooks once it has stopped, unless `--hooks-timeout` says.
+pub const HOOKS_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// How `--wait` waits: the flags of `graph run` and `graph continue`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WaitOptions {
