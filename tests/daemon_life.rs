@@ -706,9 +706,16 @@ fn a_second_daemon_on_a_taken_port_fails_before_touching_its_data_dir() {
         std::fs::read_to_string(dir.join("daemon.token")).unwrap(),
         token
     );
-    assert_eq!(
-        std::fs::read_to_string(dir.join("daemon.log")).unwrap(),
-        log
+    // The log keeps what it had, and one line more: why this daemon did not start, where
+    // `canopy status` finds it.
+    let after = std::fs::read_to_string(dir.join("daemon.log")).unwrap();
+    let added = after
+        .strip_prefix(log.as_str())
+        .expect("the log was only appended to");
+    assert_eq!(added.lines().count(), 1, "{added}");
+    assert!(
+        added.contains("ERROR canopy_daemon: the daemon refused to start: cannot listen on"),
+        "{added}"
     );
     let store = canopy_store::Store::open(&dir.join("canopy.db")).unwrap();
     let status = store

@@ -107,6 +107,18 @@ fn daemon_start_says_why_a_daemon_would_not_start_and_does_not_start_two() {
         said.contains("the daemon exited") && said.contains("plugin_memory_mb"),
         "{said}"
     );
+    // `status` says why the last start failed: the refusal is in the daemon's log.
+    let status = canopy(&["status"]);
+    let told = format!(
+        "{}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(!status.status.success());
+    assert!(
+        told.contains("the daemon refused to start") && told.contains("plugin_memory_mb"),
+        "{told}"
+    );
 
     std::fs::write(
         data.path().join("canopy.toml"),

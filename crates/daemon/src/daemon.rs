@@ -179,8 +179,24 @@ async fn bind(data: &DataDir, listen: &str) -> Result<tokio::net::TcpListener> {
 
 /// Runs the daemon until SIGINT / SIGTERM or `POST /api/shutdown`.
 pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
+    let refused = match serve(&data, listen).await {
+        Ok(()) => return Ok(()),
+        Err(err) => err,
+    };
+    // A daemon that would not start says why in its log too, where `canopy status` looks for
+    // the last errors (not when it was refused for another one already running: that one's log
+    // is in use, and nothing is wrong).
+    if holder(&data).is_none() && data.root().is_dir() {
+        crate::logfile::append_refusal(&data.log_file(), &format!("{refused:#}"));
+    }
+    Err(refused)
+}
+
+async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
+    let data = data.clone();
     // Before anything is written to the data dir: read the configuration and take the port, so
-    // that a daemon refused here (a taken port) leaves the data dir and its state as they were.
+    // that a daemon refused here (a taken port) leaves the data dir and its state as they were
+    // (but for the line in its log that says why, see `run`).
     // When, and whether, the file was there to read: errors about platforms say so.
     let (config_read_at, config_existed) =
         (std::time::SystemTime::now(), data.config_file().is_file());

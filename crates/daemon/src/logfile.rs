@@ -124,6 +124,30 @@ impl Write for FileWriter {
     }
 }
 
+/// Appends a line saying the daemon refused to start and why, in the log's own format, to a
+/// log file no daemon writes (the refused one never opened it). Best effort: a data dir that
+/// cannot take it loses only this line.
+pub fn append_refusal(path: &Path, why: &str) {
+    let line = format!(
+        "{}  ERROR canopy_daemon: the daemon refused to start: {}\n",
+        humantime::format_rfc3339_micros(std::time::SystemTime::now()),
+        why.replace('\n', "; ")
+    );
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| file.write_all(line.as_bytes()));
+    if let Err(err) = appended {
+        eprintln!(
+            "canopy: cannot write the refusal to {}: {err}",
+            path.display()
+        );
+    }
+}
+
 /// The file layer's field formatter. A type of its own, so that it never reuses fields the
 /// stderr layer formatted (in colour, on a terminal) for a span.
 #[derive(Debug, Default)]
