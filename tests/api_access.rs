@@ -168,7 +168,7 @@ fn every_request_needs_the_token() {
     let host = daemon.host().to_string();
     let token_file = daemon.data_dir.canonicalize().unwrap().join("daemon.token");
 
-    let none = daemon.raw("GET", "/api/health", &[("Host", &host)], b"");
+    let none = daemon.raw("GET", "/api/plugins", &[("Host", &host)], b"");
     assert_eq!(none.status, 401, "{:?}", none);
     let (code, message) = error_of(&none.body);
     assert_eq!(code, "unauthorized");
@@ -215,6 +215,27 @@ fn every_request_needs_the_token() {
         b"",
     );
     assert_eq!(right.status, 200, "{:?}", right);
+    assert_eq!(
+        right.body["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{:?}",
+        right
+    );
+
+    // The one exception: a liveness probe without a token learns that the daemon is up, and
+    // nothing else; a wrong token there is still refused, and so is a foreign Host.
+    let live = daemon.raw("GET", "/api/health", &[("Host", &host)], b"");
+    assert_eq!(live.status, 200, "{:?}", live);
+    assert_eq!(live.body, json!({ "status": "ok" }));
+    let wrong_live = daemon.raw(
+        "GET",
+        "/api/health",
+        &[("Host", &host), ("Authorization", "Bearer 00")],
+        b"",
+    );
+    assert_eq!(wrong_live.status, 401, "{:?}", wrong_live);
+    let rebound = daemon.raw("GET", "/api/health", &[("Host", "evil.example")], b"");
+    assert_eq!(rebound.status, 403, "{:?}", rebound);
 }
 
 #[test]

@@ -224,8 +224,25 @@ fn shown(value: &HeaderValue) -> String {
     }
 }
 
+/// The liveness probe's path: without a token it answers only that the daemon is up.
+pub const HEALTH_PATH: &str = "/api/health";
+
 /// The middleware: refuses what [`Access`] does not allow, before any handler runs.
 pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    // A liveness probe (a service manager's, a load check's) has no token: it learns that the
+    // daemon answers and nothing else (no version, no data dir). Host and Origin still apply.
+    if request.method() == axum::http::Method::GET
+        && request.uri().path() == HEALTH_PATH
+        && !request.headers().contains_key(header::AUTHORIZATION)
+    {
+        return match access
+            .check_host(request.headers(), request.uri())
+            .and_then(|()| access.check_origin(request.headers()))
+        {
+            Ok(()) => axum::Json(serde_json::json!({ "status": "ok" })).into_response(),
+            Err(err) => err.into_response(),
+        };
+    }
     match access.check(&request) {
         Ok(Caller::Call(cause)) => cause.scope(next.run(request)).await,
         Ok(Caller::Daemon) => match cause_of(&request) {
