@@ -225,6 +225,9 @@ pub fn read_file(path: &Path) -> Result<Option<String>, String> {
     Ok(Some(text))
 }
 
+/// The keys of `canopy.toml` that are not tables: they must come before the first `[table]`.
+const TOP_LEVEL_KEYS: [&str; 3] = ["listen", "node", "roles"];
+
 impl Config {
     /// Reads `canopy.toml` if it exists; a missing file is the default configuration.
     pub fn load(path: &Path) -> Result<Self> {
@@ -254,7 +257,17 @@ impl Config {
                 Err(err) => {
                     let path: Vec<serde_path_to_error::Segment> =
                         err.path().iter().cloned().collect();
-                    let message = shape::readable(err.into_inner().message());
+                    let mut message = shape::readable(err.into_inner().message());
+                    // TOML's trap: a top-level key written after a `[table]` header belongs to
+                    // that table.
+                    if let [_, .., serde_path_to_error::Segment::Map { key }] = path.as_slice()
+                        && TOP_LEVEL_KEYS.contains(&key.as_str())
+                        && message.starts_with("unknown field")
+                    {
+                        message.push_str(&format!(
+                            "; `{key}` is a top-level key: in TOML every key after a [table] header belongs to that table, so write `{key}` before the first one"
+                        ));
+                    }
                     let shown = pruned.original(&path);
                     problems.push(if shown.is_empty() {
                         message
@@ -407,6 +420,22 @@ mod tests {
         let path = dir.path().join("canopy.toml");
         std::fs::write(&path, text)?;
         Config::load(&path)
+    }
+
+    #[test]
+    fn a_top_level_key_after_a_table_is_said_to_belong_before_it() {
+        let text = "[platforms.fake]\ncommand = [\"x\", \"{prompt}\"]\nnode = \"build-1\"\n";
+        let problems = Config::parse(text).err().unwrap_or_default().join("\n");
+        assert!(
+            problems.contains("platforms.fake.node: unknown field `node`")
+                && problems.contains("`node` is a top-level key")
+                && problems.contains("write `node` before the first one"),
+            "{problems}"
+        );
+        // An unknown key that is not a top-level one gets no such hint.
+        let typo = "[platforms.fake]\ncommand = [\"x\"]\ncolour = \"red\"\n";
+        let problems = Config::parse(typo).err().unwrap_or_default().join("\n");
+        assert!(!problems.contains("top-level"), "{problems}");
     }
 
     #[test]
