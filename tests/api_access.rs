@@ -204,6 +204,21 @@ fn every_request_needs_the_token() {
         );
         assert_eq!(answer.status, 401, "{header}: {:?}", answer);
     }
+    // An MCP client without the token gets a JSON-RPC error it can show, saying what is missing
+    // and where the token is.
+    let mcp = daemon.raw(
+        "POST",
+        "/mcp",
+        &[("Host", &host), ("Content-Type", "application/json")],
+        br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+    );
+    assert_eq!(mcp.status, 401, "{:?}", mcp);
+    assert_eq!(mcp.body["jsonrpc"], "2.0", "{:?}", mcp);
+    let said = mcp.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("missing API token") && said.contains("daemon.token"),
+        "{said}"
+    );
     // Unknown routes are behind the token too.
     let unknown = daemon.raw("GET", "/api/nope", &[("Host", &host)], b"");
     assert_eq!(unknown.status, 401, "{:?}", unknown);

@@ -179,7 +179,10 @@ fn the_mcp_endpoint_wants_the_token_and_no_foreign_origin() {
     let mcp_headers = |extra: &[(&'static str, &'static str)]| headers(&host, extra);
     let refused = daemon.raw("POST", "/mcp", &mcp_headers(&[]), INITIALIZE.as_bytes());
     assert_eq!(refused.status, 401, "{:?}", refused.body);
-    assert_eq!(refused.body["error"]["code"], "unauthorized");
+    // A JSON-RPC error, which MCP clients display; the API's code is in its data.
+    assert_eq!(refused.body["jsonrpc"], "2.0");
+    assert_eq!(refused.body["error"]["code"], -32001);
+    assert_eq!(refused.body["error"]["data"]["code"], "unauthorized");
 
     let foreign = daemon.raw(
         "POST",
@@ -194,7 +197,7 @@ fn the_mcp_endpoint_wants_the_token_and_no_foreign_origin() {
         INITIALIZE.as_bytes(),
     );
     assert_eq!(foreign.status, 403, "{:?}", foreign.body);
-    assert_eq!(foreign.body["error"]["code"], "forbidden_origin");
+    assert_eq!(foreign.body["error"]["data"]["code"], "forbidden_origin");
 
     let get = daemon.raw(
         "GET",

@@ -224,6 +224,9 @@ fn shown(value: &HeaderValue) -> String {
     }
 }
 
+/// The MCP endpoint: its refusals are JSON-RPC errors, which MCP clients display.
+const MCP_PATH: &str = "/mcp";
+
 /// The liveness probe's path: without a token it answers only that the daemon is up.
 pub const HEALTH_PATH: &str = "/api/health";
 
@@ -257,7 +260,25 @@ pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Ne
                 "API request refused"
             );
             let unauthorized = err.status == StatusCode::UNAUTHORIZED;
-            let mut response = err.into_response();
+            let mut response = if request.uri().path() == MCP_PATH {
+                // An MCP client shows a JSON-RPC error's message; a plain API error reaches its
+                // user as "Server returned an error response".
+                (
+                    err.status,
+                    axum::Json(serde_json::json!({
+                        "jsonrpc": "2.0",
+                        "id": null,
+                        "error": {
+                            "code": -32001,
+                            "message": err.message,
+                            "data": { "code": err.code },
+                        },
+                    })),
+                )
+                    .into_response()
+            } else {
+                err.into_response()
+            };
             if unauthorized {
                 response.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
