@@ -470,3 +470,22 @@ fn a_run_is_watched_again_after_ctrl_c_detaches_from_it() {
         "{again:?}"
     );
 }
+
+#[test]
+fn graph_run_without_wait_says_what_the_run_really_does() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    std::fs::write(repo.path().join("stray.txt"), "not committed\n").unwrap();
+    let spec = daemon.add_spec("guarded spec");
+    daemon.create_graph(json!({
+        "name": "guarded", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "n", "command": "true" }],
+    }));
+    // The run pauses on the dirty tree at once: that, and why, is what `graph run` says.
+    let output = daemon.cli(&["graph", "run", "guarded"]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(said.starts_with("graph guarded is paused (run "), "{said}");
+    assert!(said.contains("blocker: dirty tree:"), "{said}");
+    assert!(said.contains("stray.txt"), "{said}");
+}

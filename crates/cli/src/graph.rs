@@ -342,6 +342,28 @@ async fn wait_for(
     client.get(&format!("/api/graphs/{}", encode(name))).await
 }
 
+/// How long `graph run` (without --wait) looks for its run's first step.
+const FIRST_STEP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The graph once its run has taken its first step (a node started, or it stopped: paused on a
+/// dirty tree, say), or as it is after [`FIRST_STEP`].
+async fn first_step(client: &Client, name: &str, started: Value) -> Result<Value> {
+    let deadline = std::time::Instant::now() + FIRST_STEP;
+    let mut graph = started;
+    loop {
+        let stepped = graph["status"] != "running"
+            || graph
+                .pointer("/current_run/node_runs")
+                .and_then(Value::as_array)
+                .is_some_and(|runs| !runs.is_empty());
+        if stepped || std::time::Instant::now() >= deadline {
+            return Ok(graph);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        graph = client.get(&format!("/api/graphs/{}", encode(name))).await?;
+    }
+}
+
 /// The graph's current run before a continue, so that the wait reports only what comes next.
 async fn run_before_continue(client: &Client, name: &str) -> Result<Option<Value>> {
     let graph: Value = client.get(&format!("/api/graphs/{}", encode(name))).await?;
@@ -487,21 +509,47 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             if wait {
                 graph = wait_for(client, &name, &graph, None, &waiting).await?;
             }
+            if !wait {
+                // The run's first step (the dirty-tree guard) is taken right after the answer:
+                // say what the run really does, not only that it was started.
+                graph = first_step(client, &name, graph).await?;
+            }
             if json {
                 print_json(&graph)?;
             } else if wait {
                 print_graph(&graph);
             } else {
-                println!(
-                    "graph {} is running (run {})",
-                    name,
-                    short(
-                        graph
-                            .pointer("/current_run/id")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                    )
+                let run = short(
+                    graph
+                        .pointer("/current_run/id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
                 );
+                match graph["status"].as_str() {
+                    Some("running") => {
+                        let now = graph
+                            .pointer("/current_run/node_runs")
+                            .and_then(Value::as_array)
+                            .and_then(|runs| runs.last())
+                            .map(|last| {
+                                format!(
+                                    ": node {} on spec {}",
+                                    str_at(last, "/node"),
+                                    short(str_at(last, "/spec_id"))
+                                )
+                            })
+                            .unwrap_or_default();
+                        println!("graph {name} is running (run {run}){now}");
+                    }
+                    Some(status) => {
+                        println!("graph {name} is {status} (run {run})");
+                        if let Some(blocker) = graph["blocker"].as_str() {
+                            println!("blocker: {blocker}");
+                        }
+                        return Ok(outcome_code(&graph));
+                    }
+                    None => println!("graph {name} was started (run {run})"),
+                }
             }
             if wait {
                 return Ok(outcome_code(&graph));
