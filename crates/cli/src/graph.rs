@@ -541,12 +541,13 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                             .unwrap_or_default();
                         println!("graph {name} is running (run {run}){now}");
                     }
+                    // Started all the same: a script that starts runs goes on (`--wait` is
+                    // the way to an exit code by outcome).
                     Some(status) => {
                         println!("graph {name} is {status} (run {run})");
                         if let Some(blocker) = graph["blocker"].as_str() {
                             println!("blocker: {blocker}");
                         }
-                        return Ok(outcome_code(&graph));
                     }
                     None => println!("graph {name} was started (run {run})"),
                 }
