@@ -134,5 +134,19 @@ fn daemon_start_says_why_a_daemon_would_not_start_and_does_not_start_two() {
         "{again:?}"
     );
     assert!(canopy(&["status"]).status.success());
+    // A restart drains and stops the daemon, then starts a new one (a new token).
+    let token = std::fs::read_to_string(data.path().join("daemon.token")).unwrap();
+    let restarted = canopy(&["daemon", "restart"]);
+    let said = String::from_utf8_lossy(&restarted.stdout);
+    assert!(restarted.status.success(), "{restarted:?}");
+    assert!(
+        said.contains("canopy daemon stopped") && said.contains("canopy daemon started"),
+        "{said}"
+    );
+    assert_ne!(
+        std::fs::read_to_string(data.path().join("daemon.token")).unwrap(),
+        token
+    );
+    assert!(canopy(&["status"]).status.success());
     assert!(canopy(&["daemon", "stop"]).status.success());
 }

@@ -26,6 +26,17 @@ pub enum DaemonCommand {
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
     },
+    /// Stop the running daemon as `daemon stop` does (work in flight drains), then start it
+    /// again in the background as `daemon start` does: a new token, the configuration read anew.
+    #[command(after_help = "Example:\n  canopy daemon restart --timeout 60")]
+    Restart {
+        /// Seconds work in flight may run on before it is forced (at most 3600).
+        #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=3600))]
+        timeout: u64,
+        /// Address to listen on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
     /// Stop the running daemon as planned and wait until it has exited: admission closes at
     /// once, work in flight (cron firings, node runs, hooks, webhook handlers) gets --timeout
     /// seconds to end, what is left is forced (its processes killed) and recorded with its
@@ -51,6 +62,10 @@ const RECENT_PROBLEMS: usize = 5;
 pub async fn run(data: &DataDir, command: DaemonCommand) -> Result<ExitCode> {
     match command {
         DaemonCommand::Start { listen } => start(data, listen).await,
+        DaemonCommand::Restart { timeout, listen } => {
+            stop(data, timeout).await?;
+            start(data, listen).await
+        }
         DaemonCommand::Stop { timeout } => stop(data, timeout).await,
     }
 }
