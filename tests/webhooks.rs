@@ -1897,3 +1897,29 @@ token = "bash-token-51e0"
         },
     );
 }
+
+#[test]
+fn a_hook_no_executor_serves_is_flagged_in_the_listing() {
+    let config = r#"
+[webhooks]
+bind_port = 0
+
+[webhooks.entries.orphan]
+type = "nosuchmode"
+token = "orphan-token-2b7e"
+config = { prompt = "{{body}}" }
+"#;
+    let daemon = Daemon::start_with_config(config);
+    let list = daemon.ok(&["webhooks", "list"]);
+    assert!(
+        list.contains("warning: global/orphan: its handler does not validate, so every delivery fails: unknown mode `nosuchmode`"),
+        "{list}"
+    );
+    let shown = daemon.json(&["webhooks", "show", "orphan"]);
+    assert!(
+        shown["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("installed modes")),
+        "{shown}"
+    );
+}

@@ -203,6 +203,15 @@ async fn list(client: &Client, project: Option<String>, json: bool) -> Result<Ex
         &rows,
         "no webhooks are configured",
     );
+    // A hook whose handler no executor serves answers every delivery with a failure: say so.
+    for hook in items(&answer["hooks"]) {
+        if let Some(problem) = hook["problem"].as_str() {
+            println!(
+                "warning: {}: its handler does not validate, so every delivery fails: {problem}",
+                str_at(hook, "/key")
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

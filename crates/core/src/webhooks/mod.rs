@@ -157,6 +157,9 @@ struct Inner {
     flood: flood::Flood,
     /// The files running handlers read their bodies from.
     bodies: bodies::BodyFiles,
+    /// Why a served hook's handler does not validate (an executor mode no plugin serves), by
+    /// `scope/id`, as found at start: `webhooks list` flags it.
+    broken: Mutex<HashMap<String, String>>,
 }
 
 /// One served hook's queue.
@@ -348,6 +351,7 @@ impl Ingress {
                 stopping: parts.stopping,
                 flood,
                 bodies,
+                broken: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -432,6 +436,11 @@ impl Ingress {
                     .await
             {
                 tracing::warn!(webhook = %hook.key(), toml_path = %hook.toml_path, error = %err, "a webhook's handler does not validate; its deliveries will fail until it does");
+                self.inner
+                    .broken
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(hook.key(), err.to_string());
             }
         }
         let handlers = handler_runtime();
@@ -459,6 +468,16 @@ impl Ingress {
     }
 
     /// The listener's address (`http://host:port`), once it listens.
+    /// Why `hook`'s handler does not validate, when it did not at start.
+    pub fn problem(&self, hook: &Hook) -> Option<String> {
+        self.inner
+            .broken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&hook.key())
+            .cloned()
+    }
+
     pub fn listen(&self) -> Option<&str> {
         self.inner.listen.get().map(String::as_str)
     }

@@ -71,7 +71,11 @@ async fn list(
         .hooks
         .values()
         .filter(|h| query.project.as_ref().is_none_or(|p| &h.scope == p))
-        .map(|h| hook_view(h, ingress.listen()))
+        .map(|h| {
+            let mut view = hook_view(h, ingress.listen());
+            view["problem"] = json!(ingress.problem(h));
+            view
+        })
         .collect();
     // A project with no webhook (a typo, say) is said, not answered with an empty list.
     if let Some(project) = &query.project
@@ -135,6 +139,7 @@ async fn show(
 ) -> Result<ApiJson<Value>, ApiError> {
     let hook = find(&state, &scope, &id)?;
     let mut view = hook_view(&hook, state.webhooks.listen());
+    view["problem"] = json!(state.webhooks.problem(&hook));
     let counts = state
         .store
         .read(move |rd| rd.count_deliveries(Some(&scope), Some(&id)))
