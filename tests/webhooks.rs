@@ -408,6 +408,16 @@ command = "true"
     assert_eq!(token_of("inline"), "inline (redacted)");
     assert_eq!(token_of("env"), "env HOOK_TOKEN_B");
     assert_eq!(token_of("file"), "file tokens/section.token");
+    // How each can be rotated: an environment variable only by a restart, a file at once.
+    let shown = daemon.json(&["webhooks", "show", "env"]);
+    let how = shown["rotation"]["token"].as_str().unwrap_or_default();
+    assert!(
+        how.contains("$HOOK_TOKEN_B") && how.contains("needs a restart"),
+        "{shown}"
+    );
+    let shown = daemon.json(&["webhooks", "show", "file"]);
+    let how = shown["rotation"]["token"].as_str().unwrap_or_default();
+    assert!(how.contains("rotates it at once"), "{shown}");
     // Refusals are in the log, with what failed but not the secret.
     let log = all_logs(&daemon);
     assert!(log.contains("webhook request refused (401)"), "{log}");
@@ -1798,6 +1808,12 @@ hmac_secret = "{SECRET}"
     );
     let shown = daemon.json(&["webhooks", "show", "push"]);
     assert_eq!(shown["auth"], "signature", "{shown}");
+    assert!(
+        shown["rotation"]["hmac"]
+            .as_str()
+            .is_some_and(|how| how.contains("needs a restart")),
+        "{shown}"
+    );
     assert_eq!(shown["dedup"]["header"], "x-github-delivery", "{shown}");
 }
 

@@ -1065,6 +1065,27 @@ pub fn hook_view(hook: &Hook, listen: Option<&str>) -> Value {
             "hmac".into(),
             json!(hook.hmac.as_ref().map(config::Secret::describe)),
         );
+        // How each secret can be changed while the daemon runs.
+        let rotation = |secret: Option<&config::Secret>| match secret {
+            Some(config::Secret::Env(name)) => Some(format!(
+                "${name} is read from the daemon's environment, which is fixed while it runs: changing it needs a restart (a `_file` source is read at every request and rotates live)"
+            )),
+            Some(config::Secret::File(_)) => {
+                Some("read at every request: replacing the file rotates it at once".to_string())
+            }
+            Some(config::Secret::Inline(_)) => Some(
+                "in canopy.toml, whose [webhooks] is read at start: changing it needs a restart"
+                    .to_string(),
+            ),
+            None => None,
+        };
+        map.insert(
+            "rotation".into(),
+            json!({
+                "token": rotation(hook.token.as_ref()),
+                "hmac": rotation(hook.hmac.as_ref()),
+            }),
+        );
         map.insert(
             "auth".into(),
             json!(match hook.auth {
