@@ -25,6 +25,9 @@ pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
 /// minutes, past which a captured request cannot be replayed.
 pub const TIMESTAMP_TOLERANCE: Duration = Duration::from_secs(300);
 
+/// The most `v1` signatures a `Stripe-Signature` may carry (see [`check_signature`]).
+const MAX_STRIPE_SIGNATURES: usize = 4;
+
 /// Why a request was refused (for the log; the client sees 401 only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -210,6 +213,12 @@ pub fn check_signature(
             }
             let stamp = stamp.ok_or(Refusal::BadSignature(header))?;
             fresh(stamp, header)?;
+            // Stripe sends one `v1` per active secret (two while one is rolled). Each costs an
+            // HMAC of the whole body: a header stuffed with thousands would make one request
+            // hash gigabytes, so only the first few are tried.
+            if claims.len() > MAX_STRIPE_SIGNATURES {
+                return Err(Refusal::BadSignature(header));
+            }
             let prefix = format!("{stamp}.");
             let matched = claims.iter().any(|hex_text| {
                 hex::decode(hex_text)
@@ -282,6 +291,52 @@ mod tests {
             "{kept}"
         );
         assert_eq!(recorded_query(""), "");
+    }
+
+    #[test]
+    fn a_stripe_header_stuffed_with_signatures_is_refused_without_hashing_them_all() {
+        use super::super::config::Webhooks;
+        use crate::config::Config;
+        let text = "[webhooks]\nbind_port = 0\n[webhooks.entries.s]\ntype = \"command\"\ncommand = \"true\"\nprovider = \"stripe\"\nauth = \"signature\"\nhmac_secret = \"whsec\"\n";
+        let config = Config::parse(text).expect("a valid config");
+        let webhooks: Webhooks = super::super::config::compile(&config).expect("it compiles");
+        let hook = webhooks.hooks.values().next().expect("one hook");
+        let body = b"{}";
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .to_string();
+        let good = hmac_hex(b"whsec", &[format!("{stamp}.").as_bytes(), body]);
+        let check = |value: String| {
+            let mut headers = HeaderMap::new();
+            headers.insert("stripe-signature", value.parse().expect("a header value"));
+            check_signature(hook, &headers, body, Path::new("/"))
+        };
+        // As Stripe sends it, and while a secret is rolled (two v1).
+        assert_eq!(check(format!("t={stamp},v1={good}")), Ok(()));
+        assert_eq!(
+            check(format!("t={stamp},v1={},v1={good}", "0".repeat(64))),
+            Ok(())
+        );
+        // A thousand: refused, however one of them is right.
+        let stuffed: Vec<String> = (0..1000)
+            .map(|_| format!("v1={}", "0".repeat(64)))
+            .collect();
+        assert_eq!(
+            check(format!("t={stamp},{},v1={good}", stuffed.join(","))),
+            Err(Refusal::BadSignature("stripe-signature"))
+        );
+        // A signature from ten minutes ago is a replay.
+        let old = (SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            - 600)
+            .to_string();
+        let signed_then = hmac_hex(b"whsec", &[format!("{old}.").as_bytes(), body]);
+        assert_eq!(
+            check(format!("t={old},v1={signed_then}")),
+            Err(Refusal::StaleSignature("stripe-signature"))
+        );
     }
 
     #[test]
