@@ -490,3 +490,37 @@ fn graph_run_without_wait_says_what_the_run_really_does() {
     assert!(said.contains("blocker: dirty tree:"), "{said}");
     assert!(said.contains("stray.txt"), "{said}");
 }
+
+#[test]
+fn a_wait_whose_daemon_stops_says_so_and_how_to_go_on() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let spec = daemon.add_spec("long spec");
+    daemon.create_graph(json!({
+        "name": "long", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "wait", "command": "sleep 60" }],
+    }));
+    let waiting = std::process::Command::new(support::CANOPY)
+        .args(["--data-dir", &daemon.data_dir.to_string_lossy()])
+        .args(["graph", "run", "long", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the node to run", Duration::from_secs(30), || {
+        let (_, graph) = daemon.get("/api/graphs/long");
+        graph["current_run"]["node_runs"]
+            .as_array()
+            .is_some_and(|runs| !runs.is_empty())
+            .then_some(())
+    });
+    daemon.ok(&["daemon", "stop", "--timeout", "0"]);
+    let waited = waiting.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&waited.stderr);
+    assert!(!waited.status.success(), "{said}");
+    assert!(
+        said.contains("the daemon stopped while this waited for run")
+            && said.contains("`canopy graph continue long` goes on"),
+        "{said}"
+    );
+}

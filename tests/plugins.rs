@@ -995,7 +995,7 @@ fn one_daemon_per_data_dir_and_a_cli_without_daemon_says_how_to_start_one() {
         "{err}"
     );
     assert!(
-        err.contains("start one with `canopy daemon --data-dir"),
+        err.contains("start one with `canopy daemon start --data-dir"),
         "{err}"
     );
 

@@ -227,7 +227,7 @@ pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
             }))?;
         } else {
             println!(
-                "no canopy daemon is running for data dir {}; start one with `canopy daemon --data-dir {}`",
+                "no canopy daemon is running for data dir {}; start one with `canopy daemon start --data-dir {}`",
                 data.root().display(),
                 data.root().display()
             );

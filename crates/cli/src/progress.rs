@@ -337,7 +337,8 @@ pub async fn wait(
         verb,
         &format!("run {} of graph {graph}", short(run_id)),
     );
-    let mut view: Value = client.get(&path).await?;
+    let gone = |err: anyhow::Error| daemon_gone(err, graph, run_id);
+    let mut view: Value = client.get(&path).await.map_err(gone)?;
     loop {
         seen.report(&status, &view);
         if view["in_flight"].as_bool() != Some(true) {
@@ -358,7 +359,7 @@ pub async fn wait(
             return Ok(Waited::TimedOut);
         }
         tokio::time::sleep(POLL).await;
-        view = client.get(&path).await?;
+        view = client.get(&path).await.map_err(gone)?;
     }
 
     // Every hook the run fired is recorded now; wait for them to end.
@@ -395,9 +396,21 @@ pub async fn wait(
             );
         }
         tokio::time::sleep(POLL).await;
-        view = client.get(&path).await?;
+        view = client.get(&path).await.map_err(gone)?;
         seen.report(&status, &view);
     }
+}
+
+/// What a wait says when the daemon it waits on stops answering: that it stopped, what a stop
+/// does to the run, and how to go on.
+fn daemon_gone(err: anyhow::Error, graph: &str, run_id: &str) -> anyhow::Error {
+    if err.downcast_ref::<canopy_client::NoDaemon>().is_none() {
+        return err;
+    }
+    anyhow::anyhow!(
+        "the daemon stopped while this waited for run {run} of graph {graph}. The run did not end here: a planned stop records the work in flight interrupted, and the run stays until it is continued. `canopy status` says why the daemon stopped; after `canopy daemon start`, `canopy graph get {graph}` shows where the run stands and `canopy graph continue {graph}` goes on",
+        run = short(run_id)
+    )
 }
 
 fn plural(count: usize, noun: &str) -> String {

@@ -254,12 +254,30 @@ fn call_token(data: &DataDir) -> Option<String> {
         .then(|| token.trim().to_string())
 }
 
+/// No daemon answers for the data dir (none runs, or it stopped): a caller that was waiting on
+/// one can tell this apart from other failures (`err.downcast_ref::<NoDaemon>()`).
+#[derive(Debug)]
+pub struct NoDaemon {
+    pub data_dir: std::path::PathBuf,
+}
+
+impl std::fmt::Display for NoDaemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no canopy daemon is running for data dir {}; start one with `canopy daemon start --data-dir {}`",
+            self.data_dir.display(),
+            self.data_dir.display()
+        )
+    }
+}
+
+impl std::error::Error for NoDaemon {}
+
 fn no_daemon(data_dir: &std::path::Path) -> anyhow::Error {
-    anyhow!(
-        "no canopy daemon is running for data dir {}; start one with `canopy daemon --data-dir {}`",
-        data_dir.display(),
-        data_dir.display()
-    )
+    anyhow::Error::new(NoDaemon {
+        data_dir: data_dir.to_path_buf(),
+    })
 }
 
 /// Percent-encodes a path segment (plugin names are plain, but be safe).

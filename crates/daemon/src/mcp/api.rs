@@ -119,7 +119,7 @@ impl DaemonApi {
             return ApiFailure {
                 code: NOT_RUNNING.to_string(),
                 ..unanswered(format!(
-                    "no canopy daemon is running for data dir {dir}; start one with `canopy daemon --data-dir {dir}`"
+                    "no canopy daemon is running for data dir {dir}; start one with `canopy daemon start --data-dir {dir}`"
                 ))
             };
         }
