@@ -326,7 +326,8 @@ fn canopy_mcp_starts_before_the_daemon_and_outlives_its_restart() {
     let (failed, text) = mcp.call("graph_list", json!({}));
     assert!(failed, "{text}");
     assert!(
-        text.contains("no canopy daemon is running") && text.contains("canopy daemon --data-dir"),
+        text.contains("no canopy daemon is running")
+            && text.contains("canopy daemon start --data-dir"),
         "{text}"
     );
 

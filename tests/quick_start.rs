@@ -134,6 +134,11 @@ fn daemon_start_says_why_a_daemon_would_not_start_and_does_not_start_two() {
         "{again:?}"
     );
     assert!(canopy(&["status"]).status.success());
+    // Its log goes to daemon.log, not also to the stderr file nobody rotates.
+    let log = std::fs::read_to_string(data.path().join("daemon.log")).unwrap();
+    assert!(log.contains("canopy daemon listening"), "{log}");
+    let stderr = std::fs::read_to_string(data.path().join("daemon.stderr")).unwrap();
+    assert!(!stderr.contains("canopy daemon listening"), "{stderr}");
     // A restart drains and stops the daemon, then starts a new one (a new token).
     let token = std::fs::read_to_string(data.path().join("daemon.token")).unwrap();
     let restarted = canopy(&["daemon", "restart"]);

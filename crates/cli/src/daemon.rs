@@ -109,7 +109,13 @@ async fn start(data: &DataDir, listen: Option<String>) -> Result<ExitCode> {
             .with_context(|| format!("cannot write {}", stderr_path.display()))?
     };
     let mut command = std::process::Command::new(&exe);
-    command.arg("daemon").arg("--data-dir").arg(data.root());
+    // Its log goes to daemon.log only: the stderr file keeps what it says before the log is
+    // open (a refusal), and would otherwise grow with every line, unrotated.
+    command
+        .arg("daemon")
+        .arg("--log-file-only")
+        .arg("--data-dir")
+        .arg(data.root());
     if let Some(listen) = &listen {
         command.arg("--listen").arg(listen);
     }

@@ -62,6 +62,10 @@ enum Command {
         /// Address to listen on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// Log to daemon.log only, not to stderr as well: how `canopy daemon start` runs it
+        /// (its stderr is a file nobody rotates).
+        #[arg(long, hide = true)]
+        log_file_only: bool,
     },
     /// The running daemon: address, version, data dir, pid, uptime, active runs, plugins, and
     /// the last warnings and errors of its log.
@@ -182,6 +186,14 @@ pub type Tui = fn(DataDir) -> Pin<Box<dyn Future<Output = anyhow::Result<ExitCod
 pub fn main(tui: Tui) -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(cli.command, Command::Daemon { action: None, .. });
+    let stderr_log = !matches!(
+        cli.command,
+        Command::Daemon {
+            action: None,
+            log_file_only: true,
+            ..
+        }
+    );
     if !daemon {
         // Rust ignores SIGPIPE, so printing to a closed pipe (`canopy plugin list | head -1`)
         // panics in `println!`. A client command should end quietly like other CLIs: restore the
@@ -193,7 +205,7 @@ pub fn main(tui: Tui) -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    init_tracing(daemon);
+    init_tracing(daemon, stderr_log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -224,6 +236,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
         Command::Daemon {
             action: None,
             listen,
+            ..
         } => {
             canopy_daemon::daemon::run(data, listen).await?;
             Ok(ExitCode::SUCCESS)
@@ -251,7 +264,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn init_tracing(daemon: bool) {
+fn init_tracing(daemon: bool, stderr_log: bool) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -260,10 +273,12 @@ fn init_tracing(daemon: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: a log file gets plain text (and no escape sequences).
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_target(false);
+    let stderr = stderr_log.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_target(false)
+    });
     // The daemon also writes daemon.log in its data dir, never in colour (see canopy_daemon::logfile).
     let file = daemon.then(|| {
         tracing_subscriber::fmt::layer()
