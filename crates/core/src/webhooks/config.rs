@@ -824,6 +824,12 @@ fn compile_one(
                     "{}: `{name}` is not a header name",
                     field("dedup_header")
                 ));
+            } else if AUTH_HEADERS.contains(&lower.as_str()) || super::auth::looks_secret(&lower) {
+                // Its value is stored with every delivery: a credential must never be.
+                problems.push(format!(
+                    "{}: `{name}` carries credentials, and a delivery id is recorded; name the header that identifies each delivery (`X-GitHub-Delivery`, `X-Request-Id`)",
+                    field("dedup_header")
+                ));
             }
             Some(lower)
         }
@@ -1198,6 +1204,14 @@ mod tests {
             "{}",
             problems(&window)
         );
+        for secret in ["Authorization", "X-Api-Key", "X-Gitlab-Token"] {
+            let named = format!("{signed}dedup_header = \"{secret}\"\n");
+            assert!(
+                problems(&named).contains("carries credentials, and a delivery id is recorded"),
+                "{secret}: {}",
+                problems(&named)
+            );
+        }
         let header = format!("{signed}dedup_header = \"not a header\"\n");
         assert!(
             problems(&header)
