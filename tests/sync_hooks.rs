@@ -537,6 +537,59 @@ fn a_policy_refuses_a_plugin_install_that_grants_network() {
     assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
 }
 
+/// The example policies' walk, whatever language they are in: `mode` (installed) refuses a bad
+/// regex when a graph is saved, naming the field; as a sync hook it denies a node that would
+/// `git push --force` (the spec blocked with its reason) and allows the next graph's node.
+/// Returns the two hook runs, denied then applied.
+fn a_policy_denies_force_pushes(daemon: &Daemon, mode: &str, repo: &Path) -> Vec<Value> {
+    let policy = json!({
+        "node.pre_dispatch": [
+            { "mode": mode, "deny": "push --force", "reason": "no force pushes" },
+        ],
+    });
+    let spec = daemon.add_spec("a spec");
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({
+            "name": "bad", "workdir": repo, "specs": [spec],
+            "nodes": [{ "name": "n", "command": "true" }],
+            "hooks": { "node.pre_dispatch": [{ "mode": mode, "deny": "(" }] },
+        }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("field `deny`: `(` is not a valid regular expression"),
+        "{message}"
+    );
+
+    let pushed = run_graph(
+        daemon,
+        "push",
+        repo,
+        "echo git push --force origin main",
+        policy.clone(),
+    );
+    assert_eq!(pushed["status"], "paused", "{pushed:#}");
+    let blocker = pushed["blocker"].as_str().unwrap_or_default();
+    assert!(
+        blocker
+            .contains("sync hook `push.node.pre_dispatch[0]` denied the dispatch: no force pushes"),
+        "{blocker}"
+    );
+    let tested = run_graph(daemon, "test", repo, "touch tested.txt", policy);
+    assert_eq!(tested["status"], "completed", "{tested:#}");
+    assert!(repo.join("tested.txt").exists());
+    let runs = runs_of(daemon, "node.pre_dispatch");
+    let outcomes: Vec<&str> = runs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
+    runs
+}
+
 /// Builds `plugins/examples/python-executor` with componentize-py (from PyPI; `.ci/run`
 /// installs it) into `out`; returns the component's path.
 fn build_python_policy(out: &Path) -> std::path::PathBuf {
@@ -590,53 +643,8 @@ fn a_python_executor_decides_as_a_sync_hook() {
         .unwrap();
     assert_eq!(python["contract"], "0.2.0");
 
-    let policy = json!({
-        "node.pre_dispatch": [
-            { "mode": "command-policy", "deny": "push --force", "reason": "no force pushes" },
-        ],
-    });
-    // Its validate refuses a bad config when the graph is saved, naming the field.
     let repo = git_repo();
-    let spec = daemon.add_spec("a spec");
-    let (status, answer) = daemon.send(
-        "POST",
-        "/api/graphs",
-        &json!({
-            "name": "bad", "workdir": repo.path(), "specs": [spec],
-            "nodes": [{ "name": "n", "command": "true" }],
-            "hooks": { "node.pre_dispatch": [{ "mode": "command-policy", "deny": "(" }] },
-        }),
-    );
-    assert_eq!(status, 400, "{answer}");
-    let message = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("field `deny`: `(` is not a valid regular expression"),
-        "{message}"
-    );
-
-    let pushed = run_graph(
-        &daemon,
-        "push",
-        repo.path(),
-        "echo git push --force origin main",
-        policy.clone(),
-    );
-    assert_eq!(pushed["status"], "paused", "{pushed:#}");
-    let blocker = pushed["blocker"].as_str().unwrap_or_default();
-    assert!(
-        blocker
-            .contains("sync hook `push.node.pre_dispatch[0]` denied the dispatch: no force pushes"),
-        "{blocker}"
-    );
-    let tested = run_graph(&daemon, "test", repo.path(), "touch tested.txt", policy);
-    assert_eq!(tested["status"], "completed", "{tested:#}");
-    assert!(repo.path().join("tested.txt").exists());
-    let runs = runs_of(&daemon, "node.pre_dispatch");
-    let outcomes: Vec<&str> = runs
-        .iter()
-        .map(|r| r["outcome"].as_str().unwrap())
-        .collect();
-    assert_eq!(outcomes, ["denied", "applied"], "{runs:#?}");
+    let runs = a_policy_denies_force_pushes(&daemon, "command-policy", repo.path());
     assert_eq!(runs[0]["executor_kind"], "command-policy");
     // What the Python code printed is kept with its run.
     let output = runs[0]["output"].as_str().unwrap_or_default();
@@ -689,54 +697,10 @@ fn a_javascript_executor_decides_and_writes_its_audit_file_through_wasi() {
         "{installed}"
     );
 
-    let policy = json!({
-        "node.pre_dispatch": [
-            { "mode": "js-command-policy", "deny": "push --force", "reason": "no force pushes" },
-        ],
-    });
     let repo = git_repo();
     // The audit folder is the user's to ignore, or the next run would find the tree dirty.
     std::fs::write(repo.path().join(".git/info/exclude"), ".policy-audit/\n").unwrap();
-    // Its validate (a thrown string) refuses a bad config when the graph is saved.
-    let spec = daemon.add_spec("a spec");
-    let (status, answer) = daemon.send(
-        "POST",
-        "/api/graphs",
-        &json!({
-            "name": "bad", "workdir": repo.path(), "specs": [spec],
-            "nodes": [{ "name": "n", "command": "true" }],
-            "hooks": { "node.pre_dispatch": [{ "mode": "js-command-policy", "deny": "(" }] },
-        }),
-    );
-    assert_eq!(status, 400, "{answer}");
-    let message = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("field `deny`: `(` is not a valid regular expression"),
-        "{message}"
-    );
-
-    let pushed = run_graph(
-        &daemon,
-        "push",
-        repo.path(),
-        "echo git push --force origin main",
-        policy.clone(),
-    );
-    assert_eq!(pushed["status"], "paused", "{pushed:#}");
-    let blocker = pushed["blocker"].as_str().unwrap_or_default();
-    assert!(
-        blocker
-            .contains("sync hook `push.node.pre_dispatch[0]` denied the dispatch: no force pushes"),
-        "{blocker}"
-    );
-    let tested = run_graph(&daemon, "test", repo.path(), "touch tested.txt", policy);
-    assert_eq!(tested["status"], "completed", "{tested:#}");
-    assert!(repo.path().join("tested.txt").exists());
-    let outcomes: Vec<String> = runs_of(&daemon, "node.pre_dispatch")
-        .iter()
-        .map(|r| r["outcome"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(outcomes, ["denied", "applied"]);
+    a_policy_denies_force_pushes(&daemon, "js-command-policy", repo.path());
     // The file it wrote with wasi:filesystem, in the folder its grant opened.
     let audit = std::fs::read_to_string(repo.path().join(".policy-audit/decisions.log"))
         .expect("the JS plugin wrote its audit log");
