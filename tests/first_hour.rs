@@ -413,13 +413,7 @@ fn a_run_is_watched_again_after_ctrl_c_detaches_from_it() {
         "allow_dirty_start": true,
         "nodes": [{ "name": "wait", "command": format!("while [ ! -e {} ]; do sleep 0.05; done", gate.display()) }],
     }));
-    let mut waiting = std::process::Command::new(support::CANOPY)
-        .args(["--data-dir", &daemon.data_dir.to_string_lossy()])
-        .args(["graph", "run", "slow", "--wait"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut waiting = daemon.spawn_cli(&["graph", "run", "slow", "--wait"]);
     wait_for("the run to start", Duration::from_secs(30), || {
         let (_, graph) = daemon.get("/api/graphs/slow");
         (graph["status"] == "running").then_some(())
@@ -445,13 +439,7 @@ fn a_run_is_watched_again_after_ctrl_c_detaches_from_it() {
     assert_eq!(graph["status"], "running", "the run went on");
 
     // `graph watch` follows it to its end and exits 0 for a completed run.
-    let watching = std::process::Command::new(support::CANOPY)
-        .args(["--data-dir", &daemon.data_dir.to_string_lossy()])
-        .args(["graph", "watch", "slow"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let watching = daemon.spawn_cli(&["graph", "watch", "slow"]);
     std::fs::write(&gate, "").unwrap();
     let watched = watching.wait_with_output().unwrap();
     let out = String::from_utf8_lossy(&watched.stdout);
@@ -500,13 +488,7 @@ fn a_wait_whose_daemon_stops_says_so_and_how_to_go_on() {
         "name": "long", "workdir": repo.path(), "specs": [spec],
         "nodes": [{ "name": "wait", "command": "sleep 60" }],
     }));
-    let waiting = std::process::Command::new(support::CANOPY)
-        .args(["--data-dir", &daemon.data_dir.to_string_lossy()])
-        .args(["graph", "run", "long", "--wait"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let waiting = daemon.spawn_cli(&["graph", "run", "long", "--wait"]);
     wait_for("the node to run", Duration::from_secs(30), || {
         let (_, graph) = daemon.get("/api/graphs/long");
         graph["current_run"]["node_runs"]
@@ -523,4 +505,148 @@ fn a_wait_whose_daemon_stops_says_so_and_how_to_go_on() {
             && said.contains("`canopy graph continue long` goes on"),
         "{said}"
     );
+}
+
+#[test]
+fn graph_cancel_stops_the_running_node_kills_its_processes_and_records_the_run_cancelled() {
+    let logs = tempfile::tempdir().unwrap();
+    let cancelled_log = logs.path().join("cancelled.log");
+    let daemon = Daemon::start_with_config(&format!(
+        r#"
+[[hooks]]
+name = "tell-on-cancel"
+event = "graph.run.cancelled"
+action = {{ command = "printf '%s\\n' \"$CANOPY_HOOK_DATA\" >> {log}" }}
+"#,
+        log = cancelled_log.display()
+    ));
+    let repo = git_repo();
+    let child = logs.path().join("child.pid");
+    let failed_log = logs.path().join("failed.log");
+    let spec = daemon.add_spec("Login form");
+    // The node leaves a grandchild in its process group, and says its pid.
+    daemon.create_graph(json!({
+        "name": "web", "workdir": repo.path(), "specs": [spec], "allow_dirty_start": true,
+        "nodes": [{ "name": "test", "command": format!("sleep 300 & echo $! > {}; wait", child.display()) }],
+        "hooks": { "on_failed": [{ "command": format!("echo failed >> {}", failed_log.display()) }] },
+    }));
+    // Nothing in flight: nothing to cancel, and it says so.
+    let err = daemon.fails(&["graph", "cancel", "web"]);
+    assert!(
+        err.contains("graph `web` has no run in flight to cancel; it is idle"),
+        "{err}"
+    );
+
+    daemon.ok(&["graph", "run", "web"]);
+    let pid: i32 = wait_for("the node's child", Duration::from_secs(30), || {
+        std::fs::read_to_string(&child).ok()?.trim().parse().ok()
+    });
+    assert!(alive(pid));
+    let watching = daemon.spawn_cli(&["graph", "watch", "web"]);
+
+    let said = daemon.ok(&["graph", "cancel", "web"]);
+    assert!(
+        said.contains(
+            "cancelled by user: node `test` on spec `Login form` was stopped and its processes killed"
+        ),
+        "{said}"
+    );
+    wait_for(
+        "the node's child to be killed and reaped",
+        Duration::from_secs(10),
+        || (!alive(pid)).then_some(()),
+    );
+
+    // The watcher sees the cancel and exits non-zero.
+    let watched = watching.wait_with_output().unwrap();
+    let progress = String::from_utf8_lossy(&watched.stderr);
+    assert_eq!(watched.status.code(), Some(1), "{progress}");
+    assert!(
+        progress.contains("Cancelled node test (Login form)"),
+        "{progress}"
+    );
+    assert!(
+        String::from_utf8_lossy(&watched.stdout).contains("status:   cancelled"),
+        "{watched:?}"
+    );
+
+    // Graph, run, spec and node run: each says cancelled.
+    let (_, graph) = daemon.get("/api/graphs/web");
+    assert_eq!(graph["status"], "cancelled");
+    let run_id = graph["current_run"]["id"].as_str().unwrap().to_string();
+    let (_, run) = daemon.get(&format!("/api/runs/{run_id}"));
+    assert_eq!(run["status"], "cancelled");
+    assert_eq!(run["specs"][0]["status"], "cancelled", "{run}");
+    assert_eq!(run["node_runs"][0]["status"], "cancelled", "{run}");
+    assert_eq!(run["node_runs"][0]["reason"], "cancelled by user", "{run}");
+    let shown = daemon.ok(&["graph", "get", "web"]);
+    assert!(
+        line_with(&shown, "Login form").contains("cancelled"),
+        "{shown}"
+    );
+    // `run watch` on an ended run shows how it ended, exit 1.
+    let watched_run = daemon.cli(&["run", "watch", &run_id[..8]]);
+    assert_eq!(watched_run.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&watched_run.stderr).contains("is not in flight; it is cancelled"),
+        "{watched_run:?}"
+    );
+
+    // A daemon hook keyed on graph.run.cancelled ran; the graph's on_failed did not.
+    let hooks = daemon.ended_hook_runs("config", 1);
+    assert_eq!(hooks[0]["hook_name"], "tell-on-cancel", "{hooks:?}");
+    let event: Value =
+        serde_json::from_str(std::fs::read_to_string(&cancelled_log).unwrap().trim()).unwrap();
+    assert_eq!(event["event"], "graph.run.cancelled");
+    assert_eq!(event["payload"]["by"], "user", "{event}");
+    assert_eq!(event["payload"]["node"], "test", "{event}");
+    assert_eq!(event["payload"]["run_id"], run_id, "{event}");
+    assert!(!failed_log.exists(), "on_failed fired for a cancel");
+    let (_, graph_hooks) = daemon.get("/api/hook-runs?source=graph");
+    assert_eq!(graph_hooks["runs"], json!([]), "{graph_hooks}");
+
+    // A cancelled graph starts again as a completed or failed one does.
+    daemon.ok(&["graph", "run", "web"]);
+    let said = daemon.ok(&["graph", "cancel", "web"]);
+    assert!(said.contains("cancelled by user"), "{said}");
+}
+
+/// True while process `pid` exists (a zombie counts: it is not reaped yet).
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn run_watch_follows_a_run_by_its_id_to_its_end() {
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let gate = repo.path().join("go");
+    let spec = daemon.add_spec("slow spec");
+    daemon.create_graph(json!({
+        "name": "slow", "workdir": repo.path(), "specs": [spec], "allow_dirty_start": true,
+        "nodes": [{ "name": "wait", "command": format!("while [ ! -e {} ]; do sleep 0.05; done", gate.display()) }],
+    }));
+    daemon.ok(&["graph", "run", "slow"]);
+    let (_, graph) = daemon.get("/api/graphs/slow");
+    let run_id = graph["current_run"]["id"].as_str().unwrap().to_string();
+    let mut watching = daemon.spawn_cli(&["run", "watch", &run_id[..8]]);
+    // Once it follows the run (its node shows as running), the node may end.
+    let mut stderr = std::io::BufReader::new(watching.stderr.take().unwrap());
+    let mut progress = String::new();
+    while !progress.contains("Running node wait") {
+        let read = std::io::BufRead::read_line(&mut stderr, &mut progress).unwrap();
+        assert!(read > 0, "the watcher ended early: {progress}");
+    }
+    std::fs::write(&gate, "").unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut progress).unwrap();
+    let watched = watching.wait_with_output().unwrap();
+    assert!(watched.status.success(), "{progress}");
+    assert!(progress.contains("Completed run"), "{progress}");
+    assert!(
+        String::from_utf8_lossy(&watched.stdout).contains("status:   completed"),
+        "{watched:?}"
+    );
+    // An unknown run is an error naming it.
+    let err = daemon.fails(&["run", "watch", "ffffffff"]);
+    assert!(err.contains("ffffffff"), "{err}");
 }

@@ -253,6 +253,19 @@ impl Daemon {
             .unwrap()
     }
 
+    /// Starts `canopy --data-dir D <args>` in the background, its stdout and stderr piped.
+    pub fn spawn_cli(&self, args: &[&str]) -> std::process::Child {
+        Command::new(CANOPY)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// Runs the CLI and expects success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let output = self.cli(args);

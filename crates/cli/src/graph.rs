@@ -99,21 +99,30 @@ pub enum GraphCommand {
         /// The graph's name, id or unique id prefix.
         #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
-        /// No progress lines on stderr.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Stop watching after this long (30s, 2h) even if the run goes on.
-        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-        timeout: Option<std::time::Duration>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        watching: Watching,
     },
-    /// Back to idle; the run history stays.
+    /// Back to idle; the run history stays. A run in flight is abandoned (recorded `reset`);
+    /// `graph cancel` is the way to stop one.
     #[command(after_help = "Example:\n  canopy graph reset web")]
     Reset {
         /// The graph's name, id or unique id prefix.
         #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the run in flight: its running node is stopped and its processes killed; the run,
+    /// the spec it was on and the graph are recorded `cancelled` (graph hooks do not fire;
+    /// daemon hooks can key on `graph.run.cancelled`). Works on a running, paused or
+    /// interrupted run.
+    #[command(after_help = "Example:\n  canopy graph cancel web")]
+    Cancel {
+        /// The graph's name, id or unique id prefix.
+        #[arg(value_name = "GRAPH", value_parser = non_empty)]
+        name: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Continue a paused run. Without --mode: a blocked node runs again, a dirty tree is checked
     /// again, an interrupted run goes on with its next spec.
@@ -290,7 +299,7 @@ pub(crate) fn done_in_run(status: &str, member: &Value) -> String {
 fn summary_or_reason(progress: &Value) -> String {
     let stopped = matches!(
         str_at(progress, "/result"),
-        "failed" | "blocked" | "interrupted"
+        "failed" | "blocked" | "interrupted" | "cancelled"
     );
     if !stopped {
         return progress["summary"].as_str().unwrap_or("-").to_string();
@@ -333,7 +342,7 @@ async fn wait_for(
         }
         _ = tokio::signal::ctrl_c() => {
             eprintln!(
-                "\ndetached; run {} goes on: `canopy graph watch {graph_name}` follows it again, `canopy graph reset {graph_name}` stops it",
+                "\ndetached; run {} goes on: `canopy graph watch {graph_name}` follows it again, `canopy graph cancel {graph_name}` stops it",
                 short(run_id)
             );
             std::process::exit(130);
@@ -375,6 +384,57 @@ async fn run_before_continue(client: &Client, name: &str) -> Result<Option<Value
         )),
         None => Ok(None),
     }
+}
+
+/// How `graph watch` and `run watch` follow a run.
+#[derive(Debug, clap::Args)]
+pub struct Watching {
+    /// No progress lines on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Stop watching after this long (30s, 2h) even if the run goes on.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    timeout: Option<std::time::Duration>,
+    #[arg(long)]
+    json: bool,
+}
+
+impl Watching {
+    /// Whether the answer is printed as JSON.
+    pub fn json(&self) -> bool {
+        self.json
+    }
+}
+
+/// Follows the graph's running run to its end (progress on stderr), then shows the graph; the
+/// exit code says how the run ended. A graph with no run in flight is shown as it is.
+pub(crate) async fn watch(
+    client: &Client,
+    name: &str,
+    mut graph: Value,
+    watching: Watching,
+) -> Result<ExitCode> {
+    let waiting = WaitOptions {
+        quiet: watching.quiet,
+        hooks_timeout: progress::HOOKS_TIMEOUT,
+        timeout: watching.timeout,
+    };
+    let running = graph.pointer("/current_run/id").is_some() && graph["status"] == "running";
+    if running {
+        graph = wait_for(client, name, &graph, None, &waiting).await?;
+    } else if !watching.json {
+        eprintln!(
+            "graph {} has no run in flight; it is {}",
+            str_at(&graph, "/name"),
+            str_at(&graph, "/status")
+        );
+    }
+    if watching.json {
+        print_json(&graph)?;
+    } else {
+        print_graph(&graph);
+    }
+    Ok(outcome_code(&graph))
 }
 
 fn outcome_code(graph: &Value) -> ExitCode {
@@ -556,44 +616,40 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 return Ok(outcome_code(&graph));
             }
         }
-        GraphCommand::Watch {
-            name,
-            quiet,
-            timeout,
-            json,
-        } => {
-            let waiting = WaitOptions {
-                quiet,
-                hooks_timeout: progress::HOOKS_TIMEOUT,
-                timeout,
-            };
-            let mut graph: Value = client.get(&path(&name)).await?;
-            let running =
-                graph.pointer("/current_run/id").is_some() && graph["status"] == "running";
-            if running {
-                graph = wait_for(client, &name, &graph, None, &waiting).await?;
-            } else if !json {
-                eprintln!(
-                    "graph {} has no run in flight; it is {}",
-                    str_at(&graph, "/name"),
-                    str_at(&graph, "/status")
-                );
-            }
-            if json {
-                print_json(&graph)?;
-            } else {
-                print_graph(&graph);
-            }
-            return Ok(outcome_code(&graph));
+        GraphCommand::Watch { name, watching } => {
+            let graph: Value = client.get(&path(&name)).await?;
+            return watch(client, &name, graph, watching).await;
         }
-        GraphCommand::Reset { name } => {
-            let _: Value = client
+        GraphCommand::Reset { name, json } => {
+            let graph: Value = client
                 .post(
                     &format!("{}/control", path(&name)),
                     &json!({ "action": "reset" }),
                 )
                 .await?;
-            println!("graph {name} is idle");
+            if json {
+                print_json(&graph)?;
+            } else {
+                println!("graph {} is idle", str_at(&graph, "/name"));
+            }
+        }
+        GraphCommand::Cancel { name, json } => {
+            let graph: Value = client
+                .post(
+                    &format!("{}/control", path(&name)),
+                    &json!({ "action": "cancel" }),
+                )
+                .await?;
+            if json {
+                print_json(&graph)?;
+            } else {
+                println!(
+                    "graph {} run {}: {}",
+                    str_at(&graph, "/name"),
+                    short(str_at(&graph, "/current_run/id")),
+                    str_at(&graph, "/blocker")
+                );
+            }
         }
         GraphCommand::Continue {
             name,

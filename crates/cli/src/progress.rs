@@ -204,6 +204,11 @@ fn events(view: &Value) -> Vec<Event> {
             "completed" => (Tone::Good, "Finished", format!("{label} in {took}")),
             "failed" => (Tone::Bad, "Failed", format!("{label} in {took}{reason}")),
             "blocked" => (Tone::Warn, "Blocked", format!("{label}{reason}")),
+            "cancelled" => (
+                Tone::Warn,
+                "Cancelled",
+                format!("{label} after {took}{reason}"),
+            ),
             other => (Tone::Warn, "Stopped", format!("{label}: {other}{reason}")),
         };
         add(
@@ -259,6 +264,7 @@ fn events(view: &Value) -> Vec<Event> {
             "completed" => (Tone::Good, "Completed", format!("run {run} in {took}")),
             "failed" => (Tone::Bad, "Failed", format!("run {run} in {took}{blocker}")),
             "paused" => (Tone::Warn, "Paused", format!("run {run}{blocker}")),
+            "cancelled" => (Tone::Warn, "Cancelled", format!("run {run}{blocker}")),
             other => (
                 Tone::Warn,
                 "Stopped",

@@ -33,6 +33,15 @@ pub enum RunCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Follow a run to its end, with the same progress lines as `graph run --wait`; the exit
+    /// code says how it ended (0 completed). A run that has ended is shown as it ended.
+    #[command(after_help = "Example:\n  canopy run watch 3f2a")]
+    Watch {
+        /// The run: its id or a unique prefix (`canopy run list` shows them).
+        run: String,
+        #[command(flatten)]
+        watching: crate::graph::Watching,
+    },
     /// A node run's stored output (the last 16 KiB of what its executor reported).
     #[command(after_help = "Example:\n  canopy run output 9c41 | less")]
     Output {
@@ -168,6 +177,37 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
             } else {
                 print_run(&view);
             }
+        }
+        RunCommand::Watch { run, watching } => {
+            let view: Value = client
+                .get(&format!("/api/runs/{}?brief=true", encode(&run)))
+                .await?;
+            let run_id = str_at(&view, "/id");
+            let graph_id = str_at(&view, "/graph_id");
+            // A run in flight is its graph's current run: follow it through the graph.
+            if view["in_flight"].as_bool() == Some(true) && !graph_id.is_empty() {
+                let graph: Value = client
+                    .get(&format!("/api/graphs/{}", encode(graph_id)))
+                    .await?;
+                if graph.pointer("/current_run/id").and_then(Value::as_str) == Some(run_id) {
+                    return crate::graph::watch(client, graph_id, graph, watching).await;
+                }
+            }
+            if watching.json() {
+                print_json(&view)?;
+            } else {
+                eprintln!(
+                    "run {} is not in flight; it is {}",
+                    short(run_id),
+                    str_at(&view, "/status")
+                );
+                print_run(&view);
+            }
+            return Ok(if view["status"] == "completed" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
         }
         RunCommand::Output { node_run, json } => {
             let node_run: Value = client

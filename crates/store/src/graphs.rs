@@ -19,6 +19,8 @@ state_enum! {
         Paused = "paused",
         Completed = "completed",
         Failed = "failed",
+        /// Its last run was stopped by `graph cancel`.
+        Cancelled = "cancelled",
     }
 }
 

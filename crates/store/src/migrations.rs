@@ -490,7 +490,42 @@ const MIGRATIONS: &[Migration] = &[
     CREATE INDEX webhook_deliveries_by_sender ON webhook_deliveries (scope, hook, sender_delivery_id, received_at)
         WHERE sender_delivery_id IS NOT NULL;
     "#),
+    // 20: `graph cancel` stops a run: the graph, the run, its spec in flight and its running
+    // node run are recorded `cancelled`.
+    Code(runs_may_be_cancelled),
 ];
+
+/// Widens the status CHECKs (as migration 13 wrote them) of graphs, runs, run specs and node
+/// runs by `cancelled`: every stored row still fits.
+fn runs_may_be_cancelled(tx: &Transaction) -> Result<()> {
+    const LAST: [(&str, &str); 4] = [
+        ("graphs", "status = 'failed')"),
+        ("runs", "status = 'reset')"),
+        ("run_specs", "status = 'interrupted')"),
+        ("node_runs", "status = 'interrupted')"),
+    ];
+    let mut widened = Vec::new();
+    rewrite_tables(tx, |name, sql| {
+        let Some((_, last)) = LAST.iter().find(|(table, _)| *table == name) else {
+            return sql.to_string();
+        };
+        let open = last.trim_end_matches(')');
+        let rewritten = sql.replacen(last, &format!("{open} OR status = 'cancelled')"), 1);
+        if rewritten != sql {
+            widened.push(name.to_string());
+        }
+        rewritten
+    })?;
+    // Each table's CHECK must have been found: a schema this step does not know is an error,
+    // not a silent no-op that a cancel would trip over later.
+    for (table, _) in LAST {
+        anyhow::ensure!(
+            widened.iter().any(|w| w == table),
+            "the status CHECK of table {table} is not the one migration 13 wrote"
+        );
+    }
+    Ok(())
+}
 
 /// Widens the CHECK on `webhook_deliveries.status` (as migration 13 wrote it) by `denied`.
 fn webhook_deliveries_may_be_denied(tx: &Transaction) -> Result<()> {
@@ -587,7 +622,7 @@ fn hook_source_checked_in_rust(tx: &Transaction) -> Result<()> {
 /// Only for changes every stored row passes (a CHECK written another way, or dropped): SQLite's
 /// documented way to make one without rebuilding the table is to edit the table's SQL in
 /// `sqlite_schema` (with `writable_schema`) and bump the schema version, in one transaction.
-fn rewrite_tables(tx: &Transaction, rewrite: impl Fn(&str, &str) -> String) -> Result<()> {
+fn rewrite_tables(tx: &Transaction, mut rewrite: impl FnMut(&str, &str) -> String) -> Result<()> {
     let tables: Vec<(String, String)> = tx
         .prepare(
             "SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND sql LIKE '%CHECK (%'",

@@ -18,6 +18,7 @@ state_enum! {
         Failed = "failed",
         Skipped = "skipped",
         Interrupted = "interrupted",
+        Cancelled = "cancelled",
     }
 }
 
@@ -30,6 +31,7 @@ impl From<SpecResult> for MemberStatus {
             SpecResult::Failed => Self::Failed,
             SpecResult::Skipped => Self::Skipped,
             SpecResult::Interrupted => Self::Interrupted,
+            SpecResult::Cancelled => Self::Cancelled,
         }
     }
 }

@@ -18,6 +18,8 @@ state_enum! {
         Interrupted = "interrupted",
         /// Abandoned by a reset.
         Reset = "reset",
+        /// Stopped by `graph cancel`: its running node was killed.
+        Cancelled = "cancelled",
     }
 }
 
@@ -26,7 +28,7 @@ impl RunStatus {
     pub fn is_active(self) -> bool {
         match self {
             Self::Running | Self::Paused | Self::Interrupted => true,
-            Self::Completed | Self::Failed | Self::Reset => false,
+            Self::Completed | Self::Failed | Self::Reset | Self::Cancelled => false,
         }
     }
 }
@@ -40,6 +42,8 @@ state_enum! {
         Failed = "failed",
         Skipped = "skipped",
         Interrupted = "interrupted",
+        /// In flight (running or blocked) when its run was cancelled.
+        Cancelled = "cancelled",
     }
 }
 
@@ -47,7 +51,7 @@ impl SpecResult {
     /// A spec that did not complete and has a reason to show.
     pub fn stopped(self) -> bool {
         match self {
-            Self::Failed | Self::Blocked | Self::Interrupted => true,
+            Self::Failed | Self::Blocked | Self::Interrupted | Self::Cancelled => true,
             Self::Running | Self::Completed | Self::Skipped => false,
         }
     }
@@ -61,7 +65,18 @@ state_enum! {
         Failed = "failed",
         Blocked = "blocked",
         Interrupted = "interrupted",
+        /// Killed by `graph cancel`.
+        Cancelled = "cancelled",
     }
+}
+
+/// What [`Tx::cancel_node_runs`] cancelled.
+#[derive(Debug, Clone, Default)]
+pub struct CancelledWork {
+    /// The node that was running, and its spec.
+    pub node: Option<(String, String)>,
+    /// The specs in flight it marked cancelled.
+    pub specs: Vec<String>,
 }
 
 /// A run as stored.
@@ -296,7 +311,7 @@ impl Rd<'_> {
                 std::collections::HashMap::new();
             let mut statement = self.conn().prepare_cached(
                 "SELECT spec_id, node, reason FROM node_runs
-                 WHERE run_id = ?1 AND status IN ('failed', 'blocked', 'interrupted')
+                 WHERE run_id = ?1 AND status IN ('failed', 'blocked', 'interrupted', 'cancelled')
                  ORDER BY started_at, id",
             )?;
             let rows = statement.query_map([run_id], |r| {
@@ -333,7 +348,7 @@ impl Rd<'_> {
         )?;
         let mut reason = self.conn().prepare_cached(
             "SELECT node, reason FROM node_runs
-             WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'interrupted')
+             WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'interrupted', 'cancelled')
              ORDER BY started_at DESC, id DESC LIMIT 1",
         )?;
         let ids = serde_json::Value::from(spec_ids.to_vec()).to_string();
@@ -664,7 +679,8 @@ impl Tx<'_> {
             SpecResult::Completed
             | SpecResult::Failed
             | SpecResult::Skipped
-            | SpecResult::Interrupted => Some(super::now()),
+            | SpecResult::Interrupted
+            | SpecResult::Cancelled => Some(super::now()),
         };
         self.execute(
             "UPDATE run_specs SET status = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(?5, finished_at) WHERE run_id = ?1 AND spec_id = ?2",
@@ -770,23 +786,61 @@ impl Tx<'_> {
         run_id: &str,
         why: &str,
     ) -> Result<Option<(String, String)>, StoreError> {
-        let running: Option<(String, String)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1",
-            )?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
+        let running = self.running_node(run_id)?;
         let now = super::now();
-        self.execute(
-            "UPDATE node_runs SET status = 'interrupted', reason = ?2, finished_at = ?3 WHERE run_id = ?1 AND status = 'running'",
-            params![run_id, why, now],
-        )?;
+        self.end_running_node_runs(run_id, NodeRunStatus::Interrupted, why, &now)?;
         self.execute(
             "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
             params![run_id, now],
         )?;
         Ok(running)
+    }
+
+    /// Marks the run's running node runs cancelled, with why, and its spec in flight (running,
+    /// or blocked on a pause) cancelled.
+    pub fn cancel_node_runs(&self, run_id: &str, why: &str) -> Result<CancelledWork, StoreError> {
+        let running = self.running_node(run_id)?;
+        let now = super::now();
+        self.end_running_node_runs(run_id, NodeRunStatus::Cancelled, why, &now)?;
+        let specs = self
+            .conn()
+            .prepare_cached(
+                "UPDATE run_specs SET status = 'cancelled', finished_at = ?2 WHERE run_id = ?1 AND (status = 'running' OR status = 'blocked') RETURNING spec_id",
+            )?
+            .query_map(params![run_id, now], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(CancelledWork {
+            node: running,
+            specs,
+        })
+    }
+
+    /// Ends the run's running node runs at `now` with `status` and why, and their duration.
+    fn end_running_node_runs(
+        &self,
+        run_id: &str,
+        status: NodeRunStatus,
+        why: &str,
+        now: &str,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE node_runs SET status = ?2, reason = ?3, finished_at = ?4,
+                 duration_ms = CAST((julianday(?4) - julianday(started_at)) * 86400000 AS INTEGER)
+             WHERE run_id = ?1 AND status = 'running'",
+            params![run_id, status, why, now],
+        )?;
+        Ok(())
+    }
+
+    /// The node (and its spec) the run is running now, if it is running one.
+    fn running_node(&self, run_id: &str) -> Result<Option<(String, String)>, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1",
+            )?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
     }
 }
 

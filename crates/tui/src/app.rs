@@ -18,6 +18,7 @@ pub enum GraphStatus {
     Paused,
     Completed,
     Failed,
+    Cancelled,
     /// A status this TUI does not know (a newer daemon).
     #[serde(other)]
     Unknown,
@@ -32,6 +33,7 @@ impl GraphStatus {
             Self::Paused => "paused",
             Self::Completed => "completed",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
             Self::Unknown => "unknown",
         }
     }

@@ -98,6 +98,7 @@ fn status_color(status: GraphStatus) -> Color {
         GraphStatus::Paused => Color::Yellow,
         GraphStatus::Completed => Color::Green,
         GraphStatus::Failed => Color::Red,
+        GraphStatus::Cancelled => Color::Magenta,
     }
 }
 

@@ -7,6 +7,7 @@ use super::events;
 use super::graphs::{self, GraphStatus};
 use super::runs::{RunStatus, SpecResult};
 use super::{EngineError, invalid, queues};
+use canopy_model::events::graph::{GraphRef, RunCancelled, RunRef};
 use canopy_model::events::{Cause, Event};
 use canopy_store::{Tx, ids};
 
@@ -14,9 +15,9 @@ use canopy_store::{Tx, ids};
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ControlRequest {
-    /// `run` (start a run), `reset` (back to idle; history stays) or `continue` (resume a
-    /// paused run).
-    #[schemars(extend("enum" = ["run", "reset", "continue"]))]
+    /// `run` (start a run), `reset` (back to idle; history stays), `continue` (resume a
+    /// paused run) or `cancel` (stop the run in flight, recorded `cancelled`).
+    #[schemars(extend("enum" = ["run", "reset", "continue", "cancel"]))]
     pub action: String,
     /// run: drain this queue (its name, id or unique id prefix) instead of the bound specs.
     #[serde(default)]
@@ -56,7 +57,10 @@ pub(super) fn start_run(
                 graph.blocker.as_deref().unwrap_or("no blocker")
             )));
         }
-        GraphStatus::Idle | GraphStatus::Completed | GraphStatus::Failed => {}
+        GraphStatus::Idle
+        | GraphStatus::Completed
+        | GraphStatus::Failed
+        | GraphStatus::Cancelled => {}
     }
     let queue_id = queue
         .map(|q| {
@@ -125,6 +129,63 @@ pub(super) fn reset(tx: &Tx<'_>, graph_id: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Cancels the graph's run in flight (running, paused or interrupted): its running node run,
+/// its spec in flight, the run and the graph become `cancelled`, and no driver may go on with
+/// it. The graph's blocker says what was stopped. The caller stops the driver, whose
+/// processes are killed as it ends. Returns the `graph.run.cancelled` event.
+pub(super) fn cancel(tx: &Tx<'_>, graph_id: &str, by: &str) -> Result<Event, EngineError> {
+    let graph = tx.graph_shallow(graph_id)?;
+    let run = match &graph.current_run_id {
+        Some(run_id) => Some(tx.run(run_id)?),
+        None => None,
+    };
+    let Some(run) = run.filter(|run| run.status.is_active()) else {
+        return Err(EngineError::Conflict(format!(
+            "graph `{}` has no run in flight to cancel; it is {}",
+            graph.name, graph.status
+        )));
+    };
+    let was = run.status;
+    let cancelled = tx.cancel_node_runs(&run.id, &format!("cancelled by {by}"))?;
+    let (stopped, specs) = (cancelled.node, cancelled.specs);
+    let spec_name = |id: &str| {
+        tx.spec(id)
+            .map(|spec| format!("spec `{}`", spec.name))
+            .unwrap_or_else(|_| format!("spec {}", ids::short(id)))
+    };
+    let what = match (&stopped, specs.first()) {
+        (Some((node, spec)), _) => format!(
+            "node `{node}` on {} was stopped and its processes killed",
+            spec_name(spec)
+        ),
+        (None, Some(spec)) => format!(
+            "the run was {was} on {}; no node was running",
+            spec_name(spec)
+        ),
+        (None, None) => format!("the run was {was}; no node was running"),
+    };
+    let reason = format!("cancelled by {by}: {what}");
+    tx.finish_run(&run.id, RunStatus::Cancelled, Some(&reason), None)?;
+    tx.set_graph_status(graph_id, GraphStatus::Cancelled, Some(&reason), None)?;
+    tx.take_driver_lease(graph_id)?;
+    Ok(Event::new(&RunCancelled {
+        run: RunRef {
+            graph: GraphRef {
+                graph_id: graph.id.clone(),
+                graph_name: graph.name.clone(),
+                workdir: run.workdir.clone(),
+            },
+            run_id: run.id.clone(),
+            queue_id: run.queue_id.clone(),
+        },
+        by: by.to_string(),
+        node: stopped.as_ref().map(|(node, _)| node.clone()),
+        spec_id: stopped
+            .map(|(_, spec)| spec)
+            .or_else(|| specs.into_iter().next()),
+    }))
+}
+
 pub(super) fn continue_run(
     tx: &Tx<'_>,
     graph_id: &str,
@@ -142,7 +203,7 @@ pub(super) fn continue_run(
     let resumable = match run.status {
         RunStatus::Paused | RunStatus::Interrupted => true,
         RunStatus::Running => !tx.node_in_progress(&run_id)?,
-        RunStatus::Completed | RunStatus::Failed | RunStatus::Reset => false,
+        RunStatus::Completed | RunStatus::Failed | RunStatus::Reset | RunStatus::Cancelled => false,
     };
     if !resumable {
         return Err(EngineError::Conflict(format!(

@@ -636,7 +636,7 @@ async fn run_node(
                     );
                     (Some(event), false)
                 }
-                NodeRunStatus::Running | NodeRunStatus::Interrupted => {
+                NodeRunStatus::Running | NodeRunStatus::Interrupted | NodeRunStatus::Cancelled => {
                     return Err(EngineError::Internal(anyhow::anyhow!(
                         "a node run cannot end {status}"
                     )));

@@ -30,7 +30,10 @@ pub use runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
 pub use specs::{NewSpec, Spec, SpecPatch};
 pub use view::{GraphView, Progress, ProgressResult, RunView, ViewPage};
 
-use control::{continue_run, interrupt_active, reset, start_run};
+use control::{cancel, continue_run, interrupt_active, reset, start_run};
+
+/// How long a cancel waits for the run's driver (and the node's processes) to end.
+const DRIVER_STOP: std::time::Duration = std::time::Duration::from_secs(10);
 use view::remaining_events;
 
 use crate::bus::{Bus, Recorded};
@@ -60,7 +63,7 @@ struct Inner {
     plugins: PluginHost,
     bus: Bus,
     /// The driver task of each running graph.
-    drivers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    drivers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
 }
 
 impl Engine {
@@ -838,6 +841,23 @@ impl Engine {
                 .await?;
                 self.stop_driver(&graph_id);
             }
+            "cancel" => {
+                if request.queue_id.is_some()
+                    || request.workdir.is_some()
+                    || request.mode.is_some()
+                    || request.node.is_some()
+                {
+                    return invalid("`cancel` takes no other field");
+                }
+                let id = graph_id.clone();
+                let by = Cause::current().actor.to_string();
+                self.write_with_events(move |tx| {
+                    let event = cancel(tx, &id, &by)?;
+                    Ok(((), vec![event]))
+                })
+                .await?;
+                self.stop_driver_and_wait(&graph_id).await;
+            }
             "continue" => {
                 if request.queue_id.is_some() || request.workdir.is_some() {
                     return invalid("fields `queue_id` and `workdir` belong to the `run` action");
@@ -850,7 +870,7 @@ impl Engine {
             }
             other => {
                 return invalid(format!(
-                    "field `action` must be `run`, `reset` or `continue`, got `{other}`"
+                    "field `action` must be `run`, `reset`, `continue` or `cancel`, got `{other}`"
                 ));
             }
         }
@@ -961,7 +981,7 @@ impl Engine {
         Ok(())
     }
 
-    fn drivers(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
+    fn drivers(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::JoinHandle<()>>> {
         self.inner
             .drivers
             .lock()
@@ -982,12 +1002,27 @@ impl Engine {
         let mut drivers = self.drivers();
         let graph_id = lease.graph_id.clone();
         let task = tokio::spawn(driver::drive(self.clone(), lease));
-        drivers.insert(graph_id, task.abort_handle());
+        drivers.insert(graph_id, task);
     }
 
     fn stop_driver(&self, graph_id: &str) {
         if let Some(handle) = self.drivers().remove(graph_id) {
             handle.abort();
+        }
+    }
+
+    /// Stops the graph's driver and waits (up to [`DRIVER_STOP`]) until it has ended: its
+    /// executor call is dropped, and with it the node's processes, killed as it goes.
+    async fn stop_driver_and_wait(&self, graph_id: &str) {
+        let Some(handle) = self.drivers().remove(graph_id) else {
+            return;
+        };
+        handle.abort();
+        if tokio::time::timeout(DRIVER_STOP, handle).await.is_err() {
+            tracing::warn!(
+                graph = graph_id,
+                "the cancelled run's driver has not ended yet"
+            );
         }
     }
 
@@ -1024,7 +1059,7 @@ impl Engine {
 
     /// At daemon shutdown: stops every driver; in-flight node runs are recorded as interrupted.
     pub async fn shutdown(&self) -> Result<usize, EngineError> {
-        let handles: Vec<tokio::task::AbortHandle> =
+        let handles: Vec<tokio::task::JoinHandle<()>> =
             self.drivers().drain().map(|(_, h)| h).collect();
         for handle in &handles {
             handle.abort();

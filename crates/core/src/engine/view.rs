@@ -107,6 +107,7 @@ state_enum! {
         Failed = "failed",
         Skipped = "skipped",
         Interrupted = "interrupted",
+        Cancelled = "cancelled",
     }
 }
 
@@ -119,6 +120,7 @@ impl From<SpecResult> for ProgressResult {
             SpecResult::Failed => Self::Failed,
             SpecResult::Skipped => Self::Skipped,
             SpecResult::Interrupted => Self::Interrupted,
+            SpecResult::Cancelled => Self::Cancelled,
         }
     }
 }
@@ -133,6 +135,7 @@ impl From<MemberStatus> for ProgressResult {
             MemberStatus::Failed => Self::Failed,
             MemberStatus::Skipped => Self::Skipped,
             MemberStatus::Interrupted => Self::Interrupted,
+            MemberStatus::Cancelled => Self::Cancelled,
         }
     }
 }

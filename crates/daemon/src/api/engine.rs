@@ -214,8 +214,9 @@ async fn control(
     Path(name): Path<String>,
     ApiJson(request): ApiJson<ControlRequest>,
 ) -> Result<ApiJson<GraphView>, ApiError> {
-    // A planned stop has closed admission: a run or continue would start nothing.
-    if state.drain.is_closed() && request.action != "reset" {
+    // A planned stop has closed admission: a run or continue would start nothing (a reset or
+    // a cancel only stops work).
+    if state.drain.is_closed() && !matches!(request.action.as_str(), "reset" | "cancel") {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             "stopping",

@@ -139,6 +139,19 @@ pub struct RunReset {
     pub run_id: Option<String>,
 }
 
+/// `graph.run.cancelled`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunCancelled {
+    #[serde(flatten)]
+    pub run: RunRef,
+    /// Who cancelled it (the request's actor).
+    pub by: String,
+    /// The node that was running and was stopped, if one was.
+    pub node: Option<String>,
+    /// The spec in flight (running, or blocked on a pause), if there was one.
+    pub spec_id: Option<String>,
+}
+
 declare_events! { Family::Graph;
     GraphCreated => "graph.created", false,
         "a graph was created",
@@ -213,6 +226,10 @@ declare_events! { Family::Graph;
                 .marker("blocker", e.blocker.clone())
                 .marker_if("node", e.node.as_ref()),
         );
+    RunCancelled => "graph.run.cancelled", false,
+        "a run was cancelled (`graph cancel`): its running node was stopped and its processes killed; the run, its spec in flight and the graph are `cancelled`. Graph hooks do not fire (a cancel is a decision, not a failure)",
+        ["graph_id", "graph_name", "workdir", "run_id", "queue_id", "by", "node", "spec_id"],
+        target: |e| Some(e.run.graph.graph_name.clone()), project: |e| Some(e.run.graph.workdir.clone());
     RunReset => "graph.run.reset", false,
         "a graph was reset: its active run (if any) ended and it is idle again",
         ["graph_id", "graph_name", "workdir", "run_id"],
