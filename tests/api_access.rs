@@ -254,8 +254,12 @@ fn every_request_needs_the_token() {
 }
 
 #[test]
-fn the_token_is_private_new_at_every_start_and_the_cli_sends_it() {
-    let mut daemon = Daemon::start();
+fn the_token_is_private_kept_across_restarts_and_replaced_only_when_asked() {
+    // A hook whose process tries to rotate the token (with its call token).
+    let mut daemon = Daemon::start_with_config(&format!(
+        "[[hooks]]\nname = \"rotator\"\nevent = \"spec.created\"\naction = {{ command = \"{} daemon rotate-token 2>&1\" }}\n",
+        support::CANOPY
+    ));
     let token_file = daemon.data_dir.join("daemon.token");
     let first = daemon.token().to_string();
     assert_eq!(first.len(), 64, "{first}");
@@ -267,25 +271,108 @@ fn the_token_is_private_new_at_every_start_and_the_cli_sends_it() {
     let list = daemon.ok(&["plugin", "list"]);
     assert!(list.contains("command"), "{list}");
 
+    // A restart keeps it: a configured HTTP client (MCP) goes on working.
     daemon.stop();
     let data_dir = daemon.data_dir.clone();
-    let restarted = Daemon::start_on(&data_dir);
-    assert_ne!(restarted.token(), first);
-    let stale = restarted.raw(
-        "GET",
-        "/api/health",
-        &[
-            ("Host", restarted.host()),
-            ("Authorization", &format!("Bearer {first}")),
-        ],
-        b"",
-    );
-    assert_eq!(stale.status, 401, "{:?}", stale);
+    let mut restarted = Daemon::start_on(&data_dir);
+    assert_eq!(restarted.token(), first);
+    let with = |daemon: &Daemon, token: &str| {
+        daemon
+            .raw(
+                "GET",
+                "/api/status",
+                &[
+                    ("Host", daemon.host()),
+                    ("Authorization", &format!("Bearer {token}")),
+                ],
+                b"",
+            )
+            .status
+    };
+    assert_eq!(with(&restarted, &first), 200);
+
+    // Rotated through the running daemon: the old token is refused at once, the CLI reads the
+    // new one.
+    let said = restarted.ok(&["daemon", "rotate-token"]);
+    assert!(said.contains("a new API token is in force"), "{said}");
+    let second = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_ne!(second, first);
+    restarted.reread_token();
+    assert_eq!(with(&restarted, &first), 401);
+    assert_eq!(with(&restarted, &second), 200);
     restarted.ok(&["plugin", "list"]);
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    assert!(
+        !restarted.log().contains(&second),
+        "the token reached the log"
+    );
+
+    // A hook's process, with its call token, may not lock its user out.
+    restarted.add_spec("rotate");
+    let hook = &restarted.ended_hook_runs("config", 1)[0];
+    assert_eq!(hook["status"], "failed", "{hook}");
+    assert!(
+        hook.to_string()
+            .contains("may not rotate the daemon's token; only its user may"),
+        "{hook}"
+    );
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), second);
+
+    // With no daemon running, a rotation writes the file the next start uses.
+    restarted.stop();
+    let said = restarted.ok(&["daemon", "rotate-token"]);
+    assert!(said.contains("which its next start uses"), "{said}");
+    let third = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_ne!(third, second);
+    let mut again = Daemon::start_on(&data_dir);
+    assert_eq!(again.token(), third);
+
+    // A token file others could read is not reused, even though the start tightens its mode.
+    again.stop();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut loosened = Daemon::start_on(&data_dir);
+    assert_ne!(loosened.token(), third);
+    assert!(
+        loosened
+            .log()
+            .contains("readable or writable by other users"),
+        "{}",
+        loosened.log()
+    );
+
+    // A symlink planted in its place, to a file holding a token the planter knows: neither
+    // reused nor written through.
+    loosened.stop();
+    let planted = tempfile::tempdir().unwrap();
+    let known = planted.path().join("known");
+    std::fs::write(&known, format!("{}\n", "ab".repeat(32))).unwrap();
+    std::fs::set_permissions(&known, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_file(&token_file).unwrap();
+    std::os::unix::fs::symlink(&known, &token_file).unwrap();
+    let fresh = Daemon::start_on(&data_dir);
+    assert_ne!(fresh.token(), "ab".repeat(32));
+    assert_eq!(
+        std::fs::read_to_string(&known).unwrap().trim(),
+        "ab".repeat(32)
+    );
+    assert!(
+        !std::fs::symlink_metadata(&token_file)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    fresh.ok(&["plugin", "list"]);
 
     // Without the token file the CLI says where it looked and what to do.
     std::fs::remove_file(&token_file).unwrap();
-    let err = restarted.fails(&["plugin", "list"]);
+    let err = fresh.fails(&["plugin", "list"]);
     assert!(err.contains("cannot read the daemon's API token"), "{err}");
     assert!(err.contains("daemon.token"), "{err}");
     assert!(err.contains("restart the daemon"), "{err}");

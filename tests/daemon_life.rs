@@ -794,3 +794,79 @@ fn daemon_stop_ends_a_following_inbox_stream_instead_of_waiting_on_it() {
     // The follower saw its stream end rather than hang.
     assert!(reader.join().unwrap().is_ok());
 }
+
+#[test]
+fn install_service_prints_or_writes_a_user_unit_that_runs_this_daemon() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config");
+    // A data dir with a space and a `%`: one literal word to systemd.
+    let data_dir = home.path().join("data 100%");
+    let canopy = |args: &[&str]| {
+        let output = Command::new(support::CANOPY)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(args)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", &config)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let unit = canopy(&["daemon", "install-service", "--print"]);
+    let exe = std::fs::canonicalize(support::CANOPY).unwrap();
+    let exec = format!(
+        "ExecStart=\"{}\" \"daemon\" \"--data-dir\" \"{}/data 100%%\"\n",
+        exe.display(),
+        home.path().display()
+    );
+    assert!(unit.contains(&exec), "{unit}");
+    for line in [
+        "Restart=on-failure\n",
+        "KillMode=mixed\n",
+        "TimeoutStopSec=60\n",
+        "WantedBy=default.target\n",
+        "Environment=\"PATH=",
+    ] {
+        assert!(unit.contains(line), "{line}: {unit}");
+    }
+    let file = config.join("systemd/user/canopy.service");
+    assert!(!file.exists(), "--print wrote the unit");
+    // Where systemd's own checker is installed, it finds nothing to say about the unit (a key
+    // it cannot parse is a warning there, a missing binary an error).
+    if let Ok(verified) = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(write_file(home.path(), "canopy.service", &unit))
+        .output()
+    {
+        assert!(
+            verified.status.success() && verified.stderr.is_empty(),
+            "{verified:?}"
+        );
+    }
+
+    let said = canopy(&["daemon", "install-service"]);
+    assert!(
+        said.starts_with(&format!("wrote {}", file.display())),
+        "{said}"
+    );
+    assert!(
+        said.contains("systemctl --user enable --now canopy"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), unit);
+    let again = canopy(&["daemon", "install-service", "--listen", "127.0.0.1:7999"]);
+    assert!(again.starts_with("updated "), "{again}");
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("\"--listen\" \"127.0.0.1:7999\""),
+        "the update did not take"
+    );
+}
+
+fn write_file(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}

@@ -22,14 +22,14 @@ const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/mcp/drive.py
 
 /// Runs the driver with `args`; its JSON report. Fails the test with its stderr when it fails.
 fn drive(args: &[&str]) -> Value {
-    let mut child = Command::new("python3")
+    let mut child = Command::new(support::python())
         .arg(DRIVER)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("python3 runs (and `pip install mcp`: .ci/run installs it)");
+        .expect("python3 runs (with the MCP SDK: .ci/run installs it in target/test-venv)");
     // Read both pipes while it runs, so a full pipe never stalls it.
     let read = |mut pipe: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {

@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The shell block between the README's quick-start markers.
 fn quick_start() -> String {
@@ -139,8 +139,13 @@ fn daemon_start_says_why_a_daemon_would_not_start_and_does_not_start_two() {
     assert!(log.contains("canopy daemon listening"), "{log}");
     let stderr = std::fs::read_to_string(data.path().join("daemon.stderr")).unwrap();
     assert!(!stderr.contains("canopy daemon listening"), "{stderr}");
-    // A restart drains and stops the daemon, then starts a new one (a new token).
+    // A restart drains and stops the daemon, then starts a new one (the token stays).
     let token = std::fs::read_to_string(data.path().join("daemon.token")).unwrap();
+    let pid = |status: Output| -> u64 {
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["pid"].as_u64().unwrap()
+    };
+    let before = pid(canopy(&["status", "--json"]));
     let restarted = canopy(&["daemon", "restart"]);
     let said = String::from_utf8_lossy(&restarted.stdout);
     assert!(restarted.status.success(), "{restarted:?}");
@@ -148,10 +153,14 @@ fn daemon_start_says_why_a_daemon_would_not_start_and_does_not_start_two() {
         said.contains("canopy daemon stopped") && said.contains("canopy daemon started"),
         "{said}"
     );
-    assert_ne!(
+    assert_eq!(
         std::fs::read_to_string(data.path().join("daemon.token")).unwrap(),
         token
     );
-    assert!(canopy(&["status"]).status.success());
+    assert_ne!(
+        pid(canopy(&["status", "--json"])),
+        before,
+        "the same daemon runs"
+    );
     assert!(canopy(&["daemon", "stop"]).status.success());
 }

@@ -591,11 +591,11 @@ fn a_policy_denies_force_pushes(daemon: &Daemon, mode: &str, repo: &Path) -> Vec
 }
 
 /// Builds `plugins/examples/python-executor` with componentize-py (from PyPI; `.ci/run`
-/// installs it) into `out`; returns the component's path.
+/// installs it in target/test-venv) into `out`; returns the component's path.
 fn build_python_policy(out: &Path) -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let component = out.join("python-policy.wasm");
-    let built = std::process::Command::new("python3")
+    let built = std::process::Command::new(support::python())
         .current_dir(&root)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .args([
@@ -616,7 +616,7 @@ fn build_python_policy(out: &Path) -> std::path::PathBuf {
         .expect("python3 runs");
     assert!(
         built.status.success(),
-        "componentize-py could not build the Python example (`python3 -m pip install componentize-py==0.25.1`; .ci/run installs it): {}{}",
+        "componentize-py could not build the Python example (`.ci/run` installs componentize-py==0.25.1 in target/test-venv): {}{}",
         String::from_utf8_lossy(&built.stdout),
         String::from_utf8_lossy(&built.stderr)
     );

@@ -12,6 +12,17 @@ use serde_json::Value;
 /// The `canopy` binary under test.
 pub const CANOPY: &str = env!("CARGO_BIN_EXE_canopy");
 
+/// The Python the tests drive (the MCP SDK, componentize-py): the one in the venv `.ci/run`
+/// makes under `target/test-venv` when there is one, else `python3` on `PATH`.
+pub fn python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv/bin/python3");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
 /// The SDK example plugin (`plugins/examples/append-file`), built for wasm32-wasip2.
 pub const APPEND_FILE_WASM: &str = env!("CANOPY_EXAMPLE_APPEND_FILE_WASM");
 /// An executor built against `canopy:hooks@0.1.0` with plain wit-bindgen
@@ -168,6 +179,14 @@ impl Daemon {
         &self.token
     }
 
+    /// Reads the token again from the data dir (after `daemon rotate-token`).
+    pub fn reread_token(&mut self) {
+        self.token = std::fs::read_to_string(self.data_dir.join("daemon.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+    }
+
     /// `host:port` of the daemon, as in its URL (`127.0.0.1:PORT`).
     pub fn host(&self) -> &str {
         self.url.trim_start_matches("http://")
@@ -254,7 +273,7 @@ impl Daemon {
     }
 
     /// Starts `canopy --data-dir D <args>` in the background, its stdout and stderr piped.
-    pub fn spawn_cli(&self, args: &[&str]) -> std::process::Child {
+    pub fn spawn_cli(&self, args: &[&str]) -> Child {
         Command::new(CANOPY)
             .arg("--data-dir")
             .arg(&self.data_dir)

@@ -92,7 +92,7 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
                     "LAST (UTC)",
                 ],
                 &rows,
-                "no crons: add [[crons]] to canopy.toml (see the README's Crons section)",
+                "no crons: add [[crons]] to canopy.toml (see the manual's Crons chapter, docs/src/crons.md)",
             );
         }
         CronCommand::Logs {

@@ -27,13 +27,38 @@ pub enum DaemonCommand {
         listen: Option<String>,
     },
     /// Stop the running daemon as `daemon stop` does (work in flight drains), then start it
-    /// again in the background as `daemon start` does: a new token, the configuration read anew.
+    /// again in the background as `daemon start` does: the configuration read anew (the token
+    /// stays).
     #[command(after_help = "Example:\n  canopy daemon restart --timeout 60")]
     Restart {
         /// Seconds work in flight may run on before it is forced (at most 3600).
         #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=3600))]
         timeout: u64,
         /// Address to listen on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Replace the daemon's API token (`daemon.token` in the data dir) with a new one. The token
+    /// otherwise stays the same across restarts; a running daemon refuses the old one at once.
+    /// The CLI reads the new one by itself; give it anew to HTTP clients (MCP) configured with it.
+    #[command(
+        name = "rotate-token",
+        after_help = "Example:\n  canopy daemon rotate-token"
+    )]
+    RotateToken,
+    /// Write a service definition that runs the daemon under your service manager: a systemd
+    /// user unit on Linux (`~/.config/systemd/user/canopy.service`), a launchd agent on macOS.
+    /// It runs this binary on this data dir, restarts it when it fails, and gives a stop the
+    /// 60 s its drain needs. Prints the commands that enable it.
+    #[command(
+        name = "install-service",
+        after_help = "Examples:\n  canopy daemon install-service --print    # only show it\n  canopy daemon install-service && systemctl --user daemon-reload && systemctl --user enable --now canopy"
+    )]
+    InstallService {
+        /// Print the service definition instead of writing it.
+        #[arg(long)]
+        print: bool,
+        /// Address the service's daemon listens on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
     },
@@ -67,7 +92,38 @@ pub async fn run(data: &DataDir, command: DaemonCommand) -> Result<ExitCode> {
             start(data, listen).await
         }
         DaemonCommand::Stop { timeout } => stop(data, timeout).await,
+        DaemonCommand::RotateToken => rotate_token(data).await,
+        DaemonCommand::InstallService { print, listen } => {
+            crate::service::install(data, listen.as_deref(), print)
+        }
     }
+}
+
+/// `daemon rotate-token`: through the running daemon (which takes the new token at once), or,
+/// with none running, by writing a new token file that its next start uses.
+async fn rotate_token(data: &DataDir) -> Result<ExitCode> {
+    if canopy_daemon::daemon::holder(data).is_some() {
+        let answer: Value = Client::connect(data)?
+            .post("/api/rotate-token", &json!({}))
+            .await?;
+        println!(
+            "a new API token is in force, in {}; the old one is refused from now on. The CLI reads the new one by itself; give it anew to HTTP clients configured with the old one (MCP)",
+            str_at(&answer, "/token_file")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !data.root().is_dir() {
+        bail!(
+            "data dir {} does not exist: a daemon's first start writes its token",
+            data.root().display()
+        );
+    }
+    canopy_datadir::token::write_new(&data.token_file())?;
+    println!(
+        "no daemon is running; wrote a new API token to {}, which its next start uses",
+        data.token_file().display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// How long `daemon start` waits for the daemon to answer (a first start installs the
@@ -100,11 +156,13 @@ async fn start(data: &DataDir, listen: Option<String>) -> Result<ExitCode> {
     let stderr_path = data.root().join("daemon.stderr");
     let stderr = {
         use std::os::unix::fs::OpenOptionsExt as _;
+        // Not through a symlink planted in its place.
         std::fs::OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&stderr_path)
             .with_context(|| format!("cannot write {}", stderr_path.display()))?
     };

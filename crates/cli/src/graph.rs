@@ -20,7 +20,7 @@ pub enum GraphCommand {
         after_help = "Example:\n  canopy graph create web.json    # web.json: {\"name\": \"web\", \"workdir\": \"/home/me/src/web\", \"nodes\": [{\"name\": \"test\", \"command\": \"cargo test\"}]}"
     )]
     Create {
-        /// The graph as a JSON file (see the README's first graph).
+        /// The graph as a JSON file (see the README's quick start, or the manual's walkthrough).
         #[arg(value_name = "FILE")]
         file: PathBuf,
         #[arg(long)]

@@ -12,6 +12,7 @@ mod plugin;
 mod progress;
 mod queue;
 mod run;
+mod service;
 mod session;
 mod spec;
 mod table;
@@ -37,7 +38,7 @@ use canopy_datadir::DataDir;
     about = "Canopy: a daemon and CLI that runs agent work as graphs over specs and queues, with hooks run by sandboxed WebAssembly executors",
     // `-V` belongs to `canopy` alone: a subcommand has no version of its own.
     propagate_version = false,
-    after_help = "Example, a first run (the README walks through it):\n  canopy daemon &                                   # or in a terminal of its own\n  canopy spec add --name \"Login form\" --file login.md\n  canopy graph create web.json\n  canopy graph run web --wait"
+    after_help = "Example, a first run (the README's quick start walks through one):\n  canopy daemon start\n  canopy spec add --name \"Login form\" --file login.md\n  canopy graph create web.json\n  canopy graph run web --wait"
 )]
 pub struct Cli {
     /// Data dir of the daemon to run or talk to [default: $CANOPY_HOME, else

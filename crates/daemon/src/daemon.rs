@@ -211,6 +211,8 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
     let listener = bind(&data, &listen).await?;
     let webhook_listener = crate::webhook_listener::bind(&config).await?;
     canopy_executors::procs::umask::private_umask();
+    // Before the data dir is made private: a token others could have read is not reused.
+    let found_token = canopy_datadir::token::inspect(&data.token_file());
     let data = data.create()?;
     let _lock = lock(&data)?;
     if let Err(err) = crate::logfile::attach(
@@ -220,8 +222,10 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
         tracing::warn!(error = %format!("{err:#}"), "the log goes to stderr only");
     }
     // After the lock: a second daemon refused on this data dir must not replace the token.
-    let token = write_token(&data)?;
-    canopy_executors::secrets::register(&token);
+    let token = Arc::new(api::ApiToken::new(
+        start_token(&data, found_token)?,
+        data.token_file(),
+    ));
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     canopy_executors::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
@@ -338,13 +342,9 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
             crons: crons.clone(),
             data_dir: data.root().to_path_buf(),
             daemon: info.clone(),
+            token: token.clone(),
         },
-        api::Access::new(
-            bound.port(),
-            token,
-            data.token_file(),
-            plugins.credentials().clone(),
-        ),
+        api::Access::new(bound.port(), token, plugins.credentials().clone()),
     );
     let limits = crate::listener::Limits {
         name: "API",
@@ -415,36 +415,20 @@ fn write_address(data: &DataDir, url: &str) -> Result<()> {
     Ok(())
 }
 
-/// Writes a new API token (32 random bytes, hex) to the data dir, readable by this user only,
-/// replacing the file whole (a reader never sees half a token).
-fn write_token(data: &DataDir) -> Result<String> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)
-        .map_err(|err| anyhow::anyhow!("cannot draw random bytes for the API token: {err}"))?;
-    let token = hex::encode(bytes);
-    let path = data.token_file();
-    let partial = path.with_extension("token.partial");
-    // A leftover from a crash may have other permissions; `mode` applies only to a new file.
-    match std::fs::remove_file(&partial) {
-        Ok(()) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => {
-            return Err(err).with_context(|| format!("cannot remove {}", partial.display()));
-        }
+/// The API token this start uses: the one in the data dir, kept across restarts when it can be
+/// trusted (see [`canopy_datadir::token`]), else a new one.
+fn start_token(data: &DataDir, found: canopy_datadir::token::Found) -> Result<String> {
+    use canopy_datadir::token::Found;
+    match found {
+        Found::Usable(token) => return Ok(token),
+        Found::Missing => {}
+        Found::Unusable(why) => tracing::warn!(
+            file = %data.token_file().display(),
+            why,
+            "the API token file cannot be trusted; a new token replaces it"
+        ),
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&partial)
-        .with_context(|| format!("cannot create {}", partial.display()))?;
-    file.write_all(format!("{token}\n").as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write {}", partial.display()))?;
-    std::fs::rename(&partial, &path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(token)
+    canopy_datadir::token::write_new(&data.token_file())
 }
 
 /// Re-reads `canopy.toml` at every SIGHUP (as `canopy config reload` does).

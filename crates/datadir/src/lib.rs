@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+pub mod token;
+
 /// The variable naming the data dir (as `--data-dir` does). The daemon sets it on every
 /// process it runs, so a `canopy` command there talks to that daemon.
 pub const HOME_VAR: &str = "CANOPY_HOME";
@@ -99,7 +101,7 @@ impl DataDir {
         self.root.join("daemon.log")
     }
 
-    /// The API token of the running daemon (0600, new at every start); the CLI sends it as
+    /// The daemon's API token (0600, kept across restarts; see [`token`]); the CLI sends it as
     /// `Authorization: Bearer <token>`.
     pub fn token_file(&self) -> PathBuf {
         self.root.join("daemon.token")

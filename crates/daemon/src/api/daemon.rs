@@ -1,4 +1,4 @@
-//! `/api/status` and `/api/shutdown`: the daemon itself.
+//! `/api/status`, `/api/shutdown` and `/api/rotate-token`: the daemon itself.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -72,6 +72,34 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/status", get(status))
         .route("/shutdown", post(shutdown))
+        .route("/rotate-token", post(rotate_token))
+}
+
+/// `POST /api/rotate-token`: a new API token, in force at once (the old one is refused from
+/// the next request) and written to `daemon.token`, where the CLI reads it. The answer names the
+/// file, never the token. Only the user may: a call's process (a hook's, a cron's) may not lock
+/// its user out.
+async fn rotate_token(
+    State(state): State<AppState>,
+    by_call: Option<axum::Extension<super::guard::ByCall>>,
+) -> Result<ApiJson<Value>, ApiError> {
+    if by_call.is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a process the daemon runs (with its call token) may not rotate the daemon's token; only its user may, with `canopy daemon rotate-token`",
+        ));
+    }
+    let token = state.token.clone();
+    tokio::task::spawn_blocking(move || token.rotate())
+        .await
+        .map_err(|err| ApiError::internal(&anyhow::anyhow!("the rotation did not finish: {err}")))?
+        .map_err(|err| ApiError::internal(&err))?;
+    tracing::info!(file = %state.token.file().display(), "the API token was rotated");
+    Ok(ApiJson(json!({
+        "rotated": true,
+        "token_file": state.token.file(),
+    })))
 }
 
 async fn status(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {

@@ -8,7 +8,8 @@
 //! 2. come from no web page but this daemon's own origin: an `Origin` header, when there is one,
 //!    is `http://` + one of those (else 403 `forbidden_origin`);
 //! 3. carry the daemon's token, `Authorization: Bearer <token>`, read from `daemon.token` in the
-//!    data dir (0600, new at every start), or the token of a call running now (a hook's, a
+//!    data dir (0600, kept across restarts, replaced by `canopy daemon rotate-token`), or the
+//!    token of a call running now (a hook's, a
 //!    cron's, a node's process finds it in `CANOPY_CALL_TOKEN`); else 401 `unauthorized`;
 //! 4. send a body, if it has one, as `application/json`, or `application/wasm` for the component
 //!    of a plugin install (else 415 `unsupported_media_type`).
@@ -26,13 +27,71 @@ use super::ApiError;
 use canopy_executors::plugins::credentials::{CallCredentials, Presented};
 use canopy_model::events::{Actor, Cause};
 
-/// Who may use the API: requests to this port carrying this token, or a live call's.
+/// Who may use the API: requests to this port carrying the daemon's token, or a live call's.
 pub struct Access {
     port: u16,
-    token: String,
-    token_file: PathBuf,
+    token: Arc<ApiToken>,
     calls: CallCredentials,
 }
+
+/// The daemon's API token and its file; [`ApiToken::rotate`] replaces both at once.
+pub struct ApiToken {
+    current: std::sync::RwLock<String>,
+    file: PathBuf,
+}
+
+impl std::fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiToken")
+            .field("current", &"<redacted>")
+            .field("file", &self.file)
+            .finish()
+    }
+}
+
+impl ApiToken {
+    /// `token`, as written to `file`.
+    pub fn new(token: String, file: PathBuf) -> Self {
+        canopy_executors::secrets::register(&token);
+        Self {
+            current: std::sync::RwLock::new(token),
+            file,
+        }
+    }
+
+    /// The file the token is in.
+    pub fn file(&self) -> &std::path::Path {
+        &self.file
+    }
+
+    /// Whether `presented` is the token, compared in constant time.
+    fn matches(&self, presented: &str) -> bool {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        bool::from(presented.as_bytes().ct_eq(current.as_bytes()))
+    }
+
+    /// Writes a new token to the file and uses it from now on: the old one is refused at once.
+    /// Requests are held while the file is written, so none sees the file and the daemon
+    /// disagree.
+    pub fn rotate(&self) -> anyhow::Result<()> {
+        let mut current = self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let token = canopy_datadir::token::write_new(&self.file)?;
+        canopy_executors::secrets::register(&token);
+        *current = token;
+        Ok(())
+    }
+}
+
+/// Marks a request made with a call's token (a process the daemon runs), for the routes only
+/// the user may take.
+#[derive(Debug, Clone, Copy)]
+pub struct ByCall;
 
 /// Whose token a request carries.
 enum Caller {
@@ -46,22 +105,16 @@ impl std::fmt::Debug for Access {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Access")
             .field("port", &self.port)
-            .field("token", &"<redacted>")
-            .field("token_file", &self.token_file)
+            .field("token", &self.token)
             .finish()
     }
 }
 
 impl Access {
-    /// The daemon listening on `port`, whose token is `token`, written to `token_file`, which
-    /// also accepts the tokens of the calls in `calls` while they run.
-    pub fn new(port: u16, token: String, token_file: PathBuf, calls: CallCredentials) -> Self {
-        Self {
-            port,
-            token,
-            token_file,
-            calls,
-        }
+    /// The daemon listening on `port`, whose token is `token`, which also accepts the tokens
+    /// of the calls in `calls` while they run.
+    pub fn new(port: u16, token: Arc<ApiToken>, calls: CallCredentials) -> Self {
+        Self { port, token, calls }
     }
 
     /// The `Host` values this daemon answers to.
@@ -141,9 +194,7 @@ impl Access {
             });
         let problem = match presented {
             None => "missing API token",
-            Some(token) if bool::from(token.as_bytes().ct_eq(self.token.as_bytes())) => {
-                return Ok(Caller::Daemon);
-            }
+            Some(token) if self.token.matches(token) => return Ok(Caller::Daemon),
             Some(token) => match self.calls.lookup(token) {
                 Presented::Live(cause) => return Ok(Caller::Call(cause)),
                 Presented::Ended => {
@@ -160,8 +211,8 @@ impl Access {
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             format!(
-                "{problem}: send `Authorization: Bearer <token>`; the daemon writes a new token at every start to {} and the CLI reads it from there",
-                self.token_file.display()
+                "{problem}: send `Authorization: Bearer <token>`; the daemon's token is in {} (the CLI reads it from there; `canopy daemon rotate-token` replaces it)",
+                self.token.file().display()
             ),
         ))
     }
@@ -247,7 +298,11 @@ pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Ne
         };
     }
     match access.check(&request) {
-        Ok(Caller::Call(cause)) => cause.scope(next.run(request)).await,
+        Ok(Caller::Call(cause)) => {
+            let mut request = request;
+            request.extensions_mut().insert(ByCall);
+            cause.scope(next.run(request)).await
+        }
         Ok(Caller::Daemon) => match cause_of(&request) {
             Ok(cause) => cause.scope(next.run(request)).await,
             Err(err) => err.into_response(),

@@ -28,7 +28,7 @@ use axum::routing::get;
 
 pub use daemon::DaemonInfo;
 pub use error::{ApiError, ApiJson, ApiQuery};
-pub use guard::Access;
+pub use guard::{Access, ApiToken};
 
 use canopy_core::bus::Bus;
 use canopy_core::engine::Engine;
@@ -59,6 +59,8 @@ pub struct AppState {
     pub data_dir: std::path::PathBuf,
     /// Pid, address, start time, log file, and the shutdown switch.
     pub daemon: Arc<DaemonInfo>,
+    /// The daemon's API token (`POST /api/rotate-token` replaces it).
+    pub token: Arc<ApiToken>,
 }
 
 /// Request types the MCP server's tools take (their JSON Schemas are the tools' input schemas).
@@ -110,7 +112,7 @@ fn finish(routes: Router<AppState>, state: AppState) -> Router {
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
     ApiError::not_found(format!(
-        "no such route: {method} {}; the routes are listed under HTTP API in the README",
+        "no such route: {method} {}; the routes are listed in the manual's HTTP API chapter (docs/src/http-api.md)",
         uri.path()
     ))
 }
