@@ -106,7 +106,11 @@ action = {{ command = "echo \"$CANOPY_CRON_NAME $CANOPY_CRON_RUN_ID $CANOPY_ACTO
         list.contains("tick") && list.contains("@every 1s") && list.contains("completed, exit 0"),
         "{list}"
     );
-    let logs = daemon.ok(&["cron", "logs", "--name", "tick", "--last", "50", "--output"]);
+    // ... and what it runs.
+    assert!(list.lines().next().unwrap().ends_with("RUNS"), "{list}");
+    assert!(list.contains("command: echo \"$CANOPY_CRON_NAME"), "{list}");
+    // The name is taken first, as `cron run NAME` takes it, or with --name.
+    let logs = daemon.ok(&["cron", "logs", "tick", "--last", "50", "--output"]);
     assert!(
         logs.contains(&run_id[..8]) && logs.contains("completed") && logs.contains("| fired"),
         "{logs}"

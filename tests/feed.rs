@@ -282,10 +282,12 @@ fn every_family_reaches_the_feed_with_its_envelope_and_a_payload_its_schema_acce
     // The CLI shows the same events, one line each.
     let text = daemon.ok(&["feed", "--family", "plugin"]);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
-    let words: Vec<&str> = lines[1].split_whitespace().collect();
+    // A header, then one line per event.
+    assert!(lines[0].starts_with("TIME (UTC)"), "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
+    let words: Vec<&str> = lines[2].split_whitespace().collect();
     assert!(
-        words[2..4] == ["user", "plugin.removed"] && lines[1].contains(&noop),
+        words[2..4] == ["user", "plugin.removed"] && lines[2].contains(&noop),
         "{text}"
     );
 }

@@ -650,3 +650,95 @@ fn run_watch_follows_a_run_by_its_id_to_its_end() {
     let err = daemon.fails(&["run", "watch", "ffffffff"]);
     assert!(err.contains("ffffffff"), "{err}");
 }
+
+#[test]
+fn show_works_everywhere_headings_convert_and_a_misspelt_tag_is_named() {
+    let daemon = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A misspelt tag: named, with the one meant.
+    let misspelt = dir.path().join("misspelt.md");
+    std::fs::write(
+        &misspelt,
+        "<spec>\n<objective>x</objective>\n<functional_requirement>y</functional_requirement>\n</spec>\n",
+    )
+    .unwrap();
+    let err = daemon.fails(&[
+        "spec",
+        "add",
+        "--name",
+        "m",
+        "--file",
+        misspelt.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains(
+            "unknown tag <functional_requirement> (did you mean <functional_requirements>?)"
+        ),
+        "{err}"
+    );
+    // The heading format is refused as it is, pointing at --convert, which rewrites it.
+    let headings = dir.path().join("login.md");
+    std::fs::write(
+        &headings,
+        "# Login form\n\n## Objective\nLet users log in.\n\n## Requirements\n- a form\n\n## Constraints\nNo new dependencies.\n",
+    )
+    .unwrap();
+    let file = headings.to_str().unwrap();
+    let err = daemon.fails(&["spec", "add", "--name", "login", "--file", file]);
+    assert!(
+        err.contains("`canopy spec add --convert` rewrites it"),
+        "{err}"
+    );
+    daemon.ok(&[
+        "spec",
+        "add",
+        "--name",
+        "login",
+        "--file",
+        file,
+        "--convert",
+    ]);
+    let spec = daemon.json(&["spec", "show", "login"]);
+    let body = spec["body"].as_str().unwrap();
+    assert!(
+        body.contains("<objective>\n# Login form\n\nLet users log in.\n</objective>")
+            && body.contains("<functional_requirements>\n- a form\n</functional_requirements>")
+            && body.contains("<constraints>\nNo new dependencies.\n</constraints>"),
+        "{body}"
+    );
+    // A tagged body given --convert is refused, saying so.
+    let err = daemon.fails(&[
+        "spec",
+        "update",
+        "login",
+        "--file",
+        misspelt.to_str().unwrap(),
+        "--convert",
+    ]);
+    assert!(
+        err.contains("--convert: the body has no section heading"),
+        "{err}"
+    );
+
+    // `show` everywhere, `get` kept for graphs.
+    let repo = git_repo();
+    daemon.create_graph(json!({
+        "name": "web", "workdir": repo.path(), "specs": ["login"],
+        "nodes": [{ "name": "n", "command": "true" }],
+    }));
+    // The spec, added with no workdir, now belongs with the graph's.
+    let spec = daemon.json(&["spec", "show", "login"]);
+    assert_eq!(
+        std::fs::canonicalize(spec["workdir"].as_str().unwrap()).unwrap(),
+        std::fs::canonicalize(repo.path()).unwrap(),
+        "{spec}"
+    );
+    let shown = daemon.ok(&["graph", "show", "web"]);
+    assert!(shown.starts_with("graph:    web"), "{shown}");
+    assert_eq!(daemon.ok(&["graph", "get", "web"]), shown);
+    // `logs` and `graph reset` answer JSON too.
+    let logs = daemon.json(&["logs", "--lines", "5"]);
+    assert_eq!(logs["lines"].as_array().unwrap().len(), 5, "{logs}");
+    let reset = daemon.json(&["graph", "reset", "web"]);
+    assert_eq!(reset["status"], "idle", "{reset}");
+}

@@ -423,6 +423,8 @@ command = "echo {{no_such_marker}}"
     std::fs::write(&file, config(repo.path(), out.path())).unwrap();
     let answer = daemon.json(&["config", "reload"]);
     assert_eq!(answer["report"]["applied"], json!(["projects"]), "{answer}");
+    // A project without webhooks changes nothing that needs a restart.
+    assert_eq!(answer["report"]["needs_restart"], json!([]), "{answer}");
     wait_baseline(&daemon, "web");
     let sha = commit(repo.path(), "after reload");
     let runs = project_runs(&daemon, "project.checkout_updated", 1, SETTLED);

@@ -663,6 +663,7 @@ fn build_js_policy(out: &Path) -> std::path::PathBuf {
     // The package's own build script, with the output moved out of the source tree (the last
     // `--out` wins).
     let built = std::process::Command::new("npm")
+        .env("PATH", support::tool_path())
         .current_dir(&example)
         .args(["run", "--silent", "build", "--", "--out"])
         .arg(&component)
@@ -670,7 +671,7 @@ fn build_js_policy(out: &Path) -> std::path::PathBuf {
         .expect("npm runs");
     assert!(
         built.status.success() && component.exists(),
-        "componentize-js could not build the JavaScript example (run `npm ci` in plugins/examples/js-executor; .ci/run does): {}{}",
+        "componentize-js could not build the JavaScript example (it needs Node.js 20.19 or later, and `npm ci` in plugins/examples/js-executor; .ci/run does both): {}{}",
         String::from_utf8_lossy(&built.stdout),
         String::from_utf8_lossy(&built.stderr)
     );

@@ -391,7 +391,7 @@ command = "true"
     assert!(
         shown
             .lines()
-            .any(|l| l.starts_with("respond.mode") && l.trim_end().ends_with("async")),
+            .any(|l| l.trim_start().starts_with("respond.mode") && l.trim_end().ends_with("async")),
         "{shown}"
     );
     // The listing names each token's source instead.

@@ -12,6 +12,20 @@ use serde_json::Value;
 /// The `canopy` binary under test.
 pub const CANOPY: &str = env!("CARGO_BIN_EXE_canopy");
 
+/// `PATH` for the tools that build the examples: with the Node.js `.ci/run` installs under
+/// `target/node` first, when it installed one (a system Node.js older than componentize-js
+/// needs).
+pub fn tool_path() -> std::ffi::OsString {
+    let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/node/node_modules/.bin");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if !node.is_dir() {
+        return path;
+    }
+    let mut dirs = vec![node];
+    dirs.extend(std::env::split_paths(&path));
+    std::env::join_paths(dirs).unwrap_or(path)
+}
+
 /// The Python the tests drive (the MCP SDK, componentize-py): the one in the venv `.ci/run`
 /// makes under `target/test-venv` when there is one, else `python3` on `PATH`.
 pub fn python() -> PathBuf {

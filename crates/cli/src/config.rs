@@ -20,6 +20,7 @@ pub enum ConfigCommand {
     Validate {
         /// The file to check [default: canopy.toml in the data dir]
         file: Option<PathBuf>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -27,6 +28,7 @@ pub enum ConfigCommand {
     /// not validate is refused whole: the configuration in force stays.
     #[command(after_help = "Example:\n  canopy config reload")]
     Reload {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },

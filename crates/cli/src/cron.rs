@@ -19,24 +19,29 @@ pub enum CronCommand {
     /// (rebuilt from its receipts, so it survives restarts).
     #[command(after_help = "Examples:\n  canopy cron list\n  canopy cron list --json")]
     List {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
     /// A cron's receipts, newest first: one per firing, with its run id, status, exit code,
     /// duration and (with --json, or --output) the tail of its output.
     #[command(
-        after_help = "Examples:\n  canopy cron logs --name prune-preview\n  canopy cron logs --name prune-preview --last 5 --output\n  canopy cron logs --name prune-preview --json"
+        after_help = "Examples:\n  canopy cron logs prune-preview\n  canopy cron logs prune-preview --last 5 --output\n  canopy cron logs --name prune-preview --json"
     )]
     Logs {
         /// The cron's name.
-        #[arg(long, value_parser = non_empty)]
-        name: String,
+        #[arg(value_name = "NAME", value_parser = non_empty, required_unless_present = "named")]
+        name: Option<String>,
+        /// The cron's name, as an option (the same as giving it first).
+        #[arg(long = "name", value_name = "NAME", value_parser = non_empty, conflicts_with = "name")]
+        named: Option<String>,
         /// How many receipts (1 to 100000).
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         last: u64,
         /// Print each receipt's output tail under its row.
         #[arg(long)]
         output: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -52,6 +57,7 @@ pub enum CronCommand {
         /// Wait for the firing to end and print its output.
         #[arg(long)]
         wait: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -90,6 +96,7 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
                     "NEXT (UTC)",
                     "LAST RUN",
                     "LAST (UTC)",
+                    "RUNS",
                 ],
                 &rows,
                 "no crons: add [[crons]] to canopy.toml (see the manual's Crons chapter, docs/src/crons.md)",
@@ -97,10 +104,13 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
         }
         CronCommand::Logs {
             name,
+            named,
             last,
             output,
             json,
         } => {
+            // clap holds one of the two (required_unless_present, conflicts_with).
+            let name = name.or(named).unwrap_or_default();
             let answer: Value = client
                 .get(&format!("/api/crons/{}/runs?last={last}", encode(&name)))
                 .await?;
@@ -239,6 +249,7 @@ fn cron_row(cron: &Value) -> Vec<String> {
         utc_cell(str_at(cron, "/next_at")),
         last_run,
         utc_cell(str_at(last, "/created_at")),
+        str_at(cron, "/runs").to_string(),
     ]
 }
 

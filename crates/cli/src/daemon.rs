@@ -402,7 +402,7 @@ fn uptime(seconds: u64) -> String {
 
 /// `canopy logs`: the last `lines` lines of daemon.log (reaching into the rotated files), then
 /// with `follow` what the daemon writes next, across rotations, until interrupted.
-pub async fn logs(data: &DataDir, follow: bool, lines: usize) -> Result<ExitCode> {
+pub async fn logs(data: &DataDir, follow: bool, lines: usize, json: bool) -> Result<ExitCode> {
     let path = data.log_file();
     let (tail, mut current) = logfile::last_lines(&path, lines);
     if current.is_none() && !follow {
@@ -411,6 +411,10 @@ pub async fn logs(data: &DataDir, follow: bool, lines: usize) -> Result<ExitCode
             path.display(),
             data.root().display()
         );
+    }
+    if json {
+        print_json(&json!({ "log_file": path, "lines": tail }))?;
+        return Ok(ExitCode::SUCCESS);
     }
     let mut out = std::io::stdout().lock();
     for line in &tail {

@@ -134,7 +134,7 @@ async fn list(client: &Client, args: &FeedArgs) -> Result<ExitCode> {
         let events = answer["events"].as_array().cloned().unwrap_or_default();
         if !args.json {
             for event in &events {
-                println!("{}", line(event));
+                print_line(event);
             }
         }
         let full = events.len() == PAGE;
@@ -169,7 +169,7 @@ fn print_answer(answer: &Value, json: bool) -> Result<()> {
         println!("no events");
     }
     for event in events {
-        println!("{}", line(event));
+        print_line(event);
     }
     Ok(())
 }
@@ -283,7 +283,7 @@ async fn stream_once(
                 if json {
                     println!("{envelope}");
                 } else {
-                    println!("{}", line(&envelope));
+                    print_line(&envelope);
                 }
                 if frame.id.is_some() {
                     last = frame.id;
@@ -300,6 +300,40 @@ async fn stream_once(
 }
 
 /// One event on one line: time, cursor, actor, event, target, and a short payload summary.
+/// Widths of the actor and event columns: a longer one is cut short (`--json` has it whole), so
+/// the columns after it stay in line.
+const ACTOR_WIDTH: usize = 24;
+const EVENT_WIDTH: usize = 28;
+
+/// The column titles, printed once above the first event.
+fn header() -> String {
+    format!(
+        "{:<20}  {:>6}  {:<ACTOR_WIDTH$}  {:<EVENT_WIDTH$}  TARGET  SUMMARY",
+        "TIME (UTC)", "ID", "ACTOR", "EVENT"
+    )
+}
+
+static HEADER_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints an event's line, the header first if it has not been printed yet.
+fn print_line(envelope: &Value) {
+    if !HEADER_PRINTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        println!("{}", header());
+    }
+    println!("{}", line(envelope));
+}
+
+/// `text` in at most `width` characters: cut short with `…`.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(width - 1).collect();
+        cut.push('…');
+        cut
+    }
+}
+
 fn line(envelope: &Value) -> String {
     let timestamp = str_at(envelope, "/timestamp");
     let time = match timestamp.get(..19) {
@@ -317,11 +351,11 @@ fn line(envelope: &Value) -> String {
         None => "-",
     };
     let summary = summary(envelope);
-    // Columns line up for the usual actors and events; a longer one pushes the rest along.
     let text = format!(
-        "{time}  {:>6}  {actor:<14}  {:<26}  {target}{}{summary}",
+        "{time:<20}  {:>6}  {:<ACTOR_WIDTH$}  {:<EVENT_WIDTH$}  {target}{}{summary}",
         envelope["id"].as_i64().unwrap_or_default(),
-        str_at(envelope, "/event"),
+        fit(&actor, ACTOR_WIDTH),
+        fit(str_at(envelope, "/event"), EVENT_WIDTH),
         if summary.is_empty() { "" } else { "  " }
     );
     text.replace(['\n', '\r'], " ")
@@ -389,7 +423,20 @@ mod tests {
         });
         assert_eq!(
             line(&envelope),
-            "2026-05-01T09:30:00Z      42  hook:announce (depth 1)  graph.run.completed         web  note=two lines specs=a,b status=completed"
+            "2026-05-01T09:30:00Z      42  hook:announce (depth 1)   graph.run.completed           web  note=two lines specs=a,b status=completed"
+        );
+        // A long actor is cut short, and the columns after it stay where the header says.
+        let mut long = envelope.clone();
+        long["actor"] = json!("webhook:project/web/github-push-to-main");
+        let shown = line(&long);
+        assert!(
+            shown.contains("webhook:project/web/git…  graph.run.completed"),
+            "{shown}"
+        );
+        let column = |text: &str, word: &str| text.split(word).next().map(|s| s.chars().count());
+        assert_eq!(
+            column(&shown, "graph.run"),
+            column(&super::header(), "EVENT")
         );
     }
 }

@@ -23,20 +23,24 @@ pub enum GraphCommand {
         /// The graph as a JSON file (see the README's quick start, or the manual's walkthrough).
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
     /// List graphs with their status.
     #[command(after_help = "Example:\n  canopy graph list")]
     List {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// Show a graph: status, blocker, warnings, current run and its progress.
+    /// Show a graph: status, blocker, warnings, current run and its progress (`get` is the
+    /// same command).
     #[command(
-        after_help = "Examples:\n  canopy graph get web\n  canopy graph get web --offset 50    # the next page of a long run's specs"
+        visible_alias = "get",
+        after_help = "Examples:\n  canopy graph show web\n  canopy graph show web --offset 50    # the next page of a long run's specs"
     )]
-    Get {
+    Show {
         /// The graph's name, id or unique id prefix.
         #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
@@ -46,6 +50,7 @@ pub enum GraphCommand {
         /// Show at most this many specs (1 to 1000).
         #[arg(long, value_name = "N", default_value_t = 50)]
         limit: usize,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -65,6 +70,7 @@ pub enum GraphCommand {
         /// otherwise change nothing and say which version it is at.
         #[arg(long, value_name = "N")]
         if_version: Option<i64>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -88,6 +94,7 @@ pub enum GraphCommand {
         wait: bool,
         #[command(flatten)]
         waiting: WaitOptions,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -109,6 +116,7 @@ pub enum GraphCommand {
         /// The graph's name, id or unique id prefix.
         #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -121,6 +129,7 @@ pub enum GraphCommand {
         /// The graph's name, id or unique id prefix.
         #[arg(value_name = "GRAPH", value_parser = non_empty)]
         name: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -154,6 +163,7 @@ pub enum GraphCommand {
         /// Node runs to list.
         #[arg(long, default_value_t = 30)]
         last: usize,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -395,6 +405,7 @@ pub struct Watching {
     /// Stop watching after this long (30s, 2h) even if the run goes on.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     timeout: Option<std::time::Duration>,
+    /// Print the API's JSON answer, unchanged, instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -492,7 +503,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 );
             }
         }
-        GraphCommand::Get {
+        GraphCommand::Show {
             name,
             offset,
             limit,

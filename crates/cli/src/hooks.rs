@@ -43,6 +43,7 @@ pub enum HooksCommand {
         /// How many runs to list.
         #[arg(long, default_value_t = 20)]
         last: usize,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -68,6 +69,7 @@ pub enum HooksCommand {
         /// sync or async; or an executor mode (command, agent, docs-maintenance, ...).
         #[arg(long)]
         mode: Option<String>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -83,6 +85,7 @@ pub enum HooksCommand {
         /// Only the events a sync hook may take.
         #[arg(long)]
         sync_only: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -90,6 +93,7 @@ pub enum HooksCommand {
     /// times within `breaker_window_secs` (a loop?), and its firings are dropped since.
     #[command(after_help = "Examples:\n  canopy hooks tripped\n  canopy hooks reset announce")]
     Tripped {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -101,6 +105,7 @@ pub enum HooksCommand {
         /// The hook's name, as `canopy hooks tripped` shows it.
         #[arg(value_name = "NAME", value_parser = non_empty)]
         name: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -133,6 +138,7 @@ pub enum HooksCommand {
         /// Run the hooks for real, recorded as test runs.
         #[arg(long)]
         execute: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },

@@ -72,6 +72,7 @@ enum Command {
     /// the last warnings and errors of its log.
     #[command(after_help = "Example:\n  canopy status")]
     Status {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -84,6 +85,9 @@ enum Command {
         /// Lines to print from the end of the log.
         #[arg(long, short = 'n', default_value_t = 50, value_name = "N")]
         lines: usize,
+        /// Print `{"log_file": ..., "lines": [...]}` instead of the lines.
+        #[arg(long, conflicts_with = "follow")]
+        json: bool,
     },
     /// Install, inspect, run and measure executor plugins.
     #[command(
@@ -247,7 +251,11 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
             ..
         } => daemon::run(&data, action).await,
         Command::Status { json } => daemon::status(&data, json).await,
-        Command::Logs { follow, lines } => daemon::logs(&data, follow, lines).await,
+        Command::Logs {
+            follow,
+            lines,
+            json,
+        } => daemon::logs(&data, follow, lines, json).await,
         Command::Run(command) => run::run(&Client::connect(&data)?, command).await,
         Command::Plugin(command) => plugin::run(&Client::connect(&data)?, command).await,
         Command::Spec(command) => spec::run(&Client::connect(&data)?, command).await,

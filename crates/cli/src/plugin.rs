@@ -33,6 +33,7 @@ pub enum PluginCommand {
     /// List installed plugins.
     #[command(after_help = "Example:\n  canopy plugin list")]
     List {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -42,6 +43,7 @@ pub enum PluginCommand {
         /// The plugin's name (`canopy plugin list` shows them).
         #[arg(value_name = "PLUGIN", value_parser = non_empty)]
         name: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -80,6 +82,7 @@ pub enum PluginCommand {
         /// Directory the call runs in [default: the current directory]
         #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -103,6 +106,7 @@ pub enum PluginCommand {
         /// Directory the calls run in [default: a scratch dir in the data dir]
         #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -363,6 +367,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             workdir,
             json,
         } => {
+            let config_given = config.is_some();
             let config = match config {
                 Some(text) => parse_json_arg("--config", &text)?,
                 None => json!({}),
@@ -377,7 +382,18 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             let report: Value = client
                 .post(&format!("/api/plugins/{}/bench", encode(&name)), &body)
                 .await
-                .map_err(|err| in_cli_terms(err, &CALL_ARGUMENTS))?;
+                .map_err(|err| in_cli_terms(err, &CALL_ARGUMENTS))
+                .map_err(|err| {
+                    // The calls' config is `{}` when left out: a mode with required fields
+                    // refuses it, and the way to give them is not obvious from that.
+                    if !config_given && format!("{err:#}").contains("invalid config") {
+                        err.context(format!(
+                            "the calls' config is {{}} without --config: give the fields the mode needs, e.g. `canopy plugin bench {name} --config '{{\"field\": \"value\"}}'` (or --config @FILE)"
+                        ))
+                    } else {
+                        err
+                    }
+                })?;
             if json {
                 print_json(&report)?;
             } else {

@@ -21,12 +21,14 @@ pub enum QueueCommand {
         /// Specs to put in it, in order: ids or unique id prefixes.
         #[arg(value_name = "SPEC")]
         specs: Vec<String>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
     /// List queues.
     #[command(after_help = "Example:\n  canopy queue list")]
     List {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -36,6 +38,7 @@ pub enum QueueCommand {
         /// The queue: its name, id or unique id prefix.
         #[arg(value_name = "QUEUE", value_parser = non_empty)]
         queue: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },

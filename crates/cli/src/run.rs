@@ -22,6 +22,7 @@ pub enum RunCommand {
         /// How many runs to list.
         #[arg(long, default_value_t = 20, value_name = "N")]
         last: usize,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -30,6 +31,7 @@ pub enum RunCommand {
     Show {
         /// The run: its id or a unique prefix (`canopy run list` shows them).
         run: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -47,6 +49,7 @@ pub enum RunCommand {
     Output {
         /// The node run: its id or a unique prefix (`canopy run show RUN` lists them).
         node_run: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },

@@ -30,6 +30,7 @@ pub enum SessionCommand {
         /// The tmux server's socket, when it is not the default one.
         #[arg(long, requires = "tmux_target", value_name = "PATH")]
         tmux_socket: Option<String>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -39,6 +40,7 @@ pub enum SessionCommand {
         /// Finished sessions too.
         #[arg(long)]
         all: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -48,6 +50,7 @@ pub enum SessionCommand {
         /// The session: its id, a unique id prefix or its name.
         #[arg(value_name = "SESSION", value_parser = non_empty)]
         id: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -65,6 +68,7 @@ pub enum SessionCommand {
         /// The session: its id, a unique id prefix or its name.
         #[arg(value_name = "SESSION", value_parser = non_empty)]
         id: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -77,6 +81,7 @@ pub enum SessionCommand {
         /// The harness's conversation id.
         #[arg(value_name = "CONVERSATION", value_parser = non_empty)]
         conversation_id: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -92,6 +97,7 @@ pub enum SessionCommand {
         /// Keep printing messages as they are delivered (Ctrl-C ends).
         #[arg(long)]
         follow: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -107,6 +113,7 @@ pub enum SessionCommand {
         /// The message; `-` reads it from stdin.
         #[arg(value_name = "TEXT")]
         text: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -114,12 +121,14 @@ pub enum SessionCommand {
     /// be reached, or the daemon stopped while typing them), kept for recall.
     #[command(after_help = "Example:\n  canopy session recall")]
     Recall {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
     /// What the daemon had to tell you (undeliverable messages, say).
     #[command(after_help = "Example:\n  canopy session notifications")]
     Notifications {
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },

@@ -31,9 +31,15 @@ pub enum SpecCommand {
         /// Read the body from a file (`-` for stdin).
         #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
-        /// Tag the spec with a workdir, for filtering.
+        /// The body is in the older heading format (`## Objective`, `## Constraints` ...):
+        /// rewrite it as a tagged <spec> first (the text under each heading goes into its tag).
+        #[arg(long, conflicts_with = "objective")]
+        convert: bool,
+        /// Tag the spec with a workdir, for filtering [default: none until a graph binds it,
+        /// then that graph's workdir].
         #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -43,6 +49,7 @@ pub enum SpecCommand {
         /// Only the specs tagged with this workdir.
         #[arg(long, value_name = "DIR")]
         workdir: Option<PathBuf>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -52,6 +59,7 @@ pub enum SpecCommand {
         /// The spec's id or a unique id prefix (`canopy spec list` shows them).
         #[arg(value_name = "SPEC", value_parser = non_empty)]
         id: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -72,12 +80,17 @@ pub enum SpecCommand {
         /// Read the new body from a file (`-` for stdin).
         #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
+        /// The new body is in the older heading format: rewrite it as a tagged <spec> first.
+        /// Without --body/--file, the spec's own stored body is converted.
+        #[arg(long)]
+        convert: bool,
         /// Tag the spec with this workdir.
         #[arg(long, conflicts_with = "clear_workdir", value_name = "DIR")]
         workdir: Option<PathBuf>,
         /// Remove the workdir tag.
         #[arg(long)]
         clear_workdir: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -131,12 +144,18 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             body,
             objective,
             file,
+            convert,
             workdir,
             json,
         } => {
             let body = match objective {
                 Some(objective) => Some(objective_only(&objective)),
                 None => read_body(body, file)?,
+            };
+            let body = if convert {
+                body.map(|body| converted(&body)).transpose()?
+            } else {
+                body
             };
             let Some(body) = body else {
                 bail!(
@@ -205,7 +224,7 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
                 println!("summary:  {}", spec["summary"].as_str().unwrap_or("-"));
                 if spec["needs_conversion"].as_bool() == Some(true) {
                     println!(
-                        "format:   heading format: needs conversion to the tagged <spec> format"
+                        "format:   heading format: needs conversion to the tagged <spec> format (`canopy spec update SPEC --convert`)"
                     );
                 }
                 println!("\n{}", str_at(&spec, "/body").trim_end());
@@ -216,6 +235,7 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             name,
             body,
             file,
+            convert,
             workdir,
             clear_workdir,
             json,
@@ -224,7 +244,19 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             if let Some(name) = name {
                 patch.insert("name".into(), Value::String(name));
             }
-            if let Some(body) = read_body(body, file)? {
+            let mut body = read_body(body, file)?;
+            if convert {
+                let stored = match body.take() {
+                    Some(body) => body,
+                    None => {
+                        let spec: Value =
+                            client.get(&format!("/api/specs/{}", encode(&id))).await?;
+                        str_at(&spec, "/body").to_string()
+                    }
+                };
+                body = Some(converted(&stored)?);
+            }
+            if let Some(body) = body {
                 patch.insert("body".into(), Value::String(body));
             }
             if let Some(dir) = workdir {
@@ -273,6 +305,18 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
 }
 
 /// A spec body holding `objective` and the other sections empty.
+/// `body`, in the heading format, rewritten as a tagged `<spec>` (`--convert`).
+fn converted(body: &str) -> Result<String> {
+    if canopy_model::spec_format::parse(body).is_ok() {
+        bail!("--convert: the body is in the tagged <spec> format already; leave --convert out");
+    }
+    canopy_model::spec_format::from_headings(body).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--convert: the body has no section heading to convert (`## Objective`, `## Functional requirements`, `## Constraints` ...), or a section's text holds a tag such as </objective>; write it in the tagged <spec> format"
+        )
+    })
+}
+
 fn objective_only(objective: &str) -> String {
     let mut body = format!("<spec>\n<objective>\n{}\n</objective>\n", objective.trim());
     for tag in &canopy_model::spec_format::SECTIONS[1..] {

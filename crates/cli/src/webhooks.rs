@@ -23,6 +23,7 @@ pub enum WebhooksCommand {
         /// Only this project's webhooks (`global` for the top-level ones).
         #[arg(long, value_name = "PROJECT")]
         project: Option<String>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -32,6 +33,7 @@ pub enum WebhooksCommand {
         /// `<scope>/<id>`: `global/<id>` (or `<id>` alone) or `<project>/<id>`.
         #[arg(value_parser = non_empty)]
         hook: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -49,6 +51,7 @@ pub enum WebhooksCommand {
         status: Option<String>,
         #[arg(long, default_value_t = 20)]
         last: usize,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -60,6 +63,7 @@ pub enum WebhooksCommand {
         /// The delivery's id or a unique prefix.
         #[arg(value_parser = non_empty)]
         id: String,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -75,6 +79,7 @@ pub enum WebhooksCommand {
         /// Wait for the handler and print its outcome.
         #[arg(long)]
         wait: bool,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -96,6 +101,7 @@ pub enum WebhooksCommand {
         /// A query string, without `?` (`env=prod`).
         #[arg(long)]
         query: Option<String>,
+        /// Print the API's JSON answer, unchanged, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -222,20 +228,85 @@ async fn show(client: &Client, hook: &str, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // The view is already redacted; print it as TOML-ish lines, one key each, nested tables
-    // as dotted keys (`respond.mode`).
+    // as dotted keys (`respond.mode`), in groups; what is not set is left out (`--json` has
+    // every field).
     let mut lines = Vec::new();
     flatten("", &answer, &mut lines);
+    // The title says its key, id and place in canopy.toml.
+    lines.retain(|(key, text)| text != "-" && !matches!(key.as_str(), "id" | "key" | "toml_path"));
     let width = lines
         .iter()
         .map(|(k, _)| k.len())
         .max()
         .unwrap_or(0)
         .max(16);
-    for (key, text) in lines {
-        println!("{key:<width$} {text}");
+    println!(
+        "webhook {} ({})",
+        str_at(&answer, "/key"),
+        str_at(&answer, "/toml_path")
+    );
+    for (title, keys) in SHOW_GROUPS {
+        let group: Vec<&(String, String)> = lines
+            .iter()
+            .filter(|(key, _)| {
+                let top = key.split('.').next().unwrap_or_default();
+                match keys {
+                    Some(keys) => keys.contains(&top),
+                    // The rest: every key no group above names.
+                    None => !SHOW_GROUPS
+                        .iter()
+                        .filter_map(|(_, keys)| *keys)
+                        .any(|keys| keys.contains(&top)),
+                }
+            })
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        println!("\n{title}:");
+        for (key, text) in group {
+            println!("  {key:<width$} {text}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// How `webhooks show` groups a hook's fields (by their top-level key); `None`: the rest.
+const SHOW_GROUPS: [(&str, Option<&[&str]>); 5] = [
+    (
+        "where",
+        Some(&["url", "path", "served", "problem", "scope", "project"]),
+    ),
+    (
+        "who may call it",
+        Some(&["auth", "token", "hmac", "provider", "rotation", "dedup"]),
+    ),
+    (
+        "what it runs",
+        Some(&[
+            "type",
+            "command",
+            "action",
+            "config",
+            "checkout",
+            "cwd",
+            "body_from",
+            "title_from",
+            "queue",
+        ]),
+    ),
+    (
+        "how it answers and its limits",
+        Some(&[
+            "respond",
+            "concurrency",
+            "timeout_secs",
+            "max_body_bytes",
+            "deliveries",
+        ]),
+    ),
+    ("other", None),
+];
 
 /// `value`'s scalars as (dotted key, text) lines; an empty table or list is `-`, a list of
 /// scalars one line.

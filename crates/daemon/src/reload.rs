@@ -184,11 +184,13 @@ impl Reloader {
         let crons_changed = old.crons != config.crons;
         note(crons_changed, "crons", true);
         // Webhooks (their listener, hooks, tokens' sources, the actions they run) are read at
-        // start: an edit is named, to restart for.
+        // start: an edit is named, to restart for. A project added or removed without a
+        // `webhooks` section changes none.
         let project_webhooks =
             |c: &Config| -> Vec<(String, canopy_core::webhooks::config::ProjectWebhooks)> {
                 c.projects
                     .iter()
+                    .filter(|(_, p)| p.webhooks != Default::default())
                     .map(|(name, p)| (name.clone(), p.webhooks.clone()))
                     .collect()
             };

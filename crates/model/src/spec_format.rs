@@ -41,7 +41,13 @@ impl fmt::Display for SpecFormatError {
             Problem::Missing => write!(f, "spec body: missing tag <{tag}>")?,
             Problem::Duplicated => write!(f, "spec body: duplicated tag <{tag}>")?,
             Problem::Unclosed => write!(f, "spec body: unclosed tag <{tag}> (no </{tag}>)")?,
-            Problem::Unknown => write!(f, "spec body: unknown tag <{tag}>")?,
+            Problem::Unknown => write!(
+                f,
+                "spec body: unknown tag <{tag}>{}",
+                crate::text::closest(tag, SECTIONS)
+                    .map(|near| format!(" (did you mean <{near}>?)"))
+                    .unwrap_or_default()
+            )?,
             Problem::OutOfPlace => write!(f, "spec body: tag <{tag}> is out of place")?,
         }
         if !self.detail.is_empty() {
@@ -180,6 +186,77 @@ pub fn is_heading_format(body: &str) -> bool {
         })
 }
 
+/// The section a heading names (`## Functional requirements`, `# In scope`), if it names one.
+fn heading_section(line: &str) -> Option<&'static str> {
+    let line = line.trim();
+    if !line.starts_with('#') {
+        return None;
+    }
+    let title = line.trim_start_matches('#').trim().trim_end_matches(':');
+    let words = title.to_ascii_lowercase().replace(['-', '_'], " ");
+    // `## Requirements` is how most people write the functional ones.
+    if words == "requirements" {
+        return Some("functional_requirements");
+    }
+    SECTIONS
+        .iter()
+        .copied()
+        .find(|s| s.replace('_', " ") == words)
+}
+
+/// A body in the older heading format rewritten as a tagged `<spec>`: the text under each
+/// section heading goes into its tag (in canonical order; a section with no heading is left
+/// empty), and text before the first section heading (a title, say) goes at the top of the
+/// objective. `None` when the body has no section heading, or is tagged already.
+pub fn from_headings(body: &str) -> Option<String> {
+    if !is_heading_format(body) {
+        return None;
+    }
+    let mut preamble = String::new();
+    let mut sections: Vec<(&'static str, String)> = Vec::new();
+    for line in body.lines() {
+        if let Some(section) = heading_section(line) {
+            sections.push((section, String::new()));
+            continue;
+        }
+        let into = match sections.last_mut() {
+            Some((_, text)) => text,
+            None => &mut preamble,
+        };
+        into.push_str(line);
+        into.push('\n');
+    }
+    let mut out = "<spec>\n".to_string();
+    for section in SECTIONS {
+        // A section written twice keeps both parts, in order.
+        let mut text: Vec<&str> = sections
+            .iter()
+            .filter(|(s, _)| *s == section)
+            .map(|(_, text)| text.trim())
+            .filter(|text| !text.is_empty())
+            .collect();
+        if section == "objective" && !preamble.trim().is_empty() {
+            text.insert(0, preamble.trim());
+        }
+        let text = text.join("\n\n");
+        // A tag name inside the text would end its section early: refuse rather than guess.
+        if SECTIONS
+            .iter()
+            .chain(std::iter::once(&"spec"))
+            .any(|tag| text.contains(&format!("<{tag}>")) || text.contains(&format!("</{tag}>")))
+        {
+            return None;
+        }
+        if text.is_empty() {
+            out.push_str(&format!("<{section}></{section}>\n"));
+        } else {
+            out.push_str(&format!("<{section}>\n{text}\n</{section}>\n"));
+        }
+    }
+    out.push_str("</spec>\n");
+    parse(&out).ok().map(|_| out)
+}
+
 /// Reads a stored body: tagged, or heading format (needs conversion).
 pub fn read(body: &str) -> Result<SpecFormat, SpecFormatError> {
     match parse(body) {
@@ -192,6 +269,42 @@ pub fn read(body: &str) -> Result<SpecFormat, SpecFormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heading_body_converts_to_the_tagged_format() {
+        let body = "# Login form\n\n## Objective\nLet users log in.\n\n## Requirements\n- a form\n- a button\n\n## Out-of-scope\nSSO\n";
+        let tagged = from_headings(body).expect("converts");
+        let sections = parse(&tagged).expect("parses");
+        assert_eq!(
+            sections[0],
+            ("objective", "# Login form\n\nLet users log in.".to_string())
+        );
+        assert_eq!(
+            sections[1],
+            (
+                "functional_requirements",
+                "- a form\n- a button".to_string()
+            )
+        );
+        assert_eq!(sections[2], ("non_functional_requirements", String::new()));
+        assert_eq!(sections[6], ("out_of_scope", "SSO".to_string()));
+        // Nothing to convert: tagged already, or no section heading at all.
+        assert_eq!(from_headings(&tagged), None);
+        assert_eq!(from_headings("# Just a title\ntext"), None);
+        // A tag in the text would split a section: refused, not guessed.
+        assert_eq!(from_headings("## Objective\nuse </objective> here\n"), None);
+    }
+
+    #[test]
+    fn a_misspelt_tag_is_named_with_the_one_meant() {
+        let err = parse("<spec><functional_requirement></functional_requirement></spec>")
+            .expect_err("unknown tag");
+        assert!(
+            err.to_string()
+                .starts_with("spec body: unknown tag <functional_requirement> (did you mean <functional_requirements>?)"),
+            "{err}"
+        );
+    }
 
     fn body_with(sections: &[(&str, &str)]) -> String {
         let mut body = "<spec>\n".to_string();

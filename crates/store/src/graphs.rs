@@ -238,7 +238,7 @@ impl Tx<'_> {
                 now
             ],
         )?;
-        self.write_graph_specs(&id, &write.specs)?;
+        self.write_graph_specs(&id, &write.workdir, &write.specs)?;
         Ok(id)
     }
 
@@ -274,17 +274,29 @@ impl Tx<'_> {
                 super::now()
             ],
         )?;
-        self.write_graph_specs(id, &write.specs)?;
+        self.write_graph_specs(id, &write.workdir, &write.specs)?;
         Ok(Replaced::At(current + 1))
     }
 
-    fn write_graph_specs(&self, graph_id: &str, specs: &[String]) -> Result<(), StoreError> {
+    /// Binds `specs` to the graph, in order. A bound spec with no workdir tag takes the
+    /// graph's `workdir`, so that it is listed (and shown in the TUI) with the project it is
+    /// worked on in.
+    fn write_graph_specs(
+        &self,
+        graph_id: &str,
+        workdir: &str,
+        specs: &[String],
+    ) -> Result<(), StoreError> {
         self.execute("DELETE FROM graph_specs WHERE graph_id = ?1", [graph_id])?;
         let mut insert = self.conn().prepare_cached(
             "INSERT INTO graph_specs (graph_id, spec_id, position) VALUES (?1, ?2, ?3)",
         )?;
+        let mut tag = self
+            .conn()
+            .prepare_cached("UPDATE specs SET workdir = ?2 WHERE id = ?1 AND workdir IS NULL")?;
         for (position, spec) in specs.iter().enumerate() {
             insert.execute(params![graph_id, spec, position as i64])?;
+            tag.execute(params![spec, workdir])?;
         }
         Ok(())
     }

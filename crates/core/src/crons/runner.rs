@@ -69,6 +69,8 @@ pub struct CronView {
     pub name: String,
     pub schedule: String,
     pub timezone: String,
+    /// What it runs, in one line (`command: ./prune.sh`, `agent claude`, `mode docs-maintenance`).
+    pub runs: String,
     /// Whether this node runs it (its `nodes` / `roles_permitted`).
     pub served: bool,
     pub paused: bool,
@@ -765,6 +767,7 @@ impl Crons {
                 .timezone
                 .clone()
                 .unwrap_or_else(|| "UTC".to_string()),
+            runs: action_summary(&cron.config.action),
             served,
             paused,
             state,
@@ -915,4 +918,29 @@ fn oldest_kept(keep_days: u32) -> String {
         .checked_sub(keep)
         .unwrap_or(std::time::UNIX_EPOCH);
     humantime::format_rfc3339_micros(cutoff).to_string()
+}
+
+/// An action in one line, for a listing: its command (first line), its agent platform, its
+/// named action or its mode.
+fn action_summary(action: &serde_json::Map<String, serde_json::Value>) -> String {
+    let text = |key: &str| action.get(key).and_then(serde_json::Value::as_str);
+    if let Some(command) = text("command") {
+        let first = command.lines().next().unwrap_or_default();
+        let more = if command.trim_end().contains('\n') {
+            " …"
+        } else {
+            ""
+        };
+        return format!("command: {first}{more}");
+    }
+    if let Some(platform) = text("platform") {
+        return format!("agent {platform}");
+    }
+    if let Some(name) = text("action") {
+        return format!("action {name}");
+    }
+    match text("mode") {
+        Some(mode) => format!("mode {mode}"),
+        None => "-".to_string(),
+    }
 }

@@ -85,7 +85,7 @@ fn check_body(body: &str) -> Result<(), EngineError> {
     }
     spec_format::parse(body).map(|_| ()).map_err(|err| {
         let hint = if spec_format::is_heading_format(body) {
-            " (this is the older heading format; rewrite it with the tagged sections)"
+            " (this is the older heading format: `canopy spec add --convert` rewrites it with the tagged sections)"
         } else {
             ""
         };
