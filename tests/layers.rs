@@ -85,6 +85,7 @@ fn each_crate_depends_only_on_the_layers_below_it() {
                 "canopy-model",
                 "canopy-datadir",
                 "canopy-executors",
+                "canopy-shell-words",
             ],
         ),
         // The binary wires the CLI to the TUI; the executors only hand its tests the paths of
