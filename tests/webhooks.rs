@@ -1939,3 +1939,75 @@ config = { prompt = "{{body}}" }
         "{shown}"
     );
 }
+
+#[test]
+fn a_reload_puts_webhook_entries_in_force_and_names_listener_changes_to_restart_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("b.txt");
+    let config = |entries: &str, port: &str| {
+        format!("[webhooks]\nbind_port = {port}\ntoken = \"reload-token-5f3c9a\"\n{entries}")
+    };
+    let entry_a = |says: &str| {
+        format!(
+            "\n[webhooks.entries.a]\ntype = \"command\"\ncommand = \"echo {says}\"\nrespond = \"sync\"\n"
+        )
+    };
+    // An async hook: its deliveries run on the queue's workers, which a reload starts.
+    let entry_b = format!(
+        "\n[webhooks.entries.b]\ntype = \"command\"\ncommand = \"cat >> {}\"\n",
+        out.display()
+    );
+    let mut daemon = Daemon::start_with_config(&config(&entry_a("first"), "0"));
+    let url = daemon.webhooks_url();
+    let auth = [("Authorization", "Bearer reload-token-5f3c9a")];
+    let answer = post(&format!("{url}/hooks/global/a"), &auth, b"{}");
+    assert_eq!(answer.json()["output"], "first\n", "{}", answer.body);
+    assert_eq!(
+        post(&format!("{url}/hooks/global/b"), &auth, b"{}").status,
+        404
+    );
+
+    // Added and changed: in force at once, no restart.
+    let file = daemon.data_dir.join("canopy.toml");
+    std::fs::write(&file, config(&(entry_a("second") + &entry_b), "0")).unwrap();
+    let report = daemon.json(&["config", "reload"]);
+    assert_eq!(report["report"]["applied"], json!(["webhooks"]), "{report}");
+    assert_eq!(report["report"]["needs_restart"], json!([]), "{report}");
+    let answer = post(&format!("{url}/hooks/global/a"), &auth, b"{}");
+    assert_eq!(answer.json()["output"], "second\n", "{}", answer.body);
+    let answer = post(&format!("{url}/hooks/global/b"), &auth, b"queued body\n");
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    let id = answer.json()["delivery_id"].as_str().unwrap().to_string();
+    assert_eq!(ended(&daemon, &id)["status"], "completed");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "queued body\n");
+
+    // Taken out: no longer served, no longer listed.
+    std::fs::write(&file, config(&entry_b, "0")).unwrap();
+    daemon.ok(&["config", "reload"]);
+    assert_eq!(
+        post(&format!("{url}/hooks/global/a"), &auth, b"{}").status,
+        404
+    );
+    let list = daemon.json(&["webhooks", "list"]);
+    let keys: Vec<&str> = list["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["global/b"], "{list}");
+    // The one that stays still runs on its workers.
+    let answer = post(&format!("{url}/hooks/global/b"), &auth, b"again\n");
+    let id = answer.json()["delivery_id"].as_str().unwrap().to_string();
+    assert_eq!(ended(&daemon, &id)["status"], "completed");
+
+    // The listener's own address is read at start: the reload says to restart for it.
+    std::fs::write(&file, config(&entry_b, "1")).unwrap();
+    let report = daemon.json(&["config", "reload"]);
+    assert_eq!(
+        report["report"]["needs_restart"],
+        json!(["webhooks listener (its address, connection limits, flood_rate)"]),
+        "{report}"
+    );
+    daemon.stop();
+}

@@ -322,6 +322,7 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
         &config,
     )?;
     webhooks.start().await?;
+    reloader.serve_webhooks(webhooks.clone());
     if let Some(listener) = webhook_listener {
         crate::webhook_listener::spawn(webhooks.clone(), listener, info.stopped())?;
     }

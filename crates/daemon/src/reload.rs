@@ -50,6 +50,7 @@ pub struct Reloader {
     watchers: std::sync::OnceLock<Arc<canopy_core::projects::watch::Watchers>>,
     /// The crons, once the daemon has started them.
     crons: std::sync::OnceLock<canopy_core::crons::Crons>,
+    webhooks: std::sync::OnceLock<canopy_core::webhooks::Ingress>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -77,7 +78,14 @@ impl Reloader {
             gate: tokio::sync::Mutex::new(()),
             watchers: std::sync::OnceLock::new(),
             crons: std::sync::OnceLock::new(),
+            webhooks: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands the webhook ingress to the reloader: a reload that changes the webhooks' entries
+    /// puts them in force.
+    pub fn serve_webhooks(&self, ingress: canopy_core::webhooks::Ingress) {
+        let _ = self.webhooks.set(ingress);
     }
 
     /// Hands the crons to the reloader: a reload that changes `[[crons]]` reschedules them.
@@ -126,11 +134,14 @@ impl Reloader {
             Err(err) => return Err(vec![format!("cannot read {}: {err}", self.path.display())]),
         };
         let (config, hooks) = self.check(&text).await?;
-        let (report, new_crons) = self.apply(config, hooks);
-        if let (Some(Ok(new_crons)), Some(crons)) = (new_crons, self.crons.get())
+        let (report, changed) = self.apply(config, hooks);
+        if let (Some(Ok(new_crons)), Some(crons)) = (changed.crons, self.crons.get())
             && let Err(err) = crons.replace(new_crons).await
         {
             tracing::error!(error = %err, "cannot reschedule the crons");
+        }
+        if let (Some(webhooks), Some(ingress)) = (changed.webhooks, self.webhooks.get()) {
+            ingress.replace(webhooks).await;
         }
         tracing::info!(
             path = %self.path.display(),
@@ -142,17 +153,9 @@ impl Reloader {
         Ok(report)
     }
 
-    /// Puts a checked configuration in force, all but the crons (returned when they changed:
-    /// rescheduling them awaits).
-    #[allow(clippy::type_complexity)]
-    fn apply(
-        &self,
-        config: Config,
-        hooks: DaemonHooks,
-    ) -> (
-        ReloadReport,
-        Option<Result<Vec<canopy_core::crons::Cron>, Vec<String>>>,
-    ) {
+    /// Puts a checked configuration in force, all but the crons and the webhooks (returned
+    /// when they changed: putting them in force awaits).
+    fn apply(&self, config: Config, hooks: DaemonHooks) -> (ReloadReport, Changed) {
         let mut current = self
             .current
             .lock()
@@ -183,9 +186,10 @@ impl Reloader {
         note(projects_changed, "projects", true);
         let crons_changed = old.crons != config.crons;
         note(crons_changed, "crons", true);
-        // Webhooks (their listener, hooks, tokens' sources, the actions they run) are read at
-        // start: an edit is named, to restart for. A project added or removed without a
-        // `webhooks` section changes none.
+        // Webhooks: their entries (hooks, tokens' sources, the actions they run) are put in
+        // force; the listener's own settings (its address, connection limits, flood rate) are
+        // read at start, and an edit of them is named, to restart for. A project added or
+        // removed without a `webhooks` section changes none.
         let project_webhooks =
             |c: &Config| -> Vec<(String, canopy_core::webhooks::config::ProjectWebhooks)> {
                 c.projects
@@ -194,11 +198,24 @@ impl Reloader {
                     .map(|(name, p)| (name.clone(), p.webhooks.clone()))
                     .collect()
             };
+        let webhooks_changed = old.webhooks != config.webhooks
+            || old.actions != config.actions
+            || project_webhooks(&old) != project_webhooks(&config);
+        let new_webhooks = webhooks_changed
+            .then(|| canopy_core::webhooks::config::compile(&config).ok())
+            .flatten();
+        let listener_changed = webhooks_changed
+            && match (
+                canopy_core::webhooks::config::compile(&old).ok(),
+                &new_webhooks,
+            ) {
+                (Some(old), Some(new)) => !old.same_listener(new),
+                _ => true,
+            };
+        note(webhooks_changed, "webhooks", true);
         note(
-            old.webhooks != config.webhooks
-                || old.actions != config.actions
-                || project_webhooks(&old) != project_webhooks(&config),
-            "webhooks",
+            listener_changed,
+            "webhooks listener (its address, connection limits, flood_rate)",
             false,
         );
         note(old.listen != config.listen, "listen", false);
@@ -240,8 +257,17 @@ impl Reloader {
             }
             self.bus.set_project_hooks(projects);
         }
-        let new_crons = crons_changed.then(|| config.crons());
+        let changed = Changed {
+            crons: crons_changed.then(|| config.crons()),
+            webhooks: new_webhooks,
+        };
         *current = config;
-        (report, new_crons)
+        (report, changed)
     }
+}
+
+/// What a reload changed that is put in force after [`Reloader::apply`] (it awaits).
+struct Changed {
+    crons: Option<Result<Vec<canopy_core::crons::Cron>, Vec<String>>>,
+    webhooks: Option<canopy_core::webhooks::config::Webhooks>,
 }

@@ -520,6 +520,19 @@ pub struct Webhooks {
     pub hooks: BTreeMap<(String, String), Arc<Hook>>,
 }
 
+impl Webhooks {
+    /// Whether `other` has the same listener settings (its address, connection limits,
+    /// flood rate): those are read at start only.
+    pub fn same_listener(&self, other: &Webhooks) -> bool {
+        self.bind == other.bind
+            && self.max_connections == other.max_connections
+            && self.header_timeout == other.header_timeout
+            && self.idle_timeout == other.idle_timeout
+            && self.max_per_peer == other.max_per_peer
+            && self.flood_rate == other.flood_rate
+    }
+}
+
 /// Checks the webhook sections; every problem with its TOML path.
 pub fn check(config: &crate::config::Config) -> Vec<String> {
     compile(config).err().unwrap_or_default()

@@ -146,8 +146,10 @@ struct Inner {
     drain: Drain,
     data_dir: PathBuf,
     node: String,
-    webhooks: Webhooks,
-    queues: HashMap<(String, String), Arc<HookQueue>>,
+    /// The compiled hooks now in force ([`Ingress::replace`] swaps them on a reload).
+    webhooks: std::sync::RwLock<Arc<Webhooks>>,
+    /// The served hooks' queues, by `(scope, id)`.
+    queues: std::sync::RwLock<HashMap<(String, String), Arc<HookQueue>>>,
     /// Callers waiting for a delivery's outcome (`?wait=true`), by delivery id.
     waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Outcome>>>>,
     /// The listener's address, once it listens.
@@ -164,11 +166,18 @@ struct Inner {
 
 /// One served hook's queue.
 struct HookQueue {
-    hook: Arc<Hook>,
+    /// The hook as the configuration in force has it (a reload may change it).
+    hook: std::sync::RwLock<Arc<Hook>>,
     state: Mutex<QueueState>,
     ready: Notify,
     /// Its handlers running now (the workers holding a [`Slot`]).
     running: AtomicUsize,
+    /// Its worker tasks: as many as the hook's `concurrency` (a reload that lowers it lets
+    /// the surplus end).
+    workers: AtomicUsize,
+    /// Set when a reload took the hook out: its workers end (accepted deliveries stay in the
+    /// database, and run if the hook comes back).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -180,6 +189,60 @@ struct QueueState {
 }
 
 impl HookQueue {
+    /// A new queue for `hook`; deliveries accepted before (and left in the database) are read
+    /// back first.
+    fn new(hook: Arc<Hook>) -> Self {
+        Self {
+            hook: std::sync::RwLock::new(hook),
+            state: Mutex::new(QueueState {
+                pending: VecDeque::new(),
+                backlog: true,
+            }),
+            ready: Notify::new(),
+            running: AtomicUsize::new(0),
+            workers: AtomicUsize::new(0),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The hook as it is now.
+    fn hook(&self) -> Arc<Hook> {
+        self.hook
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts a reloaded hook in force; waiting workers look again (a lower `concurrency` lets
+    /// the surplus end).
+    fn set_hook(&self, hook: Arc<Hook>) {
+        *self
+            .hook
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hook;
+        self.ready.notify_waiters();
+    }
+
+    /// The hook was taken out by a reload: every worker ends.
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.ready.notify_waiters();
+    }
+
+    /// Whether the calling worker should end: the hook was taken out, or it is one more
+    /// worker than the hook's `concurrency` (it is then no longer counted).
+    fn worker_ends(&self) -> bool {
+        if self.retired.load(Ordering::Acquire) {
+            return true;
+        }
+        let limit = self.hook().concurrency;
+        self.workers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |workers| {
+                (workers > limit).then(|| workers - 1)
+            })
+            .is_ok()
+    }
+
     fn push(&self, id: String) {
         {
             let mut state = self
@@ -236,7 +299,7 @@ impl HookQueue {
 
     /// Counts one more handler running, if fewer than the limit run (see [`HookQueue::claim`]).
     fn take(&self, flood: bool) -> bool {
-        let limit = if flood { 1 } else { self.hook.concurrency };
+        let limit = if flood { 1 } else { self.hook().concurrency };
         self.running
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
                 (running < limit).then_some(running + 1)
@@ -313,25 +376,12 @@ impl Ingress {
         let webhooks = config::compile(config)
             .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
         let node = config.node_name();
+        // Deliveries accepted before the last stop run first (a new queue reads them back).
         let queues = webhooks
             .hooks
             .iter()
             .filter(|(_, hook)| hook.served)
-            .map(|(key, hook)| {
-                (
-                    key.clone(),
-                    Arc::new(HookQueue {
-                        hook: hook.clone(),
-                        state: Mutex::new(QueueState {
-                            pending: VecDeque::new(),
-                            // Deliveries accepted before the last stop run now.
-                            backlog: true,
-                        }),
-                        ready: Notify::new(),
-                        running: AtomicUsize::new(0),
-                    }),
-                )
-            })
+            .map(|(key, hook)| (key.clone(), Arc::new(HookQueue::new(hook.clone()))))
             .collect();
         let flood = flood::Flood::new(webhooks.flood_rate);
         let bodies = bodies::BodyFiles::new(parts.data_dir.join("tmp").join("webhooks"));
@@ -344,8 +394,8 @@ impl Ingress {
                 drain: parts.drain,
                 data_dir: parts.data_dir,
                 node,
-                webhooks,
-                queues,
+                webhooks: std::sync::RwLock::new(Arc::new(webhooks)),
+                queues: std::sync::RwLock::new(queues),
                 waiters: Mutex::new(HashMap::new()),
                 listen: OnceLock::new(),
                 stopping: parts.stopping,
@@ -361,9 +411,8 @@ impl Ingress {
     /// every served hook's workers and the retention loop.
     pub async fn start(&self) -> anyhow::Result<()> {
         let bus = self.inner.bus.clone();
-        let projects: HashMap<(String, String), Option<String>> = self
-            .inner
-            .webhooks
+        let webhooks = self.webhooks();
+        let projects: HashMap<(String, String), Option<String>> = webhooks
             .hooks
             .iter()
             .map(|(key, hook)| (key.clone(), hook.project.clone()))
@@ -419,15 +468,35 @@ impl Ingress {
         }
         let waiting = self.inner.store.read(|rd| rd.accepted_by_hook()).await?;
         for (scope, hook, count) in waiting {
-            if !self
-                .inner
-                .queues
-                .contains_key(&(scope.clone(), hook.clone()))
-            {
+            if self.queue(&scope, &hook).is_none() {
                 tracing::warn!(hook = %format!("{scope}/{hook}"), deliveries = count, "accepted webhook deliveries wait for a hook this daemon does not serve; they run once it does");
             }
         }
-        for hook in self.inner.webhooks.hooks.values().filter(|h| h.served) {
+        *self
+            .inner
+            .broken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.broken(&webhooks).await;
+        let queues: Vec<Arc<HookQueue>> = self
+            .inner
+            .queues
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for queue in queues {
+            self.spawn_workers(&queue);
+        }
+        tokio::spawn(retention(self.clone()));
+        Ok(())
+    }
+
+    /// Why each served hook's handler does not validate (an executor mode no plugin serves),
+    /// by `scope/id`: its deliveries fail until it does, and `webhooks list` flags it.
+    async fn broken(&self, webhooks: &Webhooks) -> HashMap<String, String> {
+        let mut broken = HashMap::new();
+        for hook in webhooks.hooks.values().filter(|h| h.served) {
             if let config::Handler::Work { work, .. } = &hook.handler
                 && let Err(err) = self
                     .inner
@@ -436,30 +505,96 @@ impl Ingress {
                     .await
             {
                 tracing::warn!(webhook = %hook.key(), toml_path = %hook.toml_path, error = %err, "a webhook's handler does not validate; its deliveries will fail until it does");
-                self.inner
-                    .broken
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(hook.key(), err.to_string());
+                broken.insert(hook.key(), err.to_string());
             }
         }
-        let handlers = handler_runtime();
-        for queue in self.inner.queues.values() {
-            for _ in 0..queue.hook.concurrency {
-                let work = worker(self.clone(), queue.clone());
-                match handlers {
-                    Some(runtime) => drop(runtime.spawn(work)),
-                    None => drop(tokio::spawn(work)),
-                }
-            }
-        }
-        tokio::spawn(retention(self.clone()));
-        Ok(())
+        broken
     }
 
-    /// The compiled hooks.
-    pub fn webhooks(&self) -> &Webhooks {
-        &self.inner.webhooks
+    /// Starts workers on `queue` until it has as many as its hook's `concurrency`.
+    fn spawn_workers(&self, queue: &Arc<HookQueue>) {
+        let handlers = handler_runtime();
+        let limit = queue.hook().concurrency;
+        while queue
+            .workers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |workers| {
+                (workers < limit).then_some(workers + 1)
+            })
+            .is_ok()
+        {
+            let work = worker(self.clone(), queue.clone());
+            match handlers {
+                Some(runtime) => drop(runtime.spawn(work)),
+                None => drop(tokio::spawn(work)),
+            }
+        }
+    }
+
+    /// Puts a reloaded configuration's hooks in force: a hook added is served (with workers
+    /// of its own, and the deliveries accepted for it before read back), a hook changed
+    /// takes its new settings from its next delivery (one running ends as it began), a hook
+    /// taken out is no longer served (its workers end; its accepted deliveries stay, and run if
+    /// it comes back). The listener's own settings (its address, connection limits,
+    /// `flood_rate`) are read at start only.
+    pub async fn replace(&self, webhooks: Webhooks) {
+        let broken = self.broken(&webhooks).await;
+        let webhooks = Arc::new(webhooks);
+        let mut grown = Vec::new();
+        {
+            let mut queues = self
+                .inner
+                .queues
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut next = HashMap::new();
+            for (key, hook) in webhooks.hooks.iter().filter(|(_, hook)| hook.served) {
+                let queue = match queues.remove(key) {
+                    Some(queue) => {
+                        queue.set_hook(hook.clone());
+                        queue
+                    }
+                    None => Arc::new(HookQueue::new(hook.clone())),
+                };
+                grown.push(queue.clone());
+                next.insert(key.clone(), queue);
+            }
+            for (_, gone) in queues.drain() {
+                gone.retire();
+            }
+            *queues = next;
+            *self
+                .inner
+                .webhooks
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = webhooks;
+            *self
+                .inner
+                .broken
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = broken;
+        }
+        for queue in grown {
+            self.spawn_workers(&queue);
+        }
+    }
+
+    /// The queue of the served hook `scope/id`.
+    fn queue(&self, scope: &str, id: &str) -> Option<Arc<HookQueue>> {
+        self.inner
+            .queues
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(scope.to_string(), id.to_string()))
+            .cloned()
+    }
+
+    /// The compiled hooks in force.
+    pub fn webhooks(&self) -> Arc<Webhooks> {
+        self.inner
+            .webhooks
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// This node's name.
@@ -496,8 +631,7 @@ impl Ingress {
 
     /// The hook `scope/id`, served here or not.
     pub fn hook(&self, scope: &str, id: &str) -> Option<Arc<Hook>> {
-        self.inner
-            .webhooks
+        self.webhooks()
             .hooks
             .get(&(scope.to_string(), id.to_string()))
             .cloned()
@@ -630,11 +764,7 @@ impl Ingress {
         hook: &Arc<Hook>,
         received: Received,
     ) -> Result<Result<Outcome, Received>, IngressError> {
-        let Some(queue) = self
-            .inner
-            .queues
-            .get(&(hook.scope.clone(), hook.id.clone()))
-        else {
+        let Some(queue) = self.queue(&hook.scope, &hook.id) else {
             return Ok(Err(received));
         };
         if self.inner.flood.on_until().is_some() || !queue.is_empty() {
@@ -643,7 +773,7 @@ impl Ingress {
         let Some(admitted) = self.inner.drain.admit() else {
             return Ok(Err(received));
         };
-        let Some(slot) = WaitedSlot::claim(queue) else {
+        let Some(slot) = WaitedSlot::claim(&queue) else {
             return Ok(Err(received));
         };
         let new = self.new_delivery(hook, received, DeliveryStatus::Running, None, None, false);
@@ -683,9 +813,7 @@ impl Ingress {
     /// Queues an accepted delivery on its hook's workers.
     pub fn enqueue(&self, hook: &Hook, id: String) -> Result<(), IngressError> {
         let queue = self
-            .inner
-            .queues
-            .get(&(hook.scope.clone(), hook.id.clone()))
+            .queue(&hook.scope, &hook.id)
             .ok_or_else(|| IngressError::NotServed(hook.key()))?;
         queue.push(id);
         Ok(())
@@ -915,6 +1043,9 @@ async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
         let (running, slot) = match chained.take() {
             Some(chained) => chained,
             None => {
+                if queue.worker_ends() {
+                    return;
+                }
                 let ready = queue.ready.notified();
                 tokio::pin!(ready);
                 // Registered before looking, so a push (or a slot freed by a waited delivery
@@ -975,7 +1106,7 @@ async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
             let admitted = ingress.inner.drain.admit()?;
             Some((queue.pop()?, admitted))
         };
-        chained = run::run(&ingress, &queue.hook, running, then)
+        chained = run::run(&ingress, &queue.hook(), running, then)
             .await
             .1
             .map(|running| (running, slot));
@@ -984,7 +1115,8 @@ async fn worker(ingress: Ingress, queue: Arc<HookQueue>) {
 
 /// Reads a hook's oldest accepted deliveries back into its queue.
 async fn refill(ingress: &Ingress, queue: &Arc<HookQueue>) {
-    let (scope, id) = (queue.hook.scope.clone(), queue.hook.id.clone());
+    let hook = queue.hook();
+    let (scope, id) = (hook.scope.clone(), hook.id.clone());
     let ids = match ingress
         .inner
         .store
@@ -993,7 +1125,7 @@ async fn refill(ingress: &Ingress, queue: &Arc<HookQueue>) {
     {
         Ok(ids) => ids,
         Err(err) => {
-            tracing::error!(hook = %queue.hook.key(), error = %err, "cannot read a webhook's queued deliveries; retrying");
+            tracing::error!(hook = %hook.key(), error = %err, "cannot read a webhook's queued deliveries; retrying");
             tokio::time::sleep(Duration::from_secs(1)).await;
             let mut state = queue
                 .state

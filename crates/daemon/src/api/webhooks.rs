@@ -66,8 +66,9 @@ async fn list(
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<ApiJson<Value>, ApiError> {
     let ingress = &state.webhooks;
-    let hooks: Vec<Value> = ingress
-        .webhooks()
+    // One snapshot for the whole answer: a reload may swap the hooks meanwhile.
+    let webhooks = ingress.webhooks();
+    let hooks: Vec<Value> = webhooks
         .hooks
         .values()
         .filter(|h| query.project.as_ref().is_none_or(|p| &h.scope == p))
@@ -81,8 +82,7 @@ async fn list(
     if let Some(project) = &query.project
         && hooks.is_empty()
     {
-        let mut projects: Vec<&str> = ingress
-            .webhooks()
+        let mut projects: Vec<&str> = webhooks
             .hooks
             .values()
             .map(|h| h.scope.as_str())
@@ -101,9 +101,9 @@ async fn list(
     Ok(ApiJson(json!({
         "listen": ingress.listen(),
         "node": ingress.node(),
-        "max_connections": ingress.webhooks().max_connections,
-        "header_timeout_secs": ingress.webhooks().header_timeout.as_secs(),
-        "flood_rate": ingress.webhooks().flood_rate,
+        "max_connections": webhooks.max_connections,
+        "header_timeout_secs": webhooks.header_timeout.as_secs(),
+        "flood_rate": webhooks.flood_rate,
         "flood": ingress.flood_on(),
         "hooks": hooks,
     })))
