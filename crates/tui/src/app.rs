@@ -387,6 +387,9 @@ pub enum Modal {
     ConfirmReset {
         graph: String,
     },
+    ConfirmCancel {
+        graph: String,
+    },
     /// The current run's node runs: (id, label).
     OutputPicker {
         graph: String,
@@ -985,6 +988,9 @@ impl App {
             KeyCode::Char('x') => {
                 self.with_graph("reset", |_, graph| Modal::ConfirmReset { graph })
             }
+            KeyCode::Char('s') => {
+                self.with_graph("cancel", |_, graph| Modal::ConfirmCancel { graph })
+            }
             KeyCode::Char('o') => self.with_graph("open a node run's output", |app, graph| {
                 let options = app
                     .graphs
@@ -1147,6 +1153,16 @@ impl App {
                 KeyCode::Char('n') | KeyCode::Char('N') => Vec::new(),
                 _ => {
                     self.modal = Some(Modal::ConfirmReset { graph });
+                    Vec::new()
+                }
+            },
+            Modal::ConfirmCancel { graph } => match code {
+                KeyCode::Char('y') | KeyCode::Char('Y') => {
+                    self.control(graph, json!({ "action": "cancel" }))
+                }
+                KeyCode::Char('n') | KeyCode::Char('N') => Vec::new(),
+                _ => {
+                    self.modal = Some(Modal::ConfirmCancel { graph });
                     Vec::new()
                 }
             },
@@ -1468,6 +1484,15 @@ mod tests {
         assert!(matches!(
             commands.as_slice(),
             [Command::Control { body, .. }] if *body == json!({"action": "reset"})
+        ));
+        // So does a cancel.
+        app.update(key(KeyCode::Char('s')));
+        assert!(app.update(key(KeyCode::Char('n'))).is_empty());
+        app.update(key(KeyCode::Char('s')));
+        let commands = app.update(key(KeyCode::Char('y')));
+        assert!(matches!(
+            commands.as_slice(),
+            [Command::Control { body, .. }] if *body == json!({"action": "cancel"})
         ));
     }
 

@@ -22,6 +22,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "continue: plain, skip_next_spec, run_from_node (pick a node)",
     ),
     ("x", "reset the graph (asks to confirm)"),
+    (
+        "s",
+        "stop the run in flight: cancel it, its node's processes killed (asks to confirm)",
+    ),
     ("o", "open a node run's full output"),
     ("b", "show the blocker (jumps to a blocked graph)"),
     ("/", "filter the sidebar by name (Enter keeps, Esc clears)"),
@@ -604,7 +608,7 @@ fn draw_modal(frame: &mut Frame, app: &App, modal: &Modal, area: Rect) {
             let mut lines = lines_of(&text, Style::new());
             lines.push(Line::raw(""));
             lines.push(Line::styled(
-                "c continue (plain, skip_next_spec, run_from_node)  x reset",
+                "c continue (plain, skip_next_spec, run_from_node)  s cancel  x reset",
                 Style::new().dark_gray(),
             ));
             (format!("Blocker of {graph}"), lines, 0)
@@ -646,6 +650,20 @@ fn draw_modal(frame: &mut Frame, app: &App, modal: &Modal, area: Rect) {
                 Line::raw(format!("Reset graph {graph} to idle? The history stays.")),
                 Line::raw(""),
                 Line::styled("y reset   n / Esc keep it", Style::new().bold()),
+            ],
+            0,
+        ),
+        Modal::ConfirmCancel { graph } => (
+            format!("Cancel {graph}"),
+            vec![
+                Line::raw(format!(
+                    "Cancel graph {graph}'s run? Its running node is stopped and its processes killed; the run is recorded cancelled."
+                )),
+                Line::raw(""),
+                Line::styled(
+                    "y cancel the run   n / Esc let it go on",
+                    Style::new().bold(),
+                ),
             ],
             0,
         ),
