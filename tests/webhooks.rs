@@ -2011,3 +2011,132 @@ fn a_reload_puts_webhook_entries_in_force_and_names_listener_changes_to_restart_
     );
     daemon.stop();
 }
+
+#[test]
+fn a_waited_delivery_is_recorded_once_when_it_ends_and_a_crash_mid_run_leaves_no_record() {
+    const SECRET: &str = "waited-secret-8d1e";
+    let out = tempfile::tempdir().unwrap();
+    let gate = out.path().join("go");
+    let pid_file = out.path().join("handler.pid");
+    let config = format!(
+        r#"
+[webhooks]
+bind_port = 0
+
+[webhooks.entries.push]
+auth = "signature"
+hmac_secret = "{SECRET}"
+provider = "github"
+type = "command"
+respond = "sync"
+command = "echo $$ > {pid}; while [ ! -e {gate} ]; do sleep 0.05; done; echo handled"
+"#,
+        pid = pid_file.display(),
+        gate = gate.display(),
+    );
+    let mut daemon = Daemon::start_with_config(&config);
+    let url = daemon.webhooks_url();
+    let waiting = {
+        let url = url.clone();
+        std::thread::spawn(move || github_push(&url, SECRET, "d-1", b"{\"ref\":\"main\"}"))
+    };
+    // While its handler runs, it is listed (from memory) as running; nothing is recorded yet.
+    let listed = wait_for(
+        "the waited delivery to be listed",
+        Duration::from_secs(30),
+        || {
+            let (_, list) = daemon.get("/api/webhooks/deliveries?hook=global/push");
+            list["deliveries"].as_array()?.first().cloned()
+        },
+    );
+    assert_eq!(listed["status"], "running", "{listed}");
+    let id = listed["id"].as_str().unwrap().to_string();
+    let (status, shown) = daemon.get(&format!("/api/webhooks/deliveries/{}", &id[..12]));
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["body"], "{\"ref\":\"main\"}", "{shown}");
+    let (_, feed) = daemon.get("/api/feed?event=webhook.*&last=10");
+    assert_eq!(
+        feed["events"],
+        json!([]),
+        "an event was recorded before the end: {feed}"
+    );
+    // A copy sent while it runs is answered with it, and does not run.
+    let copy = github_push(&url, SECRET, "d-1", b"{\"ref\":\"main\"}");
+    assert_eq!(copy.json()["delivery_id"], id.as_str(), "{}", copy.body);
+    assert_eq!(copy.json()["duplicate"], true, "{}", copy.body);
+
+    std::fs::write(&gate, "").unwrap();
+    let answer = waiting.join().unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["output"], "handled\n", "{}", answer.body);
+    // One write, at the end: the delivery as it ended, with both its events.
+    let delivery = ended(&daemon, &id);
+    assert_eq!(delivery["status"], "completed", "{delivery}");
+    let (_, feed) = daemon.get("/api/feed?event=webhook.*&last=10");
+    let events: Vec<&str> = feed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["webhook.received", "webhook.handled"], "{feed}");
+
+    // A crash mid-run: the sender sees its request fail (and retries); nothing was recorded,
+    // and the restarted daemon kills what the handler left running.
+    std::fs::remove_file(&gate).unwrap();
+    std::fs::remove_file(&pid_file).unwrap();
+    let crashing = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            let client = reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap();
+            let body = b"{\"ref\":\"crash\"}".to_vec();
+            client
+                .post(format!("{url}/hooks/global/push"))
+                .header("X-GitHub-Delivery", "d-2")
+                .header("X-Hub-Signature-256", sign(SECRET, &body))
+                .body(body)
+                .send()
+                .map(|r| r.status().as_u16())
+        })
+    };
+    let handler: i32 = wait_for("the handler to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+    });
+    daemon.kill();
+    assert!(
+        crashing.join().unwrap().is_err(),
+        "the sender got an answer from a daemon killed mid-run"
+    );
+    let data = daemon.data_dir.clone();
+    let restarted = Daemon::start_on(&data);
+    let (_, list) = restarted.get("/api/webhooks/deliveries?hook=global/push");
+    let ids: Vec<&str> = list["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [id.as_str()],
+        "only the delivery that ended is recorded: {list}"
+    );
+    wait_for(
+        "the dead daemon's handler to be killed",
+        Duration::from_secs(30),
+        || (!Path::new(&format!("/proc/{handler}")).exists()).then_some(()),
+    );
+    // GitHub redelivers it: it runs now.
+    std::fs::write(&gate, "").unwrap();
+    let again = github_push(
+        &restarted.webhooks_url(),
+        SECRET,
+        "d-2",
+        b"{\"ref\":\"crash\"}",
+    );
+    assert_eq!(again.json()["status"], "completed", "{}", again.body);
+    assert_ne!(again.json()["duplicate"], true, "{}", again.body);
+}

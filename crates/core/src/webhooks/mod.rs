@@ -152,6 +152,9 @@ struct Inner {
     queues: std::sync::RwLock<HashMap<(String, String), Arc<HookQueue>>>,
     /// Callers waiting for a delivery's outcome (`?wait=true`), by delivery id.
     waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Outcome>>>>,
+    /// Waited deliveries running now (see [`Ingress::run_waited`]): recorded only once their
+    /// handler ends, they are shown from here until then.
+    in_flight: Mutex<HashMap<String, Flying>>,
     /// The listener's address, once it listens.
     listen: OnceLock<String>,
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -357,6 +360,96 @@ impl Drop for WaitedSlot {
     }
 }
 
+/// The `webhook.received` event of `new`.
+fn received_event(hook: &Hook, new: &NewDelivery) -> Event {
+    Event::new(&WebhookReceived {
+        delivery: delivery_ref(&new.id, hook),
+        size: new.body.len() as u64,
+        // A delivery run at once was accepted all the same.
+        status: match new.status {
+            DeliveryStatus::Running => DeliveryStatus::Accepted,
+            other => other,
+        }
+        .to_string(),
+        reason: new.reason.clone(),
+    })
+}
+
+/// Who receives a hook's deliveries: the webhook itself, at depth 0.
+fn receiver_cause(hook: &Hook) -> Cause {
+    Cause {
+        actor: Actor::Webhook(hook.key()),
+        depth: 0,
+    }
+}
+
+/// A waited delivery running now, as [`Inner::in_flight`] holds it.
+struct Flying {
+    delivery: Delivery,
+    body: Vec<u8>,
+    /// Its sender's delivery id, when the hook deduplicates by one.
+    sender: Option<String>,
+}
+
+impl Flying {
+    /// Whether this is a delivery of `scope/hook` its sender gave the id `sender`.
+    fn sent_as(&self, scope: &str, hook: &str, sender: &str) -> bool {
+        self.delivery.scope == scope
+            && self.delivery.hook == hook
+            && self.sender.as_deref() == Some(sender)
+    }
+}
+
+/// A waited delivery registered as running (in memory only) until this is dropped.
+struct InFlight {
+    ingress: Ingress,
+    id: String,
+}
+
+impl InFlight {
+    /// Registers `new`; `None` when a delivery of the same hook with its sender's delivery id
+    /// is running already.
+    fn register(ingress: &Ingress, hook: &Hook, new: &NewDelivery) -> Option<Self> {
+        let mut in_flight = ingress
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let twin = hook.dedup.is_some()
+            && new.sender_delivery_id.as_deref().is_some_and(|sender| {
+                in_flight
+                    .values()
+                    .any(|f| f.sent_as(&new.scope, &new.hook, sender))
+            });
+        if twin {
+            return None;
+        }
+        in_flight.insert(
+            new.id.clone(),
+            Flying {
+                delivery: Delivery::recorded(new),
+                body: new.body.clone(),
+                sender: new.sender_delivery_id.clone(),
+            },
+        );
+        Some(Self {
+            ingress: ingress.clone(),
+            id: new.id.clone(),
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.ingress
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
 /// The pieces the ingress runs with.
 pub struct Parts {
     pub store: Store,
@@ -397,6 +490,7 @@ impl Ingress {
                 webhooks: std::sync::RwLock::new(Arc::new(webhooks)),
                 queues: std::sync::RwLock::new(queues),
                 waiters: Mutex::new(HashMap::new()),
+                in_flight: Mutex::new(HashMap::new()),
                 listen: OnceLock::new(),
                 stopping: parts.stopping,
                 flood,
@@ -699,22 +793,9 @@ impl Ingress {
     /// is returned. The check and the insert are one write, so of two copies sent at once
     /// exactly one is recorded.
     async fn commit(&self, hook: &Hook, new: NewDelivery) -> Result<Option<Outcome>, IngressError> {
-        let event = Event::new(&WebhookReceived {
-            delivery: delivery_ref(&new.id, hook),
-            size: new.body.len() as u64,
-            // A delivery run at once was accepted all the same.
-            status: match new.status {
-                DeliveryStatus::Running => DeliveryStatus::Accepted,
-                other => other,
-            }
-            .to_string(),
-            reason: new.reason.clone(),
-        });
+        let event = received_event(hook, &new);
         let bus = self.inner.bus.clone();
-        let cause = Cause {
-            actor: Actor::Webhook(hook.key()),
-            depth: 0,
-        };
+        let cause = receiver_cause(hook);
         let seen_since = hook
             .dedup
             .as_ref()
@@ -777,25 +858,140 @@ impl Ingress {
             return Ok(Err(received));
         };
         let new = self.new_delivery(hook, received, DeliveryStatus::Running, None, None, false);
+        // One its sender sent before (recorded, or running here now) is answered with that
+        // one and not run again.
+        if let Some(first) = self.sent_before(hook, &new).await? {
+            return Ok(Ok(first));
+        }
         let id = new.id.clone();
+        let Some(in_flight) = InFlight::register(self, hook, &new) else {
+            // A copy registered between the look above and now: running, or (its record is
+            // written before it leaves the registry) recorded.
+            return match self.sent_before(hook, &new).await? {
+                Some(first) => Ok(Ok(first)),
+                None => Ok(Ok(Outcome {
+                    delivery_id: String::new(),
+                    status: DeliveryStatus::Running,
+                    reason: Some(
+                        "a copy of this delivery, sent at the same time, runs".to_string(),
+                    ),
+                    error: None,
+                    output: None,
+                    result: None,
+                    duration_ms: None,
+                    duplicate: true,
+                })),
+            };
+        };
         let (ingress, handler_hook) = (self.clone(), hook.clone());
         let running = tokio::spawn(async move {
             let hook = handler_hook;
             let _slot = slot;
+            let _in_flight = in_flight;
             let running = run::Running::recorded(&new, admitted);
-            if let Some(first) = ingress.commit(&hook, new).await? {
-                return Ok(first);
-            }
-            Ok::<_, IngressError>(run::run(&ingress, &hook, running, || None).await.0)
+            run::run(&ingress, &hook, running.whole(new), || None)
+                .await
+                .0
         });
         match running.await {
-            Ok(outcome) => outcome.map(Ok),
+            Ok(outcome) => Ok(Ok(outcome)),
             Err(err) => {
-                // A panic in the run: the delivery is as the store has it.
-                tracing::error!(webhook = %hook.key(), delivery = %id, error = %err, "a waited webhook delivery's run ended abnormally");
-                let delivery = self.inner.store.read(move |rd| rd.delivery(&id)).await?;
-                Ok(Ok(Outcome::of(&delivery)))
+                // A panic in the run: nothing was recorded (its one write is its last step).
+                tracing::error!(webhook = %hook.key(), delivery = %id, error = %err, "a waited webhook delivery's run ended abnormally; it is not recorded");
+                Ok(Ok(Outcome {
+                    delivery_id: id,
+                    status: DeliveryStatus::Failed,
+                    reason: None,
+                    error: Some(
+                        "the handler's run ended abnormally; the delivery is not recorded"
+                            .to_string(),
+                    ),
+                    output: None,
+                    result: None,
+                    duration_ms: None,
+                    duplicate: false,
+                }))
             }
+        }
+    }
+
+    /// The delivery its sender sent before `new` (the same delivery id within the hook's
+    /// window), recorded or running here now, as its outcome.
+    async fn sent_before(
+        &self,
+        hook: &Hook,
+        new: &NewDelivery,
+    ) -> Result<Option<Outcome>, IngressError> {
+        let (Some(sender_id), Some(dedup)) = (new.sender_delivery_id.clone(), hook.dedup.as_ref())
+        else {
+            return Ok(None);
+        };
+        if let Some(first) = self.in_flight_by_sender(hook, new) {
+            return Ok(Some(first));
+        }
+        let (scope, id, since) = (
+            hook.scope.clone(),
+            hook.id.clone(),
+            canopy_store::time_ago(dedup.window),
+        );
+        let first = self
+            .inner
+            .store
+            .read(move |rd| rd.delivery_by_sender_id(&scope, &id, &sender_id, &since))
+            .await?;
+        Ok(first.map(|first| {
+            tracing::info!(webhook = %hook.key(), first = %first.id, "a webhook delivery its sender sent before is not run again");
+            Outcome {
+                duplicate: true,
+                ..Outcome::of(&first)
+            }
+        }))
+    }
+
+    /// A waited delivery of `hook` running now with `new`'s sender delivery id, as its outcome
+    /// so far.
+    fn in_flight_by_sender(&self, hook: &Hook, new: &NewDelivery) -> Option<Outcome> {
+        let sender_id = new.sender_delivery_id.as_deref()?;
+        hook.dedup.as_ref()?;
+        let in_flight = self
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        in_flight
+            .values()
+            .find(|f| f.sent_as(&hook.scope, &hook.id, sender_id))
+            .map(|first| Outcome {
+                duplicate: true,
+                ..Outcome::of(&first.delivery)
+            })
+    }
+
+    /// The waited deliveries running now, newest first (they are recorded when they end).
+    pub fn deliveries_in_flight(&self) -> Vec<Delivery> {
+        let mut list: Vec<Delivery> = self
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .map(|f| f.delivery.clone())
+            .collect();
+        list.sort_by(|a, b| b.id.cmp(&a.id));
+        list
+    }
+
+    /// A waited delivery running now, by id or unique id prefix, with its body.
+    pub fn delivery_in_flight(&self, prefix: &str) -> Option<(Delivery, Vec<u8>)> {
+        let in_flight = self
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut found = in_flight.iter().filter(|(id, _)| id.starts_with(prefix));
+        match (found.next(), found.next()) {
+            (Some((_, hit)), None) => Some((hit.delivery.clone(), hit.body.clone())),
+            _ => None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Running one delivery's handler: marked `running` (committed) before anything runs, then the
 //! handler, then its end recorded with `webhook.handled` / `webhook.failed` in one write, which
-//! also marks the hook's next delivery running when one waits.
+//! also marks the hook's next delivery running when one waits. A waited delivery (answered by
+//! its outcome, see [`super::Ingress::run_waited`]) is written once, whole, when it ends.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -47,20 +48,32 @@ pub(super) enum NotStarted {
     Taken,
 }
 
-/// A delivery recorded running (committed), admitted past a planned stop until it ends.
+/// A delivery running, admitted past a planned stop until it ends: recorded running
+/// (committed), or, for a waited one, not recorded until its end (`unrecorded`).
 pub(super) struct Running {
     delivery: Delivery,
     body: Vec<u8>,
     _admitted: crate::drain::Admitted,
+    /// A waited delivery, written whole (with its `webhook.received`) in the write of its end.
+    unrecorded: Option<NewDelivery>,
 }
 
 impl Running {
-    /// A delivery about to be recorded `running` (see [`super::Ingress::run_waited`]).
+    /// A delivery about to run (see [`super::Ingress::run_waited`]).
     pub(super) fn recorded(new: &NewDelivery, admitted: crate::drain::Admitted) -> Self {
         Self {
             delivery: Delivery::recorded(new),
             body: new.body.clone(),
             _admitted: admitted,
+            unrecorded: None,
+        }
+    }
+
+    /// This delivery is written only when it ends, whole, as `new`.
+    pub(super) fn whole(self, new: NewDelivery) -> Self {
+        Self {
+            unrecorded: Some(new),
+            ..self
         }
     }
 }
@@ -79,6 +92,7 @@ pub(super) async fn start(ingress: &Ingress, id: &str) -> Result<Running, NotSta
             delivery,
             body,
             _admitted: admitted,
+            unrecorded: None,
         }),
         Ok(None) => Err(NotStarted::Taken),
         Err(err) => {
@@ -114,6 +128,7 @@ pub(super) async fn run(
         delivery,
         body,
         _admitted: admitted,
+        unrecorded,
     } = running;
     let id = delivery.id.clone();
     let clock = Instant::now();
@@ -186,11 +201,20 @@ pub(super) async fn run(
     );
     let next = then();
     let next_id = next.as_ref().map(|(id, _)| id.clone());
-    let mut written = end_write(ingress, &id, &end, &event, hook, next_id).await;
+    let mut written = end_write(
+        ingress,
+        &id,
+        &end,
+        &event,
+        hook,
+        next_id,
+        unrecorded.as_ref(),
+    )
+    .await;
     if let (Err(err), Some((next, _))) = (&written, &next) {
         // The next delivery's part must not cost this one its record: it is written alone.
         tracing::error!(delivery = %next, error = %err, "cannot mark the next webhook delivery running with the end of the last; it stays accepted");
-        written = end_write(ingress, &id, &end, &event, hook, None).await;
+        written = end_write(ingress, &id, &end, &event, hook, None, unrecorded.as_ref()).await;
     }
     // This delivery's admission ends with its record.
     drop(admitted);
@@ -216,6 +240,7 @@ pub(super) async fn run(
             delivery,
             body,
             _admitted: admitted,
+            unrecorded: None,
         });
     (outcome, next)
 }
@@ -272,7 +297,8 @@ async fn ask_pre_handle(
 
 /// The write that records a delivery's end with its event and, when `next` names one, marks
 /// the hook's next delivery running; the recorded event (none when the delivery was no longer
-/// running) and the next one started (none when it was no longer accepted).
+/// running) and the next one started (none when it was no longer accepted). A delivery not
+/// recorded yet (`unrecorded`, a waited one) is inserted first, with its `webhook.received`.
 async fn end_write(
     ingress: &Ingress,
     id: &str,
@@ -280,6 +306,7 @@ async fn end_write(
     event: &Event,
     hook: &Hook,
     next: Option<String>,
+    unrecorded: Option<&NewDelivery>,
 ) -> Result<(Option<crate::bus::Recorded>, Option<(Delivery, Vec<u8>)>), StoreError> {
     let (bus, id, end, event, cause) = (
         ingress.inner.bus.clone(),
@@ -288,15 +315,32 @@ async fn end_write(
         event.clone(),
         cause(hook),
     );
+    let unrecorded = unrecorded.map(|new| {
+        (
+            new.clone(),
+            super::received_event(hook, new),
+            super::receiver_cause(hook),
+        )
+    });
     ingress
         .inner
         .store
         .write(move |tx| {
-            let recorded = if tx.finish_delivery(&id, &end)? {
-                Some(bus.record(tx, [event], &cause)?)
-            } else {
-                None
-            };
+            let mut recorded = None;
+            if let Some((new, received, receiver)) = &unrecorded {
+                tx.insert_delivery(new)?;
+                recorded = Some(bus.record(tx, [received.clone()], receiver)?);
+            }
+            if tx.finish_delivery(&id, &end)? {
+                let ended = bus.record(tx, [event], &cause)?;
+                recorded = Some(match recorded {
+                    Some(mut received) => {
+                        received.extend(ended);
+                        received
+                    }
+                    None => ended,
+                });
+            }
             let started = match &next {
                 Some(next) => start_in(tx, next)?,
                 None => None,

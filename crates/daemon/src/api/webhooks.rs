@@ -265,16 +265,31 @@ async fn deliveries(
         },
         None => (query.scope.clone(), None),
     };
+    let last = query.last.unwrap_or(20);
+    // Waited deliveries running now are recorded only when they end: shown from memory.
+    let flying: Vec<_> = state
+        .webhooks
+        .deliveries_in_flight()
+        .into_iter()
+        .filter(|d| scope.as_ref().is_none_or(|s| &d.scope == s))
+        .filter(|d| hook.as_ref().is_none_or(|h| &d.hook == h))
+        .filter(|d| status.is_none_or(|s| d.status == s))
+        .collect();
     let filter = DeliveryFilter {
         scope,
         hook,
         status,
-        last: query.last.unwrap_or(20),
+        last,
     };
-    let list = state
+    let recorded = state
         .store
         .read(move |rd| rd.list_deliveries(&filter))
         .await?;
+    let mut list = flying;
+    list.extend(recorded);
+    // Ids are ordered by time: newest first, as the store lists them.
+    list.sort_by(|a, b| b.id.cmp(&a.id));
+    list.truncate(last.clamp(1, 10_000));
     Ok(ApiJson(json!({ "deliveries": list })))
 }
 
@@ -282,13 +297,18 @@ async fn delivery(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Value>, ApiError> {
-    let (delivery, body) = state
-        .store
-        .read(move |rd| {
-            let id = rd.resolve_delivery(&id)?;
-            rd.delivery_with_body(&id)
-        })
-        .await?;
+    let (delivery, body) = match state.webhooks.delivery_in_flight(&id) {
+        Some(flying) => flying,
+        None => {
+            state
+                .store
+                .read(move |rd| {
+                    let id = rd.resolve_delivery(&id)?;
+                    rd.delivery_with_body(&id)
+                })
+                .await?
+        }
+    };
     let mut view = json!(delivery);
     view["body"] = json!(String::from_utf8_lossy(&body));
     Ok(ApiJson(view))
