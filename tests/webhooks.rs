@@ -2001,14 +2001,19 @@ fn a_reload_puts_webhook_entries_in_force_and_names_listener_changes_to_restart_
     let id = answer.json()["delivery_id"].as_str().unwrap().to_string();
     assert_eq!(ended(&daemon, &id)["status"], "completed");
 
-    // The listener's own address is read at start: the reload says to restart for it.
-    std::fs::write(&file, config(&entry_b, "1")).unwrap();
+    // The listener's own settings are read at start: the reload says to restart for them, and
+    // the listing goes on showing the ones the listener runs with.
+    let before = daemon.json(&["webhooks", "list"]);
+    std::fs::write(&file, config(&format!("flood_rate = 7\n{entry_b}"), "1")).unwrap();
     let report = daemon.json(&["config", "reload"]);
     assert_eq!(
         report["report"]["needs_restart"],
         json!(["webhooks listener (its address, connection limits, flood_rate)"]),
         "{report}"
     );
+    let after = daemon.json(&["webhooks", "list"]);
+    assert_eq!(after["flood_rate"], before["flood_rate"], "{after}");
+    assert_ne!(after["flood_rate"], 7, "{after}");
     daemon.stop();
 }
 

@@ -632,7 +632,18 @@ impl Ingress {
     /// `flood_rate`) are read at start only.
     pub async fn replace(&self, webhooks: Webhooks) {
         let broken = self.broken(&webhooks).await;
-        let webhooks = Arc::new(webhooks);
+        // The listener keeps the settings it started with until a restart: so do the hooks in
+        // force, so that `webhooks list` shows what the listener does.
+        let current = self.webhooks();
+        let webhooks = Arc::new(Webhooks {
+            bind: current.bind.clone(),
+            max_connections: current.max_connections,
+            header_timeout: current.header_timeout,
+            idle_timeout: current.idle_timeout,
+            max_per_peer: current.max_per_peer,
+            flood_rate: current.flood_rate,
+            ..webhooks
+        });
         let mut grown = Vec::new();
         {
             let mut queues = self
