@@ -542,7 +542,14 @@ action = {{ command = "printf '%s\\n' \"$CANOPY_HOOK_DATA\" >> {log}" }}
         std::fs::read_to_string(&child).ok()?.trim().parse().ok()
     });
     assert!(alive(pid));
-    let watching = daemon.spawn_cli(&["graph", "watch", "web"]);
+    let mut watching = daemon.spawn_cli(&["graph", "watch", "web"]);
+    // Once it follows the run (its node shows as running), the run is cancelled.
+    let mut watched_err = std::io::BufReader::new(watching.stderr.take().unwrap());
+    let mut progress = String::new();
+    while !progress.contains("Running node test") {
+        let read = std::io::BufRead::read_line(&mut watched_err, &mut progress).unwrap();
+        assert!(read > 0, "the watcher ended early: {progress}");
+    }
 
     let said = daemon.ok(&["graph", "cancel", "web"]);
     assert!(
@@ -558,8 +565,8 @@ action = {{ command = "printf '%s\\n' \"$CANOPY_HOOK_DATA\" >> {log}" }}
     );
 
     // The watcher sees the cancel and exits non-zero.
+    std::io::Read::read_to_string(&mut watched_err, &mut progress).unwrap();
     let watched = watching.wait_with_output().unwrap();
-    let progress = String::from_utf8_lossy(&watched.stderr);
     assert_eq!(watched.status.code(), Some(1), "{progress}");
     assert!(
         progress.contains("Cancelled node test (Login form)"),
