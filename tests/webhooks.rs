@@ -2034,6 +2034,7 @@ hmac_secret = "{SECRET}"
 provider = "github"
 type = "command"
 respond = "sync"
+concurrency = 1
 command = "echo $$ > {pid}; while [ ! -e {gate} ]; do sleep 0.05; done; echo handled"
 "#,
         pid = pid_file.display(),
@@ -2065,10 +2066,12 @@ command = "echo $$ > {pid}; while [ ! -e {gate} ]; do sleep 0.05; done; echo han
         json!([]),
         "an event was recorded before the end: {feed}"
     );
-    // A copy sent while it runs is answered with it, and does not run.
+    // A copy sent while it runs is answered with it, and does not run: the hook's one slot is
+    // taken, so the copy comes the queued way, and is still found running.
     let copy = github_push(&url, SECRET, "d-1", b"{\"ref\":\"main\"}");
     assert_eq!(copy.json()["delivery_id"], id.as_str(), "{}", copy.body);
     assert_eq!(copy.json()["duplicate"], true, "{}", copy.body);
+    assert_eq!(copy.json()["status"], "running", "{}", copy.body);
 
     std::fs::write(&gate, "").unwrap();
     let answer = waiting.join().unwrap();

@@ -383,6 +383,15 @@ fn receiver_cause(hook: &Hook) -> Cause {
     }
 }
 
+/// The answer to a copy of `first` its sender sent again: `first`'s outcome, marked duplicate.
+fn duplicate_of(hook: &Hook, first: &Delivery) -> Outcome {
+    tracing::info!(webhook = %hook.key(), first = %first.id, "a webhook delivery its sender sent before is not run again");
+    Outcome {
+        duplicate: true,
+        ..Outcome::of(first)
+    }
+}
+
 /// A waited delivery running now, as [`Inner::in_flight`] holds it.
 struct Flying {
     delivery: Delivery,
@@ -407,34 +416,25 @@ struct InFlight {
 }
 
 impl InFlight {
-    /// Registers `new`; `None` when a delivery of the same hook with its sender's delivery id
-    /// is running already.
-    fn register(ingress: &Ingress, hook: &Hook, new: &NewDelivery) -> Option<Self> {
+    /// Registers `flying` as running under `id`; when a delivery of the same hook its sender
+    /// gave the same id runs already, registers nothing and returns that one.
+    fn register(ingress: &Ingress, id: String, flying: Flying) -> Result<Self, Box<Delivery>> {
         let mut in_flight = ingress
             .inner
             .in_flight
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let twin = hook.dedup.is_some()
-            && new.sender_delivery_id.as_deref().is_some_and(|sender| {
-                in_flight
-                    .values()
-                    .any(|f| f.sent_as(&new.scope, &new.hook, sender))
-            });
-        if twin {
-            return None;
+        if let Some(sender) = flying.sender.as_deref()
+            && let Some(twin) = in_flight
+                .values()
+                .find(|f| f.sent_as(&flying.delivery.scope, &flying.delivery.hook, sender))
+        {
+            return Err(Box::new(twin.delivery.clone()));
         }
-        in_flight.insert(
-            new.id.clone(),
-            Flying {
-                delivery: Delivery::recorded(new),
-                body: new.body.clone(),
-                sender: new.sender_delivery_id.clone(),
-            },
-        );
-        Some(Self {
+        in_flight.insert(id.clone(), flying);
+        Ok(Self {
             ingress: ingress.clone(),
-            id: new.id.clone(),
+            id,
         })
     }
 }
@@ -798,11 +798,11 @@ impl Ingress {
         }
     }
 
-    /// Records a delivery with its `webhook.received` event, in one write.
     /// Records `new` with its `webhook.received` event, unless its sender's delivery id was
-    /// seen within the hook's window: then nothing is written and the first delivery's outcome
-    /// is returned. The check and the insert are one write, so of two copies sent at once
-    /// exactly one is recorded.
+    /// seen within the hook's window (recorded, or a waited copy running now): then nothing is
+    /// written and the first delivery's outcome is returned. The look and the insert are one
+    /// step on the store's writer, as a waited delivery's look and registration are (see
+    /// [`Ingress::claim_waited`]), so of two copies sent at once exactly one runs.
     async fn commit(&self, hook: &Hook, new: NewDelivery) -> Result<Option<Outcome>, IngressError> {
         let event = received_event(hook, &new);
         let bus = self.inner.bus.clone();
@@ -811,15 +811,20 @@ impl Ingress {
             .dedup
             .as_ref()
             .map(|dedup| canopy_store::time_ago(dedup.window));
+        let ingress = self.clone();
         let taken = self
             .inner
             .store
             .write(move |tx| {
-                if let (Some(sender_id), Some(since)) = (&new.sender_delivery_id, &seen_since)
-                    && let Some(first) =
+                if let (Some(sender_id), Some(since)) = (&new.sender_delivery_id, &seen_since) {
+                    if let Some(first) =
                         tx.delivery_by_sender_id(&new.scope, &new.hook, sender_id, since)?
-                {
-                    return Ok(Err(first));
+                    {
+                        return Ok(Err(first));
+                    }
+                    if let Some(running) = ingress.flying_copy(&new.scope, &new.hook, sender_id) {
+                        return Ok(Err(running));
+                    }
                 }
                 tx.insert_delivery(&new)?;
                 bus.record(tx, [event], &cause).map(Ok)
@@ -830,27 +835,21 @@ impl Ingress {
                 self.inner.bus.publish(recorded).await;
                 Ok(None)
             }
-            Err(first) => {
-                tracing::info!(webhook = %hook.key(), first = %first.id, "a webhook delivery its sender sent before is not run again");
-                Ok(Some(Outcome {
-                    duplicate: true,
-                    ..Outcome::of(&first)
-                }))
-            }
+            Err(first) => Ok(Some(duplicate_of(hook, &first))),
         }
     }
 
     /// Records a delivery whose caller waits for its outcome (`?wait=true`, `respond =
-    /// "sync"`) and runs its handler at once: recorded `running` in its first write, it needs
-    /// no second write to start, and no hop to a worker and back. Taken when the hook has a
-    /// slot free and nothing queued ahead, outside a flood and a planned stop; otherwise the
-    /// request comes back unrecorded, for [`Ingress::record`] and the hook's queue. The
-    /// delivery is as durable either way: a crash from its write on leaves it `running`, then
-    /// `interrupted_unknown`, as one a worker started.
+    /// "sync"`) and runs its handler at once, in the caller's task: it is held in memory while
+    /// it runs and recorded in one write when it ends, with its result and events (a crash
+    /// mid-run leaves no record; its caller sees the failure and sends it again). Taken when
+    /// the hook has a slot free and nothing queued ahead, outside a flood and a planned stop;
+    /// otherwise the request comes back unrecorded, for [`Ingress::record`] and the hook's
+    /// queue.
     ///
-    /// The write and the handler run in a task of their own on the caller's runtime (its
-    /// thread picks it up next, no other thread is woken): a caller that goes away drops only
-    /// its wait, never a recorded delivery's run.
+    /// The handler runs in a task of its own on the caller's runtime (its thread picks it up
+    /// next, no other thread is woken): a caller that goes away drops only its wait, never a
+    /// started run.
     pub async fn run_waited(
         &self,
         hook: &Arc<Hook>,
@@ -869,30 +868,12 @@ impl Ingress {
             return Ok(Err(received));
         };
         let new = self.new_delivery(hook, received, DeliveryStatus::Running, None, None, false);
-        // One its sender sent before (recorded, or running here now) is answered with that
-        // one and not run again.
-        if let Some(first) = self.sent_before(hook, &new).await? {
-            return Ok(Ok(first));
-        }
         let id = new.id.clone();
-        let Some(in_flight) = InFlight::register(self, hook, &new) else {
-            // A copy registered between the look above and now: running, or (its record is
-            // written before it leaves the registry) recorded.
-            return match self.sent_before(hook, &new).await? {
-                Some(first) => Ok(Ok(first)),
-                None => Ok(Ok(Outcome {
-                    delivery_id: String::new(),
-                    status: DeliveryStatus::Running,
-                    reason: Some(
-                        "a copy of this delivery, sent at the same time, runs".to_string(),
-                    ),
-                    error: None,
-                    output: None,
-                    result: None,
-                    duration_ms: None,
-                    duplicate: true,
-                })),
-            };
+        let in_flight = match self.claim_waited(hook, &new).await? {
+            Ok(in_flight) => in_flight,
+            // One its sender sent before (recorded, or running now) is answered with that one
+            // and not run again.
+            Err(first) => return Ok(Ok(first)),
         };
         let (ingress, handler_hook) = (self.clone(), hook.clone());
         let running = tokio::spawn(async move {
@@ -926,56 +907,64 @@ impl Ingress {
         }
     }
 
-    /// The delivery its sender sent before `new` (the same delivery id within the hook's
-    /// window), recorded or running here now, as its outcome.
-    async fn sent_before(
+    /// Registers the waited delivery `new` as running, unless its sender sent it before (the
+    /// same delivery id within the hook's window, recorded or running now): then the first
+    /// one's outcome. With a sender's id, the look and the registration are one step on the
+    /// store's writer, serialized with [`Ingress::commit`]'s look and insert: a copy that
+    /// arrives queued while this one runs, or is recorded between a look and a registration,
+    /// is found either way. (A waited delivery leaves the registry only after its record is
+    /// committed, so at every moment one of the two holds it.)
+    async fn claim_waited(
         &self,
         hook: &Hook,
         new: &NewDelivery,
-    ) -> Result<Option<Outcome>, IngressError> {
+    ) -> Result<Result<InFlight, Outcome>, IngressError> {
+        let flying = Flying {
+            delivery: Delivery::recorded(new),
+            body: new.body.clone(),
+            sender: new.sender_delivery_id.clone(),
+        };
         let (Some(sender_id), Some(dedup)) = (new.sender_delivery_id.clone(), hook.dedup.as_ref())
         else {
-            return Ok(None);
+            let in_flight = InFlight::register(
+                self,
+                new.id.clone(),
+                Flying {
+                    sender: None,
+                    ..flying
+                },
+            );
+            return Ok(in_flight.map_err(|first| duplicate_of(hook, &first)));
         };
-        if let Some(first) = self.in_flight_by_sender(hook, new) {
-            return Ok(Some(first));
-        }
-        let (scope, id, since) = (
+        let (ingress, id, scope, name, since) = (
+            self.clone(),
+            new.id.clone(),
             hook.scope.clone(),
             hook.id.clone(),
             canopy_store::time_ago(dedup.window),
         );
-        let first = self
+        let claimed = self
             .inner
             .store
-            .read(move |rd| rd.delivery_by_sender_id(&scope, &id, &sender_id, &since))
+            .write(move |tx| {
+                if let Some(first) = tx.delivery_by_sender_id(&scope, &name, &sender_id, &since)? {
+                    return Ok::<_, IngressError>(Err(Box::new(first)));
+                }
+                Ok(InFlight::register(&ingress, id, flying))
+            })
             .await?;
-        Ok(first.map(|first| {
-            tracing::info!(webhook = %hook.key(), first = %first.id, "a webhook delivery its sender sent before is not run again");
-            Outcome {
-                duplicate: true,
-                ..Outcome::of(&first)
-            }
-        }))
+        Ok(claimed.map_err(|first| duplicate_of(hook, &first)))
     }
 
-    /// A waited delivery of `hook` running now with `new`'s sender delivery id, as its outcome
-    /// so far.
-    fn in_flight_by_sender(&self, hook: &Hook, new: &NewDelivery) -> Option<Outcome> {
-        let sender_id = new.sender_delivery_id.as_deref()?;
-        hook.dedup.as_ref()?;
-        let in_flight = self
-            .inner
+    /// A waited delivery of `scope/hook` running now that its sender gave the id `sender`.
+    fn flying_copy(&self, scope: &str, hook: &str, sender: &str) -> Option<Delivery> {
+        self.inner
             .in_flight
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        in_flight
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
-            .find(|f| f.sent_as(&hook.scope, &hook.id, sender_id))
-            .map(|first| Outcome {
-                duplicate: true,
-                ..Outcome::of(&first.delivery)
-            })
+            .find(|f| f.sent_as(scope, hook, sender))
+            .map(|f| f.delivery.clone())
     }
 
     /// The waited deliveries running now, newest first (they are recorded when they end).
