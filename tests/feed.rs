@@ -598,7 +598,7 @@ fn bad_query_values_are_refused_naming_the_parameter_and_what_it_takes() {
         ),
         (
             "family=grph",
-            "query parameter `family`: unknown family `grph`; did you mean `graph`? (the families are graph, spec, node, hook, session, plugin, cron, webhook, project)",
+            "query parameter `family`: unknown family `grph`; did you mean `graph`? (the families are graph, spec, node, hook, session, plugin, cron, webhook, project, agent, tool)",
         ),
         (
             "event=graph.ran",

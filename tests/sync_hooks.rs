@@ -395,7 +395,9 @@ action = { command = "true" }
             "session.message.pre_deliver",
             "plugin.pre_install",
             "cron.pre_fire",
-            "webhook.pre_handle"
+            "webhook.pre_handle",
+            "agent.pre_complete",
+            "tool.pre_call"
         ],
         "{events:#}"
     );

@@ -92,6 +92,10 @@ pub struct Config {
     /// Agent platforms, on top of the built-in `claude` and `codex`.
     #[serde(default)]
     pub platforms: BTreeMap<String, Platform>,
+    /// Named profiles an agent config lists (`"profiles": ["base"]`): their runtime hooks come
+    /// before its own, in the order it lists them.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Profile>,
     /// How processes run for plugins.
     #[serde(default)]
     pub process: ProcessConfig,
@@ -381,7 +385,24 @@ impl Config {
             problems.push("feed.keep_days: must be from 1 to 36500".to_string());
         }
         problems.extend(config.retention.check());
+        for (name, profile) in &config.profiles {
+            if let Err(err) = canopy_model::runtime_hooks::RuntimeHooks::parse(
+                &profile.runtime_hooks,
+                &format!("profiles.{name}.runtime_hooks"),
+                &format!("profile {name}"),
+            ) {
+                problems.push(err);
+            }
+        }
         problems
+    }
+
+    /// Each profile's `runtime_hooks`, as JSON (what an agent config naming it composes).
+    pub fn profiles(&self) -> BTreeMap<String, serde_json::Value> {
+        self.profiles
+            .iter()
+            .map(|(name, profile)| (name.clone(), profile.runtime_hooks.clone()))
+            .collect()
     }
 
     /// Built-in platforms overlaid with the configured ones.
@@ -469,4 +490,17 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains("kill_orphans_on_start"), "{err}");
     }
+}
+
+/// A named profile (`[profiles.NAME]`): runtime hooks by phase, for the agents that list it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// `[profiles.NAME.runtime_hooks]`: phase → list of `{ matcher, hooks }`.
+    #[serde(default = "empty_object")]
+    pub runtime_hooks: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
 }

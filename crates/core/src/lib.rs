@@ -17,6 +17,7 @@ pub mod node;
 pub mod projects;
 pub mod retention;
 pub mod runner;
+pub mod runtime_hooks;
 pub mod sessions;
 pub mod webhooks;
 

@@ -34,6 +34,8 @@ struct DaemonServices {
     /// Where the platforms were read from, and when: errors name them, since an edit of the
     /// file after that has no effect until a reload.
     config: ConfigSource,
+    /// The API's address, where a launched agent's runtime hooks call back.
+    api_url: String,
 }
 
 /// The `canopy.toml` a daemon read at start.
@@ -75,6 +77,7 @@ impl HostServices for DaemonServices {
             .platforms
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let platforms = &platforms.platforms;
         platforms.get(name).cloned().ok_or_else(|| {
             format!(
                 "unknown agent platform `{name}`; configured platforms: {}. {}",
@@ -82,6 +85,26 @@ impl HostServices for DaemonServices {
                 self.config.missing_platform(name)
             )
         })
+    }
+
+    fn profile(&self, name: &str) -> Result<serde_json::Value, String> {
+        let settings = self
+            .platforms
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        settings.profiles.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = settings.profiles.keys().map(String::as_str).collect();
+            format!(
+                "unknown profile `{name}`{}; configured profiles: {}. Profiles are [profiles.NAME] sections of {}",
+                canopy_model::text::did_you_mean(name, known.iter().copied()),
+                if known.is_empty() { "none".to_string() } else { known.join(", ") },
+                self.config.path.display()
+            )
+        })
+    }
+
+    fn api_url(&self) -> Option<String> {
+        Some(self.api_url.clone())
     }
 }
 
@@ -229,7 +252,9 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     canopy_executors::procs::start(data.root(), &config.process).await?;
     let store = Store::open(&data.database())?;
-    let platforms: crate::reload::Platforms = Arc::new(std::sync::RwLock::new(config.platforms()));
+    let platforms: crate::reload::Platforms = Arc::new(std::sync::RwLock::new(
+        crate::reload::AgentSettings::of(&config),
+    ));
     let outbox = sessions::Outbox::default();
     let services = Arc::new(DaemonServices {
         outbox: outbox.clone(),
@@ -239,6 +264,7 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
             read_at: config_read_at,
             existed: config_existed,
         },
+        api_url: format!("http://{}", listener.local_addr()?),
     });
     let plugins = PluginHost::start(&data, store.clone(), &config.limits.calls(), services).await?;
     let interrupted_hooks = store

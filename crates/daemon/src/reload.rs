@@ -19,8 +19,25 @@ use canopy_core::hooks::daemon::{DaemonHooks, check_actions};
 use canopy_executors::plugins::PluginHost;
 use canopy_executors::plugins::platforms::Platform;
 
-/// The agent platforms in force, shared with the executor host's services.
-pub type Platforms = Arc<RwLock<BTreeMap<String, Platform>>>;
+/// The agent platforms and profiles in force, shared with the executor host's services.
+pub type Platforms = Arc<RwLock<AgentSettings>>;
+
+/// What an agent call reads from `canopy.toml` when it runs: its platform and its profiles.
+#[derive(Debug, Default)]
+pub struct AgentSettings {
+    pub platforms: BTreeMap<String, Platform>,
+    /// Each profile's `runtime_hooks`.
+    pub profiles: BTreeMap<String, serde_json::Value>,
+}
+
+impl AgentSettings {
+    pub fn of(config: &Config) -> Self {
+        Self {
+            platforms: config.platforms(),
+            profiles: config.profiles(),
+        }
+    }
+}
 
 /// What a reload did.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -176,6 +193,7 @@ impl Reloader {
         note(old.node != config.node, "node", true);
         note(old.roles != config.roles, "roles", true);
         note(old.platforms != config.platforms, "platforms", true);
+        note(old.profiles != config.profiles, "profiles", true);
         let projects_changed = old.projects.len() != config.projects.len()
             || old.projects.iter().any(|(name, project)| {
                 config
@@ -242,7 +260,7 @@ impl Reloader {
         *self
             .platforms
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = config.platforms();
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = AgentSettings::of(&config);
         let report = ReloadReport {
             path: self.path.clone(),
             hooks: hooks.hooks.len(),

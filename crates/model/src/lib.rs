@@ -5,6 +5,7 @@
 //! - [`markers`]: the `{{name}}` placeholders of executor configs and the one place they are
 //!   rendered (a value is never parsed by a shell).
 //! - [`pattern`]: the one matcher of configured values (exact, glob, `re:` regex).
+//! - [`runtime_hooks`]: hooks inside the agents Canopy launches, by phase, with their matchers.
 //! - [`since`]: the one parser of `since` (a time, or a duration back from now).
 //! - [`call_env`]: the variables every process of an automation's call gets.
 //! - [`capabilities`]: what a plugin may be granted, parsed and printed.
@@ -22,6 +23,7 @@ pub mod events;
 pub mod hook_keys;
 pub mod markers;
 pub mod pattern;
+pub mod runtime_hooks;
 pub mod since;
 pub mod spec_format;
 pub mod states;

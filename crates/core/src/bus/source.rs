@@ -5,7 +5,8 @@
 //!
 //! The sources are one list, made in [`sources`]: a graph's `hooks` map
 //! ([`crate::hooks::graph_source`]), the daemon hooks of `canopy.toml`
-//! ([`crate::hooks::daemon`]) and the projects' hooks ([`crate::projects`]). A new source is a
+//! ([`crate::hooks::daemon`]), the projects' hooks ([`crate::projects`]) and the runtime hooks
+//! of the agents launched now ([`crate::runtime_hooks`]). A new source is a
 //! file with its implementation and a line in that list.
 
 use std::borrow::Cow;
@@ -57,6 +58,7 @@ pub(crate) fn sources(
         graph,
         Arc::new(crate::hooks::daemon::DaemonHookSource),
         Arc::new(crate::projects::ProjectHookSource),
+        Arc::new(crate::runtime_hooks::RuntimeHookSource),
     ]
 }
 

@@ -37,9 +37,11 @@ use crate::hooks::config::{HookMap, sync_hooks_of, sync_markers};
 use crate::hooks::daemon::{DATA_MARKER, EventFields, SYNC_TIMEOUT};
 use crate::hooks::runs::{Finished, Fired, HookRunStatus, OUTPUT_LIMIT};
 use crate::runner::{self, Job, Kind, Ran};
+use canopy_executors::plugins::launch::Launch;
 use canopy_executors::plugins::{Decision as Answer, Ending, WorkConfig, split_work_config};
 use canopy_model::events::{Actor, Cause, EventDef, Payload, scalar_text};
 use canopy_model::markers::MarkerValues;
+use canopy_model::runtime_hooks::{HookGroup, Phase};
 use canopy_model::work::Provenance;
 use canopy_store::hook_runs::{
     Dispatch, HookOutcome, HookSourceKind, SyncHookRun, graph_hook_name,
@@ -59,6 +61,9 @@ pub struct Question {
     pub cause: Cause,
     /// The spec the action is about, recorded with its hook runs.
     pub spec_id: Option<String>,
+    /// The agent launch the action happens in, whose runtime hooks of the event's phase are
+    /// asked first (see [`crate::runtime_hooks`]).
+    pub launch: Option<Arc<Launch>>,
 }
 
 impl Question {
@@ -71,6 +76,15 @@ impl Question {
             project: payload.project(),
             cause,
             spec_id: None,
+            launch: None,
+        }
+    }
+
+    /// The action happens in `launch`: its runtime hooks decide too.
+    pub fn in_launch(self, launch: Arc<Launch>) -> Self {
+        Self {
+            launch: Some(launch),
+            ..self
         }
     }
 
@@ -206,6 +220,39 @@ struct SyncHook {
     cwd: Option<String>,
 }
 
+impl SyncHook {
+    /// A hook from its config as written (a graph's or a launch's): its `priority`, `required`
+    /// and `timeout_ms` read from the config's own keys.
+    fn written(
+        source: HookSourceKind,
+        name: String,
+        index: usize,
+        config: &Map<String, Value>,
+        workdir: PathBuf,
+    ) -> Self {
+        let work = split_work_config(config);
+        let host = work.as_ref().ok().map(|w| w.host().clone());
+        Self {
+            source,
+            name,
+            index,
+            priority: host.as_ref().and_then(|h| h.priority().ok()).unwrap_or(0),
+            required: host
+                .as_ref()
+                .and_then(|h| h.required().ok())
+                .unwrap_or(false),
+            timeout: host
+                .as_ref()
+                .and_then(|h| h.timeout())
+                .unwrap_or(SYNC_TIMEOUT),
+            config: Value::Object(config.clone()).to_string().into(),
+            work,
+            workdir,
+            cwd: None,
+        }
+    }
+}
+
 /// How one sync hook went, before it is recorded.
 struct Answered {
     hook: SyncHook,
@@ -336,7 +383,7 @@ impl Bus {
     }
 
     /// The sync hooks matching a question, in the order they run: priority (higher first),
-    /// then the graph's before the daemon's, then declaration order.
+    /// then the launch's runtime hooks, the graph's, the daemon's, then declaration order.
     fn sync_hooks(&self, question: &Question) -> Vec<SyncHook> {
         let mut hooks = Vec::new();
         let fallback = |project: Option<&str>| {
@@ -345,31 +392,34 @@ impl Bus {
                 .filter(|p| p.is_dir())
                 .unwrap_or_else(|| self.fallback_dir().to_path_buf())
         };
+        if let Some(launch) = &question.launch
+            && let Some(phase) = Phase::of_event(question.def.name)
+        {
+            let name = question.input.get("tool_name").and_then(Value::as_str);
+            for (group_index, group) in launch.hooks.matching(phase, name) {
+                for (index, config) in group.hooks.iter().enumerate() {
+                    hooks.push(SyncHook::written(
+                        runtime_hook_source(group),
+                        runtime_hook_name(phase, group_index, index, group),
+                        index,
+                        config,
+                        launch.workdir.clone(),
+                    ));
+                }
+            }
+        }
         if let Some(graph) = &question.graph {
             for (index, config) in sync_hooks_of(&graph.hooks, question.def.name)
                 .into_iter()
                 .enumerate()
             {
-                let work = split_work_config(&config);
-                let host = work.as_ref().ok().map(|w| w.host().clone());
-                hooks.push(SyncHook {
-                    source: HookSourceKind::Graph,
-                    name: graph_hook_name(&graph.graph_name, question.def.name, index),
+                hooks.push(SyncHook::written(
+                    HookSourceKind::Graph,
+                    graph_hook_name(&graph.graph_name, question.def.name, index),
                     index,
-                    priority: host.as_ref().and_then(|h| h.priority().ok()).unwrap_or(0),
-                    required: host
-                        .as_ref()
-                        .and_then(|h| h.required().ok())
-                        .unwrap_or(false),
-                    timeout: host
-                        .as_ref()
-                        .and_then(|h| h.timeout())
-                        .unwrap_or(SYNC_TIMEOUT),
-                    config: Value::Object(config).to_string().into(),
-                    work,
-                    workdir: fallback(Some(&graph.workdir)),
-                    cwd: None,
-                });
+                    &config,
+                    fallback(Some(&graph.workdir)),
+                ));
             }
         }
         let daemon = self.daemon_hooks();
@@ -504,6 +554,31 @@ fn supported_markers(def: &EventDef) -> &'static [&'static str] {
             .collect()
     });
     BY_EVENT.get(def.name).map_or(&[], Vec::as_slice)
+}
+
+/// Where a runtime hook is declared, as its hook runs record it: a profile is `canopy.toml`'s,
+/// an agent config's own is its graph's (or hook's).
+pub(crate) fn runtime_hook_source(group: &HookGroup) -> HookSourceKind {
+    if group.from.starts_with("profile ") {
+        HookSourceKind::Config
+    } else {
+        HookSourceKind::Graph
+    }
+}
+
+/// A runtime hook's name in its hook runs: `runtime.PHASE.GROUP.INDEX`, with the profile it
+/// comes from (`runtime.before_tool.0.0@base`).
+pub(crate) fn runtime_hook_name(
+    phase: Phase,
+    group_index: usize,
+    index: usize,
+    group: &HookGroup,
+) -> String {
+    let at = format!("runtime.{phase}.{group_index}.{index}");
+    match group.from.strip_prefix("profile ") {
+        Some(profile) => format!("{at}@{profile}"),
+        None => at,
+    }
 }
 
 /// The record of a decision's hook runs.

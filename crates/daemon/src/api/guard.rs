@@ -297,6 +297,22 @@ pub async fn guard(State(access): State<Arc<Access>>, request: Request, next: Ne
             Err(err) => err.into_response(),
         };
     }
+    // A launched agent's runtime hook calls back with its launch's secret, which the handler
+    // checks: Host and Origin apply as to every request.
+    if request
+        .uri()
+        .path()
+        .strip_prefix(canopy_executors::plugins::launch::CALLBACK_ROUTE)
+        .is_some_and(|rest| rest.starts_with('/'))
+    {
+        return match access
+            .check_host(request.headers(), request.uri())
+            .and_then(|()| access.check_origin(request.headers()))
+        {
+            Ok(()) => next.run(request).await,
+            Err(err) => err.into_response(),
+        };
+    }
     match access.check(&request) {
         Ok(Caller::Call(cause)) => {
             let mut request = request;

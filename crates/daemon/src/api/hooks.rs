@@ -537,6 +537,7 @@ async fn decide(
         graph: question_graph,
         cause: canopy_model::events::Cause::current(),
         spec_id: None,
+        launch: None,
     };
     let decision = state.bus.decide_unrecorded(question).await;
     let answers = decision

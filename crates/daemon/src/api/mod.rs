@@ -17,6 +17,7 @@ mod feed;
 mod guard;
 mod hooks;
 mod plugins;
+mod runtime;
 mod sessions;
 mod webhooks;
 
@@ -99,6 +100,7 @@ fn routes() -> Router<AppState> {
         .nest("/api", config::router())
         .nest("/api/webhooks", webhooks::router())
         .nest("/api", crons::router())
+        .nest("/api", runtime::router())
 }
 
 /// The routes with the 404 and 405 answers, and their state.

@@ -203,6 +203,7 @@ impl PluginHost {
             commands: std::sync::Arc::new(CommandRecord::default()),
             host_env: std::sync::Arc::from(Vec::new()),
             stdin: None,
+            platform_args: std::sync::Arc::from(Vec::new()),
         };
         // Pair by pair: a call through Canopy, then the same on bare wasmtime, so drift in the
         // machine (frequency, other load) falls on both alike.

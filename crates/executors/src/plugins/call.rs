@@ -306,6 +306,8 @@ pub(crate) struct CallState {
     host_env: Arc<[(String, String)]>,
     /// See [`CallSetup::stdin`].
     stdin: Option<PathBuf>,
+    /// See [`CallSetup::platform_args`].
+    platform_args: Arc<[String]>,
     /// Keeps the epoch advancing while this store lives (its deadline counts in ticks).
     _ticking: super::engine::Ticking,
 }
@@ -415,6 +417,9 @@ pub(crate) struct CallSetup {
     /// Stdin of every process the call runs that the plugin gives none (see
     /// [`super::CallRequest::stdin`]).
     pub stdin: Option<PathBuf>,
+    /// Arguments added to the agent platform's command the plugin asks for (a launch's
+    /// runtime hook configuration, see [`super::launch`]).
+    pub platform_args: Arc<[String]>,
 }
 
 impl CallSetup {
@@ -522,6 +527,7 @@ impl CallSetup {
             commands: self.commands.clone(),
             host_env: self.host_env.clone(),
             stdin: self.stdin.clone(),
+            platform_args: self.platform_args.clone(),
             _ticking: super::engine::Ticking::start(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
@@ -623,6 +629,7 @@ impl CallSetup {
             commands: self.commands.clone(),
             host_env: self.host_env.clone(),
             stdin: None,
+            platform_args: self.platform_args.clone(),
             _ticking: super::engine::Ticking::start(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
@@ -831,7 +838,11 @@ impl host::Host for CallState {
     async fn agent_platform(&mut self, name: String) -> Result<types::Platform, String> {
         let platform = self.services.agent_platform(&name)?;
         Ok(types::Platform {
-            command: platform.command,
+            command: platform
+                .command
+                .into_iter()
+                .chain(self.platform_args.iter().cloned())
+                .collect(),
             model_args: platform.model_args,
             effort_args: platform.effort_args,
             resume_args: platform.resume_args,

@@ -23,6 +23,7 @@ pub mod credentials;
 mod engine;
 mod fs_guard;
 mod install;
+pub mod launch;
 pub use install::{InstallAsk, InstallGate};
 mod process;
 pub use process::{StopSignal, StopSwitch};
@@ -91,7 +92,24 @@ pub trait HostServices: Send + Sync + 'static {
 
     /// The configured agent platform of that name; the error lists the configured ones.
     fn agent_platform(&self, name: &str) -> Result<Platform, String>;
+
+    /// The `runtime_hooks` of the profile of that name (`[profiles.NAME]` in `canopy.toml`);
+    /// the error lists the configured ones.
+    fn profile(&self, name: &str) -> Result<Value, String> {
+        Err(format!(
+            "no profile `{name}`: this daemon has no [profiles]"
+        ))
+    }
+
+    /// The daemon's API as a runtime's hooks reach it (`http://127.0.0.1:PORT`), when it
+    /// serves one.
+    fn api_url(&self) -> Option<String> {
+        None
+    }
 }
+
+/// A sync hook's deadline when its config names none.
+pub const SYNC_HOOK_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// Errors at the plugin host's boundary.
 #[derive(Debug, thiserror::Error)]
@@ -313,6 +331,8 @@ struct Inner {
     force: process::StopSwitch,
     /// The tokens of the calls running now (see [`credentials`]).
     credentials: credentials::CallCredentials,
+    /// The live launches with runtime hooks (see [`launch`]).
+    launches: launch::Launches,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -368,6 +388,7 @@ impl PluginHost {
                 install_lock: tokio::sync::Mutex::new(()),
                 force: process::StopSwitch::default(),
                 credentials: credentials::CallCredentials::default(),
+                launches: launch::Launches::default(),
             }),
         };
         host.load_installed().await?;
@@ -757,6 +778,7 @@ impl PluginHost {
             commands: Arc::default(),
             host_env: Arc::from(Vec::new()),
             stdin: None,
+            platform_args: Arc::from(Vec::new()),
         };
         self.on_plugin_threads(setup.run(call)).await
     }
@@ -789,6 +811,7 @@ impl PluginHost {
         work::check_no_nul(config).map_err(PluginError::InvalidConfig)?;
         work::check_schema(mode, &plugin.record.manifest.config_schema, config)
             .map_err(PluginError::InvalidConfig)?;
+        self.validate_runtime_hooks(work).await?;
         markers::check_config(config, &plugin.templates, supported_markers)
             .map_err(|err| PluginError::InvalidConfig(err.to_string()))?;
         let mut rendered = config.clone();
@@ -804,6 +827,48 @@ impl PluginHost {
             }
             Err(other) => Err(other),
         }
+    }
+
+    /// Validates an agent config's runtime hooks (its profiles' included): each hook as a hook
+    /// of its phase's event, a deciding mode on the phases that decide, and the platform able
+    /// to run them. The error names the hook by its place (`runtime_hooks.before_tool.0.hooks.1`).
+    async fn validate_runtime_hooks(&self, work: &WorkConfig) -> Result<(), PluginError> {
+        let Some((_, _, hooks)) = self
+            .runtime_hooks_of(&work.mode, work.host(), Some(work.config()))
+            .map_err(PluginError::InvalidConfig)?
+        else {
+            return Ok(());
+        };
+        for (phase, groups) in &hooks.phases {
+            let mut markers: Vec<&str> = canopy_model::events::find(phase.event())
+                .map(|def| def.markers.to_vec())
+                .unwrap_or_default();
+            markers.extend(canopy_model::events::ENVELOPE_MARKERS);
+            markers.push("data");
+            for (index, group) in groups.iter().enumerate() {
+                for (at, hook) in group.hooks.iter().enumerate() {
+                    let place = format!("{phase} group {index}, hook {at} (from {})", group.from);
+                    let invalid = |err: String| {
+                        PluginError::InvalidConfig(format!("runtime hook {place}: {err}"))
+                    };
+                    let hook_work = work::split(hook).map_err(invalid)?;
+                    if hook_work.host().has_runtime_hooks() {
+                        return Err(invalid(
+                            "a runtime hook carries no runtime hooks of its own".to_string(),
+                        ));
+                    }
+                    if phase.decides() {
+                        self.check_decides(&hook_work.mode).map_err(invalid)?;
+                    } else {
+                        hook_work.host().check_not_sync().map_err(invalid)?;
+                    }
+                    Box::pin(self.validate(&hook_work, &markers))
+                        .await
+                        .map_err(|err| invalid(err.to_string()))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The config as the executor of the work's mode would receive it for these marker values
@@ -827,6 +892,72 @@ impl PluginHost {
     /// executor's config, runs the plugin of the mode sandboxed.
     pub async fn execute(&self, request: CallRequest) -> Result<CallReport, PluginError> {
         self.execute_stoppable(request, None).await
+    }
+
+    /// The live launches with runtime hooks, for their callbacks.
+    pub fn launches(&self) -> &launch::Launches {
+        &self.inner.launches
+    }
+
+    /// The runtime hooks an agent config declares (its profiles' first), checked against its
+    /// platform; `None` when it declares none. The error names the field, the profile or the
+    /// phase the platform cannot run.
+    pub fn runtime_hooks_of(
+        &self,
+        mode: &str,
+        host: &HostKeys,
+        config: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<Option<(String, Platform, canopy_model::runtime_hooks::RuntimeHooks)>, String> {
+        if !host.has_runtime_hooks() {
+            return Ok(None);
+        }
+        if mode != "agent" {
+            return Err(format!(
+                "fields `runtime_hooks` and `profiles` belong to agent configs (`platform` + `prompt`); the {mode} mode runs none"
+            ));
+        }
+        let services = &self.inner.call_env.services;
+        let hooks = launch::resolve(host, services.as_ref())?;
+        if hooks.is_empty() {
+            return Ok(None);
+        }
+        let name = config
+            .and_then(|config| config.get("platform"))
+            .and_then(Value::as_str)
+            .ok_or("an agent config with runtime hooks names its `platform`")?;
+        let platform = services.agent_platform(name)?;
+        launch::check_platform(name, &platform, &hooks)?;
+        Ok(Some((name.to_string(), platform, hooks)))
+    }
+
+    /// Opens the launch of an agent call with runtime hooks (see [`launch`]).
+    fn open_launch(
+        &self,
+        mode: &str,
+        host: &HostKeys,
+        config: Option<&serde_json::Map<String, Value>>,
+        workdir: &Path,
+        provenance: &Provenance,
+        cause: Option<&canopy_model::events::Cause>,
+    ) -> Result<Option<launch::OpenLaunch>, String> {
+        let Some((name, platform, hooks)) = self.runtime_hooks_of(mode, host, config)? else {
+            return Ok(None);
+        };
+        let api_url = self.inner.call_env.services.api_url().ok_or(
+            "runtime hooks call the daemon's API back, and this host serves none (run the agent under `canopy daemon`)",
+        )?;
+        launch::open(
+            &self.inner.launches,
+            &self.inner.call_env.tmp_dir,
+            &api_url,
+            &name,
+            &platform,
+            hooks,
+            workdir,
+            provenance,
+            cause,
+        )
+        .map(Some)
     }
 
     /// Kills the processes of every call in flight, and keeps new calls from starting any: a
@@ -911,6 +1042,18 @@ impl PluginHost {
                 ),
             ]
         });
+        // Live until this call returns: the runtime hooks of an agent call answer while it runs.
+        let launch = self
+            .open_launch(
+                &mode,
+                &host,
+                rendered.as_object(),
+                workdir.path(),
+                &request.provenance,
+                request.cause.as_ref(),
+            )
+            .map_err(PluginError::InvalidConfig)?;
+        let launch_env = launch.iter().flat_map(|launch| launch.env.clone());
         let setup = CallSetup {
             plugin: plugin.clone(),
             grants: Grants::new(plugin.record.name.clone(), plugin.record.grants()),
@@ -923,9 +1066,14 @@ impl PluginHost {
                 .env
                 .into_iter()
                 .chain(cause_env)
+                .chain(launch_env)
                 .chain(marker_env)
                 .collect(),
             stdin: request.stdin,
+            platform_args: launch
+                .as_ref()
+                .map(|launch| Arc::from(launch.args.clone()))
+                .unwrap_or_else(|| Arc::from(Vec::new())),
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));
         let reply = self.on_plugin_threads(call).await;

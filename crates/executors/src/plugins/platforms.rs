@@ -20,6 +20,22 @@ pub struct Platform {
     /// Fragment with `{session}`.
     #[serde(default)]
     pub resume_args: Vec<String>,
+    /// The hook configuration the CLI reads, when it runs runtime hooks (see
+    /// [`super::launch`]); a platform without it takes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_hooks: Option<RuntimeFormat>,
+    /// Arguments that hand the CLI its hook configuration, with `{settings}` (the file's path),
+    /// added to its command for a launch with runtime hooks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings_args: Vec<String>,
+}
+
+/// A runtime's own hook configuration format.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeFormat {
+    /// Claude Code's settings (`--settings FILE`): `http` hooks at the daemon.
+    Claude,
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -41,6 +57,8 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                 model_args: Vec::new(),
                 effort_args: Vec::new(),
                 resume_args: Vec::new(),
+                runtime_hooks: None,
+                settings_args: Vec::new(),
             },
         ),
         (
@@ -50,6 +68,8 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                 model_args: strings(&["--model", "{model}"]),
                 effort_args: Vec::new(),
                 resume_args: strings(&["--resume", "{session}"]),
+                runtime_hooks: Some(RuntimeFormat::Claude),
+                settings_args: strings(&["--settings", "{settings}"]),
             },
         ),
         (
@@ -67,6 +87,8 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                 model_args: strings(&["--model", "{model}"]),
                 effort_args: strings(&["-c", "model_reasoning_effort={effort}"]),
                 resume_args: strings(&["resume", "{session}"]),
+                runtime_hooks: None,
+                settings_args: Vec::new(),
             },
         ),
     ])

@@ -21,8 +21,10 @@ use super::MAX_TIMEOUT;
 /// - `timeout_ms`: the same in milliseconds (a sync hook's, default 1,000);
 /// - `detach`: leave the processes the call started running when it ends (see `crate::procs`);
 /// - `priority`, `required`: a sync hook's place among its event's hooks (higher first), and
-///   whether its failure denies the action.
-pub const RESERVED_KEYS: [&str; 8] = [
+///   whether its failure denies the action;
+/// - `runtime_hooks`, `profiles`: an agent's hooks inside its run, and the named profiles whose
+///   runtime hooks come first (see [`super::launch`]).
+pub const RESERVED_KEYS: [&str; 10] = [
     "mode",
     "spec_ids",
     "timeout_seconds",
@@ -31,6 +33,8 @@ pub const RESERVED_KEYS: [&str; 8] = [
     "detach",
     "priority",
     "required",
+    "runtime_hooks",
+    "profiles",
 ];
 
 /// A config split into its mode, the executor's own config and the host's keys.
@@ -93,6 +97,7 @@ impl HostKeys {
     /// (`mode` is checked by [`split`], `spec_ids` by the hooks that carry it.)
     pub fn check(&self) -> Result<(), String> {
         self.detach()?;
+        self.profiles()?;
         self.priority()?;
         self.required()?;
         if self.0.contains_key("timeout_ms")
@@ -121,6 +126,35 @@ impl HostKeys {
             (None, None, Some(m)) => Some(Duration::from_secs(m.saturating_mul(60))),
             (None, None, None) => None,
         }
+    }
+
+    /// The agent's own `runtime_hooks`, as written.
+    pub fn runtime_hooks(&self) -> Option<&Value> {
+        self.0.get("runtime_hooks")
+    }
+
+    /// The profiles the agent names (`profiles`), in order.
+    pub fn profiles(&self) -> Result<Vec<String>, String> {
+        match self.0.get("profiles") {
+            None => Ok(Vec::new()),
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|name| match name {
+                    Value::String(name) if !name.trim().is_empty() => Ok(name.clone()),
+                    other => Err(format!(
+                        "field `profiles` must list profile names ([profiles.NAME] in canopy.toml), not {other}"
+                    )),
+                })
+                .collect(),
+            Some(other) => Err(format!(
+                "field `profiles` must be a list of profile names, such as [\"base\"], not {other}"
+            )),
+        }
+    }
+
+    /// Whether the config declares runtime hooks or names profiles.
+    pub fn has_runtime_hooks(&self) -> bool {
+        self.0.contains_key("runtime_hooks") || self.0.contains_key("profiles")
     }
 
     /// A sync hook's `priority` (default 0; higher runs first).
@@ -513,7 +547,7 @@ mod tests {
         assert_eq!(check(json!({ "command": "true" })), Ok(()));
         assert_eq!(
             check(json!({ "command": "true", "timout_seconds": 3 })),
-            Err("unknown field `timout_seconds`; did you mean `timeout_seconds`? (the command mode's fields are command; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, timeout_ms, detach, priority, required)".to_string())
+            Err("unknown field `timout_seconds`; did you mean `timeout_seconds`? (the command mode's fields are command; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, timeout_ms, detach, priority, required, runtime_hooks, profiles)".to_string())
         );
         assert_eq!(
             check(json!({ "command": 5 })),
@@ -541,7 +575,7 @@ mod tests {
         });
         assert_eq!(
             check_schema("append-file", &strict, &map(json!({ "line": "x", "detch": true }))),
-            Err("unknown field `detch`; did you mean `detach`? (the append-file mode's fields are line; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, timeout_ms, detach, priority, required)".to_string())
+            Err("unknown field `detch`; did you mean `detach`? (the append-file mode's fields are line; Canopy's own are mode, spec_ids, timeout_seconds, timeout_minutes, timeout_ms, detach, priority, required, runtime_hooks, profiles)".to_string())
         );
         assert_eq!(
             check_schema("append-file", &strict, &map(json!({ "line": "x" }))),

@@ -9,6 +9,7 @@
 //! it is about, and the payload as JSON. The [`Envelope`] the feed stores wraps it with where,
 //! when and by whom.
 
+pub mod agent;
 pub mod cron;
 pub mod graph;
 pub mod hook;
@@ -17,6 +18,7 @@ pub mod plugin;
 pub mod project;
 pub mod session;
 pub mod spec;
+pub mod tool;
 pub mod webhook;
 
 use std::fmt;
@@ -58,10 +60,14 @@ pub enum Family {
     Webhook,
     /// A project's checkout moving to a new commit, a new tag appearing.
     Project,
+    /// An agent Canopy launched, reporting from inside its run (runtime hooks).
+    Agent,
+    /// A tool call of an agent Canopy launched, before and after it runs (runtime hooks).
+    Tool,
 }
 
 /// Every family, in the order they are listed.
-pub const FAMILIES: [Family; 9] = [
+pub const FAMILIES: [Family; 11] = [
     Family::Graph,
     Family::Spec,
     Family::Node,
@@ -71,6 +77,8 @@ pub const FAMILIES: [Family; 9] = [
     Family::Cron,
     Family::Webhook,
     Family::Project,
+    Family::Agent,
+    Family::Tool,
 ];
 
 impl Family {
@@ -85,6 +93,8 @@ impl Family {
             Self::Cron => "cron",
             Self::Webhook => "webhook",
             Self::Project => "project",
+            Self::Agent => "agent",
+            Self::Tool => "tool",
         }
     }
 
@@ -109,6 +119,8 @@ impl Family {
             Self::Cron => cron::EVENTS,
             Self::Webhook => webhook::EVENTS,
             Self::Project => project::EVENTS,
+            Self::Agent => agent::EVENTS,
+            Self::Tool => tool::EVENTS,
         }
     }
 }

@@ -1,0 +1,49 @@
+//! `POST /api/runtime/{event}`: the callbacks of the runtime hooks materialised for an agent
+//! Canopy launched (see `canopy_executors::plugins::launch`). A callback is let in by its
+//! launch's secret, `Authorization: Bearer canopy-launch-…`, not by the daemon's token: the
+//! agent never holds that. The answer is in the runtime's protocol (Claude Code's hook output).
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::routing::post;
+use serde_json::Value;
+
+use super::{ApiJson, AppState};
+use crate::api::error::ApiError;
+use canopy_core::runtime_hooks::{CallbackError, answer_claude};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/runtime/{event}", post(callback))
+}
+
+async fn callback(
+    State(state): State<AppState>,
+    Path(event): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<ApiJson<Value>, ApiError> {
+    let secret = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let Some(launch) = state.plugins.launches().find(secret.trim()) else {
+        tracing::warn!(%event, "a runtime hook callback without a live launch's secret is refused");
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a runtime hook callback carries its launch's secret (CANOPY_RUNTIME_TOKEN), live while the launch runs",
+        ));
+    };
+    let body: Value = serde_json::from_slice(&body).map_err(|err| {
+        ApiError::bad_request(format!("the {event} callback's body is not JSON: {err}"))
+    })?;
+    match answer_claude(&state.bus, launch, &event, &body).await {
+        Ok(answer) => Ok(ApiJson(answer)),
+        Err(err @ (CallbackError::UnknownEvent(_) | CallbackError::Missing { .. })) => {
+            Err(ApiError::bad_request(err.to_string()))
+        }
+        Err(CallbackError::Store(err)) => Err(ApiError::internal(&anyhow::Error::from(err))),
+    }
+}

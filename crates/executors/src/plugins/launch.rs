@@ -1,0 +1,367 @@
+//! Launches with runtime hooks: an agent call whose config declares `runtime_hooks` (or names
+//! `profiles`) gets, for that call only, the runtime's own hook configuration written in a
+//! directory of its own, every hook in it calling back into the daemon with a secret of the
+//! launch's own. The daemon finds the launch by that secret (see [`Launches::find`]), and the
+//! launch, its secret and its directory are gone when the call ends.
+//!
+//! Materialised formats (a platform's `runtime_hooks`):
+//! - `claude`: Claude Code's settings, passed with the platform's `settings_args`
+//!   (`--settings {settings}`): an `http` hook per phase, at the daemon's loopback API, with
+//!   `onFailure: "block"` on the phases that decide. (`on_start` is refused: Claude Code's
+//!   `SessionStart` takes no `http` hook.)
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use canopy_model::events::Cause;
+use canopy_model::runtime_hooks::{Phase, RuntimeHooks};
+use canopy_model::work::Provenance;
+
+use super::platforms::{Platform, RuntimeFormat};
+use super::work::HostKeys;
+use super::{HostServices, SYNC_HOOK_TIMEOUT};
+
+/// The variables a launch's processes get: where and how its hooks call back.
+pub const RUNTIME_URL: &str = "CANOPY_RUNTIME_URL";
+pub const RUNTIME_TOKEN: &str = "CANOPY_RUNTIME_TOKEN";
+pub const LAUNCH_ID: &str = "CANOPY_LAUNCH_ID";
+
+/// Every launch secret starts with this.
+const PREFIX: &str = "canopy-launch-";
+
+/// The route a runtime's hooks call, under the API (`/api/runtime/{callback}`).
+pub const CALLBACK_ROUTE: &str = "/api/runtime";
+
+/// One agent call with runtime hooks, as its callbacks need it.
+#[derive(Debug)]
+pub struct Launch {
+    pub id: String,
+    pub platform: String,
+    pub workdir: PathBuf,
+    pub hooks: RuntimeHooks,
+    pub provenance: Provenance,
+    /// Who the agent's call acts as (its hooks run one dispatch deeper).
+    pub cause: Option<Cause>,
+}
+
+/// The live launches, by secret (cheap to clone).
+#[derive(Debug, Default, Clone)]
+pub struct Launches {
+    live: Arc<Mutex<HashMap<String, Arc<Launch>>>>,
+}
+
+impl Launches {
+    /// The live launch whose secret is `secret`.
+    pub fn find(&self, secret: &str) -> Option<Arc<Launch>> {
+        if !secret.starts_with(PREFIX) {
+            return None;
+        }
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(secret)
+            .cloned()
+    }
+
+    /// The live launch with that id.
+    pub fn by_id(&self, id: &str) -> Option<Arc<Launch>> {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .find(|launch| launch.id == id)
+            .cloned()
+    }
+
+    /// How many launches are live.
+    pub fn live(&self) -> usize {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// A launch opened for one call: its hooks answer while this lives; dropping it forgets the
+/// secret and removes the directory its configuration was written in.
+pub(crate) struct OpenLaunch {
+    launches: Launches,
+    secret: String,
+    dir: PathBuf,
+    /// The variables the call's processes get (see [`RUNTIME_URL`]).
+    pub env: Vec<(String, String)>,
+    /// The arguments the host adds to the platform's command (its `settings_args`, rendered).
+    pub args: Vec<String>,
+}
+
+impl Drop for OpenLaunch {
+    fn drop(&mut self) {
+        self.launches
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.secret);
+        if let Err(err) = std::fs::remove_dir_all(&self.dir)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %err, "cannot remove a launch's runtime hook configuration");
+        }
+    }
+}
+
+/// The runtime hooks a config declares: its profiles' (in the order it names them), then its
+/// own. Errors name the field and, for a profile, where it is missing.
+pub fn resolve(host: &HostKeys, services: &dyn HostServices) -> Result<RuntimeHooks, String> {
+    let mut hooks = RuntimeHooks::default();
+    for name in host.profiles()? {
+        let value = services.profile(&name)?;
+        let from = format!("profile {name}");
+        hooks = hooks.then(RuntimeHooks::parse(
+            &value,
+            &format!("profiles.{name}.runtime_hooks"),
+            &from,
+        )?);
+    }
+    if let Some(own) = host.runtime_hooks() {
+        hooks = hooks.then(RuntimeHooks::parse(
+            own,
+            "runtime_hooks",
+            "the agent's config",
+        )?);
+    }
+    Ok(hooks)
+}
+
+/// Refuses runtime hooks the platform cannot honour, naming the phase and the platform.
+pub fn check_platform(name: &str, platform: &Platform, hooks: &RuntimeHooks) -> Result<(), String> {
+    let Some(first) = hooks.declared().next() else {
+        return Ok(());
+    };
+    if platform.runtime_hooks == Some(RuntimeFormat::Claude)
+        && hooks.declared().any(|phase| phase == Phase::OnStart)
+    {
+        return Err(format!(
+            "platform `{name}` (Claude Code's settings) cannot run phase `on_start` yet: its SessionStart takes no http hook; use a daemon hook on node.started, or remove the phase"
+        ));
+    }
+    match platform.runtime_hooks {
+        Some(RuntimeFormat::Claude)
+            if platform
+                .settings_args
+                .iter()
+                .any(|a| a.contains("{settings}")) =>
+        {
+            Ok(())
+        }
+        Some(RuntimeFormat::Claude) => Err(format!(
+            "platform `{name}` reads Claude Code's settings but its `settings_args` have no `{{settings}}` (for example [\"--settings\", \"{{settings}}\"]); the runtime hooks ({first}) cannot be given to it"
+        )),
+        None => Err(format!(
+            "platform `{name}` takes no runtime hooks, so phase `{first}` cannot run in it: set `runtime_hooks = \"claude\"` and `settings_args` in [platforms.{name}] if it reads Claude Code's settings, or remove the runtime hooks"
+        )),
+    }
+}
+
+/// Opens a launch for one call: registers it, writes its configuration under `tmp_dir`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn open(
+    launches: &Launches,
+    tmp_dir: &Path,
+    api_url: &str,
+    platform_name: &str,
+    platform: &Platform,
+    hooks: RuntimeHooks,
+    workdir: &Path,
+    provenance: &Provenance,
+    cause: Option<&Cause>,
+) -> Result<OpenLaunch, String> {
+    check_platform(platform_name, platform, &hooks)?;
+    let id = canopy_store::new_id();
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes)
+        .map_err(|err| format!("no randomness for a launch secret: {err}"))?;
+    let secret = format!("{PREFIX}{}", hex::encode(bytes));
+    let dir = tmp_dir.join(format!("launch-{id}"));
+    let settings = claude_settings(api_url, &hooks);
+    write_private(&dir, &settings).map_err(|err| {
+        format!(
+            "cannot write the runtime hook configuration in {}: {err}",
+            dir.display()
+        )
+    })?;
+    let settings_path = dir.join("settings.json").to_string_lossy().into_owned();
+    let args = platform
+        .settings_args
+        .iter()
+        .map(|arg| arg.replace("{settings}", &settings_path))
+        .collect();
+    let launch = Arc::new(Launch {
+        id: id.clone(),
+        platform: platform_name.to_string(),
+        workdir: workdir.to_path_buf(),
+        hooks,
+        provenance: provenance.clone(),
+        cause: cause.cloned(),
+    });
+    launches
+        .live
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(secret.clone(), launch);
+    Ok(OpenLaunch {
+        launches: launches.clone(),
+        env: vec![
+            (RUNTIME_URL.to_string(), api_url.to_string()),
+            (RUNTIME_TOKEN.to_string(), secret.clone()),
+            (LAUNCH_ID.to_string(), id),
+        ],
+        secret,
+        dir,
+        args,
+    })
+}
+
+/// Writes `settings` as `dir/settings.json`, the directory only its owner may read.
+fn write_private(dir: &Path, settings: &Value) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join("settings.json"))?;
+    file.write_all(settings.to_string().as_bytes())
+}
+
+/// Claude Code's name of the hook event a phase is called back on.
+fn claude_event(phase: Phase) -> &'static str {
+    match phase {
+        Phase::OnStart => "SessionStart",
+        Phase::BeforeTool => "PreToolUse",
+        Phase::PostToolUse => "PostToolUse",
+        Phase::OnNotification => "Notification",
+        Phase::BeforeComplete | Phase::OnStop => "Stop",
+        Phase::OnSessionEnd => "SessionEnd",
+    }
+}
+
+/// The phases a callback of Claude Code's `event` answers, in the order they are asked.
+pub fn claude_phases(event: &str) -> &'static [Phase] {
+    match event {
+        "SessionStart" => &[Phase::OnStart],
+        "PreToolUse" => &[Phase::BeforeTool],
+        "PostToolUse" => &[Phase::PostToolUse],
+        "Notification" => &[Phase::OnNotification],
+        "Stop" => &[Phase::BeforeComplete, Phase::OnStop],
+        "SessionEnd" => &[Phase::OnSessionEnd],
+        _ => &[],
+    }
+}
+
+/// Claude Code's settings for a launch: one hook per Claude event the declared phases need,
+/// every one calling back (Canopy matches the tool names itself, so one hook per event is
+/// enough and a matcher means the same whichever runtime runs it).
+fn claude_settings(api_url: &str, hooks: &RuntimeHooks) -> Value {
+    let mut events = serde_json::Map::new();
+    for phase in hooks.declared() {
+        let event = claude_event(phase);
+        // A sync phase waits for its hooks one after the other: the runtime waits as long, and
+        // a moment more for the daemon's answer.
+        let wait: Duration = if phase.decides() {
+            hooks
+                .phases
+                .get(&phase)
+                .into_iter()
+                .flatten()
+                .flat_map(|group| &group.hooks)
+                .map(|hook| {
+                    super::work::split(hook)
+                        .ok()
+                        .and_then(|work| work.host().timeout())
+                        .unwrap_or(SYNC_HOOK_TIMEOUT)
+                })
+                .sum::<Duration>()
+                + Duration::from_secs(5)
+        } else {
+            Duration::from_secs(10)
+        };
+        let wait_secs = wait.as_secs().max(1) + u64::from(wait.subsec_nanos() > 0);
+        let mut hook = json!({
+            "type": "http",
+            "url": format!("{api_url}{CALLBACK_ROUTE}/{event}"),
+            "headers": { "Authorization": format!("Bearer ${RUNTIME_TOKEN}") },
+            "allowedEnvVars": [RUNTIME_TOKEN],
+            "timeout": wait_secs,
+        });
+        if phase.decides() {
+            // A daemon that cannot answer blocks the action instead of letting it through.
+            hook["onFailure"] = json!("block");
+        }
+        let entry = events
+            .entry(event)
+            .or_insert_with(|| json!([{ "hooks": [] }]));
+        let list = &mut entry[0]["hooks"];
+        if list.as_array().is_some_and(|l| {
+            l.iter()
+                .any(|h| h["url"] == hook["url"] && h["type"] == "http")
+        }) {
+            // Stop serves before_complete and on_stop with one callback; keep the blocking one.
+            if phase.decides()
+                && let Some(existing) = list.as_array_mut().and_then(|l| l.first_mut())
+            {
+                *existing = hook;
+            }
+            continue;
+        }
+        if let Some(list) = list.as_array_mut() {
+            list.push(hook);
+        }
+    }
+    json!({
+        "hooks": events,
+        "allowedHttpHookUrls": [format!("{api_url}{CALLBACK_ROUTE}/*")],
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_settings_call_back_once_per_event_and_block_when_the_daemon_cannot_answer() {
+        let hooks = RuntimeHooks::parse(
+            &json!({
+                "before_tool": [{"matcher": "Bash", "hooks": [{"command": "a", "timeout_ms": 2500}]}],
+                "after_tool": [{"hooks": [{"command": "b"}]}],
+                "on_stop": [{"hooks": [{"command": "c"}]}],
+                "before_complete": [{"hooks": [{"command": "d"}]}],
+            }),
+            "runtime_hooks",
+            "test",
+        )
+        .unwrap();
+        let settings = claude_settings("http://127.0.0.1:7", &hooks);
+        let pre = &settings["hooks"]["PreToolUse"][0]["hooks"][0];
+        assert_eq!(pre["url"], "http://127.0.0.1:7/api/runtime/PreToolUse");
+        assert_eq!(pre["onFailure"], "block");
+        assert_eq!(
+            pre["timeout"], 8,
+            "2.5 s of hooks and 5 s for the answer, rounded up"
+        );
+        assert_eq!(
+            pre["headers"]["Authorization"],
+            "Bearer $CANOPY_RUNTIME_TOKEN"
+        );
+        assert!(settings["hooks"]["PostToolUse"][0]["hooks"][0]["onFailure"].is_null());
+        let stop = settings["hooks"]["Stop"][0]["hooks"].as_array().unwrap();
+        assert_eq!(stop.len(), 1, "{settings}");
+        assert_eq!(stop[0]["onFailure"], "block");
+    }
+}

@@ -1,0 +1,243 @@
+//! Runtime hooks: hooks inside the agents Canopy launches. A stand-in for Claude Code
+//! (`tests/fixtures/fake_claude.py`) reads the settings Canopy materialised for its launch and
+//! calls their hooks back as Claude Code does; Canopy decides, and the stand-in honours it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Daemon, git_repo, script, wait_for};
+
+fn fake_claude() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/fake_claude.py")
+        .canonicalize()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The hook runs of `event`, oldest first, once `count` have ended.
+fn ended_runs(daemon: &Daemon, event: &str, count: usize) -> Vec<Value> {
+    wait_for(
+        &format!("{count} ended hook runs of {event}"),
+        Duration::from_secs(60),
+        || {
+            let (_, answer) = daemon.get(&format!("/api/hook-runs?event={event}&last=100"));
+            let mut runs = answer["runs"].as_array().cloned().unwrap_or_default();
+            let done = runs.len() >= count
+                && runs
+                    .iter()
+                    .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running")));
+            runs.reverse();
+            done.then_some(runs)
+        },
+    )
+}
+
+#[test]
+fn an_agents_tool_calls_are_denied_patched_and_recorded_by_its_runtime_hooks() {
+    let tools = tempfile::tempdir().unwrap();
+    let post_log = tools.path().join("post.log");
+    // The profile's policy: no force pushes (a command decides as an agent runtime's command
+    // hook does: exit 2 denies, with stderr as the reason).
+    let no_force = script(
+        tools.path(),
+        "no-force.sh",
+        r#"input=$(cat)
+case "$input" in *'push --force'*) echo 'no force pushes' >&2; exit 2 ;; esac"#,
+    );
+    // The node's own: a command that writes `original.txt` is rewritten to write elsewhere.
+    let rewrite = script(
+        tools.path(),
+        "rewrite.sh",
+        r#"input=$(cat)
+case "$input" in *original.txt*) echo '{"decision": "patch", "patch": {"tool_input": {"command": "echo patched > patched.txt"}}}' ;; esac"#,
+    );
+    let config = format!(
+        r#"
+[platforms.fake-claude]
+command = ["python3", "{fake}", "{{prompt}}"]
+runtime_hooks = "claude"
+settings_args = ["--settings", "{{settings}}"]
+
+[profiles.guarded.runtime_hooks]
+before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }} ] }} ]
+"#,
+        fake = fake_claude(),
+        no_force = no_force.display(),
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let repo = git_repo();
+    std::fs::write(repo.path().join(".git/info/exclude"), "*.txt\n").unwrap();
+
+    let steps = json!([
+        { "tool": "Bash", "input": { "command": "git push --force origin main > pushed.txt" } },
+        { "tool": "Bash", "input": { "command": "echo mine > original.txt" } },
+        { "tool": "Bash", "input": { "command": "echo plain > plain.txt" } },
+    ]);
+    let spec = daemon.add_spec("guarded agent work");
+    daemon.create_graph(json!({
+        "name": "guarded", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{
+            "name": "agent", "platform": "fake-claude", "prompt": steps.to_string(),
+            "profiles": ["guarded"],
+            "runtime_hooks": {
+                "before_tool": [ { "matcher": "Bash", "hooks": [ { "command": rewrite } ] } ],
+                "after_tool": [ { "hooks": [ { "command": format!("echo \"$CANOPY_HOOK_TOOL_NAME ran in $CANOPY_HOOK_GRAPH_NAME\" >> {}", post_log.display()) } ] } ],
+            },
+        }],
+    }));
+    daemon.control_ok("guarded", json!({ "action": "run" }));
+    let view = daemon.settled("guarded");
+    assert_eq!(view["status"], "completed", "{view:#}");
+
+    // The denied command never ran; the rewritten one ran as rewritten; the plain one ran.
+    let dir = repo.path();
+    assert!(!dir.join("pushed.txt").exists(), "a denied command ran");
+    assert!(
+        !dir.join("original.txt").exists(),
+        "the input was not rewritten"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("patched.txt")).unwrap(),
+        "patched\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("plain.txt")).unwrap(),
+        "plain\n"
+    );
+
+    // The agent was told why, naming the hook.
+    let (_, node_runs) = daemon.get("/api/graphs/guarded/node-runs");
+    assert!(
+        node_runs.to_string().contains(
+            "DENIED Bash: no force pushes (Canopy hook `runtime.before_tool.0.0@guarded`)"
+        ),
+        "{node_runs:#}"
+    );
+
+    // Each decision is a hook run: the profile's first, then the node's own.
+    let decided = ended_runs(&daemon, "tool.pre_call", 6);
+    let seen: Vec<(String, String)> = decided
+        .iter()
+        .map(|r| {
+            (
+                r["hook_name"].as_str().unwrap_or_default().to_string(),
+                r["outcome"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("runtime.before_tool.0.0@guarded", "denied"),
+        ("runtime.before_tool.1.0", "skipped"),
+        ("runtime.before_tool.0.0@guarded", "applied"),
+        ("runtime.before_tool.1.0", "applied"),
+        ("runtime.before_tool.0.0@guarded", "applied"),
+        ("runtime.before_tool.1.0", "applied"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, b)| ((*a).to_string(), (*b).to_string()))
+        .collect();
+    assert_eq!(seen, expected, "{decided:#?}");
+    assert!(
+        decided[3]["patch_applied"]["tool_input"]["command"] == "echo patched > patched.txt",
+        "{:#}",
+        decided[3]
+    );
+    assert!(
+        decided[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no force pushes")),
+        "{:#}",
+        decided[0]
+    );
+
+    // The calls that ran are events in the feed, and the after_tool hook ran on each.
+    let (_, feed) = daemon.get("/api/feed?event=tool.post_call&last=10");
+    let commands: Vec<&str> = feed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["payload"]["tool_input"]["command"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        commands,
+        ["echo patched > patched.txt", "echo plain > plain.txt"],
+        "{feed:#}"
+    );
+    ended_runs(&daemon, "tool.post_call", 2);
+    let logged = std::fs::read_to_string(&post_log).unwrap();
+    assert_eq!(logged, "Bash ran in guarded\nBash ran in guarded\n");
+
+    // The launch's settings were for that launch only: gone once it ended.
+    let settings = std::fs::read_to_string(dir.join("settings-path.txt")).unwrap();
+    assert!(
+        !Path::new(settings.trim()).exists(),
+        "{settings} is still there"
+    );
+
+    // A callback without a live launch's secret is refused, the daemon's own token included.
+    let forged = json!({ "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": { "command": "true" } });
+    let (status, _) = daemon.send("POST", "/api/runtime/PreToolUse", &forged);
+    assert_eq!(status, 401);
+    let refused = reqwest::blocking::Client::new()
+        .post(format!("{}/api/runtime/PreToolUse", daemon.url))
+        .bearer_auth("canopy-launch-0000")
+        .json(&forged)
+        .send()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+}
+
+#[test]
+fn runtime_hooks_a_platform_cannot_run_are_refused_naming_the_phase_and_the_platform() {
+    let daemon = Daemon::start_with_config("[profiles.base.runtime_hooks]\n");
+    let repo = git_repo();
+    let create = |node: Value| {
+        daemon.send(
+            "POST",
+            "/api/graphs",
+            &json!({ "name": "g", "workdir": repo.path(), "nodes": [node] }),
+        )
+    };
+    let hooks =
+        json!({ "before_tool": [ { "matcher": "Bash", "hooks": [ { "command": "true" } ] } ] });
+    let refused = |node: Value, wanted: &str| {
+        let (status, answer) = create(node);
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(wanted), "{message}\nwanted: {wanted}");
+    };
+    refused(
+        json!({ "name": "a", "platform": "demo", "prompt": "p", "runtime_hooks": hooks }),
+        "platform `demo` takes no runtime hooks, so phase `before_tool` cannot run in it",
+    );
+    refused(
+        json!({ "name": "a", "platform": "claude", "prompt": "p", "profiles": ["bse"] }),
+        "unknown profile `bse`; did you mean `base`?",
+    );
+    refused(
+        json!({ "name": "a", "platform": "claude", "prompt": "p", "runtime_hooks": { "befor_tool": [] } }),
+        "unknown phase `befor_tool`; did you mean `before_tool`?",
+    );
+    refused(
+        json!({ "name": "a", "command": "true", "runtime_hooks": hooks }),
+        "belong to agent configs",
+    );
+    // A hook that cannot decide is refused on a phase that decides.
+    refused(
+        json!({ "name": "a", "platform": "claude", "prompt": "p", "runtime_hooks": {
+            "before_tool": [ { "hooks": [ { "platform": "claude", "prompt": "judge" } ] } ] } }),
+        "cannot decide",
+    );
+    let (status, answer) = create(json!({
+        "name": "a", "platform": "claude", "prompt": "p", "profiles": ["base"], "runtime_hooks": hooks,
+    }));
+    assert_eq!(status, 201, "{answer}");
+}
