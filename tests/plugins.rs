@@ -82,6 +82,7 @@ fn builtins_are_installed_on_first_start_with_their_requested_grants() {
                 true,
                 true
             ),
+            ("guard".into(), s(&["guard"]), s(&[]), true, true),
             (
                 "interactive".into(),
                 s(&["interactive"]),

@@ -241,3 +241,70 @@ fn runtime_hooks_a_platform_cannot_run_are_refused_naming_the_phase_and_the_plat
     }));
     assert_eq!(status, 201, "{answer}");
 }
+
+#[test]
+fn the_guard_executor_denies_by_pattern_path_and_allow_list_without_code() {
+    let config = format!(
+        r#"
+[platforms.fake-claude]
+command = ["python3", "{fake}", "{{prompt}}"]
+runtime_hooks = "claude"
+settings_args = ["--settings", "{{settings}}"]
+
+[profiles.policy.runtime_hooks]
+before_tool = [ {{ hooks = [ {{ mode = "guard", deny = [ {{ tool = "Bash", pattern = "rm -rf|git push --force", reason = "nothing destructive" }} ], within = ["src"], allow_commands = ["echo", "git status"] }} ] }} ]
+"#,
+        fake = fake_claude(),
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let repo = git_repo();
+    std::fs::write(repo.path().join(".git/info/exclude"), "*.txt\n").unwrap();
+    let workdir = repo.path().canonicalize().unwrap();
+    let steps = json!([
+        { "tool": "Bash", "input": { "command": "rm -rf build" } },
+        { "tool": "Bash", "input": { "command": "echo hi > hi.txt" } },
+        { "tool": "Bash", "input": { "command": "cargo publish" } },
+        { "tool": "Bash", "input": { "command": "echo allowed" } },
+        { "tool": "Write", "input": { "file_path": workdir.join("src/lib.rs"), "content": "" } },
+        { "tool": "Write", "input": { "file_path": workdir.join("src/../../escape.rs"), "content": "" } },
+        { "tool": "Read", "input": { "file_path": "/etc/hostname" } },
+    ]);
+    let spec = daemon.add_spec("guarded by policy");
+    daemon.create_graph(json!({
+        "name": "policy", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "agent", "platform": "fake-claude", "prompt": steps.to_string(), "profiles": ["policy"] }],
+    }));
+    daemon.control_ok("policy", json!({ "action": "run" }));
+    let view = daemon.settled("policy");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    let (_, node_runs) = daemon.get("/api/graphs/policy/node-runs");
+    let said = node_runs.to_string();
+    for expected in [
+        "DENIED Bash: nothing destructive",
+        "DENIED Bash: the command chains or redirects (`>`)",
+        "DENIED Bash: `cargo publish` is not an allowed command (echo, git status)",
+        "RAN Bash: {\\\"command\\\": \\\"echo allowed\\\"}",
+        "RAN Write",
+        "is outside the paths this agent may write (src)",
+        "RAN Read",
+    ] {
+        assert!(said.contains(expected), "{expected}\nnot in {node_runs:#}");
+    }
+    assert!(!repo.path().join("hi.txt").exists());
+
+    // A pattern that is not a regex is refused when the graph is saved, naming the field.
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "bad", "workdir": repo.path(), "nodes": [{
+            "name": "a", "platform": "claude", "prompt": "p",
+            "runtime_hooks": { "before_tool": [ { "hooks": [ { "mode": "guard", "deny": [ { "tool": "Bash", "pattern": "(" } ] } ] } ] },
+        }] }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("field `deny.0.pattern`: `(` is not a regex"),
+        "{message}"
+    );
+}

@@ -1,5 +1,5 @@
 //! Builds Canopy's executor plugins for `wasm32-wasip2` and tells this crate where the components
-//! are, so the four built-ins are embedded in the `canopy` binary by an ordinary `cargo build`.
+//! are, so the five built-ins are embedded in the `canopy` binary by an ordinary `cargo build`.
 //! The paths reach the build scripts of the crates above too (`links = "canopy-plugins"`).
 //!
 //! The plugins are built by a nested `cargo build` into a target dir of their own
@@ -21,6 +21,7 @@ const PLUGINS: &[(&str, &str)] = &[
         "canopy-plugin-docs-maintenance",
         "CANOPY_PLUGIN_DOCS_MAINTENANCE_WASM",
     ),
+    ("canopy-plugin-guard", "CANOPY_PLUGIN_GUARD_WASM"),
     (
         "canopy-plugin-append-file",
         "CANOPY_EXAMPLE_APPEND_FILE_WASM",

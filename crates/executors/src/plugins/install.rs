@@ -36,6 +36,9 @@ const BUILTINS: &[Builtin] = &[
     Builtin {
         bytes: include_bytes!(env!("CANOPY_PLUGIN_DOCS_MAINTENANCE_WASM")),
     },
+    Builtin {
+        bytes: include_bytes!(env!("CANOPY_PLUGIN_GUARD_WASM")),
+    },
 ];
 
 impl PluginHost {
