@@ -72,6 +72,25 @@ before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }
         no_force = no_force.display(),
     );
     let daemon = Daemon::start_with_config(&config);
+    // The profile, as the CLI shows it.
+    let listed = daemon.ok(&["profile", "list"]);
+    assert!(
+        listed.contains("guarded") && listed.contains("before_tool (1)"),
+        "{listed}"
+    );
+    let shown = daemon.ok(&["profile", "show", "guarded"]);
+    assert!(
+        shown.contains("before_tool (tool.pre_call, decides)")
+            && shown.contains("profile guarded")
+            && shown.contains("Bash|Write")
+            && shown.contains("no-force.sh"),
+        "{shown}"
+    );
+    let wrong = daemon.fails(&["profile", "show", "gaurded"]);
+    assert!(
+        wrong.contains("unknown profile `gaurded`; did you mean `guarded`?"),
+        "{wrong}"
+    );
     let repo = git_repo();
     std::fs::write(repo.path().join(".git/info/exclude"), "*.txt\n").unwrap();
 

@@ -9,6 +9,7 @@ mod graph;
 mod hooks;
 mod output;
 mod plugin;
+mod profile;
 mod progress;
 mod queue;
 mod run;
@@ -152,6 +153,12 @@ enum Command {
         after_help = "Examples:\n  canopy cron list\n  canopy cron logs --name prune-preview --last 5\n  canopy cron run prune-preview --wait"
     )]
     Cron(cron::CronCommand),
+    /// Profiles from canopy.toml: the runtime hooks an agent listing them gets.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  canopy profile list\n  canopy profile show base worker"
+    )]
+    Profile(profile::ProfileCommand),
     /// Webhook ingress: the configured webhooks (tokens redacted), their deliveries, a
     /// redelivery, and a local test without HTTP.
     #[command(
@@ -267,6 +274,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
         Command::Feed(args) => feed::run(&data, args).await,
         Command::Config(command) => config::run(&data, command).await,
         Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,
+        Command::Profile(command) => profile::run(&Client::connect(&data)?, command).await,
         Command::Mcp(McpArgs {}) => canopy_daemon::mcp::serve_stdio(&data).await,
         Command::Tui(TuiArgs {}) => tui(data).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -79,6 +79,15 @@ impl std::fmt::Debug for Reloader {
 }
 
 impl Reloader {
+    /// The profiles in force, each with its `runtime_hooks` as written.
+    pub fn profiles(&self) -> BTreeMap<String, serde_json::Value> {
+        self.platforms
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .profiles
+            .clone()
+    }
+
     pub fn new(
         path: PathBuf,
         bus: Bus,

@@ -17,6 +17,7 @@ mod feed;
 mod guard;
 mod hooks;
 mod plugins;
+mod profiles;
 mod runtime;
 mod sessions;
 mod webhooks;
@@ -101,6 +102,7 @@ fn routes() -> Router<AppState> {
         .nest("/api/webhooks", webhooks::router())
         .nest("/api", crons::router())
         .nest("/api", runtime::router())
+        .nest("/api", profiles::router())
 }
 
 /// The routes with the 404 and 405 answers, and their state.

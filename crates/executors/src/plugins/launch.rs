@@ -116,21 +116,26 @@ impl Drop for OpenLaunch {
 /// The runtime hooks a config declares: its profiles' (in the order it names them), then its
 /// own. Errors name the field and, for a profile, where it is missing.
 pub fn resolve(host: &HostKeys, services: &dyn HostServices) -> Result<RuntimeHooks, String> {
-    let mut hooks = RuntimeHooks::default();
-    for name in host.profiles()? {
-        let value = services.profile(&name)?;
-        let from = format!("profile {name}");
-        hooks = hooks.then(RuntimeHooks::parse(
-            &value,
-            &format!("profiles.{name}.runtime_hooks"),
-            &from,
-        )?);
-    }
-    if let Some(own) = host.runtime_hooks() {
-        hooks = hooks.then(RuntimeHooks::parse(
+    let hooks = stack_of(&host.profiles()?, services)?;
+    match host.runtime_hooks() {
+        Some(own) => Ok(hooks.then(RuntimeHooks::parse(
             own,
             "runtime_hooks",
             "the agent's config",
+        )?)),
+        None => Ok(hooks),
+    }
+}
+
+/// The runtime hooks of `profiles`, composed in that order.
+pub fn stack_of(profiles: &[String], services: &dyn HostServices) -> Result<RuntimeHooks, String> {
+    let mut hooks = RuntimeHooks::default();
+    for name in profiles {
+        let value = services.profile(name)?;
+        hooks = hooks.then(RuntimeHooks::parse(
+            &value,
+            &format!("profiles.{name}.runtime_hooks"),
+            &format!("profile {name}"),
         )?);
     }
     Ok(hooks)

@@ -894,6 +894,15 @@ impl PluginHost {
         self.execute_stoppable(request, None).await
     }
 
+    /// The runtime hooks of `profiles` composed in that order, as an agent listing them gets
+    /// them (before its own); the error names an unknown profile.
+    pub fn profile_stack(
+        &self,
+        profiles: &[String],
+    ) -> Result<canopy_model::runtime_hooks::RuntimeHooks, String> {
+        launch::stack_of(profiles, self.inner.call_env.services.as_ref())
+    }
+
     /// The live launches with runtime hooks, for their callbacks.
     pub fn launches(&self) -> &launch::Launches {
         &self.inner.launches
