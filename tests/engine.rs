@@ -272,7 +272,7 @@ fn graph_updates_are_validated_whole_and_running_a_running_graph_conflicts() {
         &json!({ "nodes": [{ "name": "x", "mode": "telepathy" }] }),
     );
     assert_eq!(status, 400);
-    assert!(answer["error"]["message"].as_str().unwrap().contains("unknown mode `telepathy`; installed modes: agent, command, docs-maintenance, interactive"), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("unknown mode `telepathy`; installed modes: agent, command, docs-maintenance, guard, interactive"), "{answer}");
     let (_, unchanged) = daemon.get("/api/graphs/g");
     assert_eq!(
         unchanged["nodes"],

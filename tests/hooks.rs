@@ -428,7 +428,7 @@ fn hook_configs_are_validated_at_edit_time_naming_event_index_and_field() {
         ),
         (
             json!({ "on_completed": [{ "mode": "telepathy" }] }),
-            "hooks.on_completed[0] (telepathy mode): unknown mode `telepathy`; installed modes: agent, command, docs-maintenance, interactive",
+            "hooks.on_completed[0] (telepathy mode): unknown mode `telepathy`; installed modes: agent, command, docs-maintenance, guard, interactive",
         ),
         (
             json!({ "on_completed": [{ "command": "true", "spec_ids": [&a] }] }),
