@@ -108,6 +108,7 @@ before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }
             "runtime_hooks": {
                 "before_tool": [ { "matcher": "Bash", "hooks": [ { "command": rewrite } ] } ],
                 "after_tool": [ { "hooks": [ { "command": format!("echo \"$CANOPY_HOOK_TOOL_NAME ran in $CANOPY_HOOK_GRAPH_NAME\" >> {}", post_log.display()) } ] } ],
+                "on_start": [ { "hooks": [ { "command": format!("echo \"started: $CANOPY_HOOK_SOURCE\" >> {}", post_log.display()) } ] } ],
             },
         }],
     }));
@@ -191,8 +192,21 @@ before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }
         "{feed:#}"
     );
     ended_runs(&daemon, "tool.post_call", 2);
+    // on_start came through the relay (Claude Code's SessionStart takes only command hooks).
+    ended_runs(&daemon, "agent.started", 1);
     let logged = std::fs::read_to_string(&post_log).unwrap();
-    assert_eq!(logged, "Bash ran in guarded\nBash ran in guarded\n");
+    // Hooks on different events run on their own; their lines may interleave.
+    let mut lines: Vec<&str> = logged.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "Bash ran in guarded",
+            "Bash ran in guarded",
+            "started: startup"
+        ],
+        "{logged}"
+    );
 
     // The launch's settings were for that launch only: gone once it ended.
     let settings = std::fs::read_to_string(dir.join("settings-path.txt")).unwrap();
@@ -259,6 +273,41 @@ fn runtime_hooks_a_platform_cannot_run_are_refused_naming_the_phase_and_the_plat
         "name": "a", "platform": "claude", "prompt": "p", "profiles": ["base"], "runtime_hooks": hooks,
     }));
     assert_eq!(status, 201, "{answer}");
+
+    // The relay outside a launch says where it belongs; with a dead launch's secret, that the
+    // daemon refused it.
+    let relay = |env: &[(&str, &str)]| {
+        let mut command = std::process::Command::new(support::CANOPY);
+        command
+            .arg("runtime-hook")
+            .env_remove("CANOPY_RUNTIME_URL")
+            .env_remove("CANOPY_RUNTIME_TOKEN")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(br#"{"hook_event_name": "SessionStart", "source": "startup"}"#)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let alone = relay(&[]);
+    assert!(alone.contains("CANOPY_RUNTIME_URL is not set"), "{alone}");
+    let dead = relay(&[
+        ("CANOPY_RUNTIME_URL", daemon.url.as_str()),
+        ("CANOPY_RUNTIME_TOKEN", "canopy-launch-ended"),
+    ]);
+    assert!(
+        dead.contains("the daemon refused the SessionStart callback (401"),
+        "{dead}"
+    );
 }
 
 #[test]

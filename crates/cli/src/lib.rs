@@ -13,6 +13,7 @@ mod profile;
 mod progress;
 mod queue;
 mod run;
+mod runtime_hook;
 mod service;
 mod session;
 mod spec;
@@ -153,6 +154,11 @@ enum Command {
         after_help = "Examples:\n  canopy cron list\n  canopy cron logs --name prune-preview --last 5\n  canopy cron run prune-preview --wait"
     )]
     Cron(cron::CronCommand),
+    /// Relay one runtime hook callback to the daemon: what an agent Canopy launched runs for a
+    /// hook its runtime takes only as a command (the hook's JSON on stdin, the answer on
+    /// stdout). Canopy writes it into the launch's hook configuration; it is not for typing.
+    #[command(name = "runtime-hook")]
+    RuntimeHook,
     /// Profiles from canopy.toml: the runtime hooks an agent listing them gets.
     #[command(
         subcommand,
@@ -275,6 +281,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
         Command::Config(command) => config::run(&data, command).await,
         Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,
         Command::Profile(command) => profile::run(&Client::connect(&data)?, command).await,
+        Command::RuntimeHook => runtime_hook::run().await,
         Command::Mcp(McpArgs {}) => canopy_daemon::mcp::serve_stdio(&data).await,
         Command::Tui(TuiArgs {}) => tui(data).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -7,8 +7,8 @@
 //! Materialised formats (a platform's `runtime_hooks`):
 //! - `claude`: Claude Code's settings, passed with the platform's `settings_args`
 //!   (`--settings {settings}`): an `http` hook per phase, at the daemon's loopback API, with
-//!   `onFailure: "block"` on the phases that decide. (`on_start` is refused: Claude Code's
-//!   `SessionStart` takes no `http` hook.)
+//!   `onFailure: "block"` on the phases that decide; `SessionStart` (`on_start`), which takes
+//!   no `http` hook, runs the relay `canopy runtime-hook`, which posts the same JSON.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -146,13 +146,6 @@ pub fn check_platform(name: &str, platform: &Platform, hooks: &RuntimeHooks) -> 
     let Some(first) = hooks.declared().next() else {
         return Ok(());
     };
-    if platform.runtime_hooks == Some(RuntimeFormat::Claude)
-        && hooks.declared().any(|phase| phase == Phase::OnStart)
-    {
-        return Err(format!(
-            "platform `{name}` (Claude Code's settings) cannot run phase `on_start` yet: its SessionStart takes no http hook; use a daemon hook on node.started, or remove the phase"
-        ));
-    }
     match platform.runtime_hooks {
         Some(RuntimeFormat::Claude)
             if platform
@@ -244,6 +237,19 @@ fn write_private(dir: &Path, settings: &Value) -> std::io::Result<()> {
     file.write_all(settings.to_string().as_bytes())
 }
 
+/// The `canopy` program a command hook runs to relay its callback (`canopy runtime-hook`): the
+/// daemon's own executable, which is the CLI.
+fn relay_program() -> String {
+    std::env::current_exe()
+        .map(|exe| exe.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "canopy".to_string())
+}
+
+/// `text` as one word of a POSIX shell line, single-quoted.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
 /// Claude Code's name of the hook event a phase is called back on.
 fn claude_event(phase: Phase) -> &'static str {
     match phase {
@@ -297,13 +303,22 @@ fn claude_settings(api_url: &str, hooks: &RuntimeHooks) -> Value {
             Duration::from_secs(10)
         };
         let wait_secs = wait.as_secs().max(1) + u64::from(wait.subsec_nanos() > 0);
-        let mut hook = json!({
-            "type": "http",
-            "url": format!("{api_url}{CALLBACK_ROUTE}/{event}"),
-            "headers": { "Authorization": format!("Bearer ${RUNTIME_TOKEN}") },
-            "allowedEnvVars": [RUNTIME_TOKEN],
-            "timeout": wait_secs,
-        });
+        let mut hook = if phase == Phase::OnStart {
+            // SessionStart takes no http hook: the relay posts the same JSON for it.
+            json!({
+                "type": "command",
+                "command": format!("{} runtime-hook", shell_quote(&relay_program())),
+                "timeout": wait_secs,
+            })
+        } else {
+            json!({
+                "type": "http",
+                "url": format!("{api_url}{CALLBACK_ROUTE}/{event}"),
+                "headers": { "Authorization": format!("Bearer ${RUNTIME_TOKEN}") },
+                "allowedEnvVars": [RUNTIME_TOKEN],
+                "timeout": wait_secs,
+            })
+        };
         if phase.decides() {
             // A daemon that cannot answer blocks the action instead of letting it through.
             hook["onFailure"] = json!("block");
