@@ -376,3 +376,55 @@ before_tool = [ {{ hooks = [ {{ mode = "guard", deny = [ {{ tool = "Bash", patte
         "{message}"
     );
 }
+
+#[test]
+fn a_daemon_wide_sync_hook_guards_every_agent_launch_without_runtime_hooks_of_its_own() {
+    let config = format!(
+        r#"
+[platforms.fake-claude]
+command = ["python3", "{fake}", "{{prompt}}"]
+runtime_hooks = "claude"
+settings_args = ["--settings", "{{settings}}"]
+
+[[hooks]]
+name = "no-force-anywhere"
+event = "tool.pre_call"
+mode = "sync"
+action = {{ mode = "guard", deny = [ {{ tool = "Bash", pattern = "push --force", reason = "no force pushes on this machine" }} ] }}
+"#,
+        fake = fake_claude(),
+    );
+    let daemon = Daemon::start_with_config(&config);
+    let repo = git_repo();
+    std::fs::write(repo.path().join(".git/info/exclude"), "*.txt\n").unwrap();
+    let steps = json!([
+        { "tool": "Bash", "input": { "command": "git push --force > pushed.txt" } },
+        { "tool": "Bash", "input": { "command": "echo fine > fine.txt" } },
+    ]);
+    let spec = daemon.add_spec("an agent with no hooks of its own");
+    daemon.create_graph(json!({
+        "name": "plain", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "agent", "platform": "fake-claude", "prompt": steps.to_string() }],
+    }));
+    daemon.control_ok("plain", json!({ "action": "run" }));
+    let view = daemon.settled("plain");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert!(
+        !repo.path().join("pushed.txt").exists(),
+        "a denied command ran"
+    );
+    assert!(repo.path().join("fine.txt").exists());
+    let (_, node_runs) = daemon.get("/api/graphs/plain/node-runs");
+    assert!(
+        node_runs.to_string().contains(
+            "DENIED Bash: no force pushes on this machine (Canopy hook `no-force-anywhere`)"
+        ),
+        "{node_runs:#}"
+    );
+    let decided = ended_runs(&daemon, "tool.pre_call", 2);
+    let outcomes: Vec<&str> = decided
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(outcomes, ["denied", "applied"], "{decided:#?}");
+}

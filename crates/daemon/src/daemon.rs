@@ -36,6 +36,9 @@ struct DaemonServices {
     config: ConfigSource,
     /// The API's address, where a launched agent's runtime hooks call back.
     api_url: String,
+    /// The bus, once it exists (after the plugin host): its daemon hooks say which agent
+    /// decisions every launch is asked about.
+    bus: std::sync::OnceLock<Bus>,
 }
 
 /// The `canopy.toml` a daemon read at start.
@@ -105,6 +108,10 @@ impl HostServices for DaemonServices {
 
     fn api_url(&self) -> Option<String> {
         Some(self.api_url.clone())
+    }
+
+    fn decides_on(&self, event: &str) -> bool {
+        self.bus.get().is_some_and(|bus| bus.asks(event))
     }
 }
 
@@ -265,8 +272,15 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
             existed: config_existed,
         },
         api_url: format!("http://{}", listener.local_addr()?),
+        bus: std::sync::OnceLock::new(),
     });
-    let plugins = PluginHost::start(&data, store.clone(), &config.limits.calls(), services).await?;
+    let plugins = PluginHost::start(
+        &data,
+        store.clone(),
+        &config.limits.calls(),
+        services.clone(),
+    )
+    .await?;
     let interrupted_hooks = store
         .write(|tx| {
             tx.interrupt_unfinished_hook_runs("the daemon stopped before this hook run finished")
@@ -290,6 +304,8 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
         daemon_hooks,
         data.root().to_path_buf(),
     );
+    // Set once: the services outlive no bus, and nothing asks before the first agent call.
+    let _ = services.bus.set(bus.clone());
     let engine = Engine::new(store.clone(), plugins.clone(), bus.clone());
     let reloader = Arc::new(crate::reload::Reloader::new(
         data.config_file(),

@@ -141,6 +141,15 @@ pub fn stack_of(profiles: &[String], services: &dyn HostServices) -> Result<Runt
     Ok(hooks)
 }
 
+/// Whether the platform reads a hook configuration Canopy can write.
+pub fn takes_runtime_hooks(platform: &Platform) -> bool {
+    platform.runtime_hooks == Some(RuntimeFormat::Claude)
+        && platform
+            .settings_args
+            .iter()
+            .any(|a| a.contains("{settings}"))
+}
+
 /// Refuses runtime hooks the platform cannot honour, naming the phase and the platform.
 pub fn check_platform(name: &str, platform: &Platform, hooks: &RuntimeHooks) -> Result<(), String> {
     let Some(first) = hooks.declared().next() else {
@@ -173,6 +182,7 @@ pub(crate) fn open(
     platform_name: &str,
     platform: &Platform,
     hooks: RuntimeHooks,
+    phases: &[Phase],
     workdir: &Path,
     provenance: &Provenance,
     cause: Option<&Cause>,
@@ -184,7 +194,7 @@ pub(crate) fn open(
         .map_err(|err| format!("no randomness for a launch secret: {err}"))?;
     let secret = format!("{PREFIX}{}", hex::encode(bytes));
     let dir = tmp_dir.join(format!("launch-{id}"));
-    let settings = claude_settings(api_url, &hooks);
+    let settings = claude_settings(api_url, &hooks, phases);
     write_private(&dir, &settings).map_err(|err| {
         format!(
             "cannot write the runtime hook configuration in {}: {err}",
@@ -278,9 +288,9 @@ pub fn claude_phases(event: &str) -> &'static [Phase] {
 /// Claude Code's settings for a launch: one hook per Claude event the declared phases need,
 /// every one calling back (Canopy matches the tool names itself, so one hook per event is
 /// enough and a matcher means the same whichever runtime runs it).
-fn claude_settings(api_url: &str, hooks: &RuntimeHooks) -> Value {
+fn claude_settings(api_url: &str, hooks: &RuntimeHooks, phases: &[Phase]) -> Value {
     let mut events = serde_json::Map::new();
-    for phase in hooks.declared() {
+    for &phase in phases {
         let event = claude_event(phase);
         // A sync phase waits for its hooks one after the other: the runtime waits as long, and
         // a moment more for the daemon's answer.
@@ -367,7 +377,8 @@ mod tests {
             "test",
         )
         .unwrap();
-        let settings = claude_settings("http://127.0.0.1:7", &hooks);
+        let phases: Vec<Phase> = hooks.declared().collect();
+        let settings = claude_settings("http://127.0.0.1:7", &hooks, &phases);
         let pre = &settings["hooks"]["PreToolUse"][0]["hooks"][0];
         assert_eq!(pre["url"], "http://127.0.0.1:7/api/runtime/PreToolUse");
         assert_eq!(pre["onFailure"], "block");

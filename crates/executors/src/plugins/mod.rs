@@ -57,6 +57,7 @@ use call::{Call, CallEnv, CallSetup, CallState, Reply};
 use canopy_datadir::DataDir;
 use canopy_model::call_env;
 use canopy_model::markers::{self, Escape, MarkerValues};
+use canopy_model::runtime_hooks::Phase;
 use canopy_model::work::{MessageTarget, PluginRef, Provenance};
 use canopy_store::{Store, StoreError};
 use capabilities::Grants;
@@ -105,6 +106,13 @@ pub trait HostServices: Send + Sync + 'static {
     /// serves one.
     fn api_url(&self) -> Option<String> {
         None
+    }
+
+    /// Whether sync hooks declared outside an agent's config (the daemon's) decide `event`: an
+    /// agent launch then calls back on that event's phase even without runtime hooks of its own.
+    fn decides_on(&self, event: &str) -> bool {
+        let _ = event;
+        false
     }
 }
 
@@ -949,9 +957,44 @@ impl PluginHost {
         provenance: &Provenance,
         cause: Option<&canopy_model::events::Cause>,
     ) -> Result<Option<launch::OpenLaunch>, String> {
-        let Some((name, platform, hooks)) = self.runtime_hooks_of(mode, host, config)? else {
-            return Ok(None);
+        let services = &self.inner.call_env.services;
+        // The decisions daemon-wide sync hooks take on an agent's actions apply to every launch
+        // whose platform can call back, runtime hooks of its own or not.
+        let daemon_decides: Vec<Phase> = [Phase::BeforeTool, Phase::BeforeComplete]
+            .into_iter()
+            .filter(|phase| services.decides_on(phase.event()))
+            .collect();
+        let (name, platform, hooks) = match self.runtime_hooks_of(mode, host, config)? {
+            Some(declared) => declared,
+            None if mode != "agent" || daemon_decides.is_empty() => return Ok(None),
+            None => {
+                let Some(name) = config
+                    .and_then(|config| config.get("platform"))
+                    .and_then(Value::as_str)
+                else {
+                    return Ok(None);
+                };
+                // An unknown platform fails the call where the agent asks for it.
+                let Ok(platform) = services.agent_platform(name) else {
+                    return Ok(None);
+                };
+                if !launch::takes_runtime_hooks(&platform) {
+                    tracing::warn!(platform = name, events = ?daemon_decides.iter().map(|p| p.event()).collect::<Vec<_>>(), "daemon hooks decide on agent actions, but this agent platform takes no runtime hooks: they cannot guard it");
+                    return Ok(None);
+                }
+                (
+                    name.to_string(),
+                    platform,
+                    canopy_model::runtime_hooks::RuntimeHooks::default(),
+                )
+            }
         };
+        let mut phases: Vec<Phase> = hooks.declared().collect();
+        for phase in daemon_decides {
+            if !phases.contains(&phase) {
+                phases.push(phase);
+            }
+        }
         let api_url = self.inner.call_env.services.api_url().ok_or(
             "runtime hooks call the daemon's API back, and this host serves none (run the agent under `canopy daemon`)",
         )?;
@@ -962,6 +1005,7 @@ impl PluginHost {
             &name,
             &platform,
             hooks,
+            &phases,
             workdir,
             provenance,
             cause,
