@@ -157,7 +157,10 @@ enum Command {
     /// Relay one runtime hook callback to the daemon: what an agent Canopy launched runs for a
     /// hook its runtime takes only as a command (the hook's JSON on stdin, the answer on
     /// stdout). Canopy writes it into the launch's hook configuration; it is not for typing.
-    #[command(name = "runtime-hook")]
+    #[command(
+        name = "runtime-hook",
+        after_help = "Example (what a launched agent's SessionStart hook runs; the launch sets CANOPY_RUNTIME_URL and CANOPY_RUNTIME_TOKEN):\n  echo '{\"hook_event_name\": \"SessionStart\", \"source\": \"startup\"}' | canopy runtime-hook"
+    )]
     RuntimeHook,
     /// Profiles from canopy.toml: the runtime hooks an agent listing them gets.
     #[command(
