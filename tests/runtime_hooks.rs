@@ -6,11 +6,9 @@
 
 mod support;
 
-use std::path::Path;
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use support::{Daemon, git_repo, script, wait_for};
+use std::path::Path;
+use support::{Daemon, git_repo, script};
 
 fn fake_claude() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,19 +21,19 @@ fn fake_claude() -> String {
 
 /// The hook runs of `event`, oldest first, once `count` have ended.
 fn ended_runs(daemon: &Daemon, event: &str, count: usize) -> Vec<Value> {
-    wait_for(
-        &format!("{count} ended hook runs of {event}"),
-        Duration::from_secs(60),
-        || {
-            let (_, answer) = daemon.get(&format!("/api/hook-runs?event={event}&last=100"));
-            let mut runs = answer["runs"].as_array().cloned().unwrap_or_default();
-            let done = runs.len() >= count
-                && runs
-                    .iter()
-                    .all(|r| !matches!(r["status"].as_str(), Some("queued" | "running")));
-            runs.reverse();
-            done.then_some(runs)
-        },
+    daemon.ended_hook_runs_where(&format!("event={event}"), count)
+}
+
+/// `[platforms.fake-claude]`: the stand-in, taking Claude Code's settings.
+fn fake_platform() -> String {
+    format!(
+        r#"
+[platforms.fake-claude]
+command = ["python3", "{fake}", "{{prompt}}"]
+runtime_hooks = "claude"
+settings_args = ["--settings", "{{settings}}"]
+"#,
+        fake = fake_claude()
     )
 }
 
@@ -60,15 +58,11 @@ case "$input" in *original.txt*) echo '{"decision": "patch", "patch": {"tool_inp
     );
     let config = format!(
         r#"
-[platforms.fake-claude]
-command = ["python3", "{fake}", "{{prompt}}"]
-runtime_hooks = "claude"
-settings_args = ["--settings", "{{settings}}"]
-
+{platform}
 [profiles.guarded.runtime_hooks]
 before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }} ] }} ]
 "#,
-        fake = fake_claude(),
+        platform = fake_platform(),
         no_force = no_force.display(),
     );
     let daemon = Daemon::start_with_config(&config);
@@ -140,6 +134,10 @@ before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }
         ),
         "{node_runs:#}"
     );
+    // The agent printed its launch's secret: the record has it masked.
+    let said = node_runs.to_string();
+    assert!(!said.contains("canopy-launch-"), "{node_runs:#}");
+    assert!(said.contains("token: "), "{node_runs:#}");
 
     // Each decision is a hook run: the profile's first, then the node's own.
     let decided = ended_runs(&daemon, "tool.pre_call", 6);
@@ -314,15 +312,11 @@ fn runtime_hooks_a_platform_cannot_run_are_refused_naming_the_phase_and_the_plat
 fn the_guard_executor_denies_by_pattern_path_and_allow_list_without_code() {
     let config = format!(
         r#"
-[platforms.fake-claude]
-command = ["python3", "{fake}", "{{prompt}}"]
-runtime_hooks = "claude"
-settings_args = ["--settings", "{{settings}}"]
-
+{platform}
 [profiles.policy.runtime_hooks]
 before_tool = [ {{ hooks = [ {{ mode = "guard", deny = [ {{ tool = "Bash", pattern = "rm -rf|git push --force", reason = "nothing destructive" }} ], within = ["src"], allow_commands = ["echo", "git status"] }} ] }} ]
 "#,
-        fake = fake_claude(),
+        platform = fake_platform(),
     );
     let daemon = Daemon::start_with_config(&config);
     let repo = git_repo();
@@ -381,18 +375,14 @@ before_tool = [ {{ hooks = [ {{ mode = "guard", deny = [ {{ tool = "Bash", patte
 fn a_daemon_wide_sync_hook_guards_every_agent_launch_without_runtime_hooks_of_its_own() {
     let config = format!(
         r#"
-[platforms.fake-claude]
-command = ["python3", "{fake}", "{{prompt}}"]
-runtime_hooks = "claude"
-settings_args = ["--settings", "{{settings}}"]
-
+{platform}
 [[hooks]]
 name = "no-force-anywhere"
 event = "tool.pre_call"
 mode = "sync"
 action = {{ mode = "guard", deny = [ {{ tool = "Bash", pattern = "push --force", reason = "no force pushes on this machine" }} ] }}
 "#,
-        fake = fake_claude(),
+        platform = fake_platform(),
     );
     let daemon = Daemon::start_with_config(&config);
     let repo = git_repo();

@@ -388,11 +388,17 @@ impl Daemon {
     /// The hook runs of `source` (`graph`, `config`, `project`), oldest first, once `count` of
     /// them have ended (none queued or running); waits at most 90 s.
     pub fn ended_hook_runs(&self, source: &str, count: usize) -> Vec<Value> {
+        self.ended_hook_runs_where(&format!("source={source}"), count)
+    }
+
+    /// The hook runs `query` selects (`event=tool.pre_call`), oldest first, once `count` of
+    /// them have ended (none queued or running); waits at most 90 s.
+    pub fn ended_hook_runs_where(&self, query: &str, count: usize) -> Vec<Value> {
         wait_for(
-            &format!("{count} ended {source} hook runs"),
+            &format!("{count} ended hook runs of {query}"),
             Duration::from_secs(90),
             || {
-                let (_, answer) = self.get(&format!("/api/hook-runs?source={source}&last=1000"));
+                let (_, answer) = self.get(&format!("/api/hook-runs?{query}&last=1000"));
                 let mut runs = answer["runs"].as_array().cloned().unwrap_or_default();
                 let done = runs.len() >= count
                     && runs

@@ -98,6 +98,13 @@ pub(crate) struct OpenLaunch {
     pub args: Vec<String>,
 }
 
+impl OpenLaunch {
+    /// The launch's secret (to keep out of the call's record).
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+}
+
 impl Drop for OpenLaunch {
     fn drop(&mut self) {
         self.launches

@@ -1130,7 +1130,12 @@ impl PluginHost {
         };
         let call = setup.run(Call::Execute(Box::new(invocation)));
         let reply = self.on_plugin_threads(call).await;
-        let own_token: Vec<&str> = credential.iter().map(|(c, _)| c.token()).collect();
+        // The call's own secrets never reach its record, whatever its processes printed.
+        let own_token: Vec<&str> = credential
+            .iter()
+            .map(|(c, _)| c.token())
+            .chain(launch.iter().map(|launch| launch.secret()))
+            .collect();
         let (outcome, said) = match reply? {
             Reply::Outcome(outcome, said) => (
                 Outcome::from_wit(outcome).masked(&own_token),
