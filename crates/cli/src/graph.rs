@@ -309,7 +309,7 @@ pub(crate) fn done_in_run(status: &str, member: &Value) -> String {
 fn summary_or_reason(progress: &Value) -> String {
     let stopped = matches!(
         str_at(progress, "/result"),
-        "failed" | "blocked" | "interrupted" | "cancelled"
+        "failed" | "blocked" | "limit_blocked" | "interrupted" | "cancelled"
     );
     if !stopped {
         return progress["summary"].as_str().unwrap_or("-").to_string();

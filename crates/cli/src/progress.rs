@@ -204,6 +204,7 @@ fn events(view: &Value) -> Vec<Event> {
             "completed" => (Tone::Good, "Finished", format!("{label} in {took}")),
             "failed" => (Tone::Bad, "Failed", format!("{label} in {took}{reason}")),
             "blocked" => (Tone::Warn, "Blocked", format!("{label}{reason}")),
+            "limit_blocked" => (Tone::Warn, "Waiting", format!("{label}{reason}")),
             "cancelled" => (
                 Tone::Warn,
                 "Cancelled",

@@ -460,6 +460,30 @@ mod tests {
     }
 
     #[test]
+    fn a_platform_limit_is_checked_naming_its_field() {
+        let problems = |limit: &str| {
+            let text =
+                format!("[platforms.fake]\ncommand = [\"x\", \"{{prompt}}\"]\nlimit = {limit}\n");
+            Config::parse(&text).err().unwrap_or_default().join("\n")
+        };
+        let bad_regex = problems(r#"{ pattern = "limit (" }"#);
+        assert!(
+            bad_regex.contains("platforms.fake.limit")
+                && bad_regex.contains("field `pattern` is not a valid regex"),
+            "{bad_regex}"
+        );
+        let bad_backoff = problems(r#"{ pattern = "limit", backoff = "soon" }"#);
+        assert!(
+            bad_backoff.contains("field `backoff`: `soon` is not a duration"),
+            "{bad_backoff}"
+        );
+        let typo = problems(r#"{ pattern = "limit", exitcode = 1 }"#);
+        assert!(typo.contains("unknown field `exitcode`"), "{typo}");
+        let fine = "[platforms.fake]\ncommand = [\"x\", \"{prompt}\"]\nlimit = { pattern = \"usage limit\", exit_code = 1, backoff = \"5m\" }\n";
+        assert!(Config::parse(fine).is_ok());
+    }
+
+    #[test]
     fn process_section_defaults_to_no_extra_env_and_killing_orphans() -> Result<()> {
         let config = load("")?;
         assert_eq!(config.process, ProcessConfig::default());

@@ -239,6 +239,7 @@ mod tests {
                 blocker: "b".into(),
                 node: Some("n".into()),
                 spec_id: Some("s1".into()),
+                resumes_at: None,
             }),
             Event::new(&SpecCompleted {
                 run: run(),

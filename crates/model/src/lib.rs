@@ -4,6 +4,7 @@
 //!   event and how deep in a chain of hooks it is.
 //! - [`markers`]: the `{{name}}` placeholders of executor configs and the one place they are
 //!   rendered (a value is never parsed by a shell).
+//! - [`limits`]: how an agent CLI reports a usage limit, and when it resets.
 //! - [`pattern`]: the one matcher of configured values (exact, glob, `re:` regex).
 //! - [`runtime_hooks`]: hooks inside the agents Canopy launches, by phase, with their matchers.
 //! - [`since`]: the one parser of `since` (a time, or a duration back from now).
@@ -21,6 +22,7 @@ pub mod call_env;
 pub mod capabilities;
 pub mod events;
 pub mod hook_keys;
+pub mod limits;
 pub mod markers;
 pub mod pattern;
 pub mod runtime_hooks;

@@ -12,6 +12,18 @@ pub fn tail(text: &str, limit: usize) -> String {
     format!("…{}", &text[start..])
 }
 
+/// The first `limit` bytes of `text` (cut on a char boundary), marked with `…` when cut.
+pub fn head(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// `text` trimmed, when it is one line of `min` to `max` characters without control
 /// characters. A name or label the daemon shows in tables and hands to processes must hold
 /// neither a line break, nor a NUL (no process's environment can carry one: every node run of

@@ -493,7 +493,43 @@ const MIGRATIONS: &[Migration] = &[
     // 20: `graph cancel` stops a run: the graph, the run, its spec in flight and its running
     // node run are recorded `cancelled`.
     Code(runs_may_be_cancelled),
+    // 21: a spec whose agent hit a usage limit (and its node run) is `limit_blocked`: the run
+    // waits for the reset instead of failing.
+    Code(specs_may_be_limit_blocked),
+    // 22: a run paused on a usage limit says when it goes on by itself.
+    Sql(r#"
+    ALTER TABLE runs ADD COLUMN resumes_at TEXT;
+    "#),
 ];
+
+/// Widens the status CHECKs of run specs and node runs (as migration 20 left them) by
+/// `limit_blocked`: every stored row still fits.
+fn specs_may_be_limit_blocked(tx: &Transaction) -> Result<()> {
+    const TABLES: [&str; 2] = ["run_specs", "node_runs"];
+    const LAST: &str = "OR status = 'cancelled')";
+    let mut widened = Vec::new();
+    rewrite_tables(tx, |name, sql| {
+        if !TABLES.contains(&name) {
+            return sql.to_string();
+        }
+        let rewritten = sql.replacen(
+            LAST,
+            "OR status = 'cancelled' OR status = 'limit_blocked')",
+            1,
+        );
+        if rewritten != sql {
+            widened.push(name.to_string());
+        }
+        rewritten
+    })?;
+    for table in TABLES {
+        anyhow::ensure!(
+            widened.iter().any(|w| w == table),
+            "the status CHECK of table {table} is not the one migration 20 wrote"
+        );
+    }
+    Ok(())
+}
 
 /// Widens the status CHECKs (as migration 13 wrote them) of graphs, runs, run specs and node
 /// runs by `cancelled`: every stored row still fits.

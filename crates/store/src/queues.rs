@@ -14,6 +14,7 @@ state_enum! {
         Pending = "pending",
         Running = "running",
         Blocked = "blocked",
+        LimitBlocked = "limit_blocked",
         Completed = "completed",
         Failed = "failed",
         Skipped = "skipped",
@@ -27,6 +28,7 @@ impl From<SpecResult> for MemberStatus {
         match result {
             SpecResult::Running => Self::Running,
             SpecResult::Blocked => Self::Blocked,
+            SpecResult::LimitBlocked => Self::LimitBlocked,
             SpecResult::Completed => Self::Completed,
             SpecResult::Failed => Self::Failed,
             SpecResult::Skipped => Self::Skipped,

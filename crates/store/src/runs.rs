@@ -38,6 +38,8 @@ state_enum! {
     pub enum SpecResult {
         Running = "running",
         Blocked = "blocked",
+        /// Its agent hit a usage limit; the run waits for the reset and runs it again.
+        LimitBlocked = "limit_blocked",
         Completed = "completed",
         Failed = "failed",
         Skipped = "skipped",
@@ -51,7 +53,11 @@ impl SpecResult {
     /// A spec that did not complete and has a reason to show.
     pub fn stopped(self) -> bool {
         match self {
-            Self::Failed | Self::Blocked | Self::Interrupted | Self::Cancelled => true,
+            Self::Failed
+            | Self::Blocked
+            | Self::LimitBlocked
+            | Self::Interrupted
+            | Self::Cancelled => true,
             Self::Running | Self::Completed | Self::Skipped => false,
         }
     }
@@ -64,6 +70,8 @@ state_enum! {
         Completed = "completed",
         Failed = "failed",
         Blocked = "blocked",
+        /// Its agent platform reported a usage limit.
+        LimitBlocked = "limit_blocked",
         Interrupted = "interrupted",
         /// Killed by `graph cancel`.
         Cancelled = "cancelled",
@@ -97,6 +105,9 @@ pub struct Run {
     pub actor: String,
     /// The dispatch depth of the request that started (or continued) it.
     pub dispatch_depth: u32,
+    /// A run paused on a usage limit: when it goes on by itself (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumes_at: Option<String>,
 }
 
 impl Run {
@@ -194,7 +205,7 @@ pub struct Candidate {
     pub position: i64,
 }
 
-const RUN_COLUMNS: &str = "id, graph_id, workdir, queue_id, status, blocker, summary, start_node, started_at, finished_at, actor, dispatch_depth";
+const RUN_COLUMNS: &str = "id, graph_id, workdir, queue_id, status, blocker, summary, start_node, started_at, finished_at, actor, dispatch_depth, resumes_at";
 
 fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
     Ok(Run {
@@ -210,6 +221,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         finished_at: row.get(9)?,
         actor: row.get(10)?,
         dispatch_depth: row.get(11)?,
+        resumes_at: row.get(12)?,
     })
 }
 
@@ -311,7 +323,7 @@ impl Rd<'_> {
                 std::collections::HashMap::new();
             let mut statement = self.conn().prepare_cached(
                 "SELECT spec_id, node, reason FROM node_runs
-                 WHERE run_id = ?1 AND status IN ('failed', 'blocked', 'interrupted', 'cancelled')
+                 WHERE run_id = ?1 AND status IN ('failed', 'blocked', 'limit_blocked', 'interrupted', 'cancelled')
                  ORDER BY started_at, id",
             )?;
             let rows = statement.query_map([run_id], |r| {
@@ -348,7 +360,7 @@ impl Rd<'_> {
         )?;
         let mut reason = self.conn().prepare_cached(
             "SELECT node, reason FROM node_runs
-             WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'interrupted', 'cancelled')
+             WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'limit_blocked', 'interrupted', 'cancelled')
              ORDER BY started_at DESC, id DESC LIMIT 1",
         )?;
         let ids = serde_json::Value::from(spec_ids.to_vec()).to_string();
@@ -399,12 +411,20 @@ impl Rd<'_> {
             .optional()?)
     }
 
-    /// The spec the run is blocked on, if any.
+    /// The runs paused on a usage limit, with when each goes on: `(graph, run, resumes_at)`.
+    pub fn limit_paused_runs(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        let mut statement = self.conn().prepare_cached(
+            "SELECT graph_id, id, resumes_at FROM runs WHERE status = 'paused' AND resumes_at IS NOT NULL",
+        )?;
+        collect(statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?)
+    }
+
+    /// The spec the run is blocked on (by its node, or by a usage limit), if any.
     pub fn blocked_spec(&self, run_id: &str) -> Result<Option<String>, StoreError> {
         Ok(self
             .conn()
             .prepare_cached(
-                "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'blocked'",
+                "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND (status = 'blocked' OR status = 'limit_blocked')",
             )?
             .query_row([run_id], |r| r.get(0))
             .optional()?)
@@ -499,6 +519,30 @@ impl Rd<'_> {
             )?
             .query_row(params![queue_id, group, run_id, spec_id], |r| r.get(0))
             .optional()?)
+    }
+
+    /// The session a spec's node goes on in after waiting for a usage limit: the one its last
+    /// run reported (else the one it was given), when that run ended `limit_blocked`.
+    pub fn limit_blocked_session(
+        &self,
+        run_id: &str,
+        spec_id: &str,
+        node_index: usize,
+    ) -> Result<Option<String>, StoreError> {
+        let last: Option<(NodeRunStatus, Option<String>)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT status, COALESCE(harness_session, resume_session) FROM node_runs
+                 WHERE run_id = ?1 AND spec_id = ?2 AND node_index = ?3
+                 ORDER BY started_at DESC, id DESC LIMIT 1",
+            )?
+            .query_row(params![run_id, spec_id, node_index], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        Ok(last.and_then(|(status, session)| {
+            (status == NodeRunStatus::LimitBlocked).then_some(session)?
+        }))
     }
 
     /// One node run by id or unique prefix.
@@ -616,9 +660,24 @@ impl Tx<'_> {
         status: RunStatus,
         blocker: Option<&str>,
     ) -> Result<(), StoreError> {
+        // Whatever the run does next, it no longer waits for a usage limit's reset.
         self.execute(
-            "UPDATE runs SET status = ?2, blocker = ?3 WHERE id = ?1",
+            "UPDATE runs SET status = ?2, blocker = ?3, resumes_at = NULL WHERE id = ?1",
             params![id, status, blocker],
+        )?;
+        Ok(())
+    }
+
+    /// Pauses a run on a usage limit until `resumes_at` (RFC 3339), with its blocker.
+    pub fn set_run_limit_paused(
+        &self,
+        id: &str,
+        blocker: &str,
+        resumes_at: &str,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE runs SET status = 'paused', blocker = ?2, resumes_at = ?3 WHERE id = ?1",
+            params![id, blocker, resumes_at],
         )?;
         Ok(())
     }
@@ -675,7 +734,7 @@ impl Tx<'_> {
         summary: Option<&str>,
     ) -> Result<(), StoreError> {
         let finished = match status {
-            SpecResult::Running | SpecResult::Blocked => None,
+            SpecResult::Running | SpecResult::Blocked | SpecResult::LimitBlocked => None,
             SpecResult::Completed
             | SpecResult::Failed
             | SpecResult::Skipped
@@ -805,7 +864,7 @@ impl Tx<'_> {
         let specs = self
             .conn()
             .prepare_cached(
-                "UPDATE run_specs SET status = 'cancelled', finished_at = ?2 WHERE run_id = ?1 AND (status = 'running' OR status = 'blocked') RETURNING spec_id",
+                "UPDATE run_specs SET status = 'cancelled', finished_at = ?2 WHERE run_id = ?1 AND (status = 'running' OR status = 'blocked' OR status = 'limit_blocked') RETURNING spec_id",
             )?
             .query_map(params![run_id, now], |r| r.get(0))?
             .collect::<rusqlite::Result<Vec<String>>>()?;

@@ -111,7 +111,7 @@ fn word_color(word: &str) -> Color {
         "completed" | "applied" | "live" => Color::Green,
         "failed" | "timed_out" | "interrupted" | "blocked" | "undeliverable" => Color::Red,
         "running" | "pending" => Color::Cyan,
-        "skipped" | "paused" => Color::Yellow,
+        "skipped" | "paused" | "limit_blocked" => Color::Yellow,
         _ => Color::Gray,
     }
 }

@@ -409,6 +409,7 @@ fn finished_of(ran: Ran) -> Finished {
                     .to_string(),
             ),
         ),
+        Ending::LimitBlocked(hit) => (HookRunStatus::Failed, Some(hit.as_failure())),
         Ending::Blocked(blocker) => (
             HookRunStatus::Failed,
             Some(format!(

@@ -851,6 +851,7 @@ fn ending(ran: Ran, replaced_by: Option<String>) -> ReceiptEnd {
                 ),
             ),
         },
+        Ending::LimitBlocked(hit) => (ReceiptStatus::Failed, Some(hit.as_failure())),
         Ending::Blocked(blocker) => (
             ReceiptStatus::Failed,
             Some(format!("the action reported blocked: {blocker}")),

@@ -95,6 +95,8 @@ enum Next {
     },
     Settle,
     Stop,
+    /// The run paused on an agent's usage limit; it goes on by itself at this time (RFC 3339).
+    WaitForReset(String),
 }
 
 /// Runs the graph's current run until it pauses, settles, or is stopped.
@@ -126,6 +128,10 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
     loop {
         match next {
             (Next::Stop, _) => return Ok(()),
+            (Next::WaitForReset(resumes_at), _) => {
+                engine.wake_at(&lease.graph_id, &lease.run_id, &resumes_at);
+                return Ok(());
+            }
             (Next::Settle, _) => {
                 let held = lease.clone();
                 let bus = engine.bus().clone();
@@ -310,9 +316,14 @@ fn next_step(
     let (spec_name, spec_body) = tx
         .spec_text(&spec_id)?
         .unwrap_or_else(|| ("(deleted spec)".to_string(), String::new()));
-    let resume_session = match (&run.queue_id, &group) {
-        (Some(queue_id), Some(group)) => tx.warm_session(queue_id, group, run_id, &spec_id)?,
-        _ => None,
+    // A node that waited for a usage limit goes on in the session it had; otherwise a queue
+    // group's specs share the warm session of the one before.
+    let resume_session = match tx.limit_blocked_session(run_id, &spec_id, node_index)? {
+        Some(session) => Some(session),
+        None => match (&run.queue_id, &group) {
+            (Some(queue_id), Some(group)) => tx.warm_session(queue_id, group, run_id, &spec_id)?,
+            _ => None,
+        },
     };
     let mode = split_work_config(&node.config)
         .map(|w| w.mode)
@@ -509,6 +520,7 @@ async fn run_node(
             (ran.ending, ran.result.ok(), ran.duration_ms)
         }
     };
+    let mut limit = None;
     let (status, reason) = match ending {
         Ending::Interrupted(_) => {
             // A planned stop forced the node: what it reports is not its outcome. The node run
@@ -530,6 +542,11 @@ async fn run_node(
         // A node past its deadline failed: the reason says it timed out.
         Ending::Failed(reason) | Ending::TimedOut(reason) => (NodeRunStatus::Failed, Some(reason)),
         Ending::Blocked(blocker) => (NodeRunStatus::Blocked, Some(blocker)),
+        Ending::LimitBlocked(hit) => {
+            let reason = format!("usage limit reached: {}", hit.line);
+            limit = Some(hit);
+            (NodeRunStatus::LimitBlocked, Some(reason))
+        }
     };
     let (summary, detail, session, plugin) = match &result {
         Some(report) => (
@@ -580,7 +597,9 @@ async fn run_node(
             };
             let node_event = match status {
                 NodeRunStatus::Completed => Event::new(&taxonomy::node::NodeCompleted(ended)),
-                NodeRunStatus::Blocked => Event::new(&taxonomy::node::NodeBlocked(ended)),
+                NodeRunStatus::Blocked | NodeRunStatus::LimitBlocked => {
+                    Event::new(&taxonomy::node::NodeBlocked(ended))
+                }
                 _ => Event::new(&taxonomy::node::NodeFailed(ended)),
             };
             recorded.extend(bus.record(tx, [node_event], &run.cause)?);
@@ -621,6 +640,37 @@ async fn run_node(
                     let event =
                         run.blocked(blocker, Some(node_name.clone()), Some(spec_id.clone()));
                     (Some(event), true)
+                }
+                NodeRunStatus::LimitBlocked => {
+                    let Some(hit) = &limit else {
+                        return Err(EngineError::Internal(anyhow::anyhow!(
+                            "a node run ended limit_blocked without its limit"
+                        )));
+                    };
+                    tx.set_run_spec_status(
+                        &run.run_id,
+                        &spec_id,
+                        SpecResult::LimitBlocked,
+                        None,
+                    )?;
+                    let resumes_at = hit.resets_at.to_string();
+                    let blocker = format!(
+                        "node `{node_name}` on spec {} ({}) waits for its agent's usage limit to reset\n{}\n{}",
+                        spec_name,
+                        ids::short(&spec_id),
+                        hit.describe(jiff::Timestamp::now()),
+                        limit_ways_out(&run.graph_name)
+                    );
+                    tx.set_run_limit_paused(&run.run_id, &blocker, &resumes_at)?;
+                    tx.set_graph_status(&run.graph_id, GraphStatus::Paused, Some(&blocker), None)?;
+                    let event = run.limit_blocked(
+                        blocker,
+                        node_name.clone(),
+                        spec_id.clone(),
+                        resumes_at.clone(),
+                    );
+                    recorded.extend(bus.record(tx, [event], &run.cause)?);
+                    return Ok((recorded, Next::WaitForReset(resumes_at), hint));
                 }
                 NodeRunStatus::Failed => {
                     tx.set_run_spec_status(&run.run_id, &spec_id, SpecResult::Failed, None)?;
@@ -670,6 +720,13 @@ pub(super) fn pause(
 fn blocked_ways_out(graph: &str, node: &str) -> String {
     format!(
         "ways out:\n  - answer it, then run `{node}` again: canopy graph continue {graph}\n  - run that spec again from a node: canopy graph continue {graph} --mode run_from_node --node NODE\n  - skip that spec: canopy graph continue {graph} --mode skip_next_spec"
+    )
+}
+
+/// The ways out of a pause on a usage limit, besides waiting.
+fn limit_ways_out(graph: &str) -> String {
+    format!(
+        "ways out:\n  - wait: the node runs again by itself at that time, in the session it had\n  - run it now: canopy graph continue {graph}\n  - skip that spec: canopy graph continue {graph} --mode skip_next_spec\n  - stop the run: canopy graph cancel {graph}"
     )
 }
 

@@ -72,6 +72,25 @@ impl RunContext {
             blocker,
             node,
             spec_id,
+            resumes_at: None,
+        })
+    }
+
+    /// `graph.run.blocked` for a pause on an agent's usage limit, until `resumes_at`.
+    pub fn limit_blocked(
+        &self,
+        blocker: String,
+        node: String,
+        spec_id: String,
+        resumes_at: String,
+    ) -> Event {
+        tracing::info!(graph = %self.graph_name, run = %self.run_id, %resumes_at, "run paused on a usage limit");
+        Event::new(&graph::RunBlocked {
+            run: self.run_ref(),
+            blocker,
+            node: Some(node),
+            spec_id: Some(spec_id),
+            resumes_at: Some(resumes_at),
         })
     }
 

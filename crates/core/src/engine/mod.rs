@@ -64,6 +64,8 @@ struct Inner {
     bus: Bus,
     /// The driver task of each running graph.
     drivers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// The timer of each graph whose run waits for an agent's usage limit to reset.
+    wakeups: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
 }
 
 impl Engine {
@@ -75,6 +77,7 @@ impl Engine {
                 plugins,
                 bus,
                 drivers: Mutex::new(HashMap::new()),
+                wakeups: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -621,7 +624,8 @@ impl Engine {
     }
 
     /// One run with `in_flight`: true while a driver works on it (it is running, or it has just
-    /// stopped and the driver is still recording its end and firing its hooks). When false, the
+    /// stopped and the driver is still recording its end and firing its hooks), or while it
+    /// waits for an agent's usage limit to reset (it goes on by itself). When false, the
     /// view holds everything the driver recorded, every hook it fired included.
     ///
     /// The driver is checked after the read; a driver that ended between the two may have
@@ -633,8 +637,11 @@ impl Engine {
             return Ok((view, true));
         }
         let view = self.get_run(&view.run.id).await?;
-        let in_flight =
-            view.run.status == RunStatus::Running || self.run_in_flight(&view.run).await?;
+        // A run paused on a usage limit goes on by itself at the reset: it is in flight.
+        let waits_for_reset = view.run.status == RunStatus::Paused && view.run.resumes_at.is_some();
+        let in_flight = view.run.status == RunStatus::Running
+            || waits_for_reset
+            || self.run_in_flight(&view.run).await?;
         Ok((view, in_flight))
     }
 
@@ -1035,8 +1042,96 @@ impl Engine {
         }
     }
 
+    /// Goes on with a run paused on a usage limit at `resumes_at` (RFC 3339), by itself, as a
+    /// plain continue would: the node runs again. A run that was continued, reset or cancelled
+    /// meanwhile is left alone. A later wait of the same graph replaces this one.
+    pub(crate) fn wake_at(&self, graph_id: &str, run_id: &str, resumes_at: &str) {
+        let engine = self.clone();
+        let (graph, run, at) = (
+            graph_id.to_string(),
+            run_id.to_string(),
+            resumes_at.to_string(),
+        );
+        let wait = resumes_at
+            .parse::<jiff::Timestamp>()
+            .map(|at| at.duration_since(jiff::Timestamp::now()))
+            .map(|left| std::time::Duration::try_from(left).unwrap_or_default())
+            .unwrap_or_default();
+        tracing::info!(
+            graph = graph_id,
+            run = run_id,
+            resumes_at,
+            "the run waits for a usage limit to reset"
+        );
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            if let Err(err) = engine.resume_after_limit(&graph, &run, &at).await {
+                tracing::error!(graph = %graph, run = %run, error = %err, "cannot go on with the run after its usage limit reset");
+            }
+            let me = tokio::task::try_id();
+            let mut wakeups = engine.wakeups();
+            if wakeups.get(&graph).is_some_and(|h| Some(h.id()) == me) {
+                wakeups.remove(&graph);
+            }
+        });
+        if let Some(before) = self.wakeups().insert(graph_id.to_string(), task) {
+            before.abort();
+        }
+    }
+
+    fn wakeups(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::JoinHandle<()>>> {
+        self.inner
+            .wakeups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The wake-up of [`Self::wake_at`]: continues the run when it still waits for that reset,
+    /// as the actor that last started or continued it.
+    async fn resume_after_limit(
+        &self,
+        graph_id: &str,
+        run_id: &str,
+        resumes_at: &str,
+    ) -> Result<(), EngineError> {
+        let id = run_id.to_string();
+        let run = self.read(move |rd| Ok(rd.run(&id)?)).await?;
+        let at = resumes_at.to_string();
+        let cause = run.cause();
+        let started = cause
+            .scope(self.drive_new(
+                graph_id,
+                "continue",
+                Some("after_limit".to_string()),
+                move |tx, id| {
+                    let graph = tx.graph_shallow(id)?;
+                    let run = tx.run(&run.id)?;
+                    // A continue, reset or cancel may have come first.
+                    if !(graph.current_run_id.as_deref() == Some(run.id.as_str())
+                        && run.status == RunStatus::Paused
+                        && run.resumes_at.as_deref() == Some(at.as_str()))
+                    {
+                        return Err(EngineError::Conflict(
+                            "the run no longer waits for that reset".to_string(),
+                        ));
+                    }
+                    continue_run(tx, id, None, None)
+                },
+            ))
+            .await;
+        match started {
+            Err(EngineError::Conflict(why)) => {
+                tracing::debug!(graph = graph_id, run = run_id, %why, "not resumed");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// At daemon start: runs that were in progress when the daemon died are marked interrupted
-    /// (never silently re-run); their graphs pause with a blocker that says so.
+    /// (never silently re-run); their graphs pause with a blocker that says so. Runs paused on
+    /// a usage limit wait for their reset again (at once when it passed while the daemon was
+    /// down).
     pub async fn recover(&self) -> Result<usize, EngineError> {
         let bus = self.inner.bus.clone();
         let (count, recorded) = self
@@ -1054,6 +1149,10 @@ impl Engine {
             })
             .await?;
         self.publish(recorded).await;
+        let waiting = self.read(|rd| Ok(rd.limit_paused_runs()?)).await?;
+        for (graph_id, run_id, resumes_at) in waiting {
+            self.wake_at(&graph_id, &run_id, &resumes_at);
+        }
         Ok(count)
     }
 
@@ -1063,6 +1162,9 @@ impl Engine {
             self.drivers().drain().map(|(_, h)| h).collect();
         for handle in &handles {
             handle.abort();
+        }
+        for (_, wakeup) in self.wakeups().drain() {
+            wakeup.abort();
         }
         let events = self
             .write(|tx| interrupt_active(tx, "the daemon shut down while this run was in progress"))

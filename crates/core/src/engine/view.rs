@@ -103,6 +103,8 @@ state_enum! {
         NotReached = "not_reached",
         Running = "running",
         Blocked = "blocked",
+        /// Its agent hit a usage limit; the run goes on after the reset.
+        LimitBlocked = "limit_blocked",
         Completed = "completed",
         Failed = "failed",
         Skipped = "skipped",
@@ -116,6 +118,7 @@ impl From<SpecResult> for ProgressResult {
         match result {
             SpecResult::Running => Self::Running,
             SpecResult::Blocked => Self::Blocked,
+            SpecResult::LimitBlocked => Self::LimitBlocked,
             SpecResult::Completed => Self::Completed,
             SpecResult::Failed => Self::Failed,
             SpecResult::Skipped => Self::Skipped,
@@ -131,6 +134,7 @@ impl From<MemberStatus> for ProgressResult {
             MemberStatus::Pending => Self::NotReached,
             MemberStatus::Running => Self::Running,
             MemberStatus::Blocked => Self::Blocked,
+            MemberStatus::LimitBlocked => Self::LimitBlocked,
             MemberStatus::Completed => Self::Completed,
             MemberStatus::Failed => Self::Failed,
             MemberStatus::Skipped => Self::Skipped,
@@ -160,6 +164,7 @@ pub(super) fn remaining_events(view: &GraphView, _run: &RunView) -> Vec<String> 
         ProgressResult::NotReached,
         ProgressResult::Running,
         ProgressResult::Blocked,
+        ProgressResult::LimitBlocked,
     ];
     if open
         .iter()

@@ -705,6 +705,10 @@ fn judge(question: &Question, hook: SyncHook, input: &mut Value, ran: Ran) -> An
             let (s, o, e) = failed(HookRunStatus::Failed, why.clone());
             (s, o, e, None)
         }
+        Ending::LimitBlocked(hit) => {
+            let (s, o, e) = failed(HookRunStatus::Failed, hit.as_failure());
+            (s, o, e, None)
+        }
         Ending::TimedOut(why) => {
             let (s, o, e) = failed(HookRunStatus::TimedOut, why.clone());
             (s, o, e, None)

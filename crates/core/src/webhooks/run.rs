@@ -712,6 +712,7 @@ async fn run_work(
                 "a planned stop killed the handler's processes: {reason}"
             )),
         ),
+        Ending::LimitBlocked(hit) => (DeliveryStatus::Failed, Some(hit.as_failure())),
         Ending::Blocked(blocker) => (
             DeliveryStatus::Failed,
             Some(format!("the handler reported blocked: {blocker}")),

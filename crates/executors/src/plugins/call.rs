@@ -308,6 +308,8 @@ pub(crate) struct CallState {
     stdin: Option<PathBuf>,
     /// See [`CallSetup::platform_args`].
     platform_args: Arc<[String]>,
+    /// The program of the agent platform the call asked for, and how it reports a usage limit.
+    platform_limit: Option<(String, canopy_model::limits::LimitRule)>,
     /// Keeps the epoch advancing while this store lives (its deadline counts in ticks).
     _ticking: super::engine::Ticking,
 }
@@ -360,6 +362,8 @@ pub(crate) struct CommandRecord {
     pub interrupted: std::sync::atomic::AtomicBool,
     /// The exit code of the last command that exited with one.
     pub last_exit_code: std::sync::Mutex<Option<i32>>,
+    /// A process of the agent platform reported a usage limit (the last one that did).
+    pub limit_hit: std::sync::Mutex<Option<canopy_model::limits::LimitHit>>,
     /// The signals that stop the call's commands.
     pub stops: Vec<super::process::StopSignal>,
     /// No command is spawned before this instant.
@@ -392,6 +396,14 @@ impl CommandRecord {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = exit.code;
         }
+    }
+
+    /// The usage limit a process of the call reported, if one did.
+    pub fn limit_hit(&self) -> Option<canopy_model::limits::LimitHit> {
+        self.limit_hit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub fn was_interrupted(&self) -> bool {
@@ -528,6 +540,7 @@ impl CallSetup {
             host_env: self.host_env.clone(),
             stdin: self.stdin.clone(),
             platform_args: self.platform_args.clone(),
+            platform_limit: None,
             _ticking: super::engine::Ticking::start(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
@@ -630,6 +643,7 @@ impl CallSetup {
             host_env: self.host_env.clone(),
             stdin: None,
             platform_args: self.platform_args.clone(),
+            platform_limit: None,
             _ticking: super::engine::Ticking::start(),
         };
         let mut store = Store::new(self.plugin.pre.engine(), state);
@@ -800,11 +814,24 @@ impl host::Host for CallState {
         // What a process printed reaches records and the feed: no known secret goes with it.
         let own = self.call_token();
         let also: Vec<&str> = own.into_iter().collect();
+        let stdout = crate::secrets::mask_owned(exit.stdout, &also);
+        let stderr = crate::secrets::mask_owned(exit.stderr, &also);
+        if let Some((program, rule)) = &self.platform_limit
+            && *program == cmd.program
+            && let Some(hit) = rule.check_now(exit.code, &[&stdout, &stderr])
+        {
+            tracing::info!(plugin = &*self.plugin, program = %cmd.program, resets_at = %hit.resets_at, "the agent platform reported a usage limit");
+            *self
+                .commands
+                .limit_hit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hit);
+        }
         Ok(types::Exit {
             code: exit.code,
             timed_out: exit.timed_out,
-            stdout: crate::secrets::mask_owned(exit.stdout, &also),
-            stderr: crate::secrets::mask_owned(exit.stderr, &also),
+            stdout,
+            stderr,
             result: exit.result.map(|r| crate::secrets::mask_owned(r, &also)),
             duration_ms: u64::try_from(exit.duration.as_millis()).unwrap_or(u64::MAX),
         })
@@ -837,6 +864,11 @@ impl host::Host for CallState {
 
     async fn agent_platform(&mut self, name: String) -> Result<types::Platform, String> {
         let platform = self.services.agent_platform(&name)?;
+        self.platform_limit = platform
+            .limit
+            .clone()
+            .zip(platform.command.first().cloned())
+            .map(|(rule, program)| (program, rule));
         Ok(types::Platform {
             command: platform
                 .command

@@ -261,12 +261,27 @@ pub enum Ending {
     Interrupted(Option<String>),
     /// The work reported blocked, with the blocker.
     Blocked(String),
+    /// The agent platform the work ran reported a usage limit, and the work did not complete:
+    /// it is to run again once the limit resets.
+    LimitBlocked(canopy_model::limits::LimitHit),
 }
 
 impl Ending {
     /// The ending of an `execute` call's result: an interruption first (what the work said
-    /// after it is not its outcome), then a failure at the deadline, then the outcome.
+    /// after it is not its outcome), then a failure at the deadline, then a usage limit the
+    /// platform reported, then the outcome.
     pub fn of(result: &Result<CallReport, PluginError>) -> Self {
+        if let Ok(report) = result
+            && let Some(limit) = &report.limit
+            && !report.interrupted
+            && !report.timed_out
+            && matches!(
+                report.outcome.status,
+                Status::Failed { .. } | Status::Blocked { .. }
+            )
+        {
+            return Self::LimitBlocked(limit.clone());
+        }
         match result {
             Ok(report) => match &report.outcome.status {
                 Status::Completed if report.interrupted => Self::Interrupted(None),
@@ -314,6 +329,9 @@ pub struct CallReport {
     pub interrupted: bool,
     /// The exit code of the last command the call ran that exited with one.
     pub exit_code: Option<i32>,
+    /// The usage limit the agent platform reported, if it did (see [`Ending::LimitBlocked`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<canopy_model::limits::LimitHit>,
 }
 
 /// The executor host.
@@ -1161,6 +1179,7 @@ impl PluginHost {
                 .last_exit_code
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
+            limit: commands.limit_hit(),
             outcome,
             said,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use canopy_model::limits::LimitRule;
 use serde::{Deserialize, Serialize};
 
 /// How to launch one agent CLI.
@@ -28,6 +29,10 @@ pub struct Platform {
     /// added to its command for a launch with runtime hooks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub settings_args: Vec<String>,
+    /// How the CLI reports a usage limit: a spec whose agent hit one waits for the reset
+    /// instead of failing (see [`canopy_model::limits`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitRule>,
 }
 
 /// A runtime's own hook configuration format.
@@ -36,6 +41,12 @@ pub struct Platform {
 pub enum RuntimeFormat {
     /// Claude Code's settings (`--settings FILE`): `http` hooks at the daemon.
     Claude,
+}
+
+/// A built-in platform's limit rule.
+fn limit(pattern: &str) -> Option<LimitRule> {
+    let decl = serde_json::json!({ "pattern": pattern });
+    serde_json::from_value(decl).ok()
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -59,6 +70,7 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                 resume_args: Vec::new(),
                 runtime_hooks: None,
                 settings_args: Vec::new(),
+                limit: None,
             },
         ),
         (
@@ -70,6 +82,9 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                 resume_args: strings(&["--resume", "{session}"]),
                 runtime_hooks: Some(RuntimeFormat::Claude),
                 settings_args: strings(&["--settings", "{settings}"]),
+                // `Claude AI usage limit reached|<unix time>`, `You've hit your limit ·
+                // resets 9pm (Europe/Berlin)`.
+                limit: limit(r"(?i)usage limit reached|hit your (?:usage )?limit"),
             },
         ),
         (
@@ -89,6 +104,8 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                 resume_args: strings(&["resume", "{session}"]),
                 runtime_hooks: None,
                 settings_args: Vec::new(),
+                // `You've hit your usage limit. ... try again at 3:28 PM.`
+                limit: limit(r"(?i)hit your usage limit|usage_limit_reached"),
             },
         ),
     ])

@@ -128,6 +128,9 @@ pub struct RunBlocked {
     pub blocker: String,
     pub node: Option<String>,
     pub spec_id: Option<String>,
+    /// Paused on an agent's usage limit: when the run goes on by itself (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumes_at: Option<String>,
 }
 
 /// `graph.run.reset`
