@@ -125,7 +125,7 @@ impl LimitHit {
         )
     }
 
-    /// What a blocker says of it, `now` giving the wait.
+    /// What a blocker says of it, `now` being the time of the pause.
     pub fn describe(&self, now: Timestamp) -> String {
         let wait = self
             .resets_at
@@ -138,7 +138,7 @@ impl LimitHit {
             "it printed no reset time that is still ahead, so the platform's back-off applies"
         };
         format!(
-            "usage limit reached: {}\nresumes by itself at {} (in {}; {why})",
+            "usage limit reached: {}\nresumes by itself at {}, {} after the pause ({why})",
             self.line,
             self.resets_at
                 .round(jiff::Unit::Second)

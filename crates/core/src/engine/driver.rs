@@ -543,7 +543,13 @@ async fn run_node(
         Ending::Failed(reason) | Ending::TimedOut(reason) => (NodeRunStatus::Failed, Some(reason)),
         Ending::Blocked(blocker) => (NodeRunStatus::Blocked, Some(blocker)),
         Ending::LimitBlocked(hit) => {
-            let reason = format!("usage limit reached: {}", hit.line);
+            let reason = format!(
+                "usage limit reached (resumes by itself at {}): {}",
+                hit.resets_at
+                    .round(jiff::Unit::Second)
+                    .unwrap_or(hit.resets_at),
+                hit.line
+            );
             limit = Some(hit);
             (NodeRunStatus::LimitBlocked, Some(reason))
         }
