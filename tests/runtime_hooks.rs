@@ -418,3 +418,52 @@ action = {{ mode = "guard", deny = [ {{ tool = "Bash", pattern = "push --force",
         .collect();
     assert_eq!(outcomes, ["denied", "applied"], "{decided:#?}");
 }
+
+#[test]
+fn on_complete_and_on_failure_run_as_a_launch_ends_on_any_platform() {
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("ends.log");
+    // A platform that takes no runtime hooks, whose agent fails.
+    let daemon = Daemon::start_with_config(
+        "[platforms.broken]\ncommand = [\"sh\", \"-c\", \"echo 'out of ideas' >&2; exit 3\", \"broken\", \"{prompt}\"]\n",
+    );
+    let repo = git_repo();
+    std::fs::write(repo.path().join(".git/info/exclude"), "DEMO.md\n").unwrap();
+    let ends = json!({
+        "on_complete": [ { "hooks": [ { "command": format!("echo \"completed $CANOPY_HOOK_NODE: $CANOPY_HOOK_SUMMARY\" >> {}", log.display()) } ] } ],
+        "on_failure": [ { "hooks": [ { "command": format!("echo \"$CANOPY_HOOK_FAILURE: $CANOPY_HOOK_REASON\" >> {}", log.display()) } ] } ],
+    });
+    let spec = daemon.add_spec("ends");
+    daemon.create_graph(json!({
+        "name": "ends", "workdir": repo.path(), "specs": [spec],
+        "nodes": [
+            { "name": "works", "platform": "demo", "prompt": "hello", "runtime_hooks": ends },
+            { "name": "breaks", "platform": "broken", "prompt": "p", "runtime_hooks": ends },
+        ],
+    }));
+    daemon.control_ok("ends", json!({ "action": "run" }));
+    let view = daemon.settled("ends");
+    assert_eq!(view["status"], "failed", "{view:#}");
+
+    let completed = ended_runs(&daemon, "agent.completed", 1);
+    let failed = ended_runs(&daemon, "agent.failed", 1);
+    assert_eq!((completed.len(), failed.len()), (1, 1));
+    assert_eq!(completed[0]["hook_name"], "runtime.on_complete.0.0");
+    assert_eq!(failed[0]["status"], "completed", "{failed:#?}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].starts_with("completed ") && lines[0].contains("demo agent: wrote DEMO.md"),
+        "{log}"
+    );
+    assert!(
+        lines[1].starts_with("failed: ") && lines[1].contains("out of ideas"),
+        "{log}"
+    );
+    // Each end is an event in the feed, with its launch.
+    let (_, feed) = daemon.get("/api/feed?event=agent.failed");
+    let event = &feed["events"][0];
+    assert_eq!(event["payload"]["platform"], "broken", "{feed:#}");
+    assert_eq!(event["payload"]["failure"], "failed", "{feed:#}");
+}

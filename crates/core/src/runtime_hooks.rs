@@ -21,10 +21,11 @@ use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
 use crate::hooks::daemon::DATA_MARKER;
 use crate::hooks::decide::runtime_hook_name;
 use crate::hooks::decide::{Question, Verdict};
-use canopy_executors::plugins::launch::{Launch, claude_phases};
+use canopy_executors::plugins::launch::{Launch, LaunchEnd, claude_phases};
 use canopy_executors::plugins::split_work_config;
 use canopy_model::events::agent::{
-    AgentNotification, AgentPreComplete, AgentSessionEnded, AgentStarted, AgentStopped, LaunchRef,
+    AgentCompleted, AgentFailed, AgentNotification, AgentPreComplete, AgentSessionEnded,
+    AgentStarted, AgentStopped, LaunchRef,
 };
 use canopy_model::events::tool::{ToolPostCall, ToolPreCall};
 use canopy_model::events::{Actor, Cause, Event};
@@ -155,9 +156,37 @@ pub async fn answer_claude(
                 };
                 bus.emit(vec![Event::new(&payload)], cause.clone()).await?;
             }
+            // Canopy fires these itself as the launch ends ([`launch_ended`]): no callback is
+            // one of them.
+            Phase::OnComplete | Phase::OnFailure => {}
         }
     }
     Ok(json!({}))
+}
+
+/// Records the end of a launch that declares `on_complete` or `on_failure`: `agent.completed`
+/// or `agent.failed`, whose hooks are the launch's of that phase ([`RuntimeHookSource`]). The
+/// launch is still live: its hooks are chosen as the event is recorded.
+pub async fn launch_ended(bus: &Bus, launch: &Launch, ended: LaunchEnd) {
+    let at = launch_ref(launch, &Value::Null);
+    let event = match ended {
+        LaunchEnd::Completed { summary } => Event::new(&AgentCompleted {
+            launch: at,
+            summary,
+        }),
+        LaunchEnd::Failed { failure, reason } => Event::new(&AgentFailed {
+            launch: at,
+            failure: failure.to_string(),
+            reason,
+        }),
+    };
+    let cause = Cause {
+        actor: Actor::Agent,
+        depth: launch.cause.as_ref().map_or(0, |cause| cause.depth),
+    };
+    if let Err(err) = bus.emit(vec![event], cause).await {
+        tracing::error!(launch = %launch.id, error = %err, "cannot record the end of an agent launch");
+    }
 }
 
 /// The launch as its events name it, with the session id the runtime reports.

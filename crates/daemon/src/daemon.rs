@@ -113,6 +113,18 @@ impl HostServices for DaemonServices {
     fn decides_on(&self, event: &str) -> bool {
         self.bus.get().is_some_and(|bus| bus.asks(event))
     }
+
+    fn launch_ended(
+        &self,
+        launch: std::sync::Arc<canopy_executors::plugins::launch::Launch>,
+        ended: canopy_executors::plugins::launch::LaunchEnd,
+    ) -> canopy_executors::plugins::ServiceFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(bus) = self.bus.get() {
+                canopy_core::runtime_hooks::launch_ended(bus, &launch, ended).await;
+            }
+        })
+    }
 }
 
 /// Holds the data dir's daemon lock for the daemon's lifetime.

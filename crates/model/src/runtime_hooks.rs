@@ -35,10 +35,16 @@ pub enum Phase {
     OnStop,
     /// The agent's session ended: `agent.session_ended`.
     OnSessionEnd,
+    /// The launch ended and its work completed: `agent.completed` (Canopy fires it itself, on
+    /// every platform).
+    OnComplete,
+    /// The launch ended and its work did not complete (failed, timed out, blocked, hit a usage
+    /// limit, interrupted): `agent.failed` (Canopy fires it itself, on every platform).
+    OnFailure,
 }
 
 /// Every phase, in the order a launch goes through them.
-pub const PHASES: [Phase; 7] = [
+pub const PHASES: [Phase; 9] = [
     Phase::OnStart,
     Phase::BeforeTool,
     Phase::PostToolUse,
@@ -46,19 +52,8 @@ pub const PHASES: [Phase; 7] = [
     Phase::BeforeComplete,
     Phase::OnStop,
     Phase::OnSessionEnd,
-];
-
-/// Phases the runtime-hook sources name that Canopy does not run yet, with why (refused by
-/// name, never dropped).
-const NOT_YET: [(&str, &str); 2] = [
-    (
-        "on_complete",
-        "runs when the launch ends; not supported yet: use the graph hook on_spec_completed",
-    ),
-    (
-        "on_failure",
-        "runs when the launch fails; not supported yet: use the graph hook on_spec_failed",
-    ),
+    Phase::OnComplete,
+    Phase::OnFailure,
 ];
 
 impl Phase {
@@ -71,6 +66,8 @@ impl Phase {
             Self::BeforeComplete => "before_complete",
             Self::OnStop => "on_stop",
             Self::OnSessionEnd => "on_session_end",
+            Self::OnComplete => "on_complete",
+            Self::OnFailure => "on_failure",
         }
     }
 
@@ -92,12 +89,20 @@ impl Phase {
             Self::BeforeComplete => "agent.pre_complete",
             Self::OnStop => "agent.stopped",
             Self::OnSessionEnd => "agent.session_ended",
+            Self::OnComplete => "agent.completed",
+            Self::OnFailure => "agent.failed",
         }
     }
 
     /// The phase whose callbacks are `event`.
     pub fn of_event(event: &str) -> Option<Self> {
         PHASES.into_iter().find(|phase| phase.event() == event)
+    }
+
+    /// Whether the runtime calls it back (its hook configuration must name it), rather than
+    /// Canopy firing it as the launch ends (`on_complete`, `on_failure`: any platform).
+    pub fn from_runtime(self) -> bool {
+        !matches!(self, Self::OnComplete | Self::OnFailure)
     }
 
     /// Whether its hooks decide (allow, deny, patch) before the runtime goes on.
@@ -200,9 +205,6 @@ impl RuntimeHooks {
         let mut parsed = Self::default();
         for (name, groups) in phases {
             let Some(phase) = Phase::parse(name) else {
-                if let Some((_, why)) = NOT_YET.iter().find(|(phase, _)| phase == name) {
-                    return Err(format!("`{at}.{name}`: {why}"));
-                }
                 let hint = crate::text::did_you_mean(
                     name,
                     PHASES.iter().map(|p| p.as_str()).chain(["after_tool"]),
@@ -378,9 +380,14 @@ mod tests {
             err.contains("unknown phase `befor_tool`; did you mean `before_tool`?"),
             "{err}"
         );
-        let err =
-            RuntimeHooks::parse(&json!({"on_complete": []}), "runtime_hooks", "x").unwrap_err();
-        assert!(err.contains("not supported yet"), "{err}");
+        let ends = RuntimeHooks::parse(
+            &json!({"on_complete": [{"hooks": [{"command": "x"}]}], "on_failure": []}),
+            "runtime_hooks",
+            "x",
+        )
+        .unwrap();
+        assert_eq!(ends.matching(Phase::OnComplete, None).count(), 1);
+        assert!(!Phase::OnFailure.from_runtime() && Phase::OnStop.from_runtime());
         let err = RuntimeHooks::parse(
             &json!({"on_stop": [{"matcher": "Bash", "hooks": [{"command": "x"}]}]}),
             "runtime_hooks",

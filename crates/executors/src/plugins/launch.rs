@@ -48,6 +48,46 @@ pub struct Launch {
     pub cause: Option<Cause>,
 }
 
+/// How a launch ended, for the phases Canopy fires itself (`on_complete`, `on_failure`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchEnd {
+    Completed {
+        summary: Option<String>,
+    },
+    /// `failure`: `failed`, `timed_out`, `blocked`, `limit_blocked` or `interrupted`.
+    Failed {
+        failure: &'static str,
+        reason: String,
+    },
+}
+
+impl LaunchEnd {
+    /// The end of the call that `result` is.
+    pub fn of(result: &Result<super::CallReport, super::PluginError>) -> Self {
+        use super::Ending;
+        let failed = |failure, reason: &str| Self::Failed {
+            failure,
+            reason: reason.to_string(),
+        };
+        match Ending::of(result) {
+            Ending::Completed => Self::Completed {
+                summary: result
+                    .as_ref()
+                    .ok()
+                    .and_then(|report| report.outcome.summary.clone()),
+            },
+            Ending::Failed(reason) => failed("failed", &reason),
+            Ending::TimedOut(reason) => failed("timed_out", &reason),
+            Ending::Blocked(blocker) => failed("blocked", &blocker),
+            Ending::LimitBlocked(hit) => failed("limit_blocked", &hit.as_failure()),
+            Ending::Interrupted(reason) => failed(
+                "interrupted",
+                reason.as_deref().unwrap_or("a stop signal ended it"),
+            ),
+        }
+    }
+}
+
 /// The live launches, by secret (cheap to clone).
 #[derive(Debug, Default, Clone)]
 pub struct Launches {
@@ -90,8 +130,11 @@ impl Launches {
 /// secret and removes the directory its configuration was written in.
 pub(crate) struct OpenLaunch {
     launches: Launches,
+    launch: Arc<Launch>,
     secret: String,
-    dir: PathBuf,
+    /// Where its runtime hook configuration is written (none when the runtime calls nothing
+    /// back: only the phases Canopy fires itself are declared).
+    dir: Option<PathBuf>,
     /// The variables the call's processes get (see [`RUNTIME_URL`]).
     pub env: Vec<(String, String)>,
     /// The arguments the host adds to the platform's command (its `settings_args`, rendered).
@@ -103,6 +146,11 @@ impl OpenLaunch {
     pub fn secret(&self) -> &str {
         &self.secret
     }
+
+    /// The launch, as its callbacks and its end see it.
+    pub fn launch(&self) -> &Arc<Launch> {
+        &self.launch
+    }
 }
 
 impl Drop for OpenLaunch {
@@ -112,10 +160,11 @@ impl Drop for OpenLaunch {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&self.secret);
-        if let Err(err) = std::fs::remove_dir_all(&self.dir)
+        if let Some(dir) = &self.dir
+            && let Err(err) = std::fs::remove_dir_all(dir)
             && err.kind() != std::io::ErrorKind::NotFound
         {
-            tracing::warn!(dir = %self.dir.display(), error = %err, "cannot remove a launch's runtime hook configuration");
+            tracing::warn!(dir = %dir.display(), error = %err, "cannot remove a launch's runtime hook configuration");
         }
     }
 }
@@ -157,9 +206,10 @@ pub fn takes_runtime_hooks(platform: &Platform) -> bool {
             .any(|a| a.contains("{settings}"))
 }
 
-/// Refuses runtime hooks the platform cannot honour, naming the phase and the platform.
+/// Refuses runtime hooks the platform cannot honour, naming the phase and the platform. The
+/// phases Canopy fires itself as the launch ends (`on_complete`, `on_failure`) run on any.
 pub fn check_platform(name: &str, platform: &Platform, hooks: &RuntimeHooks) -> Result<(), String> {
-    let Some(first) = hooks.declared().next() else {
+    let Some(first) = hooks.declared().find(|phase| phase.from_runtime()) else {
         return Ok(());
     };
     match platform.runtime_hooks {
@@ -200,20 +250,30 @@ pub(crate) fn open(
     getrandom::fill(&mut bytes)
         .map_err(|err| format!("no randomness for a launch secret: {err}"))?;
     let secret = format!("{PREFIX}{}", hex::encode(bytes));
-    let dir = tmp_dir.join(format!("launch-{id}"));
-    let settings = claude_settings(api_url, &hooks, phases);
-    write_private(&dir, &settings).map_err(|err| {
-        format!(
-            "cannot write the runtime hook configuration in {}: {err}",
-            dir.display()
-        )
-    })?;
-    let settings_path = dir.join("settings.json").to_string_lossy().into_owned();
-    let args = platform
-        .settings_args
+    let called_back: Vec<Phase> = phases
         .iter()
-        .map(|arg| arg.replace("{settings}", &settings_path))
+        .copied()
+        .filter(|phase| phase.from_runtime())
         .collect();
+    let (dir, args) = if called_back.is_empty() {
+        (None, Vec::new())
+    } else {
+        let dir = tmp_dir.join(format!("launch-{id}"));
+        let settings = claude_settings(api_url, &hooks, &called_back);
+        write_private(&dir, &settings).map_err(|err| {
+            format!(
+                "cannot write the runtime hook configuration in {}: {err}",
+                dir.display()
+            )
+        })?;
+        let settings_path = dir.join("settings.json").to_string_lossy().into_owned();
+        let args = platform
+            .settings_args
+            .iter()
+            .map(|arg| arg.replace("{settings}", &settings_path))
+            .collect();
+        (Some(dir), args)
+    };
     let launch = Arc::new(Launch {
         id: id.clone(),
         platform: platform_name.to_string(),
@@ -226,9 +286,10 @@ pub(crate) fn open(
         .live
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(secret.clone(), launch);
+        .insert(secret.clone(), launch.clone());
     Ok(OpenLaunch {
         launches: launches.clone(),
+        launch,
         env: vec![
             (RUNTIME_URL.to_string(), api_url.to_string()),
             (RUNTIME_TOKEN.to_string(), secret.clone()),
@@ -267,16 +328,18 @@ fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// Claude Code's name of the hook event a phase is called back on.
-fn claude_event(phase: Phase) -> &'static str {
-    match phase {
+/// Claude Code's name of the hook event a phase is called back on (none for the phases Canopy
+/// fires itself).
+fn claude_event(phase: Phase) -> Option<&'static str> {
+    Some(match phase {
         Phase::OnStart => "SessionStart",
         Phase::BeforeTool => "PreToolUse",
         Phase::PostToolUse => "PostToolUse",
         Phase::OnNotification => "Notification",
         Phase::BeforeComplete | Phase::OnStop => "Stop",
         Phase::OnSessionEnd => "SessionEnd",
-    }
+        Phase::OnComplete | Phase::OnFailure => return None,
+    })
 }
 
 /// The phases a callback of Claude Code's `event` answers, in the order they are asked.
@@ -298,7 +361,9 @@ pub fn claude_phases(event: &str) -> &'static [Phase] {
 fn claude_settings(api_url: &str, hooks: &RuntimeHooks, phases: &[Phase]) -> Value {
     let mut events = serde_json::Map::new();
     for &phase in phases {
-        let event = claude_event(phase);
+        let Some(event) = claude_event(phase) else {
+            continue;
+        };
         // A sync phase waits for its hooks one after the other: the runtime waits as long, and
         // a moment more for the daemon's answer.
         let wait: Duration = if phase.decides() {

@@ -114,6 +114,17 @@ pub trait HostServices: Send + Sync + 'static {
         let _ = event;
         false
     }
+
+    /// A launch that declares `on_complete` or `on_failure` ended: records its event, whose
+    /// hooks the launch's runtime hooks of that phase are.
+    fn launch_ended(
+        &self,
+        launch: std::sync::Arc<launch::Launch>,
+        ended: launch::LaunchEnd,
+    ) -> ServiceFuture<'_, ()> {
+        let _ = (launch, ended);
+        Box::pin(async {})
+    }
 }
 
 /// A sync hook's deadline when its config names none.
@@ -1154,36 +1165,56 @@ impl PluginHost {
             .map(|(c, _)| c.token())
             .chain(launch.iter().map(|launch| launch.secret()))
             .collect();
-        let (outcome, said) = match reply? {
-            Reply::Outcome(outcome, said) => (
-                Outcome::from_wit(outcome).masked(&own_token),
-                said.masked(&own_token),
-            ),
-            Reply::Manifest(_) | Reply::Valid => {
-                return Err(PluginError::Internal(anyhow::anyhow!(
-                    "execute returned no outcome"
-                )));
-            }
+        let report = || -> Result<CallReport, PluginError> {
+            let (outcome, said) = match reply? {
+                Reply::Outcome(outcome, said) => (
+                    Outcome::from_wit(outcome).masked(&own_token),
+                    said.masked(&own_token),
+                ),
+                Reply::Manifest(_) | Reply::Valid => {
+                    return Err(PluginError::Internal(anyhow::anyhow!(
+                        "execute returned no outcome"
+                    )));
+                }
+            };
+            Ok(CallReport {
+                plugin: plugin_ref(&plugin.record),
+                mode,
+                rendered_config: rendered,
+                deadline_ms,
+                timed_out: matches!(outcome.status, Status::Failed { .. })
+                    && commands
+                        .timed_out
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                interrupted: commands.was_interrupted(),
+                exit_code: *commands
+                    .last_exit_code
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                limit: commands.limit_hit(),
+                outcome,
+                said,
+                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })
         };
-        Ok(CallReport {
-            plugin: plugin_ref(&plugin.record),
-            mode,
-            rendered_config: rendered,
-            deadline_ms,
-            timed_out: matches!(outcome.status, Status::Failed { .. })
-                && commands
-                    .timed_out
-                    .load(std::sync::atomic::Ordering::Relaxed),
-            interrupted: commands.was_interrupted(),
-            exit_code: *commands
-                .last_exit_code
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            limit: commands.limit_hit(),
-            outcome,
-            said,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        })
+        let result = report();
+        // The phases Canopy fires itself as a launch ends, while the launch is still live (its
+        // hooks are chosen as the event is recorded).
+        if let Some(open) = &launch
+            && open
+                .launch()
+                .hooks
+                .declared()
+                .any(|phase| !phase.from_runtime())
+        {
+            let ended = launch::LaunchEnd::of(&result);
+            self.inner
+                .call_env
+                .services
+                .launch_ended(open.launch().clone(), ended)
+                .await;
+        }
+        result
     }
 
     pub(crate) fn engine(&self) -> &Engine {

@@ -71,6 +71,26 @@ pub struct AgentSessionEnded {
     pub reason: Option<String>,
 }
 
+/// `agent.completed`: a launch ended and its work completed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCompleted {
+    #[serde(flatten)]
+    pub launch: LaunchRef,
+    /// The work's summary, as its outcome says.
+    pub summary: Option<String>,
+}
+
+/// `agent.failed`: a launch ended and its work did not complete.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentFailed {
+    #[serde(flatten)]
+    pub launch: LaunchRef,
+    /// How it ended: `failed`, `timed_out`, `blocked`, `limit_blocked` or `interrupted`.
+    pub failure: String,
+    /// Why, as the work (or the host) says.
+    pub reason: String,
+}
+
 declare_events! { Family::Agent;
     AgentStarted => "agent.started", false,
         "an agent Canopy launched started its session (runtime hook phase on_start)",
@@ -91,5 +111,13 @@ declare_events! { Family::Agent;
     AgentSessionEnded => "agent.session_ended", false,
         "the session of an agent Canopy launched ended (phase on_session_end)",
         ["launch_id", "platform", "workdir", "graph_id", "graph_name", "run_id", "spec_id", "session_id", "reason"],
+        target: |e| Some(e.launch.launch_id.clone()), project: |e| Some(e.launch.workdir.clone());
+    AgentCompleted => "agent.completed", false,
+        "a launch of an agent with runtime hooks ended and its work completed (phase on_complete; Canopy fires it on every platform)",
+        ["launch_id", "platform", "workdir", "graph_id", "graph_name", "run_id", "spec_id", "session_id", "summary"],
+        target: |e| Some(e.launch.launch_id.clone()), project: |e| Some(e.launch.workdir.clone());
+    AgentFailed => "agent.failed", false,
+        "a launch of an agent with runtime hooks ended and its work did not complete (phase on_failure; Canopy fires it on every platform)",
+        ["launch_id", "platform", "workdir", "graph_id", "graph_name", "run_id", "spec_id", "session_id", "failure", "reason"],
         target: |e| Some(e.launch.launch_id.clone()), project: |e| Some(e.launch.workdir.clone());
 }
