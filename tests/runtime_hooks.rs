@@ -467,3 +467,111 @@ fn on_complete_and_on_failure_run_as_a_launch_ends_on_any_platform() {
     assert_eq!(event["payload"]["platform"], "broken", "{feed:#}");
     assert_eq!(event["payload"]["failure"], "failed", "{feed:#}");
 }
+
+#[test]
+fn a_codex_launch_gets_its_hooks_as_a_config_layer_of_its_own_trusted_for_that_run() {
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/fake_codex.py")
+        .canonicalize()
+        .unwrap();
+    let tools = tempfile::tempdir().unwrap();
+    let rewrite = script(
+        tools.path(),
+        "rewrite.sh",
+        r#"input=$(cat)
+case "$input" in *original.txt*) echo '{"decision": "patch", "patch": {"tool_input": {"command": "echo patched > patched.txt"}}}' ;; esac"#,
+    );
+    let daemon = Daemon::start_with_config(&format!(
+        r#"
+[platforms.fake-codex]
+command = ["python3", "{fake}", "exec", "--json", "{{settings_args}}", "{{prompt}}"]
+runtime_hooks = "codex"
+"#,
+        fake = fake.display()
+    ));
+    let repo = git_repo();
+    std::fs::write(repo.path().join(".git/info/exclude"), "*.txt\n").unwrap();
+    let steps = json!([
+        { "tool": "Bash", "input": { "command": "git push --force origin main > pushed.txt" } },
+        { "tool": "Bash", "input": { "command": "echo mine > original.txt" } },
+    ]);
+    let spec = daemon.add_spec("codex work");
+    daemon.create_graph(json!({
+        "name": "codex", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{
+            "name": "agent", "platform": "fake-codex", "prompt": steps.to_string(),
+            "runtime_hooks": {
+                "before_tool": [ { "matcher": "Bash", "hooks": [
+                    { "mode": "guard", "deny": [ { "tool": "Bash", "pattern": "push --force", "reason": "no force pushes" } ] },
+                    { "command": rewrite },
+                ] } ],
+                "after_tool": [ { "hooks": [ { "command": "true" } ] } ],
+            },
+        }],
+    }));
+    daemon.control_ok("codex", json!({ "action": "run" }));
+    let view = daemon.settled("codex");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    let dir = repo.path();
+    assert!(!dir.join("pushed.txt").exists(), "a denied command ran");
+    assert!(
+        !dir.join("original.txt").exists(),
+        "the input was not rewritten"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("patched.txt")).unwrap(),
+        "patched\n"
+    );
+    let (_, node_runs) = daemon.get("/api/graphs/codex/node-runs");
+    let said = node_runs.to_string();
+    assert!(
+        said.contains("DENIED Bash: no force pushes (Canopy hook `runtime.before_tool.0.0`)"),
+        "{node_runs:#}"
+    );
+    assert!(!said.contains("SKIPPED untrusted hooks"), "{node_runs:#}");
+    assert_eq!(ended_runs(&daemon, "tool.post_call", 1).len(), 1);
+
+    // A phase Codex has no hook event for is refused when the graph is saved.
+    let (status, answer) = daemon.send(
+        "POST",
+        "/api/graphs",
+        &json!({ "name": "g2", "workdir": repo.path(), "nodes": [{
+            "name": "a", "platform": "fake-codex", "prompt": "p",
+            "runtime_hooks": { "on_notification": [ { "hooks": [ { "command": "true" } ] } ] } }] }),
+    );
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has no hook event for phase `on_notification`"),
+        "{answer}"
+    );
+
+    // The relay fails closed where Codex would let a failed hook through: a daemon that cannot
+    // answer blocks the tool call (exit 2, the reason on stderr).
+    let out = std::process::Command::new(support::CANOPY)
+        .args(["runtime-hook", "--fail-closed"])
+        .env("CANOPY_RUNTIME_URL", "http://127.0.0.1:9")
+        .env("CANOPY_RUNTIME_TOKEN", "canopy-launch-00")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(br#"{"hook_event_name": "PreToolUse", "tool_name": "Bash"}"#)?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("blocked: Canopy's runtime hooks could not decide"),
+        "{stderr}"
+    );
+}

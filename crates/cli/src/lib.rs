@@ -161,7 +161,7 @@ enum Command {
         name = "runtime-hook",
         after_help = "Example (what a launched agent's SessionStart hook runs; the launch sets CANOPY_RUNTIME_URL and CANOPY_RUNTIME_TOKEN):\n  echo '{\"hook_event_name\": \"SessionStart\", \"source\": \"startup\"}' | canopy runtime-hook"
     )]
-    RuntimeHook,
+    RuntimeHook(runtime_hook::RelayArgs),
     /// Profiles from canopy.toml: the runtime hooks an agent listing them gets.
     #[command(
         subcommand,
@@ -284,7 +284,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
         Command::Config(command) => config::run(&data, command).await,
         Command::Cron(command) => cron::run(&Client::connect(&data)?, command).await,
         Command::Profile(command) => profile::run(&Client::connect(&data)?, command).await,
-        Command::RuntimeHook => runtime_hook::run().await,
+        Command::RuntimeHook(args) => runtime_hook::run(args).await,
         Command::Mcp(McpArgs {}) => canopy_daemon::mcp::serve_stdio(&data).await,
         Command::Tui(TuiArgs {}) => tui(data).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -3,7 +3,9 @@
 //! the daemon for the launch it runs in (`CANOPY_RUNTIME_URL`, `CANOPY_RUNTIME_TOKEN`, set on the
 //! agent's processes for that launch only) and prints the daemon's answer, which is in the
 //! runtime's protocol. A failure exits 1 (the runtime reports it and goes on) and says why on
-//! stderr.
+//! stderr; with `--fail-closed` (the hooks of a phase that decides, for a runtime whose failed
+//! command hook lets the action through, as Codex's does) it exits 2, which blocks the action
+//! with that reason.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -18,7 +20,27 @@ const MAX_INPUT: u64 = 16 * 1024 * 1024;
 /// How long the daemon's answer may take (the runtime's own hook timeout is the real bound).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 
-pub async fn run() -> Result<ExitCode> {
+/// `canopy runtime-hook`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RelayArgs {
+    /// When the daemon cannot answer, exit 2 with the reason on stderr: the runtime blocks the
+    /// action instead of letting it through.
+    #[arg(long)]
+    pub fail_closed: bool,
+}
+
+pub async fn run(args: RelayArgs) -> Result<ExitCode> {
+    match relay().await {
+        Ok(code) => Ok(code),
+        Err(err) if args.fail_closed => {
+            eprintln!("blocked: Canopy's runtime hooks could not decide: {err:#}");
+            Ok(ExitCode::from(2))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+async fn relay() -> Result<ExitCode> {
     let url = std::env::var(RUNTIME_URL).with_context(|| {
         format!("{RUNTIME_URL} is not set: `canopy runtime-hook` runs inside an agent Canopy launched with runtime hooks, as its hook configuration says")
     })?;

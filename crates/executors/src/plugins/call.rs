@@ -282,6 +282,9 @@ impl ResourceLimiter for MemoryCap {
     }
 }
 
+/// The element of a platform's command that the launch's hook arguments replace.
+const SETTINGS_ARGS: &str = "{settings_args}";
+
 /// The data of one call's store.
 pub(crate) struct CallState {
     wasi: WasiCtx,
@@ -869,12 +872,21 @@ impl host::Host for CallState {
             .clone()
             .zip(platform.command.first().cloned())
             .map(|(rule, program)| (program, rule));
+        // The launch's hook arguments go where the command places them, else at its end.
+        let placed = platform.command.iter().any(|arg| arg == SETTINGS_ARGS);
+        let mut command = Vec::with_capacity(platform.command.len() + self.platform_args.len());
+        for arg in platform.command {
+            if arg == SETTINGS_ARGS {
+                command.extend(self.platform_args.iter().cloned());
+            } else {
+                command.push(arg);
+            }
+        }
+        if !placed {
+            command.extend(self.platform_args.iter().cloned());
+        }
         Ok(types::Platform {
-            command: platform
-                .command
-                .into_iter()
-                .chain(self.platform_args.iter().cloned())
-                .collect(),
+            command,
             model_args: platform.model_args,
             effort_args: platform.effort_args,
             resume_args: platform.resume_args,

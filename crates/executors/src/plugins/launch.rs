@@ -9,6 +9,11 @@
 //!   (`--settings {settings}`): an `http` hook per phase, at the daemon's loopback API, with
 //!   `onFailure: "block"` on the phases that decide; `SessionStart` (`on_start`), which takes
 //!   no `http` hook, runs the relay `canopy runtime-hook`, which posts the same JSON.
+//! - `codex`: Codex's hook tables as a config layer of the launch's own, on its command line
+//!   (`-c hooks.PreToolUse=[...]`, never the user's `~/.codex`), trusted for that launch only
+//!   with `--dangerously-bypass-hook-trust` (Codex's documented way for automation that vets
+//!   its hooks itself). Codex runs command hooks only: each runs the relay, with
+//!   `--fail-closed` on the phases that decide (a Codex hook that fails lets the tool run).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -199,12 +204,18 @@ pub fn stack_of(profiles: &[String], services: &dyn HostServices) -> Result<Runt
 
 /// Whether the platform reads a hook configuration Canopy can write.
 pub fn takes_runtime_hooks(platform: &Platform) -> bool {
-    platform.runtime_hooks == Some(RuntimeFormat::Claude)
-        && platform
+    match platform.runtime_hooks {
+        Some(RuntimeFormat::Claude) => platform
             .settings_args
             .iter()
-            .any(|a| a.contains("{settings}"))
+            .any(|a| a.contains("{settings}")),
+        Some(RuntimeFormat::Codex) => true,
+        None => false,
+    }
 }
+
+/// Phases Codex has no hook event for.
+const NOT_IN_CODEX: [Phase; 2] = [Phase::OnNotification, Phase::OnSessionEnd];
 
 /// Refuses runtime hooks the platform cannot honour, naming the phase and the platform. The
 /// phases Canopy fires itself as the launch ends (`on_complete`, `on_failure`) run on any.
@@ -224,6 +235,12 @@ pub fn check_platform(name: &str, platform: &Platform, hooks: &RuntimeHooks) -> 
         Some(RuntimeFormat::Claude) => Err(format!(
             "platform `{name}` reads Claude Code's settings but its `settings_args` have no `{{settings}}` (for example [\"--settings\", \"{{settings}}\"]); the runtime hooks ({first}) cannot be given to it"
         )),
+        Some(RuntimeFormat::Codex) => match hooks.declared().find(|p| NOT_IN_CODEX.contains(p)) {
+            Some(phase) => Err(format!(
+                "platform `{name}` runs Codex, which has no hook event for phase `{phase}`; Codex runs on_start, before_tool, post_tool_use, before_complete and on_stop (and Canopy runs on_complete and on_failure on any platform)"
+            )),
+            None => Ok(()),
+        },
         None => Err(format!(
             "platform `{name}` takes no runtime hooks, so phase `{first}` cannot run in it: set `runtime_hooks = \"claude\"` and `settings_args` in [platforms.{name}] if it reads Claude Code's settings, or remove the runtime hooks"
         )),
@@ -257,6 +274,8 @@ pub(crate) fn open(
         .collect();
     let (dir, args) = if called_back.is_empty() {
         (None, Vec::new())
+    } else if platform.runtime_hooks == Some(RuntimeFormat::Codex) {
+        (None, codex_args(&hooks, &called_back))
     } else {
         let dir = tmp_dir.join(format!("launch-{id}"));
         let settings = claude_settings(api_url, &hooks, &called_back);
@@ -355,6 +374,62 @@ pub fn claude_phases(event: &str) -> &'static [Phase] {
     }
 }
 
+/// How long the runtime waits for a callback of `phase`, in whole seconds: a sync phase's hooks
+/// run one after the other, and the daemon's answer takes a moment more.
+fn wait_secs(hooks: &RuntimeHooks, phase: Phase) -> u64 {
+    let wait: Duration = if phase.decides() {
+        hooks
+            .phases
+            .get(&phase)
+            .into_iter()
+            .flatten()
+            .flat_map(|group| &group.hooks)
+            .map(|hook| {
+                super::work::split(hook)
+                    .ok()
+                    .and_then(|work| work.host().timeout())
+                    .unwrap_or(SYNC_HOOK_TIMEOUT)
+            })
+            .sum::<Duration>()
+            + Duration::from_secs(5)
+    } else {
+        Duration::from_secs(10)
+    };
+    wait.as_secs().max(1) + u64::from(wait.subsec_nanos() > 0)
+}
+
+/// Codex's hook configuration for a launch, as command-line config overrides: one command hook
+/// per Codex event the phases need (Canopy matches tool names itself), each running the relay,
+/// then the flag that trusts them for this launch. The values are TOML; a JSON string is a
+/// TOML basic string.
+fn codex_args(hooks: &RuntimeHooks, phases: &[Phase]) -> Vec<String> {
+    let mut events: std::collections::BTreeMap<&str, (bool, u64)> = Default::default();
+    for &phase in phases {
+        let Some(event) = claude_event(phase) else {
+            continue;
+        };
+        let entry = events.entry(event).or_insert((false, 0));
+        entry.0 |= phase.decides();
+        entry.1 = entry.1.max(wait_secs(hooks, phase));
+    }
+    let relay = shell_quote(&relay_program());
+    let mut args = Vec::new();
+    for (event, (decides, wait)) in events {
+        let command = if decides {
+            format!("{relay} runtime-hook --fail-closed")
+        } else {
+            format!("{relay} runtime-hook")
+        };
+        args.push("-c".to_string());
+        args.push(format!(
+            "hooks.{event}=[{{hooks=[{{type=\"command\",command={},timeout={wait}}}]}}]",
+            Value::String(command)
+        ));
+    }
+    args.push("--dangerously-bypass-hook-trust".to_string());
+    args
+}
+
 /// Claude Code's settings for a launch: one hook per Claude event the declared phases need,
 /// every one calling back (Canopy matches the tool names itself, so one hook per event is
 /// enough and a matcher means the same whichever runtime runs it).
@@ -364,27 +439,7 @@ fn claude_settings(api_url: &str, hooks: &RuntimeHooks, phases: &[Phase]) -> Val
         let Some(event) = claude_event(phase) else {
             continue;
         };
-        // A sync phase waits for its hooks one after the other: the runtime waits as long, and
-        // a moment more for the daemon's answer.
-        let wait: Duration = if phase.decides() {
-            hooks
-                .phases
-                .get(&phase)
-                .into_iter()
-                .flatten()
-                .flat_map(|group| &group.hooks)
-                .map(|hook| {
-                    super::work::split(hook)
-                        .ok()
-                        .and_then(|work| work.host().timeout())
-                        .unwrap_or(SYNC_HOOK_TIMEOUT)
-                })
-                .sum::<Duration>()
-                + Duration::from_secs(5)
-        } else {
-            Duration::from_secs(10)
-        };
-        let wait_secs = wait.as_secs().max(1) + u64::from(wait.subsec_nanos() > 0);
+        let wait_secs = wait_secs(hooks, phase);
         let mut hook = if phase == Phase::OnStart {
             // SessionStart takes no http hook: the relay posts the same JSON for it.
             json!({
@@ -436,19 +491,54 @@ fn claude_settings(api_url: &str, hooks: &RuntimeHooks, phases: &[Phase]) -> Val
 mod tests {
     use super::*;
 
-    #[test]
-    fn claude_settings_call_back_once_per_event_and_block_when_the_daemon_cannot_answer() {
-        let hooks = RuntimeHooks::parse(
+    /// A hook on each phase a runtime calls back for a tool and a turn, and one Canopy fires.
+    fn declared() -> RuntimeHooks {
+        RuntimeHooks::parse(
             &json!({
                 "before_tool": [{"matcher": "Bash", "hooks": [{"command": "a", "timeout_ms": 2500}]}],
                 "after_tool": [{"hooks": [{"command": "b"}]}],
                 "on_stop": [{"hooks": [{"command": "c"}]}],
                 "before_complete": [{"hooks": [{"command": "d"}]}],
+                "on_complete": [{"hooks": [{"command": "e"}]}],
             }),
             "runtime_hooks",
             "test",
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn codex_args_are_one_command_hook_per_event_failing_closed_where_they_decide() {
+        let hooks = declared();
+        let phases: Vec<Phase> = hooks.declared().filter(|p| p.from_runtime()).collect();
+        let args = codex_args(&hooks, &phases);
+        assert_eq!(args.last().unwrap(), "--dangerously-bypass-hook-trust");
+        let overrides: Vec<&String> = args.iter().skip(1).step_by(2).take(3).collect();
+        assert_eq!(args.iter().filter(|a| *a == "-c").count(), 3, "{args:?}");
+        let pre = overrides
+            .iter()
+            .find(|a| a.starts_with("hooks.PreToolUse="))
+            .unwrap();
+        assert!(
+            pre.contains("runtime-hook --fail-closed") && pre.contains("timeout=8"),
+            "{pre}"
+        );
+        let post = overrides
+            .iter()
+            .find(|a| a.starts_with("hooks.PostToolUse="))
+            .unwrap();
+        assert!(!post.contains("--fail-closed"), "{post}");
+        // Stop serves before_complete (decides) and on_stop with one hook.
+        let stop = overrides
+            .iter()
+            .find(|a| a.starts_with("hooks.Stop="))
+            .unwrap();
+        assert!(stop.contains("--fail-closed"), "{stop}");
+    }
+
+    #[test]
+    fn claude_settings_call_back_once_per_event_and_block_when_the_daemon_cannot_answer() {
+        let hooks = declared();
         let phases: Vec<Phase> = hooks.declared().collect();
         let settings = claude_settings("http://127.0.0.1:7", &hooks, &phases);
         let pre = &settings["hooks"]["PreToolUse"][0]["hooks"][0];

@@ -26,7 +26,8 @@ pub struct Platform {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_hooks: Option<RuntimeFormat>,
     /// Arguments that hand the CLI its hook configuration, with `{settings}` (the file's path),
-    /// added to its command for a launch with runtime hooks.
+    /// added to its command for a launch with runtime hooks (`claude`; Canopy writes `codex`'s
+    /// itself). They go where the command has an element `{settings_args}`, else at its end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub settings_args: Vec<String>,
     /// How the CLI reports a usage limit: a spec whose agent hit one waits for the reset
@@ -41,6 +42,10 @@ pub struct Platform {
 pub enum RuntimeFormat {
     /// Claude Code's settings (`--settings FILE`): `http` hooks at the daemon.
     Claude,
+    /// Codex's hook tables, as a config layer of the launch's own (`-c hooks.EVENT=[...]`),
+    /// trusted for that launch (`--dangerously-bypass-hook-trust`): command hooks that run the
+    /// relay `canopy runtime-hook`.
+    Codex,
 }
 
 /// A built-in platform's limit rule.
@@ -94,6 +99,7 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                     "codex",
                     "exec",
                     "--json",
+                    "{settings_args}",
                     "{resume_args}",
                     "{model_args}",
                     "{effort_args}",
@@ -102,7 +108,7 @@ pub fn builtin_platforms() -> BTreeMap<String, Platform> {
                 model_args: strings(&["--model", "{model}"]),
                 effort_args: strings(&["-c", "model_reasoning_effort={effort}"]),
                 resume_args: strings(&["resume", "{session}"]),
-                runtime_hooks: None,
+                runtime_hooks: Some(RuntimeFormat::Codex),
                 settings_args: Vec::new(),
                 // `You've hit your usage limit. ... try again at 3:28 PM.`
                 limit: limit(r"(?i)hit your usage limit|usage_limit_reached"),
