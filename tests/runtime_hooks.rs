@@ -575,3 +575,44 @@ runtime_hooks = "codex"
         "{stderr}"
     );
 }
+
+#[test]
+fn a_graphs_own_sync_hooks_on_tool_calls_decide_in_its_agents_launches() {
+    let daemon = Daemon::start_with_config(&fake_platform());
+    let repo = git_repo();
+    std::fs::write(repo.path().join(".git/info/exclude"), "*.txt\n").unwrap();
+    let steps = json!([
+        { "tool": "Bash", "input": { "command": "git push --force origin main > pushed.txt" } },
+        { "tool": "Bash", "input": { "command": "echo fine > fine.txt" } },
+    ]);
+    let spec = daemon.add_spec("graph policy");
+    // The node declares no runtime hooks: the graph's policy alone makes its launch call back.
+    daemon.create_graph(json!({
+        "name": "policy", "workdir": repo.path(), "specs": [spec],
+        "nodes": [{ "name": "agent", "platform": "fake-claude", "prompt": steps.to_string() }],
+        "hooks": { "tool.pre_call": [ { "mode": "guard",
+            "deny": [ { "tool": "Bash", "pattern": "push --force", "reason": "not in this graph" } ] } ] },
+    }));
+    daemon.control_ok("policy", json!({ "action": "run" }));
+    let view = daemon.settled("policy");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert!(
+        !repo.path().join("pushed.txt").exists(),
+        "a denied command ran"
+    );
+    assert!(repo.path().join("fine.txt").exists());
+    let (_, node_runs) = daemon.get("/api/graphs/policy/node-runs");
+    assert!(
+        node_runs
+            .to_string()
+            .contains("DENIED Bash: not in this graph (Canopy hook `policy.tool.pre_call[0]`)"),
+        "{node_runs:#}"
+    );
+    let runs = ended_runs(&daemon, "tool.pre_call", 2);
+    assert!(
+        runs.iter()
+            .all(|r| r["source"] == "graph" && r["hook_name"] == "policy.tool.pre_call[0]"),
+        "{runs:#?}"
+    );
+    assert_eq!(runs[0]["outcome"], "denied", "{runs:#?}");
+}

@@ -104,6 +104,9 @@ pub struct Job {
     pub not_before: Option<tokio::time::Instant>,
     /// A sync hook's job: the input of the action it decides on, a JSON object's text.
     pub decision_input: Option<String>,
+    /// A node's: its graph's hooks map, when it keys what an agent's launch asks (see
+    /// [`CallRequest::graph_hooks`]).
+    pub graph_hooks: Option<std::sync::Arc<crate::hooks::HookMap>>,
 }
 
 impl Job {
@@ -130,6 +133,7 @@ impl Job {
             stop: None,
             not_before: None,
             decision_input: None,
+            graph_hooks: None,
         }
     }
 }
@@ -188,6 +192,7 @@ pub async fn run(plugins: &PluginHost, job: Job) -> Ran {
         stop,
         not_before,
         decision_input,
+        graph_hooks,
     } = job;
     let provenance = Provenance {
         origin: origin(kind, &cause.actor),
@@ -230,6 +235,7 @@ pub async fn run(plugins: &PluginHost, job: Job) -> Ran {
             env,
             stdin,
             decision_input,
+            graph_hooks,
         };
         plugins.execute_at(request, stop, not_before).await
     };

@@ -20,7 +20,7 @@ use crate::bus::source::{CallParts, Chosen, HookCall, HookSource, Occurrence, Se
 use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
 use crate::hooks::daemon::DATA_MARKER;
 use crate::hooks::decide::runtime_hook_name;
-use crate::hooks::decide::{Question, Verdict};
+use crate::hooks::decide::{GraphScope, Question, Verdict};
 use canopy_executors::plugins::launch::{Launch, LaunchEnd, claude_phases};
 use canopy_executors::plugins::split_work_config;
 use canopy_model::events::agent::{
@@ -79,7 +79,7 @@ pub async fn answer_claude(
                     tool_name,
                     tool_input: body.get("tool_input").cloned().unwrap_or(json!({})),
                 };
-                let question = Question::of(&payload, cause.clone()).in_launch(launch.clone());
+                let question = asked(Question::of(&payload, cause.clone()), &launch);
                 let decision = bus.decide(question).await?;
                 return Ok(match decision.verdict {
                     Verdict::Deny { hook, reason } => json!({
@@ -108,7 +108,7 @@ pub async fn answer_claude(
                     launch: at.clone(),
                     message: text("last_assistant_message"),
                 };
-                let question = Question::of(&payload, cause.clone()).in_launch(launch.clone());
+                let question = asked(Question::of(&payload, cause.clone()), &launch);
                 let decision = bus.decide(question).await?;
                 if let Verdict::Deny { hook, reason } = decision.verdict {
                     // The runtime keeps working, with the reason as what to do next.
@@ -186,6 +186,25 @@ pub async fn launch_ended(bus: &Bus, launch: &Launch, ended: LaunchEnd) {
     };
     if let Err(err) = bus.emit(vec![event], cause).await {
         tracing::error!(launch = %launch.id, error = %err, "cannot record the end of an agent launch");
+    }
+}
+
+/// A question of `launch`: its runtime hooks first, then (for a graph node's launch whose graph
+/// keys the question) the graph's sync hooks, then the daemon's.
+fn asked(question: Question, launch: &Arc<Launch>) -> Question {
+    let question = question.in_launch(launch.clone());
+    match &launch.graph_hooks {
+        Some(hooks) => {
+            let provenance = &launch.provenance;
+            question.in_graph(GraphScope {
+                graph_id: provenance.graph_id.clone(),
+                graph_name: provenance.graph_name.clone(),
+                run_id: (!provenance.run_id.is_empty()).then(|| provenance.run_id.clone()),
+                workdir: launch.workdir.to_string_lossy().into_owned(),
+                hooks: hooks.clone(),
+            })
+        }
+        None => question,
     }
 }
 

@@ -44,6 +44,9 @@ struct NodeStep {
     resume_session: Option<String>,
     /// The graph's hooks map, when it has sync hooks on `node.pre_dispatch`.
     dispatch_hooks: Option<Arc<HookMap>>,
+    /// The graph's hooks map, when it has sync hooks on what an agent's launch asks
+    /// (`tool.pre_call`, `agent.pre_complete`).
+    launch_hooks: Option<Arc<HookMap>>,
 }
 
 /// The run a driver works on, and the lease it holds on it.
@@ -340,6 +343,12 @@ fn next_step(
     let (node_name, node_config) = (node.name.clone(), node.config.clone());
     let run = context(&graph, &run);
     let node_count = graph.nodes.len();
+    // The graph was read for this step: its hooks move over, uncopied.
+    let decides_dispatch = graph.hooks.contains_key(PRE_DISPATCH);
+    let decides_in_launch = LAUNCH_QUESTIONS
+        .iter()
+        .any(|event| graph.hooks.contains_key(*event));
+    let hooks = (decides_dispatch || decides_in_launch).then(|| Arc::new(graph.hooks));
     Ok(Next::Node(Box::new(NodeStep {
         run,
         node_run_id,
@@ -351,16 +360,17 @@ fn next_step(
         node_config,
         node_count,
         resume_session,
-        // The graph was read for this step: its hooks move over, uncopied.
-        dispatch_hooks: graph
-            .hooks
-            .contains_key(PRE_DISPATCH)
-            .then(|| Arc::new(graph.hooks)),
+        dispatch_hooks: hooks.clone().filter(|_| decides_dispatch),
+        launch_hooks: hooks.filter(|_| decides_in_launch),
     })))
 }
 
 /// The question a node's dispatch asks of the sync hooks.
 const PRE_DISPATCH: &str = "node.pre_dispatch";
+
+/// The questions an agent node's launch asks of the sync hooks (see
+/// [`canopy_executors::plugins::CallRequest::graph_hooks`]).
+const LAUNCH_QUESTIONS: [&str; 2] = ["tool.pre_call", "agent.pre_complete"];
 
 /// What the sync hooks said about a node's dispatch.
 enum Dispatched {
@@ -469,6 +479,7 @@ async fn run_node(
         node_count,
         resume_session,
         dispatch_hooks: _,
+        launch_hooks,
     } = step;
     let markers: MarkerValues = [
         ("graph_name", run.graph_name.clone()),
@@ -508,6 +519,7 @@ async fn run_node(
                 markers,
                 supported_markers: std::borrow::Cow::Borrowed(NODE_MARKERS),
                 resume_session,
+                graph_hooks: launch_hooks,
                 ..Job::new(
                     Kind::Node,
                     work,

@@ -177,10 +177,15 @@ pub async fn validate_hooks(
 }
 
 /// The sync-eligible events a graph's hooks map may key on: those about one graph (its runs,
-/// its nodes).
+/// its nodes, and what the agents its nodes launch ask: `tool.pre_call`, `agent.pre_complete`).
 pub fn graph_sync_events() -> impl Iterator<Item = &'static EventDef> {
-    canopy_model::events::all()
-        .filter(|def| def.sync_eligible && matches!(def.family, Family::Graph | Family::Node))
+    canopy_model::events::all().filter(|def| {
+        def.sync_eligible
+            && matches!(
+                def.family,
+                Family::Graph | Family::Node | Family::Tool | Family::Agent
+            )
+    })
 }
 
 /// The sync-eligible event a graph's hooks map key names, if it names one.

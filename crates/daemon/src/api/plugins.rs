@@ -315,6 +315,7 @@ async fn run(
         .execute(CallRequest {
             stdin: None,
             decision_input: None,
+            graph_hooks: None,
             work,
             markers: body.markers,
             supported_markers: std::borrow::Cow::Borrowed(supported),

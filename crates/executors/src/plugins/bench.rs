@@ -153,6 +153,7 @@ impl PluginHost {
         let call_request = CallRequest {
             stdin: None,
             decision_input: None,
+            graph_hooks: None,
             work: WorkConfig::with_mode(mode.clone(), &request.config),
             markers: [
                 ("graph_name", "bench"),

@@ -51,6 +51,9 @@ pub struct Launch {
     pub provenance: Provenance,
     /// Who the agent's call acts as (its hooks run one dispatch deeper).
     pub cause: Option<Cause>,
+    /// The `hooks` map of the graph whose node launched it, when it keys an event the launch
+    /// asks (its sync hooks decide there too, after the launch's own).
+    pub graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
 }
 
 /// How a launch ended, for the phases Canopy fires itself (`on_complete`, `on_failure`).
@@ -260,6 +263,7 @@ pub(crate) fn open(
     workdir: &Path,
     provenance: &Provenance,
     cause: Option<&Cause>,
+    graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
 ) -> Result<OpenLaunch, String> {
     check_platform(platform_name, platform, &hooks)?;
     let id = canopy_store::new_id();
@@ -300,6 +304,7 @@ pub(crate) fn open(
         hooks,
         provenance: provenance.clone(),
         cause: cause.cloned(),
+        graph_hooks,
     });
     launches
         .live

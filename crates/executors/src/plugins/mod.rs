@@ -255,6 +255,9 @@ pub struct CallRequest {
     /// Set for a sync hook: the input of the action it decides on, as JSON text of an object
     /// (the plugin answers with a decision in its outcome).
     pub decision_input: Option<String>,
+    /// A graph node's: the graph's `hooks` map, when it keys an event an agent's runtime hooks
+    /// ask (`tool.pre_call`, `agent.pre_complete`): its sync hooks decide in the node's launch.
+    pub graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
 }
 
 /// How a piece of automation work ended, in the terms every record of it uses (hook runs,
@@ -985,13 +988,20 @@ impl PluginHost {
         workdir: &Path,
         provenance: &Provenance,
         cause: Option<&canopy_model::events::Cause>,
+        graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
     ) -> Result<Option<launch::OpenLaunch>, String> {
         let services = &self.inner.call_env.services;
-        // The decisions daemon-wide sync hooks take on an agent's actions apply to every launch
-        // whose platform can call back, runtime hooks of its own or not.
+        // The decisions daemon-wide sync hooks (and the node's graph's) take on an agent's
+        // actions apply to every launch whose platform can call back, runtime hooks of its own
+        // or not.
         let daemon_decides: Vec<Phase> = [Phase::BeforeTool, Phase::BeforeComplete]
             .into_iter()
-            .filter(|phase| services.decides_on(phase.event()))
+            .filter(|phase| {
+                services.decides_on(phase.event())
+                    || graph_hooks
+                        .as_ref()
+                        .is_some_and(|hooks| hooks.contains_key(phase.event()))
+            })
             .collect();
         let (name, platform, hooks) = match self.runtime_hooks_of(mode, host, config)? {
             Some(declared) => declared,
@@ -1038,6 +1048,7 @@ impl PluginHost {
             workdir,
             provenance,
             cause,
+            graph_hooks,
         )
         .map(Some)
     }
@@ -1133,6 +1144,7 @@ impl PluginHost {
                 workdir.path(),
                 &request.provenance,
                 request.cause.as_ref(),
+                request.graph_hooks,
             )
             .map_err(PluginError::InvalidConfig)?;
         let launch_env = launch.iter().flat_map(|launch| launch.env.clone());
