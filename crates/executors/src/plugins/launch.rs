@@ -56,6 +56,15 @@ pub struct Launch {
     pub graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
 }
 
+/// Where a launch comes from: its call's workdir, provenance and cause, and its graph's hooks.
+#[derive(Debug, Clone)]
+pub(crate) struct LaunchSite {
+    pub workdir: PathBuf,
+    pub provenance: Provenance,
+    pub cause: Option<Cause>,
+    pub graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
+}
+
 /// How a launch ended, for the phases Canopy fires itself (`on_complete`, `on_failure`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LaunchEnd {
@@ -260,10 +269,7 @@ pub(crate) fn open(
     platform: &Platform,
     hooks: RuntimeHooks,
     phases: &[Phase],
-    workdir: &Path,
-    provenance: &Provenance,
-    cause: Option<&Cause>,
-    graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
+    site: LaunchSite,
 ) -> Result<OpenLaunch, String> {
     check_platform(platform_name, platform, &hooks)?;
     let id = canopy_store::new_id();
@@ -300,11 +306,11 @@ pub(crate) fn open(
     let launch = Arc::new(Launch {
         id: id.clone(),
         platform: platform_name.to_string(),
-        workdir: workdir.to_path_buf(),
+        workdir: site.workdir,
         hooks,
-        provenance: provenance.clone(),
-        cause: cause.cloned(),
-        graph_hooks,
+        provenance: site.provenance,
+        cause: site.cause,
+        graph_hooks: site.graph_hooks,
     });
     launches
         .live

@@ -985,11 +985,9 @@ impl PluginHost {
         mode: &str,
         host: &HostKeys,
         config: Option<&serde_json::Map<String, Value>>,
-        workdir: &Path,
-        provenance: &Provenance,
-        cause: Option<&canopy_model::events::Cause>,
-        graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
+        site: launch::LaunchSite,
     ) -> Result<Option<launch::OpenLaunch>, String> {
+        let graph_hooks = &site.graph_hooks;
         let services = &self.inner.call_env.services;
         // The decisions daemon-wide sync hooks (and the node's graph's) take on an agent's
         // actions apply to every launch whose platform can call back, runtime hooks of its own
@@ -1045,10 +1043,7 @@ impl PluginHost {
             &platform,
             hooks,
             &phases,
-            workdir,
-            provenance,
-            cause,
-            graph_hooks,
+            site,
         )
         .map(Some)
     }
@@ -1141,10 +1136,12 @@ impl PluginHost {
                 &mode,
                 &host,
                 rendered.as_object(),
-                workdir.path(),
-                &request.provenance,
-                request.cause.as_ref(),
-                request.graph_hooks,
+                launch::LaunchSite {
+                    workdir: workdir.path().to_path_buf(),
+                    provenance: request.provenance.clone(),
+                    cause: request.cause.clone(),
+                    graph_hooks: request.graph_hooks,
+                },
             )
             .map_err(PluginError::InvalidConfig)?;
         let launch_env = launch.iter().flat_map(|launch| launch.env.clone());
