@@ -106,6 +106,34 @@ before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }
             },
         }],
     }));
+    // The catalog lists the node's runtime hooks as its launches get them, the profile's first.
+    let (_, catalog) = daemon.get("/api/hooks/catalog?graph=guarded&event=tool.pre_call");
+    let listed: Vec<(&str, &str, &str)> = catalog["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap(),
+                h["source"].as_str().unwrap(),
+                h["mode"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("runtime.before_tool.0.0@guarded", "config", "sync"),
+            ("runtime.before_tool.1.0", "graph", "sync")
+        ],
+        "{catalog:#}"
+    );
+    let shown = daemon.ok(&["hooks", "list", "--graph", "guarded", "--event", "tool.*"]);
+    assert!(
+        shown.contains("runtime.before_tool.0.0@guarded") && shown.contains("node=agent"),
+        "{shown}"
+    );
+
     daemon.control_ok("guarded", json!({ "action": "run" }));
     let view = daemon.settled("guarded");
     assert_eq!(view["status"], "completed", "{view:#}");
@@ -494,6 +522,8 @@ runtime_hooks = "codex"
     let steps = json!([
         { "tool": "Bash", "input": { "command": "git push --force origin main > pushed.txt" } },
         { "tool": "Bash", "input": { "command": "echo mine > original.txt" } },
+        // A tool whose response is larger than the API's JSON limit (a big file read).
+        { "tool": "Bash", "input": { "command": "head -c 3000000 /dev/zero | tr '\\0' a" } },
     ]);
     let spec = daemon.add_spec("codex work");
     daemon.create_graph(json!({
@@ -529,7 +559,11 @@ runtime_hooks = "codex"
         "{node_runs:#}"
     );
     assert!(!said.contains("SKIPPED untrusted hooks"), "{node_runs:#}");
-    assert_eq!(ended_runs(&daemon, "tool.post_call", 1).len(), 1);
+    // Both tool calls that ran were reported, the 3 MB response included.
+    let posts = ended_runs(&daemon, "tool.post_call", 2);
+    assert_eq!(posts.len(), 2, "{posts:#?}");
+    let (_, feed) = daemon.get("/api/feed?event=tool.post_call");
+    assert_eq!(feed["events"].as_array().unwrap().len(), 2, "{feed:#}");
 
     // A phase Codex has no hook event for is refused when the graph is saved.
     let (status, answer) = daemon.send(

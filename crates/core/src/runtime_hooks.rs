@@ -8,6 +8,7 @@
 //! in the feed (`tool.post_call`, `agent.stopped`, ...), and the launch's hooks of that phase
 //! run on it as any hook on an event does ([`RuntimeHookSource`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -19,10 +20,10 @@ use crate::bus::Queued;
 use crate::bus::source::{CallParts, Chosen, HookCall, HookSource, Occurrence, Selection, Trigger};
 use crate::hooks::catalog::{CatalogEntry, CatalogFilter};
 use crate::hooks::daemon::DATA_MARKER;
-use crate::hooks::decide::runtime_hook_name;
 use crate::hooks::decide::{GraphScope, Question, Verdict};
+use crate::hooks::decide::{runtime_hook_name, runtime_hook_source};
 use canopy_executors::plugins::launch::{Launch, LaunchEnd, claude_phases};
-use canopy_executors::plugins::split_work_config;
+use canopy_executors::plugins::{SYNC_HOOK_TIMEOUT, split_work_config};
 use canopy_model::events::agent::{
     AgentCompleted, AgentFailed, AgentNotification, AgentPreComplete, AgentSessionEnded,
     AgentStarted, AgentStopped, LaunchRef,
@@ -31,7 +32,7 @@ use canopy_model::events::tool::{ToolPostCall, ToolPreCall};
 use canopy_model::events::{Actor, Cause, Event};
 use canopy_model::runtime_hooks::Phase;
 use canopy_store::StoreError;
-use canopy_store::hook_runs::HookSourceKind;
+use canopy_store::hook_runs::{Dispatch, HookSourceKind};
 
 /// Why a callback was not answered.
 #[derive(Debug, thiserror::Error)]
@@ -271,6 +272,7 @@ impl HookSource for RuntimeHookSource {
                         work: split_work_config(config),
                         spec_id: launch.provenance.spec_id.clone(),
                         call: call.clone(),
+                        declared_in: Some(runtime_hook_source(group)),
                     }
                 })
             })
@@ -278,10 +280,79 @@ impl HookSource for RuntimeHookSource {
         Ok(Selection::of_envelope(envelope, hooks))
     }
 
-    /// Runtime hooks live in agent configs and profiles, and act only while their launch runs:
-    /// `canopy profile show` lists them, not the catalog.
-    fn catalog(&self, _filter: &CatalogFilter<'_>) -> Vec<CatalogEntry> {
-        Vec::new()
+    /// The runtime hooks of each agent node of the graphs in view, its profiles' first, as
+    /// its launches get them (`canopy profile show` lists a profile's alone).
+    fn catalog(&self, filter: &CatalogFilter<'_>) -> Vec<CatalogEntry> {
+        let mut entries = Vec::new();
+        for graph in filter.graphs {
+            for node in &graph.nodes {
+                let Ok(work) = split_work_config(&node.config) else {
+                    continue;
+                };
+                // A config that no longer resolves (a profile removed since) fails its launch,
+                // which says why; the catalog lists what does.
+                let Ok(Some((platform, _, hooks))) =
+                    filter
+                        .plugins
+                        .runtime_hooks_of(&work.mode, work.host(), Some(work.config()))
+                else {
+                    continue;
+                };
+                for (&phase, groups) in &hooks.phases {
+                    if filter.event.is_some_and(|e| !e.names_event(phase.event())) {
+                        continue;
+                    }
+                    for (group_index, group) in groups.iter().enumerate() {
+                        for (index, config) in group.hooks.iter().enumerate() {
+                            let hook = split_work_config(config).ok();
+                            let mode = hook.as_ref().map(|w| w.mode.as_str());
+                            let dispatch = if phase.decides() {
+                                Dispatch::Sync
+                            } else {
+                                Dispatch::Async
+                            };
+                            if !filter.allows_mode(dispatch, mode) {
+                                continue;
+                            }
+                            let host = hook.as_ref().map(|w| w.host().clone()).unwrap_or_default();
+                            let timeout = host
+                                .timeout()
+                                .or_else(|| phase.decides().then_some(SYNC_HOOK_TIMEOUT));
+                            entries.push(CatalogEntry {
+                                event: phase.event().to_string(),
+                                key: Some(phase.as_str().to_string()),
+                                matcher: json!({
+                                    "graph": graph.name, "node": node.name,
+                                    "tool": group.matcher_text,
+                                }),
+                                metadata: BTreeMap::from([
+                                    ("graph", graph.name.clone()),
+                                    ("node", node.name.clone()),
+                                    ("platform", platform.clone()),
+                                    ("declared_in", group.from.clone()),
+                                    ("workdir", graph.workdir.clone()),
+                                ]),
+                                graph: Some(graph.name.clone()),
+                                graph_id: Some(graph.id.clone()),
+                                config: Value::Object(config.clone()),
+                                mode: dispatch,
+                                priority: host.priority().unwrap_or(0),
+                                required: host.required().unwrap_or(false),
+                                ..CatalogEntry::of_async_hook(
+                                    runtime_hook_source(group),
+                                    runtime_hook_name(phase, group_index, index, group),
+                                    index,
+                                    mode,
+                                    timeout,
+                                    filter.plugins,
+                                )
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        entries
     }
 }
 

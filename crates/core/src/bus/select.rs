@@ -40,10 +40,11 @@ impl Selected {
             work,
             spec_id,
             call,
+            declared_in,
         } = chosen;
         Self {
             fired: Fired {
-                source,
+                source: declared_in.unwrap_or(source),
                 hook_name: name.clone(),
                 graph_id: graph.graph_id.clone(),
                 graph_name: graph.graph_name.clone(),

@@ -139,6 +139,9 @@ pub(crate) struct Chosen {
     pub spec_id: Option<String>,
     /// How its call is made.
     pub call: Arc<dyn HookCall>,
+    /// Where it was declared, when not where its source's hooks usually are (a runtime hook
+    /// from a profile is the config's, one from an agent's own config the graph's).
+    pub declared_in: Option<HookSourceKind>,
 }
 
 /// What fired a batch of hook runs: the event, as the batch reports it.

@@ -466,6 +466,7 @@ impl HookSource for DaemonHookSource {
                 work: Ok(hook.work.clone()),
                 spec_id: spec_id.clone(),
                 call: hook.clone(),
+                declared_in: None,
             })
             .collect();
         Ok(Selection::of_envelope(envelope, hooks))

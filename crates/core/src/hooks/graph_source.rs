@@ -130,6 +130,7 @@ fn chosen(
             work: work.clone(),
             spec_id,
             call: call.clone(),
+            declared_in: None,
         })
         .collect()
 }

@@ -413,6 +413,7 @@ impl HookSource for ProjectHookSource {
                 work: Ok(hook.work.clone()),
                 spec_id: None,
                 call: hook.clone(),
+                declared_in: None,
             })
             .collect();
         Ok(Selection::of_envelope(event.envelope, hooks))

@@ -17,12 +17,17 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/runtime/{event}", post(callback))
 }
 
+/// The largest callback body: a tool's input and response can be large (a file it read), so
+/// more than the API's JSON limit, as much as the relay forwards. It is read only once the
+/// launch's secret let the callback in.
+const MAX_CALLBACK: usize = 16 * 1024 * 1024;
+
 async fn callback(
     State(state): State<AppState>,
     Path(event): Path<String>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Result<ApiJson<Value>, ApiError> {
+    let headers: &HeaderMap = request.headers();
     let secret = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
@@ -36,6 +41,18 @@ async fn callback(
             "a runtime hook callback carries its launch's secret (CANOPY_RUNTIME_TOKEN), live while the launch runs",
         ));
     };
+    let body = axum::body::to_bytes(request.into_body(), MAX_CALLBACK)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!(
+                    "the {event} callback's body is larger than {} MiB",
+                    MAX_CALLBACK / (1024 * 1024)
+                ),
+            )
+        })?;
     let body: Value = serde_json::from_slice(&body).map_err(|err| {
         ApiError::bad_request(format!("the {event} callback's body is not JSON: {err}"))
     })?;
