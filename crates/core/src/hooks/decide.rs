@@ -275,14 +275,15 @@ impl Bus {
 
     /// Asks the sync hooks matching `question`, answers it (see the module's docs) and records
     /// its hook runs in a write of their own. Errs only when they cannot be recorded; the
-    /// action must not go ahead then either.
+    /// action must not go ahead then either. The action waits on that write alone (an agent's
+    /// tool call, a run's start): it is watched, not slept on.
     pub async fn decide(&self, question: Question) -> Result<Decision, StoreError> {
         let mut decision = self.decide_unrecorded(question).await;
         if let Some(record) = decision.record.take() {
             let bus = self.clone();
             let recorded = self
                 .store()
-                .write(move |tx| bus.record_decision(tx, record))
+                .write_watched(move |tx| bus.record_decision(tx, record))
                 .await?;
             self.publish(recorded).await;
         }
