@@ -24,6 +24,11 @@ pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(30 * 60);
 /// The longest back-off a platform may declare.
 const MAX_BACKOFF: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The furthest ahead a printed reset time is believed: the longest limit window the agent
+/// CLIs have is a week. A time further out (a garbled line, an agent printing a made-up one)
+/// would park the run for months; the back-off applies instead.
+const MAX_AHEAD: jiff::SignedDuration = jiff::SignedDuration::from_hours(8 * 24);
+
 /// Characters of the reported line kept in a blocker.
 const LINE_LIMIT: usize = 300;
 
@@ -135,7 +140,7 @@ impl LimitHit {
         let why = if self.printed {
             "the reset time it printed"
         } else {
-            "it printed no reset time that is still ahead, so the platform's back-off applies"
+            "it printed no reset time within the next 8 days, so the platform's back-off applies"
         };
         format!(
             "usage limit reached: {}\nresumes by itself at {}, {} after the pause ({why})",
@@ -178,7 +183,13 @@ impl LimitRule {
             Some(reset) => parse_reset(reset.as_str(), now),
             None => find_reset(&text[whole.start()..after_end], now),
         }
-        .filter(|at| *at > now.timestamp());
+        .filter(|at| {
+            *at > now.timestamp()
+                && now
+                    .timestamp()
+                    .checked_add(MAX_AHEAD)
+                    .is_ok_and(|latest| *at <= latest)
+        });
         let line = crate::text::head(text[line_start..line_end].trim(), LINE_LIMIT);
         let resets_at = printed.unwrap_or_else(|| {
             now.timestamp()
@@ -452,6 +463,17 @@ mod tests {
             .unwrap();
         assert!(!stale.printed);
         assert_eq!(stale.resets_at, at("2026-12-07T09:30:00Z"));
+        // A reset too far ahead to be a usage window, or no time at all: the back-off.
+        for line in [
+            "Claude AI usage limit reached|9999999999",
+            "Claude AI usage limit reached|9223372036854775807",
+            "usage limit reached, try again in 9999999999999999999 days",
+            "usage limit reached, try again at Dec 31st, 9999 11:59 PM",
+        ] {
+            let far = claude.check(None, &[line], &now).unwrap();
+            assert!(!far.printed, "{line}");
+            assert_eq!(far.resets_at, at("2026-12-07T09:30:00Z"), "{line}");
+        }
 
         // A `reset` group says where the time is.
         let own = rule(r"quota gone until (?P<reset>\S+)", None, None);
