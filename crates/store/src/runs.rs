@@ -521,27 +521,29 @@ impl Rd<'_> {
             .optional()?)
     }
 
-    /// The session a spec's node goes on in after waiting for a usage limit: the one its last
-    /// run reported (else the one it was given), when that run ended `limit_blocked`.
+    /// The session a spec's node goes on in after waiting for a usage limit: the one the run's
+    /// last node run reported (else the one it was given), when that was this spec's node and
+    /// ended `limit_blocked` (the wait's retry is the node run right after it). One row, read
+    /// by the run's index: this is asked at every step.
     pub fn limit_blocked_session(
         &self,
         run_id: &str,
         spec_id: &str,
         node_index: usize,
     ) -> Result<Option<String>, StoreError> {
-        let last: Option<(NodeRunStatus, Option<String>)> = self
+        let last: Option<(NodeRunStatus, String, i64, Option<String>)> = self
             .conn()
             .prepare_cached(
-                "SELECT status, COALESCE(harness_session, resume_session) FROM node_runs
-                 WHERE run_id = ?1 AND spec_id = ?2 AND node_index = ?3
-                 ORDER BY started_at DESC, id DESC LIMIT 1",
+                "SELECT status, spec_id, node_index, COALESCE(harness_session, resume_session)
+                 FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT 1",
             )?
-            .query_row(params![run_id, spec_id, node_index], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .optional()?;
-        Ok(last.and_then(|(status, session)| {
-            (status == NodeRunStatus::LimitBlocked).then_some(session)?
+        Ok(last.and_then(|(status, spec, index, session)| {
+            (status == NodeRunStatus::LimitBlocked
+                && spec == spec_id
+                && usize::try_from(index).is_ok_and(|i| i == node_index))
+            .then_some(session)?
         }))
     }
 
