@@ -537,7 +537,9 @@ impl Rd<'_> {
                 "SELECT status, spec_id, node_index, COALESCE(harness_session, resume_session)
                  FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT 1",
             )?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .query_row([run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
             .optional()?;
         Ok(last.and_then(|(status, spec, index, session)| {
             (status == NodeRunStatus::LimitBlocked
