@@ -128,6 +128,20 @@ before_tool = [ {{ matcher = "Bash|Write", hooks = [ {{ command = "{no_force}" }
         ],
         "{catalog:#}"
     );
+    // Filtered by where it was declared: the profile's is the config's.
+    let (_, from_config) =
+        daemon.get("/api/hooks/catalog?graph=guarded&event=tool.pre_call&source=config");
+    let names: Vec<&str> = from_config["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["runtime.before_tool.0.0@guarded"],
+        "{from_config:#}"
+    );
     let shown = daemon.ok(&["hooks", "list", "--graph", "guarded", "--event", "tool.*"]);
     assert!(
         shown.contains("runtime.before_tool.0.0@guarded") && shown.contains("node=agent"),

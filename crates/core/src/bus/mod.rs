@@ -141,8 +141,9 @@ impl Bus {
         }
     }
 
-    /// The catalog entries of every hook source (only `source`'s, when given), in the order
-    /// their batches are recorded for one event, those `filter` lets through.
+    /// The catalog entries of every hook source, in the order their batches are recorded for
+    /// one event, those `filter` lets through; only those declared in `source`, when given (an
+    /// entry says where it was declared: a runtime hook from a profile is the config's).
     pub fn catalog(
         &self,
         source: Option<canopy_store::hook_runs::HookSourceKind>,
@@ -151,8 +152,8 @@ impl Bus {
         self.inner
             .sources
             .iter()
-            .filter(|s| source.is_none_or(|kind| kind == s.kind()))
             .flat_map(|s| s.catalog(filter))
+            .filter(|entry| source.is_none_or(|kind| kind == entry.source))
             .collect()
     }
 
