@@ -265,7 +265,11 @@ fn next_step(
     if run.status != RunStatus::Running {
         return Ok(Next::Stop);
     }
-    let (spec_id, node_index, group) = match tx.spec_in_progress(run_id)? {
+    // Whether the spec was under way before this step (only such a spec can go on after a
+    // usage limit's wait).
+    let under_way = tx.spec_in_progress(run_id)?;
+    let continued = under_way.is_some();
+    let (spec_id, node_index, group) = match under_way {
         Some(on) => (
             on.spec_id,
             usize::try_from(on.next_node).unwrap_or(0),
@@ -321,7 +325,11 @@ fn next_step(
         .unwrap_or_else(|| ("(deleted spec)".to_string(), String::new()));
     // A node that waited for a usage limit goes on in the session it had; otherwise a queue
     // group's specs share the warm session of the one before.
-    let resume_session = match tx.limit_blocked_session(run_id, &spec_id, node_index)? {
+    let after_limit = match continued {
+        true => tx.limit_blocked_session(run_id, &spec_id, node_index)?,
+        false => None,
+    };
+    let resume_session = match after_limit {
         Some(session) => Some(session),
         None => match (&run.queue_id, &group) {
             (Some(queue_id), Some(group)) => tx.warm_session(queue_id, group, run_id, &spec_id)?,

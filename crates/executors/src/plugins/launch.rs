@@ -57,12 +57,13 @@ pub struct Launch {
 }
 
 /// Where a launch comes from: its call's workdir, provenance and cause, and its graph's hooks.
+/// Borrowed from the call: every call asks whether it opens a launch, few do.
 #[derive(Debug, Clone)]
-pub(crate) struct LaunchSite {
-    pub workdir: PathBuf,
-    pub provenance: Provenance,
-    pub cause: Option<Cause>,
-    pub graph_hooks: Option<Arc<serde_json::Map<String, Value>>>,
+pub(crate) struct LaunchSite<'a> {
+    pub workdir: &'a Path,
+    pub provenance: &'a Provenance,
+    pub cause: Option<&'a Cause>,
+    pub graph_hooks: Option<&'a Arc<serde_json::Map<String, Value>>>,
 }
 
 /// How a launch ended, for the phases Canopy fires itself (`on_complete`, `on_failure`).
@@ -269,7 +270,7 @@ pub(crate) fn open(
     platform: &Platform,
     hooks: RuntimeHooks,
     phases: &[Phase],
-    site: LaunchSite,
+    site: LaunchSite<'_>,
 ) -> Result<OpenLaunch, String> {
     check_platform(platform_name, platform, &hooks)?;
     let id = canopy_store::new_id();
@@ -306,11 +307,11 @@ pub(crate) fn open(
     let launch = Arc::new(Launch {
         id: id.clone(),
         platform: platform_name.to_string(),
-        workdir: site.workdir,
+        workdir: site.workdir.to_path_buf(),
         hooks,
-        provenance: site.provenance,
-        cause: site.cause,
-        graph_hooks: site.graph_hooks,
+        provenance: site.provenance.clone(),
+        cause: site.cause.cloned(),
+        graph_hooks: site.graph_hooks.cloned(),
     });
     launches
         .live

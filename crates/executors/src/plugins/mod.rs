@@ -985,9 +985,9 @@ impl PluginHost {
         mode: &str,
         host: &HostKeys,
         config: Option<&serde_json::Map<String, Value>>,
-        site: launch::LaunchSite,
+        site: launch::LaunchSite<'_>,
     ) -> Result<Option<launch::OpenLaunch>, String> {
-        let graph_hooks = &site.graph_hooks;
+        let graph_hooks = site.graph_hooks;
         let services = &self.inner.call_env.services;
         // The decisions daemon-wide sync hooks (and the node's graph's) take on an agent's
         // actions apply to every launch whose platform can call back, runtime hooks of its own
@@ -1137,10 +1137,10 @@ impl PluginHost {
                 &host,
                 rendered.as_object(),
                 launch::LaunchSite {
-                    workdir: workdir.path().to_path_buf(),
-                    provenance: request.provenance.clone(),
-                    cause: request.cause.clone(),
-                    graph_hooks: request.graph_hooks,
+                    workdir: workdir.path(),
+                    provenance: &request.provenance,
+                    cause: request.cause.as_ref(),
+                    graph_hooks: request.graph_hooks.as_ref(),
                 },
             )
             .map_err(PluginError::InvalidConfig)?;
