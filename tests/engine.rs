@@ -724,7 +724,12 @@ fn a_graph_marked_running_with_nothing_running_carries_a_consistency_warning() {
     store
         .write_blocking(|tx| {
             let id = tx.resolve_graph("stale")?;
-            tx.set_graph_status(&id, canopy_store::graphs::GraphStatus::Running, None, None)
+            tx.set_graph_status(
+                &id,
+                canopy_model::records::graphs::GraphStatus::Running,
+                None,
+                None,
+            )
         })
         .unwrap();
     drop(store);

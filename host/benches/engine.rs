@@ -173,7 +173,9 @@ fn main() {
                 Ok::<_, canopy_store::StoreError>(
                     rd.node_runs(&run)?
                         .iter()
-                        .filter(|n| n.status == canopy_store::runs::NodeRunStatus::Completed)
+                        .filter(|n| {
+                            n.status == canopy_model::records::runs::NodeRunStatus::Completed
+                        })
                         .count(),
                 )
             })

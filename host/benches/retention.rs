@@ -18,9 +18,11 @@ use std::time::{Duration, Instant, SystemTime};
 use canopy_core::retention::{Policy, prune};
 use canopy_model::events::spec::SpecCreated;
 use canopy_model::events::{Cause, Event};
+use canopy_model::records::hook_runs::{HookRunStatus, HookSourceKind};
+use canopy_model::records::webhooks::DeliveryStatus;
 use canopy_store::Store;
-use canopy_store::hook_runs::{Finished, Fired, HookRunStatus, HookSourceKind};
-use canopy_store::webhooks::{DeliveryStatus, NewDelivery};
+use canopy_store::hook_runs::{Finished, Fired};
+use canopy_store::webhooks::NewDelivery;
 
 const HOOK_RUNS_PER_SEC: usize = 210;
 const DELIVERIES_PER_SEC: usize = 100;

@@ -339,7 +339,8 @@ mod pass_tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use canopy_store::webhooks::{DeliveryStatus, NewDelivery};
+    use canopy_model::records::webhooks::DeliveryStatus;
+    use canopy_store::webhooks::NewDelivery;
 
     fn delivery(status: DeliveryStatus, received_at: &str) -> NewDelivery {
         NewDelivery {

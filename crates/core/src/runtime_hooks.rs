@@ -30,9 +30,9 @@ use canopy_model::events::agent::{
 };
 use canopy_model::events::tool::{ToolPostCall, ToolPreCall};
 use canopy_model::events::{Actor, Cause, Event};
+use canopy_model::records::hook_runs::{Dispatch, HookSourceKind};
 use canopy_model::runtime_hooks::Phase;
 use canopy_store::StoreError;
-use canopy_store::hook_runs::{Dispatch, HookSourceKind};
 
 /// Why a callback was not answered.
 #[derive(Debug, thiserror::Error)]

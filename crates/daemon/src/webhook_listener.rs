@@ -23,7 +23,7 @@ use serde_json::json;
 use canopy_core::webhooks::config::{Hook, RespondMode};
 use canopy_core::webhooks::intake::{Intake, intake};
 use canopy_core::webhooks::{Ingress, Outcome, Taken, auth};
-use canopy_store::webhooks::DeliveryStatus;
+use canopy_model::records::webhooks::DeliveryStatus;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -308,7 +308,8 @@ fn waited_answer(hook: &Hook, outcome: Outcome, success: Option<StatusCode>) -> 
         DeliveryStatus::Failed
         | DeliveryStatus::TimedOut
         | DeliveryStatus::Interrupted
-        | DeliveryStatus::InterruptedUnknown => StatusCode::INTERNAL_SERVER_ERROR,
+        | DeliveryStatus::InterruptedUnknown
+        | DeliveryStatus::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
         // A sync hook on `webhook.pre_handle` refused to let it be handled.
         DeliveryStatus::Denied => StatusCode::FORBIDDEN,
     };

@@ -13,6 +13,8 @@
 //! - [`hook_keys`]: the keys of a graph's `hooks` map and the events they fire on.
 //! - [`spec_format`]: the spec body format (`<spec>` and its seven sections).
 //! - [`work`]: what a piece of work carries into its records (provenance, plugin identity).
+//! - [`records`]: what the daemon keeps and the API shows (graphs, runs, hook runs, …) and
+//!   their states, one set of types for the store, the daemon and every client.
 //! - [`text`]: "did you mean", bounded tails, time checks shared by messages.
 //!
 //! This crate depends on no other Canopy crate but `canopy-shell-words`: a wrong import into it
@@ -25,6 +27,7 @@ pub mod hook_keys;
 pub mod limits;
 pub mod markers;
 pub mod pattern;
+pub mod records;
 pub mod runtime_hooks;
 pub mod since;
 pub mod spec_format;

@@ -3,80 +3,10 @@
 //! across restarts (`cron_state`: paused, and the scheduled time accounted through).
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::Serialize;
 
-use super::states::state_enum;
+use super::states::{Sql, state};
 use super::{Rd, StoreError, Tx};
-
-state_enum! {
-    /// Where a firing is, or how it ended.
-    pub enum ReceiptStatus {
-        /// Admitted; its action runs.
-        Running = "running",
-        /// The action completed.
-        Completed = "completed",
-        /// The action failed (or could not start, or was replaced by the next firing).
-        Failed = "failed",
-        /// The action was stopped at its timeout.
-        TimedOut = "timed_out",
-        /// Not run: the previous firing still ran (`overlap = "forbid"`).
-        Skipped = "skipped",
-        /// Not run: a sync hook on `cron.pre_fire` denied it.
-        Denied = "denied",
-        /// Not run: a planned stop had closed admission.
-        Refused = "refused",
-        /// Scheduled firings that passed while the daemon was down (`missed_count` of them).
-        Missed = "missed",
-        /// A planned stop forced it after its drain budget; the output is what it printed
-        /// until then.
-        InterruptedByRestart = "interrupted_by_restart",
-        /// Found unfinished after the daemon died (crash, kill -9): what it did is unknown,
-        /// and it is never replayed.
-        InterruptedUnknown = "interrupted_unknown",
-    }
-}
-
-impl ReceiptStatus {
-    /// Cut short by a stop or a crash (told by `cron.interrupted`).
-    pub fn is_interrupted(self) -> bool {
-        matches!(self, Self::InterruptedByRestart | Self::InterruptedUnknown)
-    }
-}
-
-state_enum! {
-    /// What made a cron fire.
-    pub enum Trigger {
-        /// Its schedule.
-        Schedule = "schedule",
-        /// `canopy cron run` / `POST /api/crons/{name}/run`.
-        Manual = "manual",
-        /// The one late run `catch_up = "once"` asks for after misses.
-        CatchUp = "catch_up",
-    }
-}
-
-/// One receipt.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Receipt {
-    pub run_id: String,
-    pub cron: String,
-    pub node: String,
-    pub trigger: Trigger,
-    pub scheduled_at: Option<String>,
-    pub status: ReceiptStatus,
-    pub exit_code: Option<i32>,
-    /// The last bytes of what the action printed (bounded).
-    pub output: Option<String>,
-    pub error: Option<String>,
-    pub missed_count: Option<i64>,
-    /// Set on `interrupted_unknown`: whatever the action had done is not known.
-    pub original_effects_unknown: bool,
-    pub actor: String,
-    pub created_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    pub duration_ms: Option<i64>,
-}
+use canopy_model::records::crons::{CronState, Receipt, ReceiptStatus, Trigger};
 
 /// A receipt as first written.
 #[derive(Debug, Clone)]
@@ -105,15 +35,6 @@ pub struct ReceiptEnd {
     pub duration_ms: i64,
 }
 
-/// A cron's state kept across restarts.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct CronState {
-    pub paused: bool,
-    /// Scheduled firings up to this time (RFC 3339) are accounted for: fired, skipped,
-    /// refused, or recorded missed.
-    pub accounted_through: Option<String>,
-}
-
 const COLUMNS: &str = "run_id, cron, node, trigger, scheduled_at, status, exit_code, output, error, missed_count, original_effects_unknown, actor, created_at, started_at, finished_at, duration_ms";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Receipt> {
@@ -121,9 +42,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Receipt> {
         run_id: row.get(0)?,
         cron: row.get(1)?,
         node: row.get(2)?,
-        trigger: row.get(3)?,
+        trigger: state(row, 3)?,
         scheduled_at: row.get(4)?,
-        status: row.get(5)?,
+        status: state(row, 5)?,
         exit_code: row.get(6)?,
         output: row.get(7)?,
         error: row.get(8)?,
@@ -224,9 +145,9 @@ impl Tx<'_> {
                 new.run_id,
                 new.cron,
                 new.node,
-                new.trigger,
+                Sql(new.trigger),
                 new.scheduled_at,
-                new.status,
+                Sql(new.status),
                 new.error,
                 new.missed_count,
                 new.actor,
@@ -252,7 +173,7 @@ impl Tx<'_> {
             )?
             .execute(params![
                 run_id,
-                end.status,
+                Sql(end.status),
                 end.exit_code,
                 end.output,
                 end.error,

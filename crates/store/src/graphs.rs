@@ -2,66 +2,11 @@
 //! the driver that works on its current run.
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::states::state_enum;
+use super::states::{Sql, state};
 use super::{Rd, StoreError, Tx};
-
-/// Event → ordered hook configs, as stored in a graph.
-pub type HookMap = Map<String, Value>;
-
-state_enum! {
-    /// A graph's status.
-    pub enum GraphStatus {
-        Idle = "idle",
-        Running = "running",
-        Paused = "paused",
-        Completed = "completed",
-        Failed = "failed",
-        /// Its last run was stopped by `graph cancel`.
-        Cancelled = "cancelled",
-    }
-}
-
-/// A node: a name and an executor config, exactly like a hook's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Node {
-    pub name: String,
-    #[serde(flatten)]
-    pub config: Map<String, Value>,
-}
-
-/// A spec bound to a graph.
-#[derive(Debug, Clone, Serialize)]
-pub struct BoundSpec {
-    pub id: String,
-    pub name: String,
-}
-
-/// A graph as stored.
-#[derive(Debug, Clone, Serialize)]
-pub struct Graph {
-    pub id: String,
-    pub name: String,
-    pub workdir: String,
-    pub nodes: Vec<Node>,
-    pub specs: Vec<BoundSpec>,
-    pub allow_dirty_start: bool,
-    pub status: GraphStatus,
-    pub blocker: Option<String>,
-    /// Event → ordered hook configs.
-    pub hooks: HookMap,
-    pub current_run_id: Option<String>,
-    /// The definition's version: 1 at creation, one more at every edit. An edit may name the
-    /// version it was based on and is refused when the graph has moved on.
-    pub version: i64,
-    /// The generation of the driver allowed to work on the current run.
-    #[serde(skip)]
-    pub driver_lease: i64,
-    pub created_at: String,
-    pub updated_at: String,
-}
+use canopy_model::records::graphs::{BoundSpec, Graph, GraphStatus, HookMap, Node};
 
 /// The full, validated contents of a graph to write.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +45,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Graph> {
         nodes: json_column(row, 3)?,
         specs: Vec::new(),
         allow_dirty_start: row.get(4)?,
-        status: row.get(5)?,
+        status: state(row, 5)?,
         blocker: row.get(6)?,
         hooks: json_column(row, 7)?,
         current_run_id: row.get(8)?,
@@ -311,7 +256,7 @@ impl Tx<'_> {
     ) -> Result<(), StoreError> {
         self.execute(
             "UPDATE graphs SET status = ?2, blocker = ?3, current_run_id = COALESCE(?4, current_run_id), updated_at = ?5 WHERE id = ?1",
-            params![id, status, blocker, run_id, super::now()],
+            params![id, Sql(status), blocker, run_id, super::now()],
         )?;
         Ok(())
     }

@@ -8,62 +8,14 @@
 //! (see [`Tx::interrupt_deliveries`]).
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::Serialize;
 
-use super::states::state_enum;
+use super::states::{Sql, state};
 use super::{Rd, StoreError, Tx};
+use canopy_model::records::messages::{Message, MessageStatus, Notification, NotificationKind};
 use canopy_model::work::{MessageTarget, Provenance};
-
-state_enum! {
-    /// Where a message is in its delivery.
-    pub enum MessageStatus {
-        /// Queued; the scheduler delivers it on its next tick.
-        Pending = "pending",
-        /// Being typed into a tmux pane right now.
-        Delivering = "delivering",
-        Delivered = "delivered",
-        /// Kept for recall; `error` says why.
-        Undeliverable = "undeliverable",
-    }
-}
-
-state_enum! {
-    /// What a notification is about.
-    pub enum NotificationKind {
-        /// A message's session was gone or finished when it was delivered.
-        SessionNotFound = "session_not_found",
-        /// Typing a message into its tmux pane failed.
-        DeliveryFailed = "delivery_failed",
-        /// The daemon stopped while it typed a message; it may or may not have reached the pane.
-        DeliveryInterrupted = "delivery_interrupted",
-    }
-}
 
 /// The `origin` of a message a hook queued.
 const HOOK_ORIGIN: &str = "hook";
-
-/// A message for a session.
-#[derive(Debug, Clone, Serialize)]
-pub struct Message {
-    pub id: String,
-    /// The session it is for (resolved when the hook fired).
-    pub session_id: Option<String>,
-    /// How the hook addressed it.
-    pub target: MessageTarget,
-    /// For a name-targeted hook, the name it was aimed at.
-    pub aimed_at: Option<String>,
-    pub text: String,
-    /// Where it came from: graph, run, event, hook index, spec.
-    pub provenance: Provenance,
-    /// `hook` for messages hooks sent.
-    pub origin: String,
-    pub plugin: String,
-    pub status: MessageStatus,
-    /// Why it is undeliverable.
-    pub error: Option<String>,
-    pub created_at: String,
-    pub delivered_at: Option<String>,
-}
 
 /// A message a hook queues, its target already resolved to `session_id`.
 #[derive(Debug, Clone)]
@@ -74,16 +26,6 @@ pub struct NewMessage {
     pub provenance: Provenance,
     /// The plugin that queued it.
     pub plugin: String,
-}
-
-/// A notification the daemon raised (an undeliverable message, say).
-#[derive(Debug, Clone, Serialize)]
-pub struct Notification {
-    pub id: String,
-    pub kind: NotificationKind,
-    pub message: String,
-    pub message_id: Option<String>,
-    pub created_at: String,
 }
 
 const COLUMNS: &str = "id, session_id, target_kind, target, text, provenance, origin, plugin, status, error, created_at, delivered_at";
@@ -118,7 +60,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
         provenance,
         origin: row.get(6)?,
         plugin: row.get(7)?,
-        status: row.get(8)?,
+        status: state(row, 8)?,
         error: row.get(9)?,
         created_at: row.get(10)?,
         delivered_at: row.get(11)?,
@@ -157,7 +99,7 @@ impl Rd<'_> {
                 .prepare_cached(&format!(
                     "SELECT {COLUMNS} FROM messages WHERE status = ?1 ORDER BY created_at, id"
                 ))?
-                .query_map([status], from_row)?
+                .query_map([Sql(status)], from_row)?
                 .collect::<rusqlite::Result<_>>()?,
             None => self
                 .conn()
@@ -183,7 +125,7 @@ impl Rd<'_> {
         let sessions = statement
             .query_map(
                 params![
-                    MessageStatus::Pending,
+                    Sql(MessageStatus::Pending),
                     i64::try_from(limit).unwrap_or(i64::MAX)
                 ],
                 |r| r.get(0),
@@ -203,7 +145,7 @@ impl Rd<'_> {
                 "SELECT {COLUMNS} FROM messages WHERE status = ?2 AND session_id IS ?1
                   ORDER BY created_at, id LIMIT 1"
             ))?
-            .query_row(params![session_id, MessageStatus::Pending], from_row)
+            .query_row(params![session_id, Sql(MessageStatus::Pending)], from_row)
             .optional()?)
     }
 
@@ -217,7 +159,7 @@ impl Rd<'_> {
             .query_map([], |r| {
                 Ok(Notification {
                     id: r.get(0)?,
-                    kind: r.get(1)?,
+                    kind: state(r, 1)?,
                     message: r.get(2)?,
                     message_id: r.get(3)?,
                     created_at: r.get(4)?,
@@ -246,7 +188,7 @@ impl Tx<'_> {
                 serde_json::to_string(&new.provenance)?,
                 HOOK_ORIGIN,
                 new.plugin,
-                MessageStatus::Pending,
+                Sql(MessageStatus::Pending),
                 super::now(),
                 new.session_id,
             ])?;
@@ -261,7 +203,7 @@ impl Tx<'_> {
     pub fn set_pending_message_text(&self, id: &str, text: &str) -> Result<bool, StoreError> {
         let changed = self.execute(
             "UPDATE messages SET text = ?2 WHERE id = ?1 AND status = ?3",
-            params![id, text, MessageStatus::Pending],
+            params![id, text, Sql(MessageStatus::Pending)],
         )?;
         Ok(changed == 1)
     }
@@ -275,9 +217,11 @@ impl Tx<'_> {
     ) -> Result<Option<Message>, StoreError> {
         let delivered_at = match to {
             MessageStatus::Delivered => Some(super::now()),
-            MessageStatus::Pending | MessageStatus::Delivering | MessageStatus::Undeliverable => {
-                None
-            }
+            // `Unknown` is never written (its `ToSql` refuses it).
+            MessageStatus::Pending
+            | MessageStatus::Delivering
+            | MessageStatus::Undeliverable
+            | MessageStatus::Unknown => None,
         };
         let changed = self
             .conn()
@@ -285,7 +229,7 @@ impl Tx<'_> {
                 "UPDATE messages SET status = ?3, error = ?4, delivered_at = COALESCE(?5, delivered_at)
                   WHERE id = ?1 AND status = ?2",
             )?
-            .execute(params![id, from, to, error, delivered_at])?;
+            .execute(params![id, Sql(from), Sql(to), error, delivered_at])?;
         if changed == 0 {
             return Ok(None);
         }
@@ -324,7 +268,7 @@ impl Tx<'_> {
             )?
             .execute(params![
                 super::new_id(),
-                kind,
+                Sql(kind),
                 message,
                 message_id,
                 super::now()

@@ -242,7 +242,7 @@ mod tests {
         // table rebuild): the table takes the row, the type refuses the value.
         assert!(bad.is_ok(), "{bad:?}");
         let refused = "elsewhere"
-            .parse::<crate::hook_runs::HookSourceKind>()
+            .parse::<canopy_model::records::hook_runs::HookSourceKind>()
             .unwrap_err();
         assert!(refused.contains("graph, config, project"), "{refused}");
         let indexes: Vec<String> = conn

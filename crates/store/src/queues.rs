@@ -1,66 +1,11 @@
 //! Spec queues (`queues`, `queue_members`) and how far runs on a queue took each member.
 
 use rusqlite::{OptionalExtension, params};
-use serde::Serialize;
 
-use super::runs::SpecResult;
-use super::states::state_enum;
+use super::states::state_opt;
 use super::{Rd, StoreError, Tx};
-
-state_enum! {
-    /// Where a queue member stands: pending, or the outcome of the latest run on the queue that
-    /// reached it. Only `completed` and `skipped` members are no longer pending.
-    pub enum MemberStatus {
-        Pending = "pending",
-        Running = "running",
-        Blocked = "blocked",
-        LimitBlocked = "limit_blocked",
-        Completed = "completed",
-        Failed = "failed",
-        Skipped = "skipped",
-        Interrupted = "interrupted",
-        Cancelled = "cancelled",
-    }
-}
-
-impl From<SpecResult> for MemberStatus {
-    fn from(result: SpecResult) -> Self {
-        match result {
-            SpecResult::Running => Self::Running,
-            SpecResult::Blocked => Self::Blocked,
-            SpecResult::LimitBlocked => Self::LimitBlocked,
-            SpecResult::Completed => Self::Completed,
-            SpecResult::Failed => Self::Failed,
-            SpecResult::Skipped => Self::Skipped,
-            SpecResult::Interrupted => Self::Interrupted,
-            SpecResult::Cancelled => Self::Cancelled,
-        }
-    }
-}
-
-/// A queue member.
-#[derive(Debug, Clone, Serialize)]
-pub struct Member {
-    /// 1-based position in the queue.
-    pub position: usize,
-    pub spec_id: String,
-    pub spec_name: String,
-    pub group: Option<String>,
-    pub status: MemberStatus,
-    pub pending: bool,
-    /// The run on this queue that completed or skipped it (the latest one), once it is not
-    /// pending.
-    pub done_in_run: Option<String>,
-}
-
-/// A queue with its members.
-#[derive(Debug, Clone, Serialize)]
-pub struct Queue {
-    pub id: String,
-    pub name: String,
-    pub created_at: String,
-    pub members: Vec<Member>,
-}
+use canopy_model::records::queues::{Member, MemberStatus, Queue};
+use canopy_model::records::runs::SpecResult;
 
 impl Rd<'_> {
     /// Resolves a queue by name (names are unique), else by id or id prefix.
@@ -120,9 +65,9 @@ impl Rd<'_> {
                 row.get::<_, String>(0)?,
                 row.get::<_, String>(1)?,
                 row.get::<_, Option<String>>(2)?,
-                row.get::<_, Option<SpecResult>>(3)?,
+                state_opt::<SpecResult>(row, 3)?,
                 row.get::<_, Option<String>>(4)?,
-                row.get::<_, Option<SpecResult>>(5)?,
+                state_opt::<SpecResult>(row, 5)?,
             ))
         })?;
         let mut members = Vec::new();

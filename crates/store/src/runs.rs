@@ -2,81 +2,10 @@
 //! (`node_runs`).
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::Serialize;
 
-use super::states::state_enum;
+use super::states::{Sql, state};
 use super::{Rd, StoreError, Tx};
-
-state_enum! {
-    /// A run's status.
-    pub enum RunStatus {
-        Running = "running",
-        Paused = "paused",
-        Completed = "completed",
-        Failed = "failed",
-        /// The daemon stopped while it ran; it waits for a continue or a reset.
-        Interrupted = "interrupted",
-        /// Abandoned by a reset.
-        Reset = "reset",
-        /// Stopped by `graph cancel`: its running node was killed.
-        Cancelled = "cancelled",
-    }
-}
-
-impl RunStatus {
-    /// True while the run can still go on (running, paused, or interrupted awaiting a continue).
-    pub fn is_active(self) -> bool {
-        match self {
-            Self::Running | Self::Paused | Self::Interrupted => true,
-            Self::Completed | Self::Failed | Self::Reset | Self::Cancelled => false,
-        }
-    }
-}
-
-state_enum! {
-    /// How far a run took one spec.
-    pub enum SpecResult {
-        Running = "running",
-        Blocked = "blocked",
-        /// Its agent hit a usage limit; the run waits for the reset and runs it again.
-        LimitBlocked = "limit_blocked",
-        Completed = "completed",
-        Failed = "failed",
-        Skipped = "skipped",
-        Interrupted = "interrupted",
-        /// In flight (running or blocked) when its run was cancelled.
-        Cancelled = "cancelled",
-    }
-}
-
-impl SpecResult {
-    /// A spec that did not complete and has a reason to show.
-    pub fn stopped(self) -> bool {
-        match self {
-            Self::Failed
-            | Self::Blocked
-            | Self::LimitBlocked
-            | Self::Interrupted
-            | Self::Cancelled => true,
-            Self::Running | Self::Completed | Self::Skipped => false,
-        }
-    }
-}
-
-state_enum! {
-    /// How one executor call for a node stands.
-    pub enum NodeRunStatus {
-        Running = "running",
-        Completed = "completed",
-        Failed = "failed",
-        Blocked = "blocked",
-        /// Its agent platform reported a usage limit.
-        LimitBlocked = "limit_blocked",
-        Interrupted = "interrupted",
-        /// Killed by `graph cancel`.
-        Cancelled = "cancelled",
-    }
-}
+use canopy_model::records::runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
 
 /// What [`Tx::cancel_node_runs`] cancelled.
 #[derive(Debug, Clone, Default)]
@@ -85,83 +14,6 @@ pub struct CancelledWork {
     pub node: Option<(String, String)>,
     /// The specs in flight it marked cancelled.
     pub specs: Vec<String>,
-}
-
-/// A run as stored.
-#[derive(Debug, Clone, Serialize)]
-pub struct Run {
-    pub id: String,
-    pub graph_id: String,
-    pub workdir: String,
-    pub queue_id: Option<String>,
-    pub status: RunStatus,
-    pub blocker: Option<String>,
-    pub summary: Option<String>,
-    /// The node the next spec starts at (a directed start), if one was asked for.
-    pub start_node: Option<String>,
-    pub started_at: String,
-    pub finished_at: Option<String>,
-    /// Who started (or last continued) the run: `user`, `hook:<name>`, ...
-    pub actor: String,
-    /// The dispatch depth of the request that started (or continued) it.
-    pub dispatch_depth: u32,
-    /// A run paused on a usage limit: when it goes on by itself (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resumes_at: Option<String>,
-}
-
-impl Run {
-    /// What the run's events are caused by.
-    pub fn cause(&self) -> canopy_model::events::Cause {
-        canopy_model::events::Cause {
-            actor: canopy_model::events::Actor::parse(&self.actor).unwrap_or_default(),
-            depth: self.dispatch_depth,
-        }
-    }
-}
-
-/// A spec the run reached.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunSpec {
-    pub spec_id: String,
-    pub spec_name: Option<String>,
-    pub ordinal: i64,
-    pub group: Option<String>,
-    pub status: SpecResult,
-    pub next_node: i64,
-    pub summary: Option<String>,
-    pub harness_session: Option<String>,
-    /// Why a failed, blocked or interrupted spec stopped: the reason of its last node run.
-    pub reason: Option<String>,
-    /// The node that run was of.
-    pub reason_node: Option<String>,
-    pub started_at: String,
-    pub finished_at: Option<String>,
-}
-
-/// One executor call for a node.
-#[derive(Debug, Clone, Serialize)]
-pub struct NodeRun {
-    pub id: String,
-    pub run_id: String,
-    pub spec_id: String,
-    pub node: String,
-    pub node_index: i64,
-    pub mode: String,
-    /// The executor: plugin name, version and sha256.
-    pub plugin: Option<String>,
-    pub plugin_version: Option<String>,
-    pub plugin_sha256: Option<String>,
-    pub status: NodeRunStatus,
-    pub summary: Option<String>,
-    /// Failure reason or blocker.
-    pub reason: Option<String>,
-    pub detail: Option<String>,
-    pub harness_session: Option<String>,
-    pub resume_session: Option<String>,
-    pub started_at: String,
-    pub finished_at: Option<String>,
-    pub duration_ms: Option<i64>,
 }
 
 /// A node run about to start.
@@ -213,7 +65,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         graph_id: row.get(1)?,
         workdir: row.get(2)?,
         queue_id: row.get(3)?,
-        status: row.get(4)?,
+        status: state(row, 4)?,
         blocker: row.get(5)?,
         summary: row.get(6)?,
         start_node: row.get(7)?,
@@ -238,7 +90,7 @@ fn node_run_from_row(row: &Row<'_>) -> rusqlite::Result<NodeRun> {
         plugin: row.get(6)?,
         plugin_version: row.get(7)?,
         plugin_sha256: row.get(8)?,
-        status: row.get(9)?,
+        status: state(row, 9)?,
         summary: row.get(10)?,
         reason: row.get(11)?,
         detail: row.get(12)?,
@@ -265,7 +117,7 @@ fn run_spec_from_row(r: &Row<'_>) -> rusqlite::Result<RunSpec> {
         spec_name: r.get(1)?,
         ordinal: r.get(2)?,
         group: r.get(3)?,
-        status: r.get(4)?,
+        status: state(r, 4)?,
         next_node: r.get(5)?,
         summary: r.get(6)?,
         harness_session: r.get(7)?,
@@ -390,7 +242,10 @@ impl Rd<'_> {
             "SELECT status, specs FROM run_spec_tally WHERE run_id = ?1 AND specs > 0 ORDER BY status",
         )?;
         collect(statement.query_map([run_id], |r| {
-            Ok((r.get(0)?, usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+            Ok((
+                state(r, 0)?,
+                usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+            ))
         })?)
     }
 
@@ -538,7 +393,12 @@ impl Rd<'_> {
                  FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT 1",
             )?
             .query_row([run_id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                Ok((
+                    state::<NodeRunStatus>(r, 0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                ))
             })
             .optional()?;
         Ok(last.and_then(|(status, spec, index, session)| {
@@ -620,7 +480,7 @@ impl Rd<'_> {
         )?;
         let mut rows = statement.query([run_id])?;
         while let Some(row) = rows.next()? {
-            let status: NodeRunStatus = row.get(2)?;
+            let status: NodeRunStatus = state(row, 2)?;
             if statuses.contains(&status) {
                 return Ok(Some((row.get(0)?, row.get(1)?)));
             }
@@ -667,7 +527,7 @@ impl Tx<'_> {
         // Whatever the run does next, it no longer waits for a usage limit's reset.
         self.execute(
             "UPDATE runs SET status = ?2, blocker = ?3, resumes_at = NULL WHERE id = ?1",
-            params![id, status, blocker],
+            params![id, Sql(status), blocker],
         )?;
         Ok(())
     }
@@ -696,7 +556,7 @@ impl Tx<'_> {
     ) -> Result<(), StoreError> {
         self.execute(
             "UPDATE runs SET status = ?2, blocker = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(finished_at, ?5) WHERE id = ?1",
-            params![id, status, blocker, summary, super::now()],
+            params![id, Sql(status), blocker, summary, super::now()],
         )?;
         Ok(())
     }
@@ -724,7 +584,7 @@ impl Tx<'_> {
         self.execute(
             "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at)
              VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7)",
-            params![run_id, spec_id, group, status, next_node as i64, now, finished],
+            params![run_id, spec_id, group, Sql(status), next_node as i64, now, finished],
         )?;
         Ok(())
     }
@@ -738,7 +598,11 @@ impl Tx<'_> {
         summary: Option<&str>,
     ) -> Result<(), StoreError> {
         let finished = match status {
-            SpecResult::Running | SpecResult::Blocked | SpecResult::LimitBlocked => None,
+            // `Unknown` is never written (its `ToSql` refuses it).
+            SpecResult::Running
+            | SpecResult::Blocked
+            | SpecResult::LimitBlocked
+            | SpecResult::Unknown => None,
             SpecResult::Completed
             | SpecResult::Failed
             | SpecResult::Skipped
@@ -747,7 +611,7 @@ impl Tx<'_> {
         };
         self.execute(
             "UPDATE run_specs SET status = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(?5, finished_at) WHERE run_id = ?1 AND spec_id = ?2",
-            params![run_id, spec_id, status, summary, finished],
+            params![run_id, spec_id, Sql(status), summary, finished],
         )?;
         Ok(())
     }
@@ -827,7 +691,7 @@ impl Tx<'_> {
              WHERE id = ?1",
             params![
                 id,
-                end.status,
+                Sql(end.status),
                 end.summary,
                 end.reason,
                 end.detail,
@@ -890,7 +754,7 @@ impl Tx<'_> {
             "UPDATE node_runs SET status = ?2, reason = ?3, finished_at = ?4,
                  duration_ms = CAST((julianday(?4) - julianday(started_at)) * 86400000 AS INTEGER)
              WHERE run_id = ?1 AND status = 'running'",
-            params![run_id, status, why, now],
+            params![run_id, Sql(status), why, now],
         )?;
         Ok(())
     }
@@ -920,7 +784,10 @@ mod tests {
         )?;
         let counts = statement
             .query_map([run_id], |r| {
-                Ok((r.get(0)?, usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+                Ok((
+                    state(r, 0)?,
+                    usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                ))
             })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(counts)

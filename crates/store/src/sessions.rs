@@ -2,37 +2,14 @@
 //! active runs).
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use super::runs::RunStatus;
-use super::states::state_enum;
+use super::states::{Sql, state};
 use super::{Rd, StoreError, Tx};
-
-state_enum! {
-    /// Whether a session takes messages.
-    pub enum SessionStatus {
-        Live = "live",
-        Finished = "finished",
-    }
-}
+use canopy_model::records::sessions::{ActiveRun, Session, SessionStatus};
 
 /// The SQL condition that picks the live row among several sessions sharing a name.
 const IS_LIVE: &str = "status = 'live'";
-
-/// A session.
-#[derive(Debug, Clone, Serialize)]
-pub struct Session {
-    pub id: String,
-    pub name: String,
-    pub status: SessionStatus,
-    /// The harness's own conversation id, when known.
-    pub conversation_id: Option<String>,
-    /// Messages are typed into this tmux pane (else they go to the inbox).
-    pub tmux_target: Option<String>,
-    pub tmux_socket: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-}
 
 /// A new session, as the API takes it.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -49,15 +26,6 @@ pub struct NewSession {
     pub tmux_socket: Option<String>,
 }
 
-/// A graph's current run while it is still going on, for `canopy status`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ActiveRun {
-    pub id: String,
-    pub graph_name: String,
-    pub status: RunStatus,
-    pub started_at: String,
-}
-
 const COLUMNS: &str =
     "id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at";
 
@@ -65,7 +33,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
         id: row.get(0)?,
         name: row.get(1)?,
-        status: row.get(2)?,
+        status: state(row, 2)?,
         conversation_id: row.get(3)?,
         tmux_target: row.get(4)?,
         tmux_socket: row.get(5)?,
@@ -105,7 +73,7 @@ impl Rd<'_> {
             "SELECT {COLUMNS} FROM sessions WHERE ?1 OR status = ?2 ORDER BY created_at DESC, id"
         ))?;
         let sessions = statement
-            .query_map(params![all, SessionStatus::Live], from_row)?
+            .query_map(params![all, Sql(SessionStatus::Live)], from_row)?
             .collect::<rusqlite::Result<_>>()?;
         Ok(sessions)
     }
@@ -116,7 +84,7 @@ impl Rd<'_> {
             "SELECT id FROM sessions WHERE name = ?1 AND status = ?2 ORDER BY created_at, id",
         )?;
         let ids = statement
-            .query_map(params![name, SessionStatus::Live], |r| r.get(0))?
+            .query_map(params![name, Sql(SessionStatus::Live)], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         Ok(ids)
     }
@@ -132,7 +100,7 @@ impl Rd<'_> {
             .prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE name = ?1 AND status = ?2 AND id != ?3)",
             )?
-            .query_row(params![name, SessionStatus::Live, except], |r| r.get(0))?)
+            .query_row(params![name, Sql(SessionStatus::Live), except], |r| r.get(0))?)
     }
 
     /// The newest session that holds this harness conversation, if any.
@@ -162,7 +130,7 @@ impl Rd<'_> {
                 Ok(ActiveRun {
                     id: r.get(0)?,
                     graph_name: r.get(1)?,
-                    status: r.get(2)?,
+                    status: state(r, 2)?,
                     started_at: r.get(3)?,
                 })
             })?
@@ -181,7 +149,7 @@ impl Tx<'_> {
             params![
                 id,
                 new.name,
-                SessionStatus::Live,
+                Sql(SessionStatus::Live),
                 new.conversation_id,
                 new.tmux_target,
                 new.tmux_socket,
@@ -200,7 +168,7 @@ impl Tx<'_> {
     ) -> Result<(), StoreError> {
         let changed = self.execute(
             "UPDATE sessions SET status = ?2, name = ?3, updated_at = ?4 WHERE id = ?1",
-            params![id, status, name, super::now()],
+            params![id, Sql(status), name, super::now()],
         )?;
         if changed == 0 {
             return Err(StoreError::NotFound {

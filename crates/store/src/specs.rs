@@ -1,25 +1,10 @@
 //! The spec backlog (`specs`).
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::Serialize;
 
 use super::{Rd, StoreError, Tx};
+use canopy_model::records::specs::Spec;
 use canopy_model::spec_format::{self, SpecFormat};
-
-/// A spec as the API returns it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Spec {
-    pub id: String,
-    pub name: String,
-    pub body: String,
-    pub workdir: Option<String>,
-    /// One line, set when a run completes the spec.
-    pub summary: Option<String>,
-    /// True for a body in the older heading format: readable, to be rewritten by hand.
-    pub needs_conversion: bool,
-    pub created_at: String,
-    pub updated_at: String,
-}
 
 const COLUMNS: &str = "id, name, body, workdir, summary, created_at, updated_at";
 

@@ -1,32 +1,43 @@
-//! Every state a stored thing can be in: the model's state enum (see
-//! [`canopy_model::state_enum`]) with the SQL conversions the store keeps it by.
+//! How the store keeps a state (a [`canopy_model::states::State`]): as its word. A row whose
+//! word is not one the state knows is an error, and so is writing `Unknown` (the value a client
+//! reads for a newer daemon's word; this store never keeps it).
 
-/// Declares a state enum the store keeps: [`canopy_model::state_enum`] plus `ToSql`/`FromSql`
-/// as its text.
-macro_rules! state_enum {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $text:literal ),+ $(,)? }
-    ) => {
-        canopy_model::state_enum! {
-            $(#[$meta])*
-            pub enum $name { $( $(#[$vmeta])* $variant = $text ),+ }
-        }
+use canopy_model::states::State;
+use rusqlite::Row;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 
-        impl rusqlite::types::ToSql for $name {
-            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-                Ok(self.as_str().into())
-            }
-        }
+/// A state as a SQL value: its word.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sql<T>(pub T);
 
-        impl rusqlite::types::FromSql for $name {
-            fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
-                let text = value.as_str()?;
-                text.parse()
-                    .map_err(|err: String| rusqlite::types::FromSqlError::Other(err.into()))
-            }
+impl<T: State> ToSql for Sql<T> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        if self.0.is_unknown() {
+            return Err(rusqlite::Error::ToSqlConversionFailure(
+                "the state `unknown` is never stored".into(),
+            ));
         }
-    };
+        Ok(self.0.as_str().into())
+    }
 }
 
-pub(crate) use state_enum;
+impl<T: State> FromSql for Sql<T> {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map(Sql)
+            .map_err(|err: String| FromSqlError::Other(err.into()))
+    }
+}
+
+/// The state in column `index` of `row`.
+pub(crate) fn state<T: State>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
+    row.get::<_, Sql<T>>(index).map(|value| value.0)
+}
+
+/// The state in column `index` of `row`, if it is not NULL.
+pub(crate) fn state_opt<T: State>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>> {
+    row.get::<_, Option<Sql<T>>>(index)
+        .map(|value| value.map(|v| v.0))
+}

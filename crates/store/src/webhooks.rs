@@ -7,51 +7,11 @@
 //! and is never replayed; one found `accepted` runs.
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::Serialize;
 use serde_json::Value;
 
-use super::states::state_enum;
+use super::states::{Sql, state};
 use super::{Rd, StoreError, Tx};
-
-state_enum! {
-    /// Where a delivery is.
-    pub enum DeliveryStatus {
-        /// Recorded; its handler has not started (it waits in the hook's queue).
-        Accepted = "accepted",
-        /// Recorded, but the hook's rules refused it; nothing runs.
-        Ignored = "ignored",
-        /// Its handler runs.
-        Running = "running",
-        /// The handler completed.
-        Completed = "completed",
-        /// The handler failed or could not run.
-        Failed = "failed",
-        /// The handler was stopped at its deadline.
-        TimedOut = "timed_out",
-        /// A planned stop killed the handler's processes before it ended.
-        Interrupted = "interrupted",
-        /// The daemon died while the handler ran: what it did is unknown; never replayed.
-        InterruptedUnknown = "interrupted_unknown",
-        /// A sync hook on `webhook.pre_handle` denied it; its handler never ran.
-        Denied = "denied",
-    }
-}
-
-impl DeliveryStatus {
-    /// Whether the delivery will not change again (only a redelivery runs it anew).
-    pub fn is_finished(self) -> bool {
-        match self {
-            Self::Accepted | Self::Running => false,
-            Self::Ignored
-            | Self::Completed
-            | Self::Failed
-            | Self::TimedOut
-            | Self::Interrupted
-            | Self::InterruptedUnknown
-            | Self::Denied => true,
-        }
-    }
-}
+use canopy_model::records::webhooks::{Delivery, DeliveryStatus};
 
 /// A delivery to record.
 #[derive(Debug, Clone)]
@@ -93,34 +53,6 @@ pub struct DeliveryEnd {
     pub duration_ms: i64,
 }
 
-/// A delivery as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Delivery {
-    pub id: String,
-    pub scope: String,
-    pub hook: String,
-    pub handler: String,
-    pub node: String,
-    pub status: DeliveryStatus,
-    pub reason: Option<String>,
-    pub method: String,
-    pub path: String,
-    pub query: Option<String>,
-    pub content_type: Option<String>,
-    pub headers: Vec<(String, String)>,
-    /// Body size in bytes.
-    pub size: i64,
-    pub redelivery_of: Option<String>,
-    pub test: bool,
-    pub received_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    pub duration_ms: Option<i64>,
-    pub error: Option<String>,
-    pub output: Option<String>,
-    pub result: Option<Value>,
-}
-
 /// Which deliveries to list.
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryFilter {
@@ -155,7 +87,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
         hook: row.get(2)?,
         handler: row.get(3)?,
         node: row.get(4)?,
-        status: row.get(5)?,
+        status: state(row, 5)?,
         reason: row.get(6)?,
         method: row.get(7)?,
         path: row.get(8)?,
@@ -175,27 +107,27 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
     })
 }
 
-impl Delivery {
-    /// `new` as [`Tx::insert_delivery`] records it, without reading it back.
-    pub fn recorded(new: &NewDelivery) -> Self {
-        Self {
-            id: new.id.clone(),
-            scope: new.scope.clone(),
-            hook: new.hook.clone(),
-            handler: new.handler.clone(),
-            node: new.node.clone(),
-            status: new.status,
-            reason: new.reason.clone(),
-            method: new.method.clone(),
-            path: new.path.clone(),
-            query: new.query.clone(),
-            content_type: new.content_type.clone(),
-            headers: new.headers.clone(),
-            size: body_size(&new.body),
-            redelivery_of: new.redelivery_of.clone(),
-            test: new.test,
-            received_at: new.received_at.clone(),
-            started_at: new.started_at.clone(),
+impl NewDelivery {
+    /// The delivery as [`Tx::insert_delivery`] records it, without reading it back.
+    pub fn recorded(&self) -> Delivery {
+        Delivery {
+            id: self.id.clone(),
+            scope: self.scope.clone(),
+            hook: self.hook.clone(),
+            handler: self.handler.clone(),
+            node: self.node.clone(),
+            status: self.status,
+            reason: self.reason.clone(),
+            method: self.method.clone(),
+            path: self.path.clone(),
+            query: self.query.clone(),
+            content_type: self.content_type.clone(),
+            headers: self.headers.clone(),
+            size: body_size(&self.body),
+            redelivery_of: self.redelivery_of.clone(),
+            test: self.test,
+            received_at: self.received_at.clone(),
+            started_at: self.started_at.clone(),
             finished_at: None,
             duration_ms: None,
             error: None,
@@ -226,7 +158,7 @@ impl Tx<'_> {
                 new.hook,
                 new.handler,
                 new.node,
-                new.status,
+                Sql(new.status),
                 new.reason,
                 new.method,
                 new.path,
@@ -267,7 +199,7 @@ impl Tx<'_> {
             )?
             .execute(params![
                 id,
-                end.status,
+                Sql(end.status),
                 end.error,
                 end.output,
                 result,
@@ -387,7 +319,8 @@ impl Rd<'_> {
             terms.push("hook = :hook");
             args.push((":hook", hook));
         }
-        if let Some(status) = &filter.status {
+        let status = filter.status.map(Sql);
+        if let Some(status) = &status {
             terms.push("status = :status");
             args.push((":status", status));
         }
@@ -417,7 +350,7 @@ impl Rd<'_> {
             .prepare_cached(
                 "SELECT status, COUNT(*) FROM webhook_deliveries WHERE (?1 IS NULL OR scope = ?1) AND (?2 IS NULL OR hook = ?2) GROUP BY status",
             )?
-            .query_map(params![scope, hook], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .query_map(params![scope, hook], |row| Ok((state(row, 0)?, row.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?)
     }
 }
@@ -453,7 +386,7 @@ mod tests {
             started_at: Some(crate::now()),
             sender_delivery_id: None,
         };
-        let expected = serde_json::to_value(Delivery::recorded(&new)).unwrap();
+        let expected = serde_json::to_value(new.recorded()).unwrap();
         let id = new.id.clone();
         store
             .write_blocking(move |tx| tx.insert_delivery(&new))

@@ -20,9 +20,9 @@ use crate::runner::{self, Job, Kind, Ran};
 use canopy_executors::plugins::{Ending, WorkConfig};
 use canopy_model::events::{self, Actor, Cause, Event};
 use canopy_model::markers::MarkerValues;
+use canopy_model::records::hook_runs::HookSourceKind;
 use canopy_model::work::PluginRef;
 use canopy_store::StoreError;
-use canopy_store::hook_runs::HookSourceKind;
 
 /// A recorded hook run waiting its turn.
 pub(crate) struct Queued {
@@ -378,7 +378,8 @@ async fn run_one(bus: &Bus, trigger: &Trigger, queued: &Queued) -> Finished {
         | HookRunStatus::Running
         | HookRunStatus::Interrupted
         | HookRunStatus::Dropped
-        | HookRunStatus::Skipped => {
+        | HookRunStatus::Skipped
+        | HookRunStatus::Unknown => {
             tracing::error!(status = %finished.status, "a hook run ended with a status it cannot end with");
         }
     }

@@ -146,7 +146,7 @@ impl Bus {
     /// entry says where it was declared: a runtime hook from a profile is the config's).
     pub fn catalog(
         &self,
-        source: Option<canopy_store::hook_runs::HookSourceKind>,
+        source: Option<canopy_model::records::hook_runs::HookSourceKind>,
         filter: &crate::hooks::catalog::CatalogFilter<'_>,
     ) -> Vec<crate::hooks::catalog::CatalogEntry> {
         self.inner

@@ -13,7 +13,7 @@ use crate::hooks::daemon::DaemonHooks;
 use crate::hooks::runs::Fired;
 use canopy_model::events::{Actor, Cause, Envelope, Event};
 use canopy_model::hook_keys::Firing;
-use canopy_store::hook_runs::HookSourceKind;
+use canopy_model::records::hook_runs::HookSourceKind;
 use canopy_store::{StoreError, Tx};
 
 /// One hook run a firing makes, before it is recorded.

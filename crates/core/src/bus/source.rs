@@ -24,8 +24,8 @@ use canopy_executors::plugins::WorkConfig;
 use canopy_model::events::Envelope;
 use canopy_model::hook_keys::Firing;
 use canopy_model::markers::MarkerValues;
+use canopy_model::records::hook_runs::HookSourceKind;
 use canopy_model::work::Provenance;
-use canopy_store::hook_runs::HookSourceKind;
 use canopy_store::{StoreError, Tx};
 
 /// Where hooks are declared: each source is one implementation, registered in [`sources`].

@@ -18,8 +18,9 @@ use crate::hooks::decide::{DecisionRecord, Question, Verdict};
 use crate::runner::{self, Job, Kind, Ran};
 use canopy_executors::plugins::{Ending, StopSwitch, WorkConfig};
 use canopy_model::events::{self, Actor, Cause, Event};
+use canopy_model::records::crons::{Receipt, ReceiptStatus, Trigger};
 use canopy_model::work::Provenance;
-use canopy_store::crons::{NewReceipt, Receipt, ReceiptEnd, ReceiptStatus, Trigger};
+use canopy_store::crons::{NewReceipt, ReceiptEnd};
 use canopy_store::{Store, StoreError};
 
 /// The markers a cron's action may use.

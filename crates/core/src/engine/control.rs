@@ -60,7 +60,8 @@ pub(super) fn start_run(
         GraphStatus::Idle
         | GraphStatus::Completed
         | GraphStatus::Failed
-        | GraphStatus::Cancelled => {}
+        | GraphStatus::Cancelled
+        | GraphStatus::Unknown => {}
     }
     let queue_id = queue
         .map(|q| {
@@ -203,7 +204,11 @@ pub(super) fn continue_run(
     let resumable = match run.status {
         RunStatus::Paused | RunStatus::Interrupted => true,
         RunStatus::Running => !tx.node_in_progress(&run_id)?,
-        RunStatus::Completed | RunStatus::Failed | RunStatus::Reset | RunStatus::Cancelled => false,
+        RunStatus::Completed
+        | RunStatus::Failed
+        | RunStatus::Reset
+        | RunStatus::Cancelled
+        | RunStatus::Unknown => false,
     };
     if !resumable {
         return Err(EngineError::Conflict(format!(

@@ -712,7 +712,10 @@ async fn run_node(
                     );
                     (Some(event), false)
                 }
-                NodeRunStatus::Running | NodeRunStatus::Interrupted | NodeRunStatus::Cancelled => {
+                NodeRunStatus::Running
+                | NodeRunStatus::Interrupted
+                | NodeRunStatus::Cancelled
+                | NodeRunStatus::Unknown => {
                     return Err(EngineError::Internal(anyhow::anyhow!(
                         "a node run cannot end {status}"
                     )));

@@ -9,7 +9,8 @@ use canopy_store::graphs::Replaced;
 use canopy_store::ids;
 use canopy_store::{Rd, Tx};
 
-pub use canopy_store::graphs::{BoundSpec, Graph, GraphStatus, GraphWrite, Node};
+pub use canopy_model::records::graphs::{BoundSpec, Graph, GraphStatus, Node};
+pub use canopy_store::graphs::GraphWrite;
 
 /// A graph to create, or a partial update (only the fields present change). Field names are
 /// the API's.

@@ -11,7 +11,7 @@ use super::{EngineError, invalid, specs};
 use canopy_store::ids;
 use canopy_store::{Rd, Tx};
 
-pub use canopy_store::queues::{Member, MemberStatus, Queue};
+pub use canopy_model::records::queues::{Member, MemberStatus, Queue};
 
 /// A new queue.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]

@@ -2,4 +2,6 @@
 //! nodes. A run row holds where the run stands; `run_specs` each spec the run reached and how it
 //! ended; `node_runs` every executor call. The records and their states live in the store.
 
-pub use canopy_store::runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
+pub use canopy_model::records::runs::{
+    NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult,
+};

@@ -7,7 +7,7 @@ use canopy_model::spec_format;
 use canopy_store::ids;
 use canopy_store::{Rd, Tx};
 
-pub use canopy_store::specs::Spec;
+pub use canopy_model::records::specs::Spec;
 
 /// A new spec.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]

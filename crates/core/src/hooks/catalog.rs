@@ -12,8 +12,8 @@ use serde_json::Value;
 use canopy_executors::plugins::PluginHost;
 use canopy_model::events::EventPattern;
 use canopy_model::hook_keys::{EVENTS, HookEvent};
-use canopy_store::graphs::Graph;
-use canopy_store::hook_runs::{Dispatch, HookSourceKind};
+use canopy_model::records::graphs::Graph;
+use canopy_model::records::hook_runs::{Dispatch, HookSourceKind};
 
 use super::daemon::DaemonHook;
 use crate::bus::Bus;

@@ -39,8 +39,8 @@ use serde_json::{Map, Value, json};
 use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, EventPattern};
 use canopy_model::pattern::Pattern;
+use canopy_model::records::hook_runs::{Dispatch, HookSourceKind};
 use canopy_store::StoreError;
-use canopy_store::hook_runs::{Dispatch, HookSourceKind};
 
 use crate::bus::Queued;
 use crate::bus::source::{
@@ -366,7 +366,7 @@ pub fn compile(
         };
         let timeout = timeout_ms.or(timeout).or(match dispatch {
             Dispatch::Sync => Some(SYNC_TIMEOUT),
-            Dispatch::Async => None,
+            Dispatch::Async | Dispatch::Unknown => None,
         });
         let work = split_work_config(&entry.action)
             .map_err(|err| problems.push(format!("{}: {err}", at("action"))))

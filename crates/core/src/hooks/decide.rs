@@ -41,11 +41,10 @@ use canopy_executors::plugins::launch::Launch;
 use canopy_executors::plugins::{Decision as Answer, Ending, WorkConfig, split_work_config};
 use canopy_model::events::{Actor, Cause, EventDef, Payload, scalar_text};
 use canopy_model::markers::MarkerValues;
+use canopy_model::records::hook_runs::{Dispatch, HookOutcome, HookSourceKind, graph_hook_name};
 use canopy_model::runtime_hooks::{HookGroup, Phase};
 use canopy_model::work::Provenance;
-use canopy_store::hook_runs::{
-    Dispatch, HookOutcome, HookSourceKind, SyncHookRun, graph_hook_name,
-};
+use canopy_store::hook_runs::SyncHookRun;
 use canopy_store::{StoreError, Tx};
 
 /// An action about to happen, asked of the sync hooks.

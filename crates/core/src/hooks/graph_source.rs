@@ -22,9 +22,9 @@ use canopy_model::events::Envelope;
 use canopy_model::hook_keys::Firing;
 use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
+use canopy_model::records::graphs::Graph;
+use canopy_model::records::hook_runs::{Dispatch, HookSourceKind, graph_hook_name};
 use canopy_model::work::Provenance;
-use canopy_store::graphs::Graph;
-use canopy_store::hook_runs::{Dispatch, HookSourceKind, graph_hook_name};
 use canopy_store::{Rd, StoreError};
 
 /// Graphs whose parsed maps are kept; past that the cache starts over.

@@ -39,8 +39,8 @@ use crate::hooks::daemon::DATA_MARKER;
 use crate::node::is_name;
 use canopy_executors::plugins::{PluginHost, WorkConfig, split_work_config};
 use canopy_model::events::{ENVELOPE_MARKERS, Envelope, Payload};
+use canopy_model::records::hook_runs::{Dispatch, HookSourceKind};
 use canopy_store::StoreError;
-use canopy_store::hook_runs::{Dispatch, HookSourceKind};
 
 use crate::bus::Queued;
 use crate::bus::source::{

@@ -268,7 +268,7 @@ impl Delivery {
                 .await;
         };
         match session.status {
-            SessionStatus::Finished => {
+            SessionStatus::Finished | SessionStatus::Unknown => {
                 let why = format!(
                     "session {} ({}) was not found live: it is {}",
                     session.id, session.name, session.status

@@ -19,10 +19,10 @@ mod delivery;
 
 pub use delivery::{Delivery, FOLLOW_BUFFER, TICK, TMUX_TIMEOUT};
 
-pub use canopy_store::messages::{
-    Message, MessageStatus, NewMessage, Notification, NotificationKind,
-};
-pub use canopy_store::sessions::{NewSession, Session, SessionStatus};
+pub use canopy_model::records::messages::{Message, MessageStatus, Notification, NotificationKind};
+pub use canopy_model::records::sessions::{Session, SessionStatus};
+pub use canopy_store::messages::NewMessage;
+pub use canopy_store::sessions::NewSession;
 
 use std::sync::{Arc, OnceLock};
 
@@ -146,10 +146,9 @@ pub async fn finish(bus: &Bus, name_or_id: &str) -> Result<Session, EngineError>
     write_with_events(bus, move |tx| {
         let session = tx.session(&tx.resolve_session(&text)?)?;
         match session.status {
-            SessionStatus::Finished => Err(EngineError::Conflict(format!(
-                "session {} is already finished",
-                ids::short(&session.id)
-            ))),
+            SessionStatus::Finished | SessionStatus::Unknown => Err(EngineError::Conflict(
+                format!("session {} is already finished", ids::short(&session.id)),
+            )),
             SessionStatus::Live => {
                 tx.set_session_status(&session.id, SessionStatus::Finished, &session.name)?;
                 let session = tx.session(&session.id)?;
@@ -172,7 +171,7 @@ fn fresh_name(base: &str) -> String {
 fn resume_in(tx: &Tx<'_>, id: &str) -> Result<(Session, Vec<Event>), EngineError> {
     let session = tx.session(id)?;
     match session.status {
-        SessionStatus::Live => Err(EngineError::Conflict(format!(
+        SessionStatus::Live | SessionStatus::Unknown => Err(EngineError::Conflict(format!(
             "session {} is already live",
             ids::short(&session.id)
         ))),
@@ -214,7 +213,7 @@ pub async fn import(bus: &Bus, conversation_id: &str) -> Result<Session, EngineE
                 let session = tx.session(&id)?;
                 match session.status {
                     // Nothing changes: no event.
-                    SessionStatus::Live => Ok((session, Vec::new())),
+                    SessionStatus::Live | SessionStatus::Unknown => Ok((session, Vec::new())),
                     SessionStatus::Finished => resume_in(tx, &id),
                 }
             }

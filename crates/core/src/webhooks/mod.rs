@@ -45,7 +45,8 @@ use crate::drain::Drain;
 use canopy_executors::plugins::PluginHost;
 use canopy_model::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
 use canopy_model::events::{Actor, Cause, Event};
-use canopy_store::webhooks::{Delivery, DeliveryStatus, NewDelivery};
+use canopy_model::records::webhooks::{Delivery, DeliveryStatus};
+use canopy_store::webhooks::NewDelivery;
 use canopy_store::{Store, StoreError};
 pub use config::{Hook, Webhooks};
 
@@ -920,7 +921,7 @@ impl Ingress {
         new: &NewDelivery,
     ) -> Result<Result<InFlight, Outcome>, IngressError> {
         let flying = Flying {
-            delivery: Delivery::recorded(new),
+            delivery: new.recorded(),
             body: new.body.clone(),
             sender: new.sender_delivery_id.clone(),
         };

@@ -23,10 +23,11 @@ use canopy_model::events::webhook::{
 };
 use canopy_model::events::{Actor, Cause, Event};
 use canopy_model::markers::MarkerValues;
+use canopy_model::records::webhooks::{Delivery, DeliveryStatus};
 use canopy_model::spec_format;
 use canopy_model::work::Provenance;
 use canopy_store::StoreError;
-use canopy_store::webhooks::{Delivery, DeliveryEnd, DeliveryStatus, NewDelivery};
+use canopy_store::webhooks::{DeliveryEnd, NewDelivery};
 
 /// The markers a webhook handler's config may use (`{{body}}` in an agent's prompt, say); a
 /// command also gets each as `$CANOPY_HOOK_<MARKER>`.
@@ -62,7 +63,7 @@ impl Running {
     /// A delivery about to run (see [`super::Ingress::run_waited`]).
     pub(super) fn recorded(new: &NewDelivery, admitted: crate::drain::Admitted) -> Self {
         Self {
-            delivery: Delivery::recorded(new),
+            delivery: new.recorded(),
             body: new.body.clone(),
             _admitted: admitted,
             unrecorded: None,

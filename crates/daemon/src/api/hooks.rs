@@ -21,7 +21,7 @@ use canopy_core::hooks::runs::{HookRunFilter, HookRunStatus};
 use canopy_model::events::{FAMILIES, Family};
 use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
-use canopy_store::hook_runs::{HookOutcome, HookSourceKind};
+use canopy_model::records::hook_runs::{HookOutcome, HookSourceKind};
 
 pub fn router() -> Router<AppState> {
     Router::new()

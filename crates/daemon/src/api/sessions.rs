@@ -163,12 +163,7 @@ async fn inbox(
     let existing: Vec<Message> = sessions::inbox(&state.store, &session.id)
         .await?
         .into_iter()
-        .filter(|m| match m.status {
-            MessageStatus::Delivered => true,
-            MessageStatus::Pending | MessageStatus::Delivering | MessageStatus::Undeliverable => {
-                false
-            }
-        })
+        .filter(|m| m.status == MessageStatus::Delivered)
         .collect();
     let seen: HashSet<String> = existing.iter().map(|m| m.id.clone()).collect();
     Ok(

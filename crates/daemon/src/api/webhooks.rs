@@ -22,8 +22,9 @@ use serde_json::{Value, json};
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::webhooks::intake::{Intake, intake};
 use canopy_core::webhooks::{IngressError, Outcome, Received, RedeliverError, Taken, hook_view};
+use canopy_model::records::webhooks::DeliveryStatus;
 use canopy_store::StoreError;
-use canopy_store::webhooks::{DeliveryFilter, DeliveryStatus};
+use canopy_store::webhooks::DeliveryFilter;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -2,4 +2,4 @@
 //! store ([`canopy_store::plugins`]); the component itself lives in the data dir as
 //! `<sha256>.wasm`.
 
-pub use canopy_store::plugins::{Manifest, PluginRecord, PluginState, TemplateField};
+pub use canopy_model::records::plugins::{Manifest, PluginRecord, PluginState, TemplateField};
