@@ -8,7 +8,8 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc_cell};
-use super::{Client, encode, items, print_json, short, str_at};
+use super::{Client, encode, items, print_json, short, str_at, typed};
+use canopy_model::records::crons::{Receipt, ReceiptStatus};
 
 /// How often `cron run --wait` looks at the receipt.
 const POLL: Duration = Duration::from_millis(100);
@@ -133,15 +134,16 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
             let receipt: Value = client
                 .post(&format!("/api/crons/{}/run", encode(&name)), &json!({}))
                 .await?;
-            let run_id = str_at(&receipt, "/run_id").to_string();
-            let status = str_at(&receipt, "/status");
-            if status != "running" {
+            let fired: Receipt = typed(&receipt, "a cron receipt")?;
+            let run_id = fired.run_id.clone();
+            if fired.status != ReceiptStatus::Running {
                 if json {
                     print_json(&receipt)?;
                 } else {
                     eprintln!(
-                        "cron {name} did not run ({status}): {}",
-                        str_at(&receipt, "/error")
+                        "cron {name} did not run ({}): {}",
+                        fired.status,
+                        fired.error.as_deref().unwrap_or_default()
                     );
                 }
                 return Ok(ExitCode::FAILURE);
@@ -169,7 +171,8 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
                 print_receipt_line(&ended);
                 print_output(&ended);
             }
-            return Ok(if str_at(&ended, "/status") == "completed" {
+            let ended: Receipt = typed(&ended, "a cron receipt")?;
+            return Ok(if ended.status == ReceiptStatus::Completed {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -216,7 +219,8 @@ async fn wait_for_end(client: &Client, name: &str, run_id: &str) -> Result<Value
         else {
             bail!("the receipt of run {run_id} is gone (pruned by keep_receipts?)");
         };
-        if str_at(receipt, "/status") != "running" {
+        let read: Receipt = typed(receipt, "a cron receipt")?;
+        if read.status != ReceiptStatus::Running {
             return Ok(receipt.clone());
         }
         if !told && started.elapsed() > Duration::from_secs(5) {

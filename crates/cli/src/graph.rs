@@ -9,8 +9,11 @@ use serde_json::{Value, json};
 
 use super::output::{non_empty, print_warnings, table_or, utc, utc_cell};
 use super::progress::{self, WaitOptions};
-use super::{Client, encode, items, print_json, short, str_at, table};
+use super::{Client, encode, print_json, short, str_at, table, typed};
 use canopy_client::in_cli_terms;
+use canopy_model::records::graphs::GraphStatus;
+use canopy_model::records::runs::NodeRun;
+use canopy_model::records::views::{GraphView, PageInfo, Progress, ProgressResult, RunDetail};
 
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
@@ -218,87 +221,82 @@ fn about_file(err: anyhow::Error, file: &std::path::Path) -> anyhow::Error {
     }
 }
 
-fn print_graph(graph: &Value) {
-    println!(
-        "graph:    {} ({})",
-        str_at(graph, "/name"),
-        short(str_at(graph, "/id"))
-    );
-    println!("status:   {}", str_at(graph, "/status"));
-    println!("workdir:  {}", str_at(graph, "/workdir"));
-    println!("version:  {}", graph["version"]);
-    if let Some(blocker) = graph["blocker"].as_str() {
+fn print_graph(view: &GraphView) {
+    let graph = &view.graph;
+    println!("graph:    {} ({})", graph.name, short(&graph.id));
+    println!("status:   {}", graph.status);
+    println!("workdir:  {}", graph.workdir);
+    println!("version:  {}", graph.version);
+    if let Some(blocker) = &graph.blocker {
         println!("blocker:  {}", blocker.replace('\n', "\n          "));
     }
-    if let Some(warning) = graph["consistency_warning"].as_str() {
+    if let Some(warning) = &view.consistency_warning {
         println!("warning:  {warning}");
     }
-    let run = &graph["current_run"];
-    if run.is_object() {
-        let queue = run["queue_id"]
-            .as_str()
-            .map(|q| format!(", queue {}", short(q)))
-            .unwrap_or_default();
-        println!(
-            "run:      {} {} (started {}{queue})",
-            short(str_at(run, "/id")),
-            str_at(run, "/status"),
-            utc(str_at(run, "/started_at"))
-        );
-        let rows: Vec<Vec<String>> = items(&graph["progress"])
+    let Some(current) = &view.current_run else {
+        return;
+    };
+    let run = &current.run;
+    let queue = run
+        .queue_id
+        .as_deref()
+        .map(|q| format!(", queue {}", short(q)))
+        .unwrap_or_default();
+    println!(
+        "run:      {} {} (started {}{queue})",
+        short(&run.id),
+        run.status,
+        utc(&run.started_at)
+    );
+    let rows: Vec<Vec<String>> = view
+        .progress
+        .iter()
+        .map(|p| {
+            vec![
+                p.position.to_string(),
+                short(&p.spec_id).to_string(),
+                p.spec_name.clone(),
+                p.group.clone().unwrap_or_else(|| "-".to_string()),
+                done_in_run(&p.result.to_string(), p.done_in_run.as_deref()),
+                summary_or_reason(p),
+            ]
+        })
+        .collect();
+    if !view.progress_summary.is_empty() {
+        let counts: Vec<String> = view
+            .progress_summary
             .iter()
-            .map(|p| {
-                vec![
-                    p["position"].to_string(),
-                    short(str_at(p, "/spec_id")).to_string(),
-                    str_at(p, "/spec_name").to_string(),
-                    p["group"].as_str().unwrap_or("-").to_string(),
-                    done_in_run(str_at(p, "/result"), p),
-                    summary_or_reason(p),
-                ]
-            })
+            .map(|(result, count)| format!("{count} {result}"))
             .collect();
-        if let Some(summary) = graph["progress_summary"].as_object()
-            && !summary.is_empty()
-        {
-            let counts: Vec<String> = summary
-                .iter()
-                .map(|(result, count)| format!("{count} {result}"))
-                .collect();
-            println!("specs:    {}", counts.join(", "));
-        }
-        if !rows.is_empty() {
-            println!();
-            print!(
-                "{}",
-                table::render(
-                    &["POS", "SPEC", "NAME", "GROUP", "RESULT", "SUMMARY / REASON"],
-                    &rows
-                )
+        println!("specs:    {}", counts.join(", "));
+    }
+    if !rows.is_empty() {
+        println!();
+        print!(
+            "{}",
+            table::render(
+                &["POS", "SPEC", "NAME", "GROUP", "RESULT", "SUMMARY / REASON"],
+                &rows
+            )
+        );
+        let PageInfo { offset, total, .. } = view.progress_page;
+        let shown = rows.len();
+        if offset > 0 || offset + shown < total {
+            println!(
+                "showing specs {}-{} of {total}; `canopy graph get {} --offset {}` shows the next ones",
+                offset + 1,
+                offset + shown,
+                graph.name,
+                offset + shown
             );
-            let page = &graph["progress_page"];
-            let (offset, total) = (
-                page["offset"].as_u64().unwrap_or(0),
-                page["total"].as_u64().unwrap_or(0),
-            );
-            let shown = rows.len() as u64;
-            if offset > 0 || offset + shown < total {
-                println!(
-                    "showing specs {}-{} of {total}; `canopy graph get {} --offset {}` shows the next ones",
-                    offset + 1,
-                    offset + shown,
-                    str_at(graph, "/name"),
-                    offset + shown
-                );
-            }
         }
     }
 }
 
 /// A queue member's status, with the run that completed or skipped it when that is another run
 /// (`completed (run 3f2a9c1e0b7d)`).
-pub(crate) fn done_in_run(status: &str, member: &Value) -> String {
-    match member["done_in_run"].as_str() {
+pub(crate) fn done_in_run(status: &str, done_in_run: Option<&str>) -> String {
+    match done_in_run {
         Some(run) => format!("{status} (run {})", short(run)),
         None => status.to_string(),
     }
@@ -306,16 +304,21 @@ pub(crate) fn done_in_run(status: &str, member: &Value) -> String {
 
 /// The last cell of a progress line: why a failed, blocked or interrupted spec stopped (its
 /// node and reason, first line), else its summary.
-fn summary_or_reason(progress: &Value) -> String {
+fn summary_or_reason(progress: &Progress) -> String {
     let stopped = matches!(
-        str_at(progress, "/result"),
-        "failed" | "blocked" | "limit_blocked" | "interrupted" | "cancelled"
+        progress.result,
+        ProgressResult::Failed
+            | ProgressResult::Blocked
+            | ProgressResult::LimitBlocked
+            | ProgressResult::Interrupted
+            | ProgressResult::Cancelled
     );
     if !stopped {
-        return progress["summary"].as_str().unwrap_or("-").to_string();
+        return progress.summary.clone().unwrap_or_else(|| "-".to_string());
     }
-    let reason = progress["reason"]
-        .as_str()
+    let reason = progress
+        .reason
+        .as_deref()
         .filter(|r| !r.trim().is_empty())
         .map_or_else(
             || "no reason recorded".to_string(),
@@ -329,7 +332,7 @@ fn summary_or_reason(progress: &Value) -> String {
                 }
             },
         );
-    match progress["reason_node"].as_str() {
+    match &progress.reason_node {
         Some(node) => format!("{node}: {reason}"),
         None => reason,
     }
@@ -340,12 +343,16 @@ fn summary_or_reason(progress: &Value) -> String {
 async fn wait_for(
     client: &Client,
     name: &str,
-    graph: &Value,
-    before: Option<&Value>,
+    graph: &GraphView,
+    before: Option<&RunDetail>,
     options: &WaitOptions,
 ) -> Result<Value> {
-    let run_id = str_at(graph, "/current_run/id");
-    let graph_name = str_at(graph, "/name");
+    let run_id = graph
+        .current_run
+        .as_ref()
+        .map(|c| c.run.id.as_str())
+        .unwrap_or_default();
+    let graph_name = graph.graph.name.as_str();
     tokio::select! {
         waited = progress::wait(client, graph_name, run_id, before, options) => {
             waited?;
@@ -370,11 +377,12 @@ async fn first_step(client: &Client, name: &str, started: Value) -> Result<Value
     let deadline = std::time::Instant::now() + FIRST_STEP;
     let mut graph = started;
     loop {
-        let stepped = graph["status"] != "running"
-            || graph
-                .pointer("/current_run/node_runs")
-                .and_then(Value::as_array)
-                .is_some_and(|runs| !runs.is_empty());
+        let view: GraphView = typed(&graph, "a graph")?;
+        let stepped = view.graph.status != GraphStatus::Running
+            || view
+                .current_run
+                .as_ref()
+                .is_some_and(|run| !run.node_runs.is_empty());
         if stepped || std::time::Instant::now() >= deadline {
             return Ok(graph);
         }
@@ -384,14 +392,16 @@ async fn first_step(client: &Client, name: &str, started: Value) -> Result<Value
 }
 
 /// The graph's current run before a continue, so that the wait reports only what comes next.
-async fn run_before_continue(client: &Client, name: &str) -> Result<Option<Value>> {
+async fn run_before_continue(client: &Client, name: &str) -> Result<Option<RunDetail>> {
     let graph: Value = client.get(&format!("/api/graphs/{}", encode(name))).await?;
-    match graph.pointer("/current_run/id").and_then(Value::as_str) {
-        Some(run) => Ok(Some(
-            client
-                .get(&format!("/api/runs/{}?brief=true", encode(run)))
-                .await?,
-        )),
+    let graph: GraphView = typed(&graph, "a graph")?;
+    match graph.current_run {
+        Some(current) => {
+            let run: Value = client
+                .get(&format!("/api/runs/{}?brief=true", encode(&current.run.id)))
+                .await?;
+            Ok(Some(typed(&run, "a run")?))
+        }
         None => Ok(None),
     }
 }
@@ -430,26 +440,27 @@ pub(crate) async fn watch(
         hooks_timeout: progress::HOOKS_TIMEOUT,
         timeout: watching.timeout,
     };
-    let running = graph.pointer("/current_run/id").is_some() && graph["status"] == "running";
+    let view: GraphView = typed(&graph, "a graph")?;
+    let running = view.current_run.is_some() && view.graph.status == GraphStatus::Running;
     if running {
-        graph = wait_for(client, name, &graph, None, &waiting).await?;
+        graph = wait_for(client, name, &view, None, &waiting).await?;
     } else if !watching.json {
         eprintln!(
             "graph {} has no run in flight; it is {}",
-            str_at(&graph, "/name"),
-            str_at(&graph, "/status")
+            view.graph.name, view.graph.status
         );
     }
+    let view: GraphView = typed(&graph, "a graph")?;
     if watching.json {
         print_json(&graph)?;
     } else {
-        print_graph(&graph);
+        print_graph(&view);
     }
-    Ok(outcome_code(&graph))
+    Ok(outcome_code(&view))
 }
 
-fn outcome_code(graph: &Value) -> ExitCode {
-    if graph["status"] == "completed" {
+fn outcome_code(view: &GraphView) -> ExitCode {
+    if view.graph.status == GraphStatus::Completed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -480,17 +491,19 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = items(&answer["graphs"])
+                let graphs: Vec<GraphView> = typed(&answer["graphs"], "graphs")?;
+                let rows: Vec<Vec<String>> = graphs
                     .iter()
-                    .map(|g| {
+                    .map(|view| {
+                        let g = &view.graph;
                         vec![
-                            str_at(g, "/name").to_string(),
-                            str_at(g, "/status").to_string(),
-                            g["nodes"].as_array().map_or(0, Vec::len).to_string(),
-                            g["specs_total"].to_string(),
-                            str_at(g, "/workdir").to_string(),
-                            g["blocker"]
-                                .as_str()
+                            g.name.clone(),
+                            g.status.to_string(),
+                            g.nodes.len().to_string(),
+                            view.specs_total.to_string(),
+                            g.workdir.clone(),
+                            g.blocker
+                                .as_deref()
                                 .map(|b| b.lines().next().unwrap_or_default().to_string())
                                 .unwrap_or_else(|| "-".into()),
                         ]
@@ -518,7 +531,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             if json {
                 print_json(&graph)?;
             } else {
-                print_graph(&graph);
+                print_graph(&typed(&graph, "a graph")?);
             }
         }
         GraphCommand::Edit {
@@ -541,17 +554,16 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 print_json(&graph)?;
             } else {
                 print_warnings(&graph);
-                if graph["unchanged"].as_bool() == Some(true) {
+                let view: GraphView = typed(&graph, "a graph")?;
+                if view.unchanged {
                     println!(
                         "graph {} unchanged: the edit sets what it has (still version {})",
-                        str_at(&graph, "/name"),
-                        graph["version"]
+                        view.graph.name, view.graph.version
                     );
                 } else {
                     println!(
                         "updated graph {} (now version {})",
-                        str_at(&graph, "/name"),
-                        graph["version"]
+                        view.graph.name, view.graph.version
                     );
                 }
             }
@@ -578,53 +590,43 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                     in_cli_terms(err, &[("queue_id", "--queue"), ("workdir", "--workdir")])
                 })?;
             if wait {
-                graph = wait_for(client, &name, &graph, None, &waiting).await?;
+                graph = wait_for(client, &name, &typed(&graph, "a graph")?, None, &waiting).await?;
             }
             if !wait {
                 // The run's first step (the dirty-tree guard) is taken right after the answer:
                 // say what the run really does, not only that it was started.
                 graph = first_step(client, &name, graph).await?;
             }
+            let view: GraphView = typed(&graph, "a graph")?;
             if json {
                 print_json(&graph)?;
             } else if wait {
-                print_graph(&graph);
+                print_graph(&view);
             } else {
-                let run = short(
-                    graph
-                        .pointer("/current_run/id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                );
-                match graph["status"].as_str() {
-                    Some("running") => {
-                        let now = graph
-                            .pointer("/current_run/node_runs")
-                            .and_then(Value::as_array)
-                            .and_then(|runs| runs.last())
+                let current = view.current_run.as_ref();
+                let run = short(current.map(|c| c.run.id.as_str()).unwrap_or_default());
+                match view.graph.status {
+                    GraphStatus::Running => {
+                        let now = current
+                            .and_then(|c| c.node_runs.last())
                             .map(|last| {
-                                format!(
-                                    ": node {} on spec {}",
-                                    str_at(last, "/node"),
-                                    short(str_at(last, "/spec_id"))
-                                )
+                                format!(": node {} on spec {}", last.node, short(&last.spec_id))
                             })
                             .unwrap_or_default();
                         println!("graph {name} is running (run {run}){now}");
                     }
                     // Started all the same: a script that starts runs goes on (`--wait` is
                     // the way to an exit code by outcome).
-                    Some(status) => {
+                    status => {
                         println!("graph {name} is {status} (run {run})");
-                        if let Some(blocker) = graph["blocker"].as_str() {
+                        if let Some(blocker) = &view.graph.blocker {
                             println!("blocker: {blocker}");
                         }
                     }
-                    None => println!("graph {name} was started (run {run})"),
                 }
             }
             if wait {
-                return Ok(outcome_code(&graph));
+                return Ok(outcome_code(&view));
             }
         }
         GraphCommand::Watch { name, watching } => {
@@ -641,7 +643,8 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             if json {
                 print_json(&graph)?;
             } else {
-                println!("graph {} is idle", str_at(&graph, "/name"));
+                let view: GraphView = typed(&graph, "a graph")?;
+                println!("graph {} is {}", view.graph.name, view.graph.status);
             }
         }
         GraphCommand::Cancel { name, json } => {
@@ -654,11 +657,17 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             if json {
                 print_json(&graph)?;
             } else {
+                let view: GraphView = typed(&graph, "a graph")?;
                 println!(
                     "graph {} run {}: {}",
-                    str_at(&graph, "/name"),
-                    short(str_at(&graph, "/current_run/id")),
-                    str_at(&graph, "/blocker")
+                    view.graph.name,
+                    short(
+                        view.current_run
+                            .as_ref()
+                            .map(|c| c.run.id.as_str())
+                            .unwrap_or_default()
+                    ),
+                    view.graph.blocker.as_deref().unwrap_or_default()
                 );
             }
         }
@@ -680,12 +689,14 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 .post(&format!("{}/control", path(&name)), &body)
                 .await
                 .map_err(|err| in_cli_terms(err, &[("mode", "--mode"), ("node", "--node")]))?;
+            let mut view: GraphView = typed(&graph, "a graph")?;
             if wait {
-                graph = wait_for(client, &name, &graph, before.as_ref(), &waiting).await?;
-                print_graph(&graph);
-                return Ok(outcome_code(&graph));
+                graph = wait_for(client, &name, &view, before.as_ref(), &waiting).await?;
+                view = typed(&graph, "a graph")?;
+                print_graph(&view);
+                return Ok(outcome_code(&view));
             }
-            println!("graph {name} is {}", str_at(&graph, "/status"));
+            println!("graph {name} is {}", view.graph.status);
         }
         GraphCommand::Info { name, last, json } => {
             let graph: Value = client.get(&path(&name)).await?;
@@ -696,36 +707,38 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 print_json(&json!({ "graph": graph, "node_runs": runs["node_runs"] }))?;
                 return Ok(ExitCode::SUCCESS);
             }
-            print_graph(&graph);
+            let view: GraphView = typed(&graph, "a graph")?;
+            let node_runs: Vec<NodeRun> = typed(&runs["node_runs"], "node runs")?;
+            print_graph(&view);
             println!("\nnodes:");
-            for (index, node) in items(&graph["nodes"]).iter().enumerate() {
-                let mut config = node.clone();
-                if let Some(object) = config.as_object_mut() {
-                    object.remove("name");
-                }
-                println!("  {}. {}  {}", index + 1, str_at(node, "/name"), config);
+            for (index, node) in view.graph.nodes.iter().enumerate() {
+                println!(
+                    "  {}. {}  {}",
+                    index + 1,
+                    node.name,
+                    Value::Object(node.config.clone())
+                );
             }
-            let rows: Vec<Vec<String>> = items(&runs["node_runs"])
+            let rows: Vec<Vec<String>> = node_runs
                 .iter()
                 .map(|n| {
                     vec![
-                        utc_cell(str_at(n, "/started_at")),
-                        short(str_at(n, "/run_id")).to_string(),
-                        short(str_at(n, "/spec_id")).to_string(),
-                        str_at(n, "/node").to_string(),
+                        utc_cell(&n.started_at),
+                        short(&n.run_id).to_string(),
+                        short(&n.spec_id).to_string(),
+                        n.node.clone(),
                         // A call that never reached its plugin has none recorded: its mode.
-                        n["plugin"].as_str().map_or_else(
-                            || str_at(n, "/mode").to_string(),
-                            |p| format!("{p} {}", str_at(n, "/plugin_version")),
+                        n.plugin.as_deref().map_or_else(
+                            || n.mode.clone(),
+                            |p| format!("{p} {}", n.plugin_version.as_deref().unwrap_or_default()),
                         ),
-                        str_at(n, "/status").to_string(),
-                        n["duration_ms"]
-                            .as_i64()
+                        n.status.to_string(),
+                        n.duration_ms
                             .map_or_else(|| "-".to_string(), |ms| format!("{ms} ms")),
                         // Why it failed or blocked, when it says; else what it did.
-                        n["reason"]
-                            .as_str()
-                            .or(n["summary"].as_str())
+                        n.reason
+                            .as_deref()
+                            .or(n.summary.as_deref())
                             .unwrap_or("-")
                             .lines()
                             .next()
@@ -735,13 +748,10 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 })
                 .collect();
             println!("\nhooks:");
-            if graph["hooks"]
-                .as_object()
-                .is_none_or(|hooks| hooks.is_empty())
-            {
+            if view.graph.hooks.is_empty() {
                 println!("  (none)");
             }
-            for (event, list) in graph["hooks"].as_object().into_iter().flatten() {
+            for (event, list) in &view.graph.hooks {
                 for (index, hook) in list
                     .as_array()
                     .map(Vec::as_slice)
@@ -770,7 +780,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             println!("\nhook runs of the current run (newest first):");
             table_or(
                 &super::hooks::HOOK_RUN_HEADERS,
-                &super::hooks::hook_run_rows(&graph["completion_hook_runs"]),
+                &super::hooks::hook_run_rows(&view.completion_hook_runs),
                 "no hook runs",
             );
         }

@@ -7,8 +7,9 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc_cell};
-use super::{Client, encode, items, print_json, short, str_at};
+use super::{Client, encode, items, print_json, short, str_at, typed};
 use canopy_client::in_cli_terms;
+use canopy_model::records::hook_runs::{Dispatch, HookRun, HookRunStatus};
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {
@@ -160,35 +161,20 @@ const FILTER_ARGUMENTS: [(&str, &str); 11] = [
 ];
 
 /// Hook-run rows for a table.
-pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
-    items(runs)
-        .iter()
+pub fn hook_run_rows(runs: &[HookRun]) -> Vec<Vec<String>> {
+    runs.iter()
         .map(|r| {
             vec![
-                utc_cell(str_at(r, "/fired_at")),
-                r["source"].as_str().unwrap_or("graph").to_string(),
-                str_at(r, "/hook_name").to_string(),
-                str_at(r, "/event").to_string(),
-                r["mode"].as_str().unwrap_or("-").to_string(),
-                format!(
-                    "{}{}",
-                    status_cell(r),
-                    if r["test"].as_bool() == Some(true) {
-                        " (test)"
-                    } else {
-                        ""
-                    }
-                ),
-                r["duration_ms"]
-                    .as_i64()
+                utc_cell(&r.fired_at),
+                r.source.to_string(),
+                r.hook_name.clone(),
+                r.event.clone(),
+                r.mode.clone().unwrap_or_else(|| "-".to_string()),
+                format!("{}{}", status_cell(r), if r.test { " (test)" } else { "" }),
+                r.duration_ms
                     .map_or_else(|| "-".to_string(), |ms| format!("{ms} ms")),
-                patched(r)
-                    .or_else(|| {
-                        r["error"]
-                            .as_str()
-                            .or(r["summary"].as_str())
-                            .map(str::to_string)
-                    })
+                patched(r.patch_applied.as_ref())
+                    .or_else(|| r.error.clone().or_else(|| r.summary.clone()))
                     .unwrap_or_else(|| "-".to_string())
                     .lines()
                     .next()
@@ -197,6 +183,11 @@ pub fn hook_run_rows(runs: &Value) -> Vec<Vec<String>> {
             ]
         })
         .collect()
+}
+
+/// The hook runs of a list answer (`{"runs": [...]}`).
+fn runs_of(answer: &Value) -> Result<Vec<HookRun>> {
+    typed(&answer["runs"], "hook runs")
 }
 
 /// `hooks test [GRAPH] SYNC_EVENT`: what the sync hooks answer about `input`.
@@ -265,7 +256,7 @@ async fn decide(
                     }
                 ),
                 format!("{} ms", hook["duration_ms"]),
-                patched(hook)
+                patched(hook.get("patch_applied"))
                     .or_else(|| hook["error"].as_str().map(str::to_string))
                     .unwrap_or_else(|| "-".to_string()),
             ]
@@ -291,18 +282,19 @@ async fn decide(
 
 /// A hook run's status as the table shows it: a sync hook's is what it meant for its action
 /// (`denied (sync)`, `rejected (sync)`), unless it timed out.
-fn status_cell(run: &Value) -> String {
-    let status = str_at(run, "/status");
-    match (run["dispatch"].as_str(), run["outcome"].as_str()) {
-        (Some("sync"), Some(outcome)) if status != "timed_out" => format!("{outcome} (sync)"),
-        (Some("sync"), _) => format!("{status} (sync)"),
-        _ => status.to_string(),
+fn status_cell(run: &HookRun) -> String {
+    match (run.dispatch, run.outcome) {
+        (Dispatch::Sync, Some(outcome)) if run.status != HookRunStatus::TimedOut => {
+            format!("{outcome} (sync)")
+        }
+        (Dispatch::Sync, _) => format!("{} (sync)", run.status),
+        _ => run.status.to_string(),
     }
 }
 
 /// What a sync hook's applied patch changed: `patched command, model`.
-fn patched(run: &Value) -> Option<String> {
-    let fields = run["patch_applied"].as_object()?;
+fn patched(patch: Option<&Value>) -> Option<String> {
+    let fields = patch?.as_object()?;
     Some(format!(
         "patched {}",
         fields.keys().cloned().collect::<Vec<_>>().join(", ")
@@ -400,7 +392,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             } else {
                 table_or(
                     &HOOK_RUN_HEADERS,
-                    &hook_run_rows(&answer["runs"]),
+                    &hook_run_rows(&runs_of(&answer)?),
                     if filtered {
                         "no hook runs match"
                     } else {
@@ -696,7 +688,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                 println!("\ntest runs:");
                 table_or(
                     &HOOK_RUN_HEADERS,
-                    &hook_run_rows(&answer["runs"]),
+                    &hook_run_rows(&runs_of(&answer)?),
                     "no test runs (no hook would fire)",
                 );
             }

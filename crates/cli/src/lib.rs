@@ -326,6 +326,21 @@ pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An API answer read as the model's type `T` (`what` names it in the error). `--json` prints
+/// the answer as it came; text output reads it through the same types the daemon wrote it from,
+/// and a state a newer daemon added reads as `unknown` rather than failing.
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(
+    value: &Value,
+    what: &str,
+) -> anyhow::Result<T> {
+    T::deserialize(value).map_err(|err| {
+        anyhow::anyhow!(
+            "cannot read the daemon's answer as {what}: {err} (this canopy is {}; is the daemon another version?)",
+            env!("CARGO_PKG_VERSION")
+        )
+    })
+}
+
 /// The array at `value` (empty when it is not one), for listing API answers.
 pub(crate) fn items(value: &Value) -> &[Value] {
     value.as_array().map(Vec::as_slice).unwrap_or_default()

@@ -10,7 +10,10 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::run::{duration_ms, human, spec_name_in};
-use super::{Client, encode, items, short, str_at};
+use super::{Client, encode, short, typed};
+use canopy_model::records::hook_runs::{HookRun, HookRunStatus, HookSourceKind};
+use canopy_model::records::runs::{NodeRunStatus, RunStatus, SpecResult};
+use canopy_model::records::views::RunDetail;
 
 /// How often the run is polled.
 const POLL: Duration = Duration::from_millis(150);
@@ -102,47 +105,35 @@ struct Seen {
 }
 
 /// A hook run as `hook on_completed[0] (command)`.
-fn hook_label(hook: &Value) -> String {
-    let mode = hook["mode"].as_str().unwrap_or("?");
+fn hook_label(hook: &HookRun) -> String {
+    let mode = hook.mode.as_deref().unwrap_or("?");
     // A named hook (a daemon or project hook: `announce-blocked`) by its name, as `hooks runs`
     // shows it; a graph's by its event and place.
-    let named = hook["source"]
-        .as_str()
-        .is_some_and(|source| source != "graph");
-    match hook["hook_name"]
-        .as_str()
-        .filter(|name| named && !name.is_empty())
-    {
-        Some(name) => format!("hook {name} ({mode})"),
-        None => format!(
-            "hook {}[{}] ({mode})",
-            str_at(hook, "/event"),
-            hook["hook_index"]
-        ),
+    let named = hook.source != HookSourceKind::Graph;
+    if named && !hook.hook_name.is_empty() {
+        format!("hook {} ({mode})", hook.hook_name)
+    } else {
+        format!("hook {}[{}] ({mode})", hook.event, hook.hook_index)
     }
 }
 
 /// The run's hook runs that have not ended (test runs of `hooks test --execute` aside).
-fn pending_hooks(view: &Value) -> Vec<&Value> {
-    items(&view["hook_runs"])
+fn pending_hooks(view: &RunDetail) -> Vec<&HookRun> {
+    view.hook_runs
         .iter()
-        .filter(|h| h["test"].as_bool() != Some(true))
-        .filter(|h| matches!(h["status"].as_str(), Some("queued" | "running")))
+        .filter(|h| !h.test && !h.status.is_finished())
         .collect()
 }
 
 /// `: why`, or nothing.
-fn because(value: &Value, field: &str) -> String {
-    value[field]
-        .as_str()
-        .map(|r| format!(": {r}"))
-        .unwrap_or_default()
+fn because(why: Option<&String>) -> String {
+    why.map(|r| format!(": {r}")).unwrap_or_default()
 }
 
 /// Everything the run view tells that happened, in time order: specs starting and ending, node
 /// runs and hook runs starting and ending, and (once the engine is done with it) how the run
 /// stopped.
-fn events(view: &Value) -> Vec<Event> {
+fn events(detail: &RunDetail) -> Vec<Event> {
     let mut events = Vec::new();
     let mut add = |at: &str, key: String, tone, verb, message: String| {
         if !at.is_empty() {
@@ -155,27 +146,28 @@ fn events(view: &Value) -> Vec<Event> {
             });
         }
     };
-    let specs = items(&view["specs"]);
+    let view = &detail.view;
+    let specs = &view.specs;
     let spec_name = |id: &str| spec_name_in(specs, id);
     for spec in specs {
-        let id = str_at(spec, "/spec_id");
+        let id = &spec.spec_id;
         let name = spec_name(id);
         add(
-            str_at(spec, "/started_at"),
+            &spec.started_at,
             format!("spec-start:{id}"),
             Tone::Good,
             "Starting",
             format!("spec {name} ({})", short(id)),
         );
         // Failed, blocked and interrupted specs are told by their node's line.
-        let end = match str_at(spec, "/status") {
-            "completed" => Some((Tone::Good, "Completed")),
-            "skipped" => Some((Tone::Note, "Skipped")),
+        let end = match spec.status {
+            SpecResult::Completed => Some((Tone::Good, "Completed")),
+            SpecResult::Skipped => Some((Tone::Note, "Skipped")),
             _ => None,
         };
         if let Some((tone, verb)) = end {
             add(
-                str_at(spec, "/finished_at"),
+                spec.finished_at.as_deref().unwrap_or_default(),
                 format!("spec-end:{id}"),
                 tone,
                 verb,
@@ -183,29 +175,25 @@ fn events(view: &Value) -> Vec<Event> {
             );
         }
     }
-    for node in items(&view["node_runs"]) {
-        let id = str_at(node, "/id");
-        let label = format!(
-            "node {} ({})",
-            str_at(node, "/node"),
-            spec_name(str_at(node, "/spec_id"))
-        );
+    for node in &view.node_runs {
+        let id = &node.id;
+        let label = format!("node {} ({})", node.node, spec_name(&node.spec_id));
         add(
-            str_at(node, "/started_at"),
+            &node.started_at,
             format!("node-start:{id}"),
             Tone::Good,
             "Running",
             label.clone(),
         );
-        let took = duration_ms(node);
-        let reason = because(node, "reason");
-        let (tone, verb, message) = match str_at(node, "/status") {
-            "running" => continue,
-            "completed" => (Tone::Good, "Finished", format!("{label} in {took}")),
-            "failed" => (Tone::Bad, "Failed", format!("{label} in {took}{reason}")),
-            "blocked" => (Tone::Warn, "Blocked", format!("{label}{reason}")),
-            "limit_blocked" => (Tone::Warn, "Waiting", format!("{label}{reason}")),
-            "cancelled" => (
+        let took = duration_ms(node.duration_ms);
+        let reason = because(node.reason.as_ref());
+        let (tone, verb, message) = match node.status {
+            NodeRunStatus::Running => continue,
+            NodeRunStatus::Completed => (Tone::Good, "Finished", format!("{label} in {took}")),
+            NodeRunStatus::Failed => (Tone::Bad, "Failed", format!("{label} in {took}{reason}")),
+            NodeRunStatus::Blocked => (Tone::Warn, "Blocked", format!("{label}{reason}")),
+            NodeRunStatus::LimitBlocked => (Tone::Warn, "Waiting", format!("{label}{reason}")),
+            NodeRunStatus::Cancelled => (
                 Tone::Warn,
                 "Cancelled",
                 format!("{label} after {took}{reason}"),
@@ -213,80 +201,82 @@ fn events(view: &Value) -> Vec<Event> {
             other => (Tone::Warn, "Stopped", format!("{label}: {other}{reason}")),
         };
         add(
-            str_at(node, "/finished_at"),
+            node.finished_at.as_deref().unwrap_or_default(),
             format!("node-end:{id}"),
             tone,
             verb,
             message,
         );
     }
-    for hook in items(&view["hook_runs"]) {
-        if hook["test"].as_bool() == Some(true) {
+    for hook in &detail.hook_runs {
+        if hook.test {
             continue;
         }
-        let id = str_at(hook, "/id");
+        let id = &hook.id;
         let label = hook_label(hook);
         add(
-            str_at(hook, "/started_at"),
+            hook.started_at.as_deref().unwrap_or_default(),
             format!("hook-start:{id}"),
             Tone::Good,
             "Running",
             label.clone(),
         );
-        let took = duration_ms(hook);
-        let (tone, verb, message) = match str_at(hook, "/status") {
-            "queued" | "running" => continue,
-            "completed" => (Tone::Good, "Finished", format!("{label} in {took}")),
-            "failed" => (
-                Tone::Bad,
-                "Failed",
-                format!("{label} in {took}{}", because(hook, "error")),
-            ),
+        let took = duration_ms(hook.duration_ms);
+        let error = because(hook.error.as_ref());
+        let (tone, verb, message) = match hook.status {
+            HookRunStatus::Queued | HookRunStatus::Running => continue,
+            HookRunStatus::Completed => (Tone::Good, "Finished", format!("{label} in {took}")),
+            HookRunStatus::Failed => (Tone::Bad, "Failed", format!("{label} in {took}{error}")),
             // timed_out, interrupted, dropped: said, since the verb does not.
             other => (
                 Tone::Bad,
                 "Failed",
-                format!("{label} ({other}) in {took}{}", because(hook, "error")),
+                format!("{label} ({other}) in {took}{error}"),
             ),
         };
         add(
-            str_at(hook, "/finished_at"),
+            hook.finished_at.as_deref().unwrap_or_default(),
             format!("hook-end:{id}"),
             tone,
             verb,
             message,
         );
     }
-    if view["in_flight"].as_bool() != Some(true) {
-        let run = short(str_at(view, "/id"));
-        let blocker = because(view, "blocker");
-        let took = super::run::run_duration(view);
-        let (tone, verb, message) = match str_at(view, "/status") {
-            "completed" => (Tone::Good, "Completed", format!("run {run} in {took}")),
-            "failed" => (Tone::Bad, "Failed", format!("run {run} in {took}{blocker}")),
-            "paused" => (Tone::Warn, "Paused", format!("run {run}{blocker}")),
-            "cancelled" => (Tone::Warn, "Cancelled", format!("run {run}{blocker}")),
+    if !detail.in_flight {
+        let run = &view.run;
+        let short_id = short(&run.id);
+        let blocker = because(run.blocker.as_ref());
+        let took = super::run::run_duration(run);
+        let (tone, verb, message) = match run.status {
+            RunStatus::Completed => (Tone::Good, "Completed", format!("run {short_id} in {took}")),
+            RunStatus::Failed => (
+                Tone::Bad,
+                "Failed",
+                format!("run {short_id} in {took}{blocker}"),
+            ),
+            RunStatus::Paused => (Tone::Warn, "Paused", format!("run {short_id}{blocker}")),
+            RunStatus::Cancelled => (Tone::Warn, "Cancelled", format!("run {short_id}{blocker}")),
             other => (
                 Tone::Warn,
                 "Stopped",
-                format!("run {run} is {other}{blocker}"),
+                format!("run {short_id} is {other}{blocker}"),
             ),
         };
         // A paused run has no end time: it stopped when its last node run ended.
-        let at = view["finished_at"]
-            .as_str()
-            .map(str::to_string)
+        let at = run
+            .finished_at
+            .clone()
             .or_else(|| {
-                items(&view["node_runs"])
+                view.node_runs
                     .iter()
-                    .filter_map(|n| n["finished_at"].as_str())
+                    .filter_map(|n| n.finished_at.as_deref())
                     .max()
                     .map(str::to_string)
             })
             .unwrap_or_else(|| "~".to_string());
         add(
             &at,
-            format!("run-end:{}:{at}", str_at(view, "/status")),
+            format!("run-end:{}:{at}", run.status),
             tone,
             verb,
             message,
@@ -299,14 +289,14 @@ fn events(view: &Value) -> Vec<Event> {
 
 impl Seen {
     /// Takes in what happened before the wait, without reporting it (a continue).
-    fn absorb(&mut self, view: &Value) {
+    fn absorb(&mut self, view: &RunDetail) {
         for event in events(view) {
             self.reported.insert(event.key);
         }
     }
 
     /// Reports what happened since the last poll, in time order.
-    fn report(&mut self, status: &Status, view: &Value) {
+    fn report(&mut self, status: &Status, view: &RunDetail) {
         for event in events(view) {
             if self.reported.insert(event.key) {
                 status.line(event.tone, event.verb, &event.message);
@@ -322,7 +312,7 @@ pub async fn wait(
     client: &Client,
     graph: &str,
     run_id: &str,
-    before: Option<&Value>,
+    before: Option<&RunDetail>,
     options: &WaitOptions,
 ) -> Result<Waited> {
     let status = Status {
@@ -345,10 +335,14 @@ pub async fn wait(
         &format!("run {} of graph {graph}", short(run_id)),
     );
     let gone = |err: anyhow::Error| daemon_gone(err, graph, run_id);
-    let mut view: Value = client.get(&path).await.map_err(gone)?;
+    let read = async || -> Result<RunDetail> {
+        let answer: Value = client.get(&path).await.map_err(gone)?;
+        typed(&answer, "a run")
+    };
+    let mut view = read().await?;
     loop {
         seen.report(&status, &view);
-        if view["in_flight"].as_bool() != Some(true) {
+        if !view.in_flight {
             break;
         }
         if options.timeout.is_some_and(|t| started.elapsed() >= t) {
@@ -359,14 +353,14 @@ pub async fn wait(
                     "stopped after {}: run {} is still {}; `canopy run show {}` shows where it is",
                     human(started.elapsed()),
                     short(run_id),
-                    str_at(&view, "/status"),
+                    view.view.run.status,
                     short(run_id)
                 ),
             );
             return Ok(Waited::TimedOut);
         }
         tokio::time::sleep(POLL).await;
-        view = client.get(&path).await.map_err(gone)?;
+        view = read().await?;
     }
 
     // Every hook the run fired is recorded now; wait for them to end.
@@ -403,7 +397,7 @@ pub async fn wait(
             );
         }
         tokio::time::sleep(POLL).await;
-        view = client.get(&path).await.map_err(gone)?;
+        view = read().await?;
         seen.report(&status, &view);
     }
 }

@@ -7,8 +7,9 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or};
-use super::{Client, encode, items, print_json, short, str_at};
+use super::{Client, encode, print_json, short, typed};
 use canopy_client::in_cli_terms;
+use canopy_model::records::queues::Queue;
 
 #[derive(Debug, Subcommand)]
 pub enum QueueCommand {
@@ -103,21 +104,18 @@ pub enum QueueCommand {
     },
 }
 
-fn print_queue(queue: &Value) {
-    println!(
-        "queue {} {}",
-        short(str_at(queue, "/id")),
-        str_at(queue, "/name")
-    );
-    let rows: Vec<Vec<String>> = items(&queue["members"])
+fn print_queue(queue: &Queue) {
+    println!("queue {} {}", short(&queue.id), queue.name);
+    let rows: Vec<Vec<String>> = queue
+        .members
         .iter()
         .map(|m| {
             vec![
-                m["position"].to_string(),
-                short(str_at(m, "/spec_id")).to_string(),
-                str_at(m, "/spec_name").to_string(),
-                m["group"].as_str().unwrap_or("-").to_string(),
-                super::graph::done_in_run(str_at(m, "/status"), m),
+                m.position.to_string(),
+                short(&m.spec_id).to_string(),
+                m.spec_name.clone(),
+                m.group.clone().unwrap_or_else(|| "-".to_string()),
+                super::graph::done_in_run(m.status.as_str(), m.done_in_run.as_deref()),
             ]
         })
         .collect();
@@ -147,18 +145,15 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = items(&answer["queues"])
+                let queues: Vec<Queue> = typed(&answer["queues"], "queues")?;
+                let rows: Vec<Vec<String>> = queues
                     .iter()
                     .map(|q| {
-                        let members = items(&q["members"]);
-                        let pending = members
-                            .iter()
-                            .filter(|m| m["pending"].as_bool() == Some(true))
-                            .count();
+                        let pending = q.members.iter().filter(|m| m.pending).count();
                         vec![
-                            short(str_at(q, "/id")).to_string(),
-                            str_at(q, "/name").to_string(),
-                            members.len().to_string(),
+                            short(&q.id).to_string(),
+                            q.name.clone(),
+                            q.members.len().to_string(),
                             pending.to_string(),
                         ]
                     })
@@ -217,14 +212,11 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
         }
         QueueCommand::Rm { queue } => {
             let queue: Value = client.delete(&path(&queue)).await?;
-            println!(
-                "deleted queue {} {}",
-                short(str_at(&queue, "/id")),
-                str_at(&queue, "/name")
-            );
+            let queue: Queue = typed(&queue, "a queue")?;
+            println!("deleted queue {} {}", short(&queue.id), queue.name);
             return Ok(ExitCode::SUCCESS);
         }
     };
-    print_queue(&queue);
+    print_queue(&typed(&queue, "a queue")?);
     Ok(ExitCode::SUCCESS)
 }

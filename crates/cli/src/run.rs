@@ -9,7 +9,9 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::{Client, encode, items, print_json, short, str_at, table};
+use super::{Client, encode, print_json, short, table, typed};
+use canopy_model::records::runs::{NodeRun, Run, RunSpec, RunStatus};
+use canopy_model::records::views::{GraphView, NamedRun, RunDetail};
 
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
@@ -80,23 +82,18 @@ pub(crate) fn human(duration: Duration) -> String {
 }
 
 /// A node or hook run's `duration_ms` as [`human`], or `-`.
-pub(crate) fn duration_ms(value: &Value) -> String {
-    value["duration_ms"]
-        .as_u64()
+pub(crate) fn duration_ms(ms: Option<i64>) -> String {
+    ms.and_then(|ms| u64::try_from(ms).ok())
         .map_or_else(|| "-".to_string(), |ms| human(Duration::from_millis(ms)))
 }
 
 /// How long a run took (`finished_at - started_at`), or has been going (`… so far`).
-pub(crate) fn run_duration(run: &Value) -> String {
-    let parse = |pointer: &str| {
-        run.pointer(pointer)
-            .and_then(Value::as_str)
-            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
-    };
-    let Some(started) = parse("/started_at") else {
+pub(crate) fn run_duration(run: &Run) -> String {
+    let parse = |at: &str| humantime::parse_rfc3339_weak(at).ok();
+    let Some(started) = parse(&run.started_at) else {
         return "-".to_string();
     };
-    match parse("/finished_at") {
+    match run.finished_at.as_deref().and_then(parse) {
         Some(finished) => finished
             .duration_since(started)
             .map_or_else(|_| "-".to_string(), human),
@@ -106,11 +103,11 @@ pub(crate) fn run_duration(run: &Value) -> String {
     }
 }
 
-/// The first line of the first of these fields that is set, or `-`.
-fn first_line(value: &Value, fields: &[&str]) -> String {
-    fields
+/// The first line of the first of these texts that is set, or `-`.
+fn first_line(texts: &[Option<&String>]) -> String {
+    texts
         .iter()
-        .find_map(|field| value[*field].as_str().filter(|s| !s.is_empty()))
+        .find_map(|text| text.filter(|s| !s.is_empty()))
         .and_then(|text| text.lines().next())
         .unwrap_or("-")
         .to_string()
@@ -128,7 +125,7 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
                 print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let runs = items(&answer["runs"]);
+            let runs: Vec<NamedRun> = typed(&answer["runs"], "runs")?;
             if runs.is_empty() {
                 match &graph {
                     Some(graph) => println!("graph {graph} has no runs yet"),
@@ -138,17 +135,17 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
             }
             let rows: Vec<Vec<String>> = runs
                 .iter()
-                .map(|r| {
+                .map(|NamedRun { run, graph_name }| {
                     vec![
-                        short(str_at(r, "/id")).to_string(),
-                        r["graph_name"].as_str().unwrap_or("(deleted)").to_string(),
-                        str_at(r, "/status").to_string(),
-                        time(str_at(r, "/started_at")),
-                        run_duration(r),
-                        r["queue_id"]
-                            .as_str()
+                        short(&run.id).to_string(),
+                        graph_name.as_deref().unwrap_or("(deleted)").to_string(),
+                        run.status.to_string(),
+                        time(&run.started_at),
+                        run_duration(run),
+                        run.queue_id
+                            .as_deref()
                             .map_or_else(|| "-".to_string(), |q| short(q).to_string()),
-                        first_line(r, &["blocker", "summary"]),
+                        first_line(&[run.blocker.as_ref(), run.summary.as_ref()]),
                     ]
                 })
                 .collect();
@@ -170,57 +167,56 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
         }
         RunCommand::Show { run, json } => {
             let path = format!("/api/runs/{}", encode(&run));
-            let view: Value = if json {
-                client.get(&path).await?
-            } else {
-                client.get(&format!("{path}?brief=true")).await?
-            };
             if json {
+                let view: Value = client.get(&path).await?;
                 print_json(&view)?;
             } else {
-                print_run(&view);
+                let view: Value = client.get(&format!("{path}?brief=true")).await?;
+                print_run(&typed(&view, "a run")?);
             }
         }
         RunCommand::Watch { run, watching } => {
-            let view: Value = client
+            let answer: Value = client
                 .get(&format!("/api/runs/{}?brief=true", encode(&run)))
                 .await?;
-            let run_id = str_at(&view, "/id");
-            let graph_id = str_at(&view, "/graph_id");
+            let view: RunDetail = typed(&answer, "a run")?;
+            let run = &view.view.run;
             // A run in flight is its graph's current run: follow it through the graph.
-            if view["in_flight"].as_bool() == Some(true) && !graph_id.is_empty() {
+            if view.in_flight && !run.graph_id.is_empty() {
                 let graph: Value = client
-                    .get(&format!("/api/graphs/{}", encode(graph_id)))
+                    .get(&format!("/api/graphs/{}", encode(&run.graph_id)))
                     .await?;
-                if graph.pointer("/current_run/id").and_then(Value::as_str) == Some(run_id) {
-                    return crate::graph::watch(client, graph_id, graph, watching).await;
+                let current: GraphView = typed(&graph, "a graph")?;
+                if current.current_run.as_ref().map(|c| &c.run.id) == Some(&run.id) {
+                    return crate::graph::watch(client, &run.graph_id, graph, watching).await;
                 }
             }
             if watching.json() {
-                print_json(&view)?;
+                print_json(&answer)?;
             } else {
                 eprintln!(
                     "run {} is not in flight; it is {}",
-                    short(run_id),
-                    str_at(&view, "/status")
+                    short(&run.id),
+                    run.status
                 );
                 print_run(&view);
             }
-            return Ok(if view["status"] == "completed" {
+            return Ok(if run.status == RunStatus::Completed {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             });
         }
         RunCommand::Output { node_run, json } => {
-            let node_run: Value = client
+            let answer: Value = client
                 .get(&format!("/api/node-runs/{}", encode(&node_run)))
                 .await?;
             if json {
-                print_json(&node_run)?;
+                print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            match node_run["detail"].as_str().filter(|d| !d.is_empty()) {
+            let node_run: NodeRun = typed(&answer, "a node run")?;
+            match node_run.detail.as_deref().filter(|d| !d.is_empty()) {
                 Some(detail) => {
                     let mut out = std::io::stdout().lock();
                     out.write_all(detail.as_bytes())?;
@@ -230,15 +226,16 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
                     out.flush()?;
                 }
                 None => {
-                    let reason = node_run["reason"]
-                        .as_str()
+                    let reason = node_run
+                        .reason
+                        .as_deref()
                         .map(|r| format!("; its reason: {r}"))
                         .unwrap_or_default();
                     eprintln!(
                         "node run {} (node {}, {}) stored no output{reason}",
-                        short(str_at(&node_run, "/id")),
-                        str_at(&node_run, "/node"),
-                        str_at(&node_run, "/status"),
+                        short(&node_run.id),
+                        node_run.node,
+                        node_run.status,
                     );
                 }
             }
@@ -248,45 +245,48 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
 }
 
 /// The name of spec `id` among a run's `specs`, else its short id.
-pub(super) fn spec_name_in(specs: &[Value], id: &str) -> String {
+pub(super) fn spec_name_in(specs: &[RunSpec], id: &str) -> String {
     specs
         .iter()
-        .find(|s| s["spec_id"] == id)
-        .and_then(|s| s["spec_name"].as_str())
-        .map_or_else(|| short(id).to_string(), str::to_string)
+        .find(|s| s.spec_id == id)
+        .and_then(|s| s.spec_name.clone())
+        .unwrap_or_else(|| short(id).to_string())
 }
 
-fn print_run(view: &Value) {
-    println!("run:       {}", str_at(view, "/id"));
+fn print_run(detail: &RunDetail) {
+    let view = &detail.view;
+    let run = &view.run;
+    println!("run:       {}", run.id);
     println!(
         "graph:     {}",
-        view["graph_name"].as_str().unwrap_or("(deleted)")
+        detail.graph_name.as_deref().unwrap_or("(deleted)")
     );
-    println!("status:    {}", str_at(view, "/status"));
-    println!("workdir:   {}", str_at(view, "/workdir"));
-    if let Some(queue) = view["queue_id"].as_str() {
+    println!("status:    {}", run.status);
+    println!("workdir:   {}", run.workdir);
+    if let Some(queue) = &run.queue_id {
         println!("queue:     {}", short(queue));
     }
-    println!("started:   {} UTC", time(str_at(view, "/started_at")));
-    match view["finished_at"].as_str() {
+    println!("started:   {} UTC", time(&run.started_at));
+    match &run.finished_at {
         Some(finished) => println!(
             "finished:  {} UTC (took {})",
             time(finished),
-            run_duration(view)
+            run_duration(run)
         ),
-        None => println!("finished:  not yet ({})", run_duration(view)),
+        None => println!("finished:  not yet ({})", run_duration(run)),
     }
-    if let Some(blocker) = view["blocker"].as_str() {
+    if let Some(blocker) = &run.blocker {
         println!("blocker:   {}", blocker.replace('\n', "\n           "));
     }
-    if let Some(summary) = view["summary"]
-        .as_str()
-        .filter(|s| Some(*s) != view["blocker"].as_str())
+    if let Some(summary) = run
+        .summary
+        .as_ref()
+        .filter(|s| Some(*s) != run.blocker.as_ref())
     {
         println!("summary:   {summary}");
     }
 
-    let specs = items(&view["specs"]);
+    let specs = &view.specs;
     let spec_name = |id: &str| spec_name_in(specs, id);
     println!("\nspecs:");
     if specs.is_empty() {
@@ -296,17 +296,14 @@ fn print_run(view: &Value) {
             .iter()
             .map(|s| {
                 vec![
-                    s["ordinal"]
-                        .as_i64()
-                        .map_or_else(|| "-".to_string(), |o| (o + 1).to_string()),
-                    short(str_at(s, "/spec_id")).to_string(),
-                    s["spec_name"]
-                        .as_str()
-                        .unwrap_or("(deleted spec)")
-                        .to_string(),
-                    s["group"].as_str().unwrap_or("-").to_string(),
-                    str_at(s, "/status").to_string(),
-                    first_line(s, &["reason", "summary"]),
+                    (s.ordinal + 1).to_string(),
+                    short(&s.spec_id).to_string(),
+                    s.spec_name
+                        .clone()
+                        .unwrap_or_else(|| "(deleted spec)".to_string()),
+                    s.group.clone().unwrap_or_else(|| "-".to_string()),
+                    s.status.to_string(),
+                    first_line(&[s.reason.as_ref(), s.summary.as_ref()]),
                 ]
             })
             .collect();
@@ -319,7 +316,7 @@ fn print_run(view: &Value) {
         );
     }
 
-    let node_runs = items(&view["node_runs"]);
+    let node_runs = &view.node_runs;
     println!("\nnode runs (oldest first):");
     if node_runs.is_empty() {
         println!("  none");
@@ -328,17 +325,17 @@ fn print_run(view: &Value) {
             .iter()
             .map(|n| {
                 vec![
-                    short(str_at(n, "/id")).to_string(),
-                    time(str_at(n, "/started_at")),
-                    spec_name(str_at(n, "/spec_id")),
-                    str_at(n, "/node").to_string(),
-                    n["plugin"].as_str().map_or_else(
-                        || str_at(n, "/mode").to_string(),
-                        |p| format!("{p} {}", str_at(n, "/plugin_version")),
+                    short(&n.id).to_string(),
+                    time(&n.started_at),
+                    spec_name(&n.spec_id),
+                    n.node.clone(),
+                    n.plugin.as_deref().map_or_else(
+                        || n.mode.clone(),
+                        |p| format!("{p} {}", n.plugin_version.as_deref().unwrap_or_default()),
                     ),
-                    str_at(n, "/status").to_string(),
-                    duration_ms(n),
-                    first_line(n, &["reason", "summary"]),
+                    n.status.to_string(),
+                    duration_ms(n.duration_ms),
+                    first_line(&[n.reason.as_ref(), n.summary.as_ref()]),
                 ]
             })
             .collect();
@@ -360,12 +357,12 @@ fn print_run(view: &Value) {
         );
         // A multi-line reason is shown whole once, below the table.
         for n in node_runs {
-            if let Some(reason) = n["reason"].as_str().filter(|r| r.lines().count() > 1) {
+            if let Some(reason) = n.reason.as_deref().filter(|r| r.lines().count() > 1) {
                 println!(
                     "\n{} {} ({}):\n  {}",
-                    short(str_at(n, "/id")),
-                    str_at(n, "/node"),
-                    str_at(n, "/status"),
+                    short(&n.id),
+                    n.node,
+                    n.status,
                     reason.replace('\n', "\n  ")
                 );
             }
@@ -373,16 +370,15 @@ fn print_run(view: &Value) {
         println!("\n`canopy run output NODE_RUN` prints a node run's stored output.");
     }
 
-    let hook_runs = &view["hook_runs"];
     println!("\nhook runs (newest first):");
-    if items(hook_runs).is_empty() {
+    if detail.hook_runs.is_empty() {
         println!("  none");
     } else {
         let mut headers = super::hooks::HOOK_RUN_HEADERS;
         headers[0] = "FIRED (UTC)";
         print!(
             "{}",
-            table::render(&headers, &super::hooks::hook_run_rows(hook_runs))
+            table::render(&headers, &super::hooks::hook_run_rows(&detail.hook_runs))
         );
     }
 }

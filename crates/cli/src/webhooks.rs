@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc_cell};
 use super::{Client, encode, items, print_json, short, str_at};
+use canopy_model::records::webhooks::DeliveryStatus;
+use serde::Deserialize as _;
 
 #[derive(Debug, Subcommand)]
 pub enum WebhooksCommand {
@@ -476,8 +478,14 @@ fn print_outcome(answer: &Value) {
 
 /// Exit status 1 unless the outcome is one that ended well (or has not ended yet).
 fn exit_for(answer: &Value) -> ExitCode {
-    match answer["status"].as_str() {
-        Some("failed" | "timed_out" | "interrupted" | "interrupted_unknown") => ExitCode::FAILURE,
+    let status = DeliveryStatus::deserialize(&answer["status"]).ok();
+    match status {
+        Some(
+            DeliveryStatus::Failed
+            | DeliveryStatus::TimedOut
+            | DeliveryStatus::Interrupted
+            | DeliveryStatus::InterruptedUnknown,
+        ) => ExitCode::FAILURE,
         _ => ExitCode::SUCCESS,
     }
 }

@@ -24,11 +24,12 @@ macro_rules! state_enum {
         pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $text:literal ),+ $(,)? }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
         pub enum $name {
             $( $(#[$vmeta])* #[serde(rename = $text)] $variant, )+
             /// A value this build does not know: what a newer daemon reported. Never stored.
             #[serde(other, rename = "unknown")]
+            #[schemars(skip)]
             Unknown,
         }
 

@@ -8,35 +8,12 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// A graph's status, as the API words it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum GraphStatus {
-    #[default]
-    Idle,
-    Running,
-    Paused,
-    Completed,
-    Failed,
-    Cancelled,
-    /// A status this TUI does not know (a newer daemon).
-    #[serde(other)]
-    Unknown,
-}
+pub use canopy_model::records::graphs::GraphStatus;
+use canopy_model::records::runs::NodeRunStatus;
 
-impl GraphStatus {
-    /// The API's word for it.
-    pub fn word(self) -> &'static str {
-        match self {
-            Self::Idle => "idle",
-            Self::Running => "running",
-            Self::Paused => "paused",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-            Self::Unknown => "unknown",
-        }
-    }
+/// A graph the answer did not give a status for is shown idle.
+fn idle() -> GraphStatus {
+    GraphStatus::Idle
 }
 
 /// A backlog spec (`GET /api/specs`).
@@ -65,7 +42,7 @@ pub struct NodeRun {
     #[serde(default)]
     pub spec_id: Option<String>,
     pub node: String,
-    pub status: String,
+    pub status: NodeRunStatus,
     #[serde(default)]
     pub summary: Option<String>,
     #[serde(default)]
@@ -111,7 +88,7 @@ pub struct Progress {
 pub struct Graph {
     pub name: String,
     pub workdir: String,
-    #[serde(default)]
+    #[serde(default = "idle")]
     pub status: GraphStatus,
     #[serde(default)]
     pub blocker: Option<String>,
@@ -140,7 +117,7 @@ impl Graph {
             .node_runs
             .iter()
             .rev()
-            .find(|n| n.status == "running")
+            .find(|n| n.status == NodeRunStatus::Running)
     }
 
     /// The spec's name for an id of this graph's progress.
@@ -671,7 +648,7 @@ impl App {
         {
             self.status = Some((
                 Level::Info,
-                format!("{action} {graph}: now {}", view.status.word()),
+                format!("{action} {graph}: now {}", view.status.as_str()),
             ));
         }
     }
@@ -720,7 +697,7 @@ impl App {
                 Ok(view) => {
                     self.say(
                         Level::Info,
-                        format!("{action} {graph}: now {}", view.status.word()),
+                        format!("{action} {graph}: now {}", view.status.as_str()),
                     );
                     self.announced = Some((graph.clone(), action));
                     self.loaded(Resource::Graph(graph), seq, Ok(Loaded::Graph(Some(view))))

@@ -222,7 +222,7 @@ fn row_line<'a>(
             let Some(graph) = app.graphs.get(name) else {
                 return Line::raw("");
             };
-            let status = graph.status.word();
+            let status = graph.status.as_str();
             let flag = if graph.is_blocked() { " BLOCKED" } else { "" };
             let room = width.saturating_sub(5 + status.len() + flag.len()).max(6);
             Line::from(vec![
@@ -403,7 +403,7 @@ fn graph_lines<'a>(
         Span::styled(format!("Graph {}", graph.name), Style::new().bold()),
         Span::raw("  status: "),
         Span::styled(
-            graph.status.word(),
+            graph.status.as_str(),
             Style::new().fg(status_color(graph.status)).bold(),
         ),
         Span::styled(

@@ -322,7 +322,7 @@ pub(crate) fn hook_run_event(
         source: source.as_str().to_string(),
         hook_name: hook_name.to_string(),
         fired_by: fired_by.to_string(),
-        status: finished.status.to_string(),
+        status: finished.status,
         error: finished.error.clone(),
         duration_ms: finished.duration_ms,
         project,

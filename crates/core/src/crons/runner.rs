@@ -888,7 +888,7 @@ fn firing_of(receipt: &Receipt) -> events::cron::CronFiring {
 fn end_event(receipt: &Receipt) -> Event {
     let ended = events::cron::CronEnded {
         firing: firing_of(receipt),
-        status: receipt.status.to_string(),
+        status: receipt.status,
         exit_code: receipt.exit_code,
         error: receipt.error.clone(),
         duration_ms: receipt.duration_ms,

@@ -370,8 +370,7 @@ fn received_event(hook: &Hook, new: &NewDelivery) -> Event {
         status: match new.status {
             DeliveryStatus::Running => DeliveryStatus::Accepted,
             other => other,
-        }
-        .to_string(),
+        },
         reason: new.reason.clone(),
     })
 }

@@ -360,7 +360,7 @@ pub(super) fn ended_event(
 ) -> Event {
     let ended = HandlerEnded {
         delivery,
-        status: status.to_string(),
+        status,
         error,
         duration_ms,
     };

@@ -14,6 +14,7 @@ use canopy_core::engine::{
     ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, NodeRun, Queue, Spec, SpecPatch,
     ViewPage,
 };
+use canopy_model::records::views::{NamedRun, RunDetail};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -269,13 +270,11 @@ async fn list_runs(
         .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000))
         .await?;
     let names = graph_names(&state).await?;
-    let runs: Vec<Value> = runs
+    let runs: Vec<NamedRun> = runs
         .into_iter()
-        .map(|run| {
-            let name = names.get(&run.graph_id).cloned();
-            let mut value = json!(run);
-            value["graph_name"] = json!(name);
-            value
+        .map(|run| NamedRun {
+            graph_name: names.get(&run.graph_id).cloned(),
+            run,
         })
         .collect();
     Ok(ApiJson(json!({ "runs": runs })))
@@ -304,7 +303,7 @@ async fn get_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<RunQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<RunDetail>, ApiError> {
     let (mut view, in_flight) = state.engine.get_run_in_flight(&id).await?;
     let filter = canopy_core::hooks::runs::HookRunFilter {
         run_id: Some(view.run.id.clone()),
@@ -321,11 +320,12 @@ async fn get_run(
         }
     }
     let graph_name = graph_names(&state).await?.remove(&view.run.graph_id);
-    let mut value = json!(view);
-    value["graph_name"] = json!(graph_name);
-    value["hook_runs"] = json!(hook_runs);
-    value["in_flight"] = json!(in_flight);
-    Ok(ApiJson(value))
+    Ok(ApiJson(RunDetail {
+        view,
+        graph_name,
+        hook_runs,
+        in_flight,
+    }))
 }
 
 /// One node run (id or unique prefix) with its stored output in `detail`.

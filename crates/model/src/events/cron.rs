@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, declare_events};
+use crate::records::crons::ReceiptStatus;
 
 /// What every cron event says about the firing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -32,7 +33,7 @@ pub struct CronEnded {
     pub firing: CronFiring,
     /// The receipt's terminal status (`completed`, `failed`, `timed_out`, `skipped`,
     /// `refused`, `interrupted_by_restart`, `interrupted_unknown`).
-    pub status: String,
+    pub status: ReceiptStatus,
     pub exit_code: Option<i32>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,

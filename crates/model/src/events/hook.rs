@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, declare_events};
+use crate::records::hook_runs::HookRunStatus;
 
 /// `hook.run.completed` and `hook.run.failed` share their fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -18,7 +19,7 @@ pub struct HookRunEnded {
     /// The event that fired it.
     pub fired_by: String,
     /// `completed`, `failed` or `timed_out`.
-    pub status: String,
+    pub status: HookRunStatus,
     pub error: Option<String>,
     pub duration_ms: i64,
     pub project: Option<String>,

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, declare_events};
+use crate::records::webhooks::DeliveryStatus;
 
 /// What every webhook event says about the delivery.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -28,7 +29,7 @@ pub struct WebhookReceived {
     /// Body size in bytes.
     pub size: u64,
     /// `accepted` or `ignored` (it failed the hook's trigger rules).
-    pub status: String,
+    pub status: DeliveryStatus,
     /// Why it was ignored.
     pub reason: Option<String>,
 }
@@ -39,7 +40,7 @@ pub struct WebhookReceived {
 pub struct HandlerEnded {
     #[serde(flatten)]
     pub delivery: Delivery,
-    pub status: String,
+    pub status: DeliveryStatus,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
 }

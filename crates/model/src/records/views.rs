@@ -143,3 +143,25 @@ pub struct Progress {
     /// take it.
     pub done_in_run: Option<String>,
 }
+
+/// One run as `GET /api/runs/{id}` shows it: its specs and node runs, its graph's name, every
+/// hook run it fired (newest first), and whether the engine still works on it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub view: RunView,
+    /// The run's graph's name; `None` once the graph is deleted.
+    pub graph_name: Option<String>,
+    pub hook_runs: Vec<HookRun>,
+    /// True while the engine still works on the run; once false, every hook it fired is in
+    /// `hook_runs`.
+    pub in_flight: bool,
+}
+
+/// A run in `GET /api/runs`: the run and its graph's name (`None` once the graph is deleted).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NamedRun {
+    #[serde(flatten)]
+    pub run: Run,
+    pub graph_name: Option<String>,
+}
