@@ -75,7 +75,10 @@ fn each_crate_depends_only_on_the_layers_below_it() {
                 "canopy-client",
             ],
         ),
-        ("canopy-tui", &["canopy-client", "canopy-datadir"]),
+        (
+            "canopy-tui",
+            &["canopy-client", "canopy-datadir", "canopy-model"],
+        ),
         (
             "canopy-cli",
             &[
