@@ -8,8 +8,8 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc_cell};
-use super::{Client, encode, items, print_json, short, str_at, typed};
-use canopy_model::records::crons::{Receipt, ReceiptStatus};
+use super::{Client, encode, print_json, short, typed};
+use canopy_model::records::crons::{CronView, Receipt, ReceiptStatus};
 
 /// How often `cron run --wait` looks at the receipt.
 const POLL: Duration = Duration::from_millis(100);
@@ -88,7 +88,8 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
                 print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let rows: Vec<Vec<String>> = items(&answer["crons"]).iter().map(cron_row).collect();
+            let crons: Vec<CronView> = typed(&answer["crons"], "crons")?;
+            let rows: Vec<Vec<String>> = crons.iter().map(cron_row).collect();
             table_or(
                 &[
                     "NAME",
@@ -119,11 +120,11 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
                 print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let receipts = items(&answer["runs"]);
+            let receipts: Vec<Receipt> = typed(&answer["runs"], "cron receipts")?;
             if receipts.is_empty() {
                 println!("cron {name} has not fired yet");
             }
-            for receipt in receipts {
+            for receipt in &receipts {
                 print_receipt_line(receipt);
                 if output {
                     print_output(receipt);
@@ -164,14 +165,13 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
                     short(&run_id)
                 );
             }
-            let ended = wait_for_end(client, &name, &run_id).await?;
+            let (raw, ended) = wait_for_end(client, &name, &run_id).await?;
             if json {
-                print_json(&ended)?;
+                print_json(&raw)?;
             } else {
                 print_receipt_line(&ended);
                 print_output(&ended);
             }
-            let ended: Receipt = typed(&ended, "a cron receipt")?;
             return Ok(if ended.status == ReceiptStatus::Completed {
                 ExitCode::SUCCESS
             } else {
@@ -182,21 +182,22 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
             let view: Value = client
                 .post(&format!("/api/crons/{}/pause", encode(&name)), &json!({}))
                 .await?;
+            let view: CronView = typed(&view, "a cron")?;
             println!(
                 "paused cron {} (resume with `canopy cron resume {}`)",
-                str_at(&view, "/name"),
-                name
+                view.name, name
             );
         }
         CronCommand::Resume { name } => {
             let view: Value = client
                 .post(&format!("/api/crons/{}/resume", encode(&name)), &json!({}))
                 .await?;
+            let view: CronView = typed(&view, "a cron")?;
             println!(
                 "resumed cron {}; next firing {}",
-                str_at(&view, "/name"),
-                view["next_at"]
-                    .as_str()
+                view.name,
+                view.next_at
+                    .as_deref()
                     .map_or_else(|| "-".to_string(), |at| format!("{} UTC", utc_cell(at)))
             );
         }
@@ -206,22 +207,20 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
 
 /// Polls the cron's receipts until this run's has ended. A firing has a deadline of its own,
 /// so this ends; a daemon that goes away ends it with an error.
-async fn wait_for_end(client: &Client, name: &str, run_id: &str) -> Result<Value> {
+async fn wait_for_end(client: &Client, name: &str, run_id: &str) -> Result<(Value, Receipt)> {
     let started = Instant::now();
     let mut told = false;
     loop {
         let answer: Value = client
             .get(&format!("/api/crons/{}/runs?last=1000", encode(name)))
             .await?;
-        let Some(receipt) = items(&answer["runs"])
-            .iter()
-            .find(|r| str_at(r, "/run_id") == run_id)
-        else {
+        let receipts: Vec<Value> = typed(&answer["runs"], "cron receipts")?;
+        let Some(raw) = receipts.into_iter().find(|r| r["run_id"] == run_id) else {
             bail!("the receipt of run {run_id} is gone (pruned by keep_receipts?)");
         };
-        let read: Receipt = typed(receipt, "a cron receipt")?;
-        if read.status != ReceiptStatus::Running {
-            return Ok(receipt.clone());
+        let receipt: Receipt = typed(&raw, "a cron receipt")?;
+        if receipt.status != ReceiptStatus::Running {
+            return Ok((raw, receipt));
         }
         if !told && started.elapsed() > Duration::from_secs(5) {
             eprintln!("still running; Ctrl-C stops waiting (the firing goes on)");
@@ -231,61 +230,62 @@ async fn wait_for_end(client: &Client, name: &str, run_id: &str) -> Result<Value
     }
 }
 
-fn cron_row(cron: &Value) -> Vec<String> {
-    let last = &cron["last"];
-    let last_run = if last.is_null() {
-        "-".to_string()
-    } else {
-        let code = last["exit_code"]
-            .as_i64()
-            .map(|c| format!(", exit {c}"))
-            .unwrap_or_default();
-        format!("{}{code}", str_at(last, "/status"))
+fn cron_row(cron: &CronView) -> Vec<String> {
+    let last = cron.last.as_ref();
+    let last_run = match last {
+        None => "-".to_string(),
+        Some(last) => {
+            let code = last
+                .exit_code
+                .map(|c| format!(", exit {c}"))
+                .unwrap_or_default();
+            format!("{}{code}", last.status)
+        }
     };
-    let mut schedule = str_at(cron, "/schedule").to_string();
-    if str_at(cron, "/timezone") != "UTC" {
-        schedule = format!("{schedule} ({})", str_at(cron, "/timezone"));
+    let mut schedule = cron.schedule.clone();
+    if cron.timezone != "UTC" {
+        schedule = format!("{schedule} ({})", cron.timezone);
     }
     vec![
-        str_at(cron, "/name").to_string(),
+        cron.name.clone(),
         schedule,
-        str_at(cron, "/state").to_string(),
-        utc_cell(str_at(cron, "/next_at")),
+        cron.state.to_string(),
+        utc_cell(cron.next_at.as_deref().unwrap_or_default()),
         last_run,
-        utc_cell(str_at(last, "/created_at")),
-        str_at(cron, "/runs").to_string(),
+        utc_cell(last.map(|l| l.created_at.as_str()).unwrap_or_default()),
+        cron.runs.clone(),
     ]
 }
 
 /// `2026-12-01 04:10:00  3f2a91c0  completed  exit 0  1.2s  schedule`
-fn print_receipt_line(receipt: &Value) {
+fn print_receipt_line(receipt: &Receipt) {
     let mut line = format!(
         "{}  {}  {:<22}",
-        utc_cell(str_at(receipt, "/created_at")),
-        short(str_at(receipt, "/run_id")),
-        str_at(receipt, "/status"),
+        utc_cell(&receipt.created_at),
+        short(&receipt.run_id),
+        receipt.status.as_str(),
     );
-    if let Some(code) = receipt["exit_code"].as_i64() {
+    if let Some(code) = receipt.exit_code {
         line.push_str(&format!("  exit {code}"));
     }
-    if let Some(ms) = receipt["duration_ms"].as_u64() {
+    if let Some(ms) = receipt.duration_ms.and_then(|ms| u64::try_from(ms).ok()) {
         line.push_str(&format!(
             "  {}",
             humantime::format_duration(Duration::from_millis(ms - ms % 100))
         ));
     }
-    line.push_str(&format!("  {}", str_at(receipt, "/trigger")));
-    if let Some(count) = receipt["missed_count"].as_i64() {
+    line.push_str(&format!("  {}", receipt.trigger));
+    if let Some(count) = receipt.missed_count {
         line.push_str(&format!("  ({count} missed)"));
     }
     println!("{line}");
-    if let Some(error) = receipt["error"].as_str() {
+    if let Some(error) = &receipt.error {
         println!("    {error}");
     }
 }
 
-fn print_output(receipt: &Value) {
-    if let Some(output) = receipt["output"].as_str().filter(|o| !o.trim().is_empty()) {
+fn print_output(receipt: &Receipt) {
+    if let Some(output) = receipt.output.as_deref().filter(|o| !o.trim().is_empty()) {
         for line in output.trim_end().lines() {
             println!("    | {line}");
         }

@@ -10,9 +10,10 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, items, print_json, str_at};
+use super::{Client, print_json, str_at, typed};
 use canopy_daemon::logfile;
 use canopy_datadir::DataDir;
+use canopy_model::records::daemon::{DaemonStatus, Stopping};
 
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
@@ -242,8 +243,8 @@ async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
     let answer: Value = Client::connect(data)?
         .post("/api/shutdown", &json!({ "timeout_secs": budget_secs }))
         .await?;
-    let pid = answer["pid"].as_u64().unwrap_or_default();
-    let running = answer["running"].as_u64().unwrap_or_default();
+    let stopping: Stopping = typed(&answer, "the daemon's stop")?;
+    let (pid, running) = (stopping.pid, stopping.running);
     if running > 0 {
         eprintln!(
             "draining: {running} piece{} of work in flight {} up to {budget_secs}s to end",
@@ -305,36 +306,36 @@ pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
         print_json(&status)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let status: DaemonStatus = typed(&status, "the daemon's status")?;
     println!(
         "daemon:       running, pid {}, up {}",
-        status["pid"],
-        uptime(status["uptime_seconds"].as_u64().unwrap_or_default())
+        status.pid,
+        uptime(status.uptime_seconds)
     );
-    println!("address:      {}", str_at(&status, "/url"));
-    println!("version:      {}", str_at(&status, "/version"));
-    println!("data dir:     {}", str_at(&status, "/data_dir"));
-    println!("log:          {}", str_at(&status, "/log_file"));
+    println!("address:      {}", status.url);
+    println!("version:      {}", status.version);
+    println!("data dir:     {}", status.data_dir);
+    println!("log:          {}", status.log_file);
     println!(
         "plugins:      {} installed, {} enabled",
-        status["plugins"]["installed"], status["plugins"]["enabled"]
+        status.plugins.installed, status.plugins.enabled
     );
-    let storage = &status["storage"];
-    let count = |field: &str| storage[field].as_u64().unwrap_or_default();
+    let storage = &status.storage;
     println!(
         "database:     {} ({} free, returned as it is pruned; [retention] in canopy.toml)",
-        bytes(count("file_bytes")),
-        bytes(count("free_bytes"))
+        bytes(storage.file_bytes),
+        bytes(storage.free_bytes)
     );
     println!(
         "  rows:       feed {}, hook runs {}, runs {} ({} node runs), deliveries {}, cron receipts {}",
-        count("feed_rows"),
-        count("hook_runs"),
-        count("runs"),
-        count("node_runs"),
-        count("deliveries"),
-        count("cron_receipts")
+        storage.feed_rows,
+        storage.hook_runs,
+        storage.runs,
+        storage.node_runs,
+        storage.deliveries,
+        storage.cron_receipts
     );
-    let runs = items(&status["active_runs"]);
+    let runs = &status.active_runs;
     if runs.is_empty() {
         println!("active runs:  none");
     } else {
@@ -342,19 +343,14 @@ pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
         for run in runs {
             println!(
                 "  {}  {}  {}  (started {})",
-                super::short(str_at(run, "/id")),
-                str_at(run, "/graph_name"),
-                str_at(run, "/status"),
-                super::run::time(str_at(run, "/started_at"))
+                super::short(&run.id),
+                run.graph_name,
+                run.status,
+                super::run::time(&run.started_at)
             );
         }
     }
-    let problems: Vec<String> = items(&status["recent_problems"])
-        .iter()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
-    print_problems(&problems, Path::new(str_at(&status, "/log_file")));
+    print_problems(&status.recent_problems, Path::new(&status.log_file));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -8,10 +8,11 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::Value;
 
-use super::{Client, encode, print_json, str_at};
+use super::{Client, encode, print_json, typed};
 use canopy_client::sse::SseEvents;
 use canopy_client::{ApiFailure, in_cli_terms};
 use canopy_datadir::DataDir;
+use canopy_model::events::Envelope;
 
 /// Events one read returns at most (the API's limit).
 const PAGE: usize = 1000;
@@ -131,15 +132,15 @@ async fn list(client: &Client, args: &FeedArgs) -> Result<ExitCode> {
                 encode(&since)
             ))
             .await?;
-        let events = answer["events"].as_array().cloned().unwrap_or_default();
+        let events: Vec<Value> = typed(&answer["events"], "feed events")?;
         if !args.json {
             for event in &events {
-                print_line(event);
+                print_line(&typed(event, "a feed event")?);
             }
         }
         let full = events.len() == PAGE;
         if let Some(last) = events.last() {
-            since = last["id"].to_string();
+            since = typed::<Envelope>(last, "a feed event")?.id.to_string();
         }
         all.extend(events);
         if !full {
@@ -161,14 +162,11 @@ fn print_answer(answer: &Value, json: bool) -> Result<()> {
     if json {
         return print_json(answer);
     }
-    let events = answer["events"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let events: Vec<Envelope> = typed(&answer["events"], "feed events")?;
     if events.is_empty() {
         println!("no events");
     }
-    for event in events {
+    for event in &events {
         print_line(event);
     }
     Ok(())
@@ -283,7 +281,10 @@ async fn stream_once(
                 if json {
                     println!("{envelope}");
                 } else {
-                    print_line(&envelope);
+                    match typed::<Envelope>(&envelope, "a feed event") {
+                        Ok(envelope) => print_line(&envelope),
+                        Err(err) => tracing::warn!("{err:#}"),
+                    }
                 }
                 if frame.id.is_some() {
                     last = frame.id;
@@ -316,7 +317,7 @@ fn header() -> String {
 static HEADER_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Prints an event's line, the header first if it has not been printed yet.
-fn print_line(envelope: &Value) {
+fn print_line(envelope: &Envelope) {
     if !HEADER_PRINTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
         println!("{}", header());
     }
@@ -334,18 +335,18 @@ fn fit(text: &str, width: usize) -> String {
     }
 }
 
-fn line(envelope: &Value) -> String {
-    let timestamp = str_at(envelope, "/timestamp");
+fn line(envelope: &Envelope) -> String {
+    let timestamp = envelope.timestamp.as_str();
     let time = match timestamp.get(..19) {
         Some(seconds) => format!("{seconds}Z"),
         None => timestamp.to_string(),
     };
-    let actor = match envelope["dispatch_depth"].as_u64() {
-        Some(depth) if depth > 0 => format!("{} (depth {depth})", str_at(envelope, "/actor")),
-        _ => str_at(envelope, "/actor").to_string(),
+    let actor = match envelope.dispatch_depth {
+        0 => envelope.actor.clone(),
+        depth => format!("{} (depth {depth})", envelope.actor),
     };
     // A 32-hex id (a spec's, a node run's) shows as its short form, as everywhere in the CLI.
-    let target = match envelope["target"].as_str() {
+    let target = match envelope.target.as_deref() {
         Some(id) if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) => &id[..12],
         Some(target) => target,
         None => "-",
@@ -353,9 +354,9 @@ fn line(envelope: &Value) -> String {
     let summary = summary(envelope);
     let text = format!(
         "{time:<20}  {:>6}  {:<ACTOR_WIDTH$}  {:<EVENT_WIDTH$}  {target}{}{summary}",
-        envelope["id"].as_i64().unwrap_or_default(),
+        envelope.id,
         fit(&actor, ACTOR_WIDTH),
-        fit(str_at(envelope, "/event"), EVENT_WIDTH),
+        fit(&envelope.event, EVENT_WIDTH),
         if summary.is_empty() { "" } else { "  " }
     );
     text.replace(['\n', '\r'], " ")
@@ -363,15 +364,15 @@ fn line(envelope: &Value) -> String {
 
 /// The payload's fields worth a glance: scalars, leaving out ids, hashes and what the line
 /// says already (the target, the project); each value and the whole cut short.
-fn summary(envelope: &Value) -> String {
+fn summary(envelope: &Envelope) -> String {
     const VALUE: usize = 60;
     const TOTAL: usize = 160;
-    let Some(fields) = envelope["payload"].as_object() else {
+    let Some(fields) = envelope.payload.as_object() else {
         return String::new();
     };
-    let said: Vec<&str> = [&envelope["target"], &envelope["project"]]
+    let said: Vec<&str> = [&envelope.target, &envelope.project]
         .into_iter()
-        .filter_map(Value::as_str)
+        .filter_map(Option::as_deref)
         .collect();
     let mut parts = Vec::new();
     for (key, value) in fields {
@@ -421,14 +422,17 @@ mod tests {
             "payload": { "graph_name": "web", "run_id": "3f2a", "workdir": "/src/web",
                          "status": "completed", "specs": ["a", "b"], "note": "two\nlines" }
         });
+        let read = |value: &serde_json::Value| {
+            serde_json::from_value(value.clone()).expect("an envelope as the feed writes it")
+        };
         assert_eq!(
-            line(&envelope),
+            line(&read(&envelope)),
             "2026-05-01T09:30:00Z      42  hook:announce (depth 1)   graph.run.completed           web  note=two lines specs=a,b status=completed"
         );
         // A long actor is cut short, and the columns after it stay where the header says.
         let mut long = envelope.clone();
         long["actor"] = json!("webhook:project/web/github-push-to-main");
-        let shown = line(&long);
+        let shown = line(&read(&long));
         assert!(
             shown.contains("webhook:project/web/git…  graph.run.completed"),
             "{shown}"

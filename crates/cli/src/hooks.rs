@@ -7,8 +7,11 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc_cell};
-use super::{Client, encode, items, print_json, short, str_at, typed};
+use super::{Client, encode, print_json, short, typed};
 use canopy_client::in_cli_terms;
+use canopy_model::records::hook_reports::{
+    CatalogEntry, DecideReport, DecisionKind, DryRun, Taxonomy, TrippedHook,
+};
 use canopy_model::records::hook_runs::{Dispatch, HookRun, HookRunStatus};
 
 #[derive(Debug, Subcommand)]
@@ -220,7 +223,8 @@ async fn decide(
         print_json(&answer)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let hooks = items(&answer["hooks"]);
+    let report: DecideReport = typed(&answer, "a sync-hook decision")?;
+    let hooks = &report.hooks;
     if hooks.is_empty() {
         match graph {
             Some(graph) => {
@@ -230,34 +234,30 @@ async fn decide(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    match answer["decision"].as_str() {
-        Some("deny") => println!(
+    match report.decision {
+        DecisionKind::Deny => println!(
             "{event}: denied by `{}`: {}",
-            str_at(&answer, "/hook"),
-            str_at(&answer, "/reason")
+            report.hook.as_deref().unwrap_or_default(),
+            report.reason.as_deref().unwrap_or_default()
         ),
-        _ if answer["patched"] == true => println!("{event}: allowed, patched"),
+        _ if report.patched => println!("{event}: allowed, patched"),
         _ => println!("{event}: allowed"),
     }
     let rows: Vec<Vec<String>> = hooks
         .iter()
         .map(|hook| {
             vec![
-                str_at(hook, "/hook_name").to_string(),
-                str_at(hook, "/source").to_string(),
-                hook["mode"].as_str().unwrap_or("-").to_string(),
+                hook.hook_name.clone(),
+                hook.source.to_string(),
+                hook.mode.clone().unwrap_or_else(|| "-".to_string()),
                 format!(
                     "{}{}",
-                    str_at(hook, "/outcome"),
-                    if hook["required"] == true {
-                        " (required)"
-                    } else {
-                        ""
-                    }
+                    hook.outcome,
+                    if hook.required { " (required)" } else { "" }
                 ),
-                format!("{} ms", hook["duration_ms"]),
-                patched(hook.get("patch_applied"))
-                    .or_else(|| hook["error"].as_str().map(str::to_string))
+                format!("{} ms", hook.duration_ms),
+                patched(hook.patch_applied.as_ref())
+                    .or_else(|| hook.error.clone())
                     .unwrap_or_else(|| "-".to_string()),
             ]
         })
@@ -274,8 +274,8 @@ async fn decide(
         &rows,
         "",
     );
-    if answer["patched"] == true {
-        println!("\ninput as patched: {}", answer["input"]);
+    if report.patched {
+        println!("\ninput as patched: {}", report.input);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -421,44 +421,37 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = items(&answer["hooks"])
+                let hooks: Vec<CatalogEntry> = typed(&answer["hooks"], "the hook catalog")?;
+                let rows: Vec<Vec<String>> = hooks
                     .iter()
                     .map(|h| {
-                        let executor = match &h["executor"] {
-                            Value::Object(e) => format!(
-                                "{} {}",
-                                e["name"].as_str().unwrap_or_default(),
-                                e["version"].as_str().unwrap_or_default()
-                            ),
-                            _ => format!(
+                        let executor = match &h.executor {
+                            Some(e) => format!("{} {}", e.name, e.version),
+                            None => format!(
                                 "{} (no executor installed)",
-                                h["executor_kind"].as_str().unwrap_or("?")
+                                h.executor_kind.as_deref().unwrap_or("?")
                             ),
                         };
                         // A sync hook's rule: `sync p=10 required`.
-                        let mode = match h["mode"].as_str() {
-                            Some("sync") => format!(
+                        let mode = match h.mode {
+                            Dispatch::Sync => format!(
                                 "sync{}{}",
-                                match h["priority"].as_i64() {
-                                    Some(0) | None => String::new(),
-                                    Some(p) => format!(" p={p}"),
+                                match h.priority {
+                                    0 => String::new(),
+                                    p => format!(" p={p}"),
                                 },
-                                if h["required"] == true {
-                                    " required"
-                                } else {
-                                    ""
-                                }
+                                if h.required { " required" } else { "" }
                             ),
-                            other => other.unwrap_or("async").to_string(),
+                            other => other.to_string(),
                         };
                         vec![
-                            str_at(h, "/name").to_string(),
-                            str_at(h, "/source").to_string(),
-                            str_at(h, "/event").to_string(),
+                            h.name.clone(),
+                            h.source.to_string(),
+                            h.event.clone(),
                             mode,
                             executor,
-                            h["order"].to_string(),
-                            matcher_summary(&h["matcher"]),
+                            h.order.to_string(),
+                            matcher_summary(&h.matcher),
                         ]
                     })
                     .collect();
@@ -480,14 +473,15 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = items(&answer["tripped"])
+                let tripped: Vec<TrippedHook> = typed(&answer["tripped"], "tripped hooks")?;
+                let rows: Vec<Vec<String>> = tripped
                     .iter()
                     .map(|t| {
                         vec![
-                            str_at(t, "/hook_name").to_string(),
-                            str_at(t, "/source").to_string(),
-                            utc_cell(str_at(t, "/tripped_at")),
-                            t["dropped"].to_string(),
+                            t.hook_name.clone(),
+                            t.source.clone(),
+                            utc_cell(&t.tripped_at),
+                            t.dropped.to_string(),
                         ]
                     })
                     .collect();
@@ -505,12 +499,11 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                for hook in items(&answer["reset"]) {
+                let reset: Vec<TrippedHook> = typed(&answer["reset"], "reset hooks")?;
+                for hook in reset {
                     println!(
                         "{} ({}) is back: its next firing runs ({} dropped while tripped)",
-                        str_at(hook, "/hook_name"),
-                        str_at(hook, "/source"),
-                        hook["dropped"]
+                        hook.hook_name, hook.source, hook.dropped
                     );
                 }
             }
@@ -528,30 +521,23 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let marker_list = |event: &Value| {
-                    let markers: Vec<&str> = items(&event["markers"])
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect();
+                let taxonomy: Taxonomy = typed(&answer, "the event taxonomy")?;
+                let marker_list = |markers: &[String]| {
                     if markers.is_empty() {
                         "-".to_string()
                     } else {
                         markers.join(" ")
                     }
                 };
-                let rows: Vec<Vec<String>> = items(&answer["events"])
+                let rows: Vec<Vec<String>> = taxonomy
+                    .events
                     .iter()
                     .map(|e| {
                         vec![
-                            str_at(e, "/event").to_string(),
-                            str_at(e, "/family").to_string(),
-                            if e["sync_eligible"] == true {
-                                "yes"
-                            } else {
-                                "no"
-                            }
-                            .to_string(),
-                            marker_list(e),
+                            e.event.clone(),
+                            e.family.as_str().to_string(),
+                            if e.sync_eligible { "yes" } else { "no" }.to_string(),
+                            marker_list(&e.markers),
                         ]
                     })
                     .collect();
@@ -560,23 +546,21 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                     &rows,
                     "no events match",
                 );
-                let envelope: Vec<&str> = items(&answer["envelope_markers"])
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect();
+                let envelope = &taxonomy.envelope_markers;
                 if !rows.is_empty() && !envelope.is_empty() {
                     println!("every event also offers: {}", envelope.join(" "));
                 }
-                let keys: Vec<Vec<String>> = items(&answer["graph_hooks"])
+                let keys: Vec<Vec<String>> = taxonomy
+                    .graph_hooks
                     .iter()
                     .map(|k| {
                         vec![
-                            str_at(k, "/event").to_string(),
-                            str_at(k, "/taxonomy_event").to_string(),
+                            k.event.clone(),
+                            k.taxonomy_event.clone(),
                             format!(
                                 "{}{}",
-                                marker_list(k),
-                                if k["spec_ids"] == true {
+                                marker_list(&k.markers),
+                                if k.spec_ids == Some(true) {
                                     "; takes spec_ids"
                                 } else {
                                     ""
@@ -638,57 +622,59 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                 print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
             }
+            let dry: DryRun = typed(&answer, "a hook dry run")?;
             println!(
                 "{} {} against run {}",
-                str_at(&answer, "/graph"),
-                str_at(&answer, "/event"),
-                short(str_at(&answer, "/run_id"))
+                dry.graph,
+                dry.event.as_str(),
+                short(&dry.run_id)
             );
-            if let Some(note) = answer["event_note"].as_str() {
+            if let Some(note) = &dry.event_note {
                 println!("note: {note}");
             }
             println!("markers:");
-            for (key, value) in answer["markers"].as_object().into_iter().flatten() {
-                println!(
-                    "  {{{{{key}}}}} = {}",
-                    value.as_str().unwrap_or_default().replace('\n', "\n    ")
-                );
+            for (key, value) in &dry.markers {
+                println!("  {{{{{key}}}}} = {}", value.replace('\n', "\n    "));
             }
-            let hooks = items(&answer["hooks"]);
-            if hooks.is_empty() {
-                println!("no hooks on {}", str_at(&answer, "/event"));
+            if dry.hooks.is_empty() {
+                println!("no hooks on {}", dry.event.as_str());
             }
             let mut problems = false;
-            for hook in hooks {
+            for hook in &dry.hooks {
                 // Its plugin is disabled: `reason` says so; it cannot run, which is a problem.
-                problems |= hook["executor_disabled"] == true;
-                let fires = if hook["would_fire"] == true {
+                problems |= hook.executor_disabled;
+                let fires = if hook.would_fire {
                     "would fire".to_string()
                 } else {
-                    format!("would not fire: {}", str_at(hook, "/reason"))
+                    format!(
+                        "would not fire: {}",
+                        hook.reason.as_deref().unwrap_or_default()
+                    )
                 };
                 println!(
                     "\n[{}] {} mode, {fires}",
-                    hook["index"],
-                    hook["mode"].as_str().unwrap_or("?")
+                    hook.index,
+                    hook.mode.as_deref().unwrap_or("?")
                 );
-                println!("  config:   {}", hook["config"]);
-                if hook["rendered"].as_object().is_some_and(|o| o.is_empty()) {
+                println!("  config:   {}", hook.config);
+                match &hook.rendered {
                     // A config of Canopy's own keys alone (`mode`, ...): the executor gets `{}`.
-                    println!("  rendered: {{}} (no fields of the executor's own to render)");
-                } else if !hook["rendered"].is_null() {
-                    println!("  rendered: {}", hook["rendered"]);
+                    Some(Value::Object(fields)) if fields.is_empty() => {
+                        println!("  rendered: {{}} (no fields of the executor's own to render)");
+                    }
+                    Some(rendered) if !rendered.is_null() => println!("  rendered: {rendered}"),
+                    _ => {}
                 }
-                for problem in items(&hook["problems"]) {
+                for problem in &hook.problems {
                     problems = true;
-                    println!("  problem:  {}", problem.as_str().unwrap_or_default());
+                    println!("  problem:  {problem}");
                 }
             }
             if execute {
                 println!("\ntest runs:");
                 table_or(
                     &HOOK_RUN_HEADERS,
-                    &hook_run_rows(&runs_of(&answer)?),
+                    &hook_run_rows(&dry.runs),
                     "no test runs (no hook would fire)",
                 );
             }

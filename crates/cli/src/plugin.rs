@@ -9,8 +9,10 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, print_warnings, utc};
-use super::{Client, encode, items, list_at, print_json, short, str_at, table};
+use super::{Client, encode, items, list_at, print_json, short, str_at, table, typed};
 use canopy_client::in_cli_terms;
+use canopy_model::records::plugins::PluginRecord;
+use canopy_model::work::{Outcome, PluginRef, Status};
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -121,6 +123,16 @@ const CALL_ARGUMENTS: [(&str, &str); 5] = [
     ("iterations", "--iterations"),
 ];
 
+/// Names joined with commas, or `-` when there are none.
+fn listed<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<&str> = names.map(String::as_str).collect();
+    if names.is_empty() {
+        "-".to_string()
+    } else {
+        names.join(",")
+    }
+}
+
 pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
     match command {
         PluginCommand::Install {
@@ -140,13 +152,14 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                 .header("content-type", "application/wasm")
                 .body(bytes);
             let info: Value = client.send(request).await?;
+            let record: PluginRecord = typed(&info, "a plugin")?;
             println!(
                 "installed plugin {} {} (sha256 {}) serving modes: {}; granted: {}",
-                str_at(&info, "/name"),
-                str_at(&info, "/version"),
-                short(str_at(&info, "/sha256")),
-                list_at(&info, "/manifest/modes"),
-                list_at(&info, "/granted"),
+                record.name,
+                record.version,
+                short(&record.sha256),
+                listed(record.manifest.modes.iter()),
+                listed(record.granted.iter()),
             );
         }
         PluginCommand::List { json } => {
@@ -154,28 +167,19 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = items(&answer["plugins"])
+                let plugins: Vec<PluginRecord> = typed(&answer["plugins"], "plugins")?;
+                let rows: Vec<Vec<String>> = plugins
                     .iter()
                     .map(|p| {
                         vec![
-                            str_at(p, "/name").to_string(),
-                            str_at(p, "/version").to_string(),
-                            list_at(p, "/manifest/modes"),
-                            list_at(p, "/manifest/capabilities"),
-                            list_at(p, "/granted"),
-                            if p["builtin"].as_bool() == Some(true) {
-                                "built-in"
-                            } else {
-                                "installed"
-                            }
-                            .to_string(),
-                            if p["enabled"].as_bool() == Some(true) {
-                                "enabled"
-                            } else {
-                                "disabled"
-                            }
-                            .to_string(),
-                            short(str_at(p, "/sha256")).to_string(),
+                            p.name.clone(),
+                            p.version.clone(),
+                            listed(p.manifest.modes.iter()),
+                            listed(p.manifest.capabilities.iter()),
+                            listed(p.granted.iter()),
+                            if p.builtin { "built-in" } else { "installed" }.to_string(),
+                            p.state().to_string(),
+                            short(&p.sha256).to_string(),
                         ]
                     })
                     .collect();
@@ -323,37 +327,33 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                 .post(&format!("/api/plugins/{}/run", encode(&name)), &body)
                 .await
                 .map_err(|err| in_cli_terms(err, &CALL_ARGUMENTS))?;
-            let status = str_at(&report, "/outcome/status").to_string();
+            let outcome: Outcome = typed(&report["outcome"], "a plugin's outcome")?;
             if json {
                 print_json(&report)?;
             } else {
-                let why = match status.as_str() {
-                    "failed" => format!(": {}", str_at(&report, "/outcome/reason")),
-                    "blocked" => format!(": {}", str_at(&report, "/outcome/blocker")),
-                    _ => String::new(),
+                let plugin: PluginRef = typed(&report["plugin"], "a plugin")?;
+                let (status, why) = match &outcome.status {
+                    Status::Completed => ("completed", String::new()),
+                    Status::Failed { reason } => ("failed", format!(": {reason}")),
+                    Status::Blocked { blocker } => ("blocked", format!(": {blocker}")),
+                    Status::TimedOut { .. } => ("timed_out", String::new()),
                 };
                 println!("{status}{why}");
-                if let Some(summary) = report.pointer("/outcome/summary").and_then(Value::as_str) {
+                if let Some(summary) = &outcome.summary {
                     println!("summary: {summary}");
                 }
-                if let Some(session) = report
-                    .pointer("/outcome/harness_session")
-                    .and_then(Value::as_str)
-                {
+                if let Some(session) = &outcome.harness_session {
                     println!("harness session: {session}");
                 }
                 println!(
                     "plugin: {} {} in {} ms",
-                    str_at(&report, "/plugin/name"),
-                    str_at(&report, "/plugin/version"),
-                    report["duration_ms"]
+                    plugin.name, plugin.version, report["duration_ms"]
                 );
-                let detail = str_at(&report, "/outcome/detail");
-                if !detail.is_empty() {
-                    println!("--- detail ---\n{}", detail.trim_end());
+                if !outcome.detail.is_empty() {
+                    println!("--- detail ---\n{}", outcome.detail.trim_end());
                 }
             }
-            return Ok(if status == "completed" {
+            return Ok(if outcome.status == Status::Completed {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

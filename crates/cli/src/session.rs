@@ -7,8 +7,10 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc};
-use super::{Client, encode, items, print_json, short, str_at};
+use super::{Client, encode, print_json, short, typed};
 use canopy_client::in_cli_terms;
+use canopy_model::records::messages::{Message, Notification, Queued};
+use canopy_model::records::sessions::Session;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -134,42 +136,46 @@ pub enum SessionCommand {
     },
 }
 
-fn print_message(message: &Value) {
-    let provenance = &message["provenance"];
-    let aimed = message["aimed_at"]
-        .as_str()
+fn print_message(message: &Message) {
+    let provenance = &message.provenance;
+    let aimed = message
+        .aimed_at
+        .as_deref()
         .map(|n| format!(", aimed at `{n}`"))
         .unwrap_or_default();
-    let from = match str_at(provenance, "/graph_name") {
+    let from = match provenance.graph_name.as_str() {
         // Sent with `session send` or MCP's `session_send`.
         "" => format!("sent through the API{aimed}"),
         graph => format!(
             "from graph {graph} ({}[{}]{aimed})",
-            str_at(provenance, "/event"),
-            provenance["hook_index"],
+            provenance.event,
+            provenance
+                .hook_index
+                .map_or_else(|| "-".to_string(), |i| i.to_string()),
         ),
     };
-    println!(
-        "[{}] {} {from}:",
-        utc(str_at(message, "/created_at")),
-        str_at(message, "/status"),
-    );
-    for line in str_at(message, "/text").lines() {
+    println!("[{}] {} {from}:", utc(&message.created_at), message.status,);
+    for line in message.text.lines() {
         println!("  {line}");
     }
     // Why it was not delivered (undeliverable, or interrupted mid-delivery).
-    if let Some(why) = message["error"].as_str() {
+    if let Some(why) = &message.error {
         println!("  why: {why}");
     }
 }
 
-fn session_line(session: &Value) -> String {
+fn session_line(session: &Session) -> String {
     format!(
         "session {} {} ({})",
-        short(str_at(session, "/id")),
-        str_at(session, "/name"),
-        str_at(session, "/status")
+        short(&session.id),
+        session.name,
+        session.status
     )
+}
+
+/// The messages of a list answer (`{"messages": [...]}`).
+fn messages_of(answer: &Value) -> Result<Vec<Message>> {
+    typed(&answer["messages"], "messages")
 }
 
 pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
@@ -178,7 +184,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
         if json {
             print_json(&session)?;
         } else {
-            println!("{}", session_line(&session));
+            println!("{}", session_line(&typed(&session, "a session")?));
         }
         Ok(ExitCode::SUCCESS)
     };
@@ -216,15 +222,16 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = items(&answer["sessions"])
+                let sessions: Vec<Session> = typed(&answer["sessions"], "sessions")?;
+                let rows: Vec<Vec<String>> = sessions
                     .iter()
                     .map(|s| {
                         vec![
-                            short(str_at(s, "/id")).to_string(),
-                            str_at(s, "/name").to_string(),
-                            str_at(s, "/status").to_string(),
-                            s["conversation_id"].as_str().unwrap_or("-").to_string(),
-                            s["tmux_target"].as_str().unwrap_or("inbox").to_string(),
+                            short(&s.id).to_string(),
+                            s.name.clone(),
+                            s.status.to_string(),
+                            s.conversation_id.clone().unwrap_or_else(|| "-".to_string()),
+                            s.tmux_target.clone().unwrap_or_else(|| "inbox".to_string()),
                         ]
                     })
                     .collect();
@@ -245,17 +252,19 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&session)?;
             } else {
-                println!("id:            {}", str_at(&session, "/id"));
-                println!("name:          {}", str_at(&session, "/name"));
-                println!("status:        {}", str_at(&session, "/status"));
+                let session: Session = typed(&session, "a session")?;
+                println!("id:            {}", session.id);
+                println!("name:          {}", session.name);
+                println!("status:        {}", session.status);
                 println!(
                     "conversation:  {}",
-                    session["conversation_id"].as_str().unwrap_or("-")
+                    session.conversation_id.as_deref().unwrap_or("-")
                 );
                 println!(
                     "delivery:      {}",
-                    session["tmux_target"]
-                        .as_str()
+                    session
+                        .tmux_target
+                        .as_deref()
                         .map_or("inbox".to_string(), |t| format!("tmux pane {t}"))
                 );
             }
@@ -276,10 +285,11 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
+                let queued: Queued = typed(&answer, "a queued message")?;
                 println!(
                     "queued message {} for session {}; it is delivered on the scheduler's next tick",
-                    short(str_at(&answer, "/message_id")),
-                    str_at(&answer, "/session/name")
+                    short(&queued.message_id),
+                    queued.session.name
                 );
             }
         }
@@ -287,7 +297,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             let session: Value = client
                 .post(&format!("{}/finish", path(&id)), &json!({}))
                 .await?;
-            println!("{}", session_line(&session));
+            println!("{}", session_line(&typed(&session, "a session")?));
         }
         SessionCommand::Resume { id, json } => {
             return single(
@@ -317,11 +327,11 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                 if json {
                     print_json(&answer)?;
                 } else {
-                    let messages = items(&answer["messages"]);
+                    let messages = messages_of(&answer)?;
                     if messages.is_empty() {
                         println!("no messages for session {id}");
                     }
-                    for message in messages {
+                    for message in &messages {
                         print_message(message);
                     }
                 }
@@ -362,7 +372,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                             } else if json {
                                 println!("{data}");
                             } else {
-                                print_message(&data);
+                                print_message(&typed(&data, "a message")?);
                             }
                         }
                     }
@@ -374,11 +384,11 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let messages = items(&answer["messages"]);
+                let messages = messages_of(&answer)?;
                 if messages.is_empty() {
                     println!("no messages to recall");
                 }
-                for message in messages {
+                for message in &messages {
                     print_message(message);
                 }
             }
@@ -388,16 +398,12 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let notes = items(&answer["notifications"]);
+                let notes: Vec<Notification> = typed(&answer["notifications"], "notifications")?;
                 if notes.is_empty() {
                     println!("no notifications");
                 }
                 for note in notes {
-                    println!(
-                        "{}  {}",
-                        utc(str_at(note, "/created_at")),
-                        str_at(note, "/message")
-                    );
+                    println!("{}  {}", utc(&note.created_at), note.message);
                 }
             }
         }

@@ -8,8 +8,9 @@ use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
 use super::output::{non_empty, table_or};
-use super::{Client, encode, items, print_json, short, str_at};
+use super::{Client, encode, print_json, short, typed};
 use canopy_client::in_cli_terms;
+use canopy_model::records::specs::Spec;
 
 #[derive(Debug, Subcommand)]
 pub enum SpecCommand {
@@ -137,6 +138,12 @@ fn absolute(path: PathBuf) -> Result<String> {
     Ok(path.to_string_lossy().into_owned())
 }
 
+/// A spec as `3f2a9c1e0b7d greeting`.
+fn spec_line(spec: &Value) -> Result<String> {
+    let spec: Spec = typed(spec, "a spec")?;
+    Ok(format!("{} {}", short(&spec.id), spec.name))
+}
+
 pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
     match command {
         SpecCommand::Add {
@@ -173,11 +180,7 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             if json {
                 print_json(&spec)?;
             } else {
-                println!(
-                    "added spec {} {}",
-                    short(str_at(&spec, "/id")),
-                    str_at(&spec, "/name")
-                );
+                println!("added spec {}", spec_line(&spec)?);
             }
         }
         SpecCommand::List { workdir, json } => {
@@ -190,18 +193,19 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let rows: Vec<Vec<String>> = items(&answer["specs"])
+                let specs: Vec<Spec> = typed(&answer["specs"], "specs")?;
+                let rows: Vec<Vec<String>> = specs
                     .iter()
                     .map(|s| {
-                        let mut name = str_at(s, "/name").to_string();
-                        if s["needs_conversion"].as_bool() == Some(true) {
+                        let mut name = s.name.clone();
+                        if s.needs_conversion {
                             name.push_str("  [needs conversion]");
                         }
                         vec![
-                            short(str_at(s, "/id")).to_string(),
+                            short(&s.id).to_string(),
                             name,
-                            s["workdir"].as_str().unwrap_or("-").to_string(),
-                            s["summary"].as_str().unwrap_or("-").to_string(),
+                            s.workdir.clone().unwrap_or_else(|| "-".to_string()),
+                            s.summary.clone().unwrap_or_else(|| "-".to_string()),
                         ]
                     })
                     .collect();
@@ -218,16 +222,17 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             if json {
                 print_json(&spec)?;
             } else {
-                println!("id:       {}", str_at(&spec, "/id"));
-                println!("name:     {}", str_at(&spec, "/name"));
-                println!("workdir:  {}", spec["workdir"].as_str().unwrap_or("-"));
-                println!("summary:  {}", spec["summary"].as_str().unwrap_or("-"));
-                if spec["needs_conversion"].as_bool() == Some(true) {
+                let spec: Spec = typed(&spec, "a spec")?;
+                println!("id:       {}", spec.id);
+                println!("name:     {}", spec.name);
+                println!("workdir:  {}", spec.workdir.as_deref().unwrap_or("-"));
+                println!("summary:  {}", spec.summary.as_deref().unwrap_or("-"));
+                if spec.needs_conversion {
                     println!(
                         "format:   heading format: needs conversion to the tagged <spec> format (`canopy spec update SPEC --convert`)"
                     );
                 }
-                println!("\n{}", str_at(&spec, "/body").trim_end());
+                println!("\n{}", spec.body.trim_end());
             }
         }
         SpecCommand::Update {
@@ -251,7 +256,7 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
                     None => {
                         let spec: Value =
                             client.get(&format!("/api/specs/{}", encode(&id))).await?;
-                        str_at(&spec, "/body").to_string()
+                        typed::<Spec>(&spec, "a spec")?.body
                     }
                 };
                 body = Some(converted(&stored)?);
@@ -283,22 +288,14 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             if json {
                 print_json(&spec)?;
             } else {
-                println!(
-                    "updated spec {} {}",
-                    short(str_at(&spec, "/id")),
-                    str_at(&spec, "/name")
-                );
+                println!("updated spec {}", spec_line(&spec)?);
             }
         }
         SpecCommand::Rm { id } => {
             let spec: Value = client
                 .delete(&format!("/api/specs/{}", encode(&id)))
                 .await?;
-            println!(
-                "deleted spec {} {}",
-                short(str_at(&spec, "/id")),
-                str_at(&spec, "/name")
-            );
+            println!("deleted spec {}", spec_line(&spec)?);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -10,9 +10,8 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc_cell};
-use super::{Client, encode, items, print_json, short, str_at};
-use canopy_model::records::webhooks::DeliveryStatus;
-use serde::Deserialize as _;
+use super::{Client, encode, items, print_json, short, str_at, typed};
+use canopy_model::records::webhooks::{Delivery, DeliveryDetail, DeliveryStatus, Outcome};
 
 #[derive(Debug, Subcommand)]
 pub enum WebhooksCommand {
@@ -371,21 +370,21 @@ async fn deliveries(
         print_json(&answer)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<Vec<String>> = items(&answer["deliveries"])
+    let deliveries: Vec<Delivery> = typed(&answer["deliveries"], "webhook deliveries")?;
+    let rows: Vec<Vec<String>> = deliveries
         .iter()
         .map(|d| {
             vec![
-                short(str_at(d, "/id")).to_string(),
-                format!("{}/{}", str_at(d, "/scope"), str_at(d, "/hook")),
-                str_at(d, "/status").to_string(),
-                utc_cell(str_at(d, "/received_at")),
-                d["size"].as_i64().unwrap_or_default().to_string(),
-                d["duration_ms"]
-                    .as_i64()
+                short(&d.id).to_string(),
+                format!("{}/{}", d.scope, d.hook),
+                d.status.to_string(),
+                utc_cell(&d.received_at),
+                d.size.to_string(),
+                d.duration_ms
                     .map_or_else(|| "-".to_string(), |ms| format!("{ms}")),
-                d["reason"]
-                    .as_str()
-                    .or(d["error"].as_str())
+                d.reason
+                    .as_deref()
+                    .or(d.error.as_deref())
                     .unwrap_or("")
                     .lines()
                     .next()
@@ -420,72 +419,61 @@ async fn delivery(client: &Client, id: &str, json: bool) -> Result<ExitCode> {
         print_json(&answer)?;
         return Ok(ExitCode::SUCCESS);
     }
-    print_outcome(&answer);
-    println!(
-        "webhook   {}/{}",
-        str_at(&answer, "/scope"),
-        str_at(&answer, "/hook")
-    );
-    let query = answer["query"]
-        .as_str()
+    let detail: DeliveryDetail = typed(&answer, "a webhook delivery")?;
+    let d = &detail.delivery;
+    print_outcome(&Outcome::from(d));
+    println!("webhook   {}/{}", d.scope, d.hook);
+    let query = d
+        .query
+        .as_deref()
         .filter(|q| !q.is_empty())
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
-    println!(
-        "request   {} {}{query}",
-        str_at(&answer, "/method"),
-        str_at(&answer, "/path")
-    );
-    println!(
-        "received  {} UTC",
-        utc_cell(str_at(&answer, "/received_at"))
-    );
-    for header in items(&answer["headers"]) {
-        println!(
-            "header    {}: {}",
-            header[0].as_str().unwrap_or_default(),
-            header[1].as_str().unwrap_or_default()
-        );
+    println!("request   {} {}{query}", d.method, d.path);
+    println!("received  {} UTC", utc_cell(&d.received_at));
+    for (name, value) in &d.headers {
+        println!("header    {name}: {value}");
     }
-    println!(
-        "body      ({} bytes)",
-        answer["size"].as_i64().unwrap_or_default()
-    );
-    println!("{}", str_at(&answer, "/body"));
+    println!("body      ({} bytes)", d.size);
+    println!("{}", detail.body);
     Ok(ExitCode::SUCCESS)
 }
 
 /// The delivery id, status, reason or error, and output of an outcome or delivery.
-fn print_outcome(answer: &Value) {
-    println!(
-        "delivery  {}",
-        str_at(answer, "/delivery_id").to_string() + str_at(answer, "/id")
-    );
-    println!("status    {}", str_at(answer, "/status"));
-    if let Some(reason) = answer["reason"].as_str() {
+fn print_outcome(outcome: &Outcome) {
+    println!("delivery  {}", outcome.delivery_id);
+    println!("status    {}", outcome.status);
+    if let Some(reason) = &outcome.reason {
         println!("reason    {reason}");
     }
-    if let Some(error) = answer["error"].as_str() {
+    if let Some(error) = &outcome.error {
         println!("error     {error}");
     }
-    if let Some(result) = answer.get("result").filter(|r| !r.is_null()) {
+    if let Some(result) = outcome.result.as_ref().filter(|r| !r.is_null()) {
         println!("result    {result}");
     }
-    if let Some(output) = answer["output"].as_str().filter(|o| !o.is_empty()) {
+    if let Some(output) = outcome.output.as_deref().filter(|o| !o.is_empty()) {
         println!("output:\n{output}");
     }
 }
 
+/// An answer that is an outcome (a waited delivery) or a delivery (one that was only
+/// accepted), as an outcome.
+fn outcome_of(answer: &Value) -> Result<Outcome> {
+    if answer.get("delivery_id").is_some() {
+        typed(answer, "a webhook outcome")
+    } else {
+        typed::<Delivery>(answer, "a webhook delivery").map(|d| Outcome::from(&d))
+    }
+}
+
 /// Exit status 1 unless the outcome is one that ended well (or has not ended yet).
-fn exit_for(answer: &Value) -> ExitCode {
-    let status = DeliveryStatus::deserialize(&answer["status"]).ok();
-    match status {
-        Some(
-            DeliveryStatus::Failed
-            | DeliveryStatus::TimedOut
-            | DeliveryStatus::Interrupted
-            | DeliveryStatus::InterruptedUnknown,
-        ) => ExitCode::FAILURE,
+fn exit_for(outcome: &Outcome) -> ExitCode {
+    match outcome.status {
+        DeliveryStatus::Failed
+        | DeliveryStatus::TimedOut
+        | DeliveryStatus::Interrupted
+        | DeliveryStatus::InterruptedUnknown => ExitCode::FAILURE,
         _ => ExitCode::SUCCESS,
     }
 }
@@ -497,12 +485,13 @@ async fn redeliver(client: &Client, id: &str, wait: bool, json: bool) -> Result<
             &json!({ "wait": wait }),
         )
         .await?;
+    let outcome = outcome_of(&answer)?;
     if json {
         print_json(&answer)?;
     } else {
-        print_outcome(&answer);
+        print_outcome(&outcome);
     }
-    Ok(exit_for(&answer))
+    Ok(exit_for(&outcome))
 }
 
 async fn test(
@@ -538,10 +527,11 @@ async fn test(
             &json!({ "body": body, "headers": pairs, "query": query }),
         )
         .await?;
+    let outcome = outcome_of(&answer)?;
     if json {
         print_json(&answer)?;
     } else {
-        print_outcome(&answer);
+        print_outcome(&outcome);
     }
-    Ok(exit_for(&answer))
+    Ok(exit_for(&outcome))
 }

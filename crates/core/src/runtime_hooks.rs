@@ -8,7 +8,6 @@
 //! in the feed (`tool.post_call`, `agent.stopped`, ...), and the launch's hooks of that phase
 //! run on it as any hook on an event does ([`RuntimeHookSource`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -325,7 +324,7 @@ impl HookSource for RuntimeHookSource {
                                     "graph": graph.name, "node": node.name,
                                     "tool": group.matcher_text,
                                 }),
-                                metadata: BTreeMap::from([
+                                metadata: crate::hooks::catalog::metadata([
                                     ("graph", graph.name.clone()),
                                     ("node", node.name.clone()),
                                     ("platform", platform.clone()),
@@ -338,7 +337,7 @@ impl HookSource for RuntimeHookSource {
                                 mode: dispatch,
                                 priority: host.priority().unwrap_or(0),
                                 required: host.required().unwrap_or(false),
-                                ..CatalogEntry::of_async_hook(
+                                ..crate::hooks::catalog::async_entry(
                                     runtime_hook_source(group),
                                     runtime_hook_name(phase, group_index, index, group),
                                     index,

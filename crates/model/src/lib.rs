@@ -12,7 +12,8 @@
 //! - [`capabilities`]: what a plugin may be granted, parsed and printed.
 //! - [`hook_keys`]: the keys of a graph's `hooks` map and the events they fire on.
 //! - [`spec_format`]: the spec body format (`<spec>` and its seven sections).
-//! - [`work`]: what a piece of work carries into its records (provenance, plugin identity).
+//! - [`work`]: what a piece of work carries into its records (provenance, plugin identity) and
+//!   how a call ended (its outcome).
 //! - [`records`]: what the daemon keeps and the API shows (graphs, runs, hook runs, …) and
 //!   their states, one set of types for the store, the daemon and every client.
 //! - [`text`]: "did you mean", bounded tails, time checks shared by messages.

@@ -50,3 +50,47 @@ pub struct PluginRef {
     pub version: String,
     pub sha256: String,
 }
+
+/// How a piece of work ended, as the plugin reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    Completed,
+    Failed {
+        reason: String,
+    },
+    Blocked {
+        blocker: String,
+    },
+    /// Something the work waited on was stopped at its deadline.
+    TimedOut {
+        reason: String,
+    },
+}
+
+/// A sync hook's answer about the action it was asked about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Deny {
+        reason: String,
+    },
+    /// JSON text of an object whose fields replace the input's (checked by the caller).
+    Patch {
+        patch: String,
+    },
+}
+
+/// The result of an `execute` call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    #[serde(flatten)]
+    pub status: Status,
+    pub summary: Option<String>,
+    pub detail: String,
+    pub harness_session: Option<String>,
+    /// A sync hook's decision, when the plugin gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}

@@ -10,8 +10,8 @@
 //! freed by deletes go back to the file system in small steps ([`Tx::vacuum_step`]), so the
 //! file shrinks as it is pruned instead of keeping its largest size for good.
 
+pub use canopy_model::records::daemon::StoreSizes;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
 
 use super::{Rd, StoreError, Tx};
 
@@ -74,21 +74,6 @@ impl Growing {
             ),
         }
     }
-}
-
-/// How many rows each growing table holds, and the database's size.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct StoreSizes {
-    /// The database file, in bytes.
-    pub file_bytes: u64,
-    /// Bytes of pages free inside the file (returned to the file system as they are vacuumed).
-    pub free_bytes: u64,
-    pub feed_rows: u64,
-    pub hook_runs: u64,
-    pub runs: u64,
-    pub node_runs: u64,
-    pub deliveries: u64,
-    pub cron_receipts: u64,
 }
 
 impl Rd<'_> {

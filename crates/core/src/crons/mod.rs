@@ -24,36 +24,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use canopy_executors::plugins::{WorkConfig, split_work_config};
-pub use runner::{CronError, CronView, Crons};
+pub use canopy_model::records::crons::{CatchUp, CronView, Overlap};
+pub use runner::{CronError, Crons};
 pub use schedule::Schedule;
 
 /// Receipts kept per cron unless `keep_receipts` says otherwise.
 pub const DEFAULT_KEEP_RECEIPTS: u32 = 100;
-
-/// What a firing does while the cron's previous firing still runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Overlap {
-    /// The new firing is recorded `skipped` and does not run.
-    #[default]
-    Forbid,
-    /// Both run.
-    Allow,
-    /// The running one is stopped (its processes killed; its receipt says it was replaced)
-    /// and the new one runs.
-    Replace,
-}
-
-/// Whether firings missed while the daemon was down get one late run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CatchUp {
-    /// Misses are recorded, nothing runs late.
-    #[default]
-    None,
-    /// Misses are recorded, and one late run follows at start.
-    Once,
-}
 
 /// One `[[crons]]` entry as written.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]

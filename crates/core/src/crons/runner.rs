@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde::Serialize;
 use tokio::task::AbortHandle;
 
 use super::{CatchUp, Cron, Overlap};
@@ -18,7 +17,7 @@ use crate::hooks::decide::{DecisionRecord, Question, Verdict};
 use crate::runner::{self, Job, Kind, Ran};
 use canopy_executors::plugins::{Ending, StopSwitch, WorkConfig};
 use canopy_model::events::{self, Actor, Cause, Event};
-use canopy_model::records::crons::{Receipt, ReceiptStatus, Trigger};
+use canopy_model::records::crons::{CronActivity, CronView, Receipt, ReceiptStatus, Trigger};
 use canopy_model::work::Provenance;
 use canopy_store::crons::{NewReceipt, ReceiptEnd};
 use canopy_store::{Store, StoreError};
@@ -62,30 +61,6 @@ struct Firing {
     switch: StopSwitch,
     /// Set when the next firing replaced this one (`overlap = "replace"`).
     replaced_by: Mutex<Option<String>>,
-}
-
-/// A cron as `canopy cron list` shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct CronView {
-    pub name: String,
-    pub schedule: String,
-    pub timezone: String,
-    /// What it runs, in one line (`command: ./prune.sh`, `agent claude`, `mode docs-maintenance`).
-    pub runs: String,
-    /// Whether this node runs it (its `nodes` / `roles_permitted`).
-    pub served: bool,
-    pub paused: bool,
-    /// `running`, `idle`, `paused`, or `not served here`.
-    pub state: &'static str,
-    /// The next scheduled firing (RFC 3339), when it runs here and is not paused.
-    pub next_at: Option<String>,
-    pub overlap: Overlap,
-    pub catch_up: CatchUp,
-    pub timeout_secs: Option<u64>,
-    /// The run ids of its firings running now.
-    pub running: Vec<String>,
-    /// Its last firing that ran, rebuilt from the receipts (so it survives restarts).
-    pub last: Option<Receipt>,
 }
 
 /// The daemon's crons.
@@ -752,13 +727,13 @@ impl Crons {
             .map(|list| list.iter().map(|f| f.run_id.clone()).collect())
             .unwrap_or_default();
         let state = if !served {
-            "not served here"
+            CronActivity::NotServedHere
         } else if !running.is_empty() {
-            "running"
+            CronActivity::Running
         } else if paused {
-            "paused"
+            CronActivity::Paused
         } else {
-            "idle"
+            CronActivity::Idle
         };
         Ok(CronView {
             name: cron.name().to_string(),

@@ -9,11 +9,10 @@
 //!
 //! Hooks are told apart by source and name (`config`/`announce`, `graph`/`web.on_completed[0]`).
 
+pub use canopy_model::records::hook_reports::TrippedHook;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-use serde::Serialize;
 
 /// Firings within [`DEFAULT_WINDOW`] past which a hook trips.
 pub const DEFAULT_FIRINGS: u32 = 100;
@@ -30,18 +29,6 @@ pub enum Admit {
     Tripped(String),
     /// The hook was tripped before: it does not run.
     Dropped(String),
-}
-
-/// A tripped hook, as `canopy hooks tripped` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TrippedHook {
-    pub source: String,
-    pub hook_name: String,
-    /// When it tripped (RFC 3339).
-    pub tripped_at: String,
-    /// Firings refused since.
-    pub dropped: u64,
-    pub reason: String,
 }
 
 #[derive(Debug, Default)]

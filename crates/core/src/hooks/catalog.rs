@@ -3,10 +3,10 @@
 //! module holds what the sources share: the filters a request gives, and the entry's common
 //! shape.
 
+pub use canopy_model::records::hook_reports::CatalogEntry;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use canopy_executors::plugins::PluginHost;
@@ -148,84 +148,48 @@ impl ModeFilter {
     }
 }
 
-/// One hook as the catalog lists it: the hook API's fields (seed 004) and Canopy's own beside
-/// them, in alphabetical order (the order the API writes JSON objects in).
-#[derive(Debug, Serialize)]
-pub struct CatalogEntry {
-    /// A project hook's checkout.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkout: Option<String>,
-    /// The hook's config as written.
-    pub config: Value,
-    /// The event it fires on: a taxonomy event, or a daemon hook's pattern.
-    pub event: String,
-    /// The events a daemon hook's pattern matches.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub events: Option<Vec<&'static str>>,
-    /// The executor that would run it now (`null`: none serves its mode).
-    pub executor: Value,
-    pub executor_kind: Option<String>,
-    pub graph: Option<String>,
-    pub graph_id: Option<String>,
-    pub index: usize,
-    /// The key it is declared under (a graph hook's `on_completed`, a project hook's event).
-    pub key: Option<String>,
-    pub matcher: Value,
-    pub metadata: BTreeMap<&'static str, String>,
-    /// `sync` (decides before its action) or `async`.
-    pub mode: Dispatch,
-    pub name: String,
-    pub order: usize,
-    pub priority: i64,
-    /// A project hook's project.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    pub required: bool,
-    pub source: HookSourceKind,
-    pub spec_ids: Value,
-    /// Its deadline: its own, else the default of its kind of hook.
-    pub timeout_ms: u64,
+/// A catalog entry's `metadata`, from its pairs.
+pub fn metadata<const N: usize>(pairs: [(&str, String); N]) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect()
 }
 
-impl CatalogEntry {
-    /// An async hook's entry (priority 0, not required, in the order of its list), run by the
-    /// executor of `mode` when one serves it; its deadline is `timeout`, else the executor's
-    /// default. The source fills in what it knows beyond that (a sync hook's rule included).
-    pub fn of_async_hook(
-        source: HookSourceKind,
-        name: String,
-        index: usize,
-        mode: Option<&str>,
-        timeout: Option<Duration>,
-        plugins: &PluginHost,
-    ) -> Self {
-        let timeout = timeout.unwrap_or_else(|| plugins.timeout_for(&Default::default()));
-        let executor = mode
-            .and_then(|m| plugins.plugin_ref(m).ok())
-            .and_then(|r| serde_json::to_value(r).ok())
-            .unwrap_or(Value::Null);
-        Self {
-            checkout: None,
-            config: Value::Null,
-            event: String::new(),
-            events: None,
-            executor,
-            executor_kind: mode.map(str::to_string),
-            graph: None,
-            graph_id: None,
-            index,
-            key: None,
-            matcher: Value::Null,
-            metadata: BTreeMap::new(),
-            mode: Dispatch::Async,
-            name,
-            order: index,
-            priority: 0,
-            project: None,
-            required: false,
-            source,
-            spec_ids: Value::Null,
-            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-        }
+/// An async hook's entry (priority 0, not required, in the order of its list), run by the
+/// executor of `mode` when one serves it; its deadline is `timeout`, else the executor's
+/// default. The source fills in what it knows beyond that (a sync hook's rule included).
+pub fn async_entry(
+    source: HookSourceKind,
+    name: String,
+    index: usize,
+    mode: Option<&str>,
+    timeout: Option<Duration>,
+    plugins: &PluginHost,
+) -> CatalogEntry {
+    let timeout = timeout.unwrap_or_else(|| plugins.timeout_for(&Default::default()));
+    let executor = mode.and_then(|m| plugins.plugin_ref(m).ok());
+    CatalogEntry {
+        checkout: None,
+        config: Value::Null,
+        event: String::new(),
+        events: None,
+        executor,
+        executor_kind: mode.map(str::to_string),
+        graph: None,
+        graph_id: None,
+        index,
+        key: None,
+        matcher: Value::Null,
+        metadata: BTreeMap::new(),
+        mode: Dispatch::Async,
+        name,
+        order: index,
+        priority: 0,
+        project: None,
+        required: false,
+        source,
+        spec_ids: Value::Null,
+        timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
     }
 }

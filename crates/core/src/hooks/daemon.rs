@@ -518,29 +518,37 @@ fn catalog_entry(plugins: &PluginHost, hook: &DaemonHook, identity: &Identity) -
     if !config.roles_permitted.is_empty() {
         matcher.insert("roles_permitted".to_string(), json!(config.roles_permitted));
     }
-    let mut metadata: BTreeMap<&str, String> = BTreeMap::from([
+    let mut metadata = crate::hooks::catalog::metadata([
         ("index", hook.index.to_string()),
         ("serves_this_node", hook.serves(identity).to_string()),
     ]);
     if !config.nodes.is_empty() {
-        metadata.insert("nodes", config.nodes.join(","));
+        metadata.insert("nodes".to_string(), config.nodes.join(","));
     }
     if !config.roles_permitted.is_empty() {
-        metadata.insert("roles_permitted", config.roles_permitted.join(","));
+        metadata.insert(
+            "roles_permitted".to_string(),
+            config.roles_permitted.join(","),
+        );
     }
     if let Some(cwd) = &config.cwd {
-        metadata.insert("cwd", cwd.clone());
+        metadata.insert("cwd".to_string(), cwd.clone());
     }
     CatalogEntry {
         event: hook.pattern.as_str().to_string(),
-        events: Some(hook.pattern.events().map(|def| def.name).collect()),
+        events: Some(
+            hook.pattern
+                .events()
+                .map(|def| def.name.to_string())
+                .collect(),
+        ),
         matcher: Value::Object(matcher),
         metadata,
         config: serde_json::to_value(config).unwrap_or(Value::Null),
         mode: hook.dispatch,
         priority: hook.priority,
         required: hook.required,
-        ..CatalogEntry::of_async_hook(
+        ..crate::hooks::catalog::async_entry(
             HookSourceKind::Config,
             hook.name().to_string(),
             hook.index,

@@ -24,6 +24,7 @@
 //! its record. A question with no matching hook costs a scan of the hooks in memory and nothing
 //! else. A question is never recorded in the feed: it is not a fact.
 
+pub use canopy_model::records::hook_reports::HookAnswer;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -153,21 +154,6 @@ impl DecisionRecord {
             })
             .collect()
     }
-}
-
-/// One sync hook's answer, as a dry run shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct HookAnswer {
-    pub hook_name: String,
-    pub source: HookSourceKind,
-    /// The executor mode that ran it.
-    pub mode: Option<String>,
-    pub status: HookRunStatus,
-    pub outcome: HookOutcome,
-    pub required: bool,
-    pub error: Option<String>,
-    pub patch_applied: Option<Value>,
-    pub duration_ms: i64,
 }
 
 /// Whether the action goes ahead.

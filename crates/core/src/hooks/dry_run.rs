@@ -2,7 +2,7 @@
 //! fire, with what values, and what is wrong with them -- and with `execute`, run them for real,
 //! recorded as test runs.
 
-use serde::Serialize;
+pub use canopy_model::records::hook_reports::{DryRun, HookCheck};
 use serde_json::Value;
 
 use super::config::runs_of;
@@ -10,42 +10,7 @@ use super::config::{HookMap, hooks_of};
 use canopy_executors::plugins::{PluginError, PluginHost, split_work_config};
 use canopy_model::hook_keys::Firing;
 use canopy_model::hook_keys::HookEvent;
-use canopy_model::markers::{HOOK_MARKERS, MarkerValues};
-
-/// What `hooks test` says about one hook.
-#[derive(Debug, Clone, Serialize)]
-pub struct HookCheck {
-    pub index: usize,
-    /// The hook as stored.
-    pub config: Value,
-    pub mode: Option<String>,
-    /// Whether it would fire for this event.
-    pub would_fire: bool,
-    /// Why it would not, when it would not.
-    pub reason: Option<String>,
-    /// The config as the executor would receive it.
-    pub rendered: Option<Value>,
-    /// What validation says about it now (empty when it is fine).
-    pub problems: Vec<String>,
-    /// The plugin serving its mode is disabled: the hook would fail without running (`reason`
-    /// says which plugin and how to enable it).
-    pub executor_disabled: bool,
-}
-
-/// The whole dry run.
-#[derive(Debug, Clone, Serialize)]
-pub struct DryRun {
-    pub graph: String,
-    pub run_id: String,
-    pub event: HookEvent,
-    /// The marker values the event provides (every other known marker renders `(none)`).
-    pub markers: MarkerValues,
-    /// Why the event itself would not fire, when it would not.
-    pub event_note: Option<String>,
-    pub hooks: Vec<HookCheck>,
-    /// With `execute`: the hook runs recorded (as test runs), once they finished.
-    pub runs: Vec<super::runs::HookRun>,
-}
+use canopy_model::markers::HOOK_MARKERS;
 
 /// Checks the hooks of `event` (or only `only`) against a firing built from history.
 pub async fn evaluate(

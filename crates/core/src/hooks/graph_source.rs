@@ -3,7 +3,7 @@
 //! still to come, nothing is retroactive), each filtered by its `spec_ids`.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -209,7 +209,7 @@ fn catalog_entry(
         event: key.taxonomy_event().to_string(),
         key: Some(key.as_str().to_string()),
         matcher: json!({ "graph": graph.name, "spec_ids": spec_ids }),
-        metadata: BTreeMap::from([
+        metadata: crate::hooks::catalog::metadata([
             ("graph", graph.name.clone()),
             ("graph_id", graph.id.clone()),
             ("key", key.as_str().to_string()),
@@ -220,7 +220,7 @@ fn catalog_entry(
         graph_id: Some(graph.id.clone()),
         spec_ids,
         config: Value::Object(hook),
-        ..CatalogEntry::of_async_hook(
+        ..crate::hooks::catalog::async_entry(
             HookSourceKind::Graph,
             graph_hook_name(&graph.name, key.as_str(), index),
             index,
@@ -245,7 +245,7 @@ fn sync_catalog_entry(
         event: event.to_string(),
         key: Some(event.to_string()),
         matcher: json!({ "graph": graph.name }),
-        metadata: BTreeMap::from([
+        metadata: crate::hooks::catalog::metadata([
             ("graph", graph.name.clone()),
             ("graph_id", graph.id.clone()),
             ("key", event.to_string()),
@@ -258,7 +258,7 @@ fn sync_catalog_entry(
         mode: Dispatch::Sync,
         priority: host.priority().unwrap_or(0),
         required: host.required().unwrap_or(false),
-        ..CatalogEntry::of_async_hook(
+        ..crate::hooks::catalog::async_entry(
             HookSourceKind::Graph,
             graph_hook_name(&graph.name, event, index),
             index,

@@ -454,7 +454,7 @@ fn catalog_entry(plugins: &PluginHost, hook: &ProjectHook) -> CatalogEntry {
         event: hook.event.taxonomy_event().to_string(),
         key: Some(hook.event.as_str().to_string()),
         matcher: json!({ "project": hook.project }),
-        metadata: BTreeMap::from([
+        metadata: crate::hooks::catalog::metadata([
             ("project", hook.project.clone()),
             ("checkout", checkout.clone()),
             ("key", hook.event.as_str().to_string()),
@@ -463,7 +463,7 @@ fn catalog_entry(plugins: &PluginHost, hook: &ProjectHook) -> CatalogEntry {
         project: Some(hook.project.clone()),
         checkout: Some(checkout),
         config: serde_json::to_value(&hook.config).unwrap_or(Value::Null),
-        ..CatalogEntry::of_async_hook(
+        ..crate::hooks::catalog::async_entry(
             HookSourceKind::Project,
             hook.name.clone(),
             hook.index,

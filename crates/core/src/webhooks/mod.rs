@@ -36,7 +36,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 
@@ -45,6 +44,7 @@ use crate::drain::Drain;
 use canopy_executors::plugins::PluginHost;
 use canopy_model::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
 use canopy_model::events::{Actor, Cause, Event};
+pub use canopy_model::records::webhooks::Outcome;
 use canopy_model::records::webhooks::{Delivery, DeliveryStatus};
 use canopy_store::webhooks::NewDelivery;
 use canopy_store::{Store, StoreError};
@@ -83,37 +83,6 @@ pub enum Taken {
     /// Its sender's delivery id was seen within the hook's window: this is the first delivery
     /// that had it, and nothing new was recorded or runs.
     Duplicate(Outcome),
-}
-
-/// What a waited-for delivery came to.
-#[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
-    pub delivery_id: String,
-    pub status: DeliveryStatus,
-    pub reason: Option<String>,
-    pub error: Option<String>,
-    pub output: Option<String>,
-    pub result: Option<Value>,
-    pub duration_ms: Option<i64>,
-    /// This is the outcome of an earlier delivery with the same sender id: the request was a
-    /// copy of it, and did not run.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub duplicate: bool,
-}
-
-impl Outcome {
-    fn of(delivery: &Delivery) -> Self {
-        Self {
-            delivery_id: delivery.id.clone(),
-            status: delivery.status,
-            reason: delivery.reason.clone(),
-            error: delivery.error.clone(),
-            output: delivery.output.clone(),
-            result: delivery.result.clone(),
-            duration_ms: delivery.duration_ms,
-            duplicate: false,
-        }
-    }
 }
 
 /// What went wrong taking in a delivery.
@@ -388,7 +357,7 @@ fn duplicate_of(hook: &Hook, first: &Delivery) -> Outcome {
     tracing::info!(webhook = %hook.key(), first = %first.id, "a webhook delivery its sender sent before is not run again");
     Outcome {
         duplicate: true,
-        ..Outcome::of(first)
+        ..Outcome::from(first)
     }
 }
 
@@ -1036,7 +1005,7 @@ impl Ingress {
         self.forget(id);
         let id = id.to_string();
         let delivery = self.inner.store.read(move |rd| rd.delivery(&id)).await?;
-        Ok(Outcome::of(&delivery))
+        Ok(Outcome::from(&delivery))
     }
 
     /// Registers interest in a delivery's end (see [`Ingress::wait`]).

@@ -1,5 +1,6 @@
 //! `/api/status`, `/api/shutdown` and `/api/rotate-token`: the daemon itself.
 
+use canopy_model::records::daemon::{DaemonStatus, PluginCounts, Stopping};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -102,26 +103,29 @@ async fn rotate_token(
     })))
 }
 
-async fn status(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
+async fn status(State(state): State<AppState>) -> Result<ApiJson<DaemonStatus>, ApiError> {
     let info = &state.daemon;
     let active_runs = state.store.read(|rd| rd.active_runs_summary()).await?;
     let storage = state.store.read(|rd| rd.sizes()).await?;
     let plugins = state.plugins.list();
     let enabled = plugins.iter().filter(|p| p.record.enabled).count();
     let problems = crate::logfile::recent_problems(&info.log_file, RECENT_PROBLEMS);
-    Ok(ApiJson(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "url": info.url,
-        "pid": info.pid,
-        "data_dir": state.data_dir,
-        "log_file": info.log_file,
-        "started_at": info.started_at,
-        "uptime_seconds": info.started.elapsed().as_secs(),
-        "active_runs": active_runs,
-        "plugins": { "installed": plugins.len(), "enabled": enabled },
-        "recent_problems": problems,
-        "storage": storage,
-    })))
+    Ok(ApiJson(DaemonStatus {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        url: info.url.clone(),
+        pid: info.pid,
+        data_dir: state.data_dir.display().to_string(),
+        log_file: info.log_file.display().to_string(),
+        started_at: info.started_at.clone(),
+        uptime_seconds: info.started.elapsed().as_secs(),
+        active_runs,
+        plugins: PluginCounts {
+            installed: plugins.len(),
+            enabled,
+        },
+        recent_problems: problems,
+        storage,
+    }))
 }
 
 /// `POST /api/shutdown` body: all optional.
@@ -138,7 +142,7 @@ struct ShutdownRequest {
 async fn shutdown(
     State(state): State<AppState>,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+) -> Result<(StatusCode, ApiJson<Stopping>), ApiError> {
     let request: ShutdownRequest = if body.iter().all(u8::is_ascii_whitespace) {
         ShutdownRequest::default()
     } else {
@@ -167,11 +171,11 @@ async fn shutdown(
     state.daemon.shutdown.notify_one();
     Ok((
         StatusCode::ACCEPTED,
-        ApiJson(json!({
-            "stopping": true,
-            "pid": state.daemon.pid,
-            "drain_budget_secs": budget.as_secs(),
-            "running": state.drain.running(),
-        })),
+        ApiJson(Stopping {
+            stopping: true,
+            pid: state.daemon.pid,
+            drain_budget_secs: budget.as_secs(),
+            running: state.drain.running(),
+        }),
     ))
 }

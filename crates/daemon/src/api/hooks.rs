@@ -4,6 +4,9 @@
 //! (`/api/graphs/{name}/hooks/test`), and the firing breaker (`/api/hooks/tripped`,
 //! `/api/hooks/reset`).
 
+use canopy_model::records::hook_reports::{
+    DecideReport, DecisionKind, EventInfo, HookKeyInfo, Taxonomy,
+};
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
@@ -256,7 +259,7 @@ struct EventsQuery {
 
 /// The event taxonomy (every event, or one family's, or the sync-eligible ones), and the
 /// graph-hook keys with the taxonomy events they fire on.
-async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>, ApiError> {
+async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Taxonomy>, ApiError> {
     let family = query
         .family
         .as_deref()
@@ -273,63 +276,59 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Value>
     let wanted = |def: &canopy_model::events::EventDef| {
         family.is_none_or(|f| f == def.family) && (!query.sync_only || def.sync_eligible)
     };
-    let events: Vec<Value> = canopy_model::events::all()
+    let strings = |list: &[&str]| list.iter().map(|m| m.to_string()).collect::<Vec<_>>();
+    let events: Vec<EventInfo> = canopy_model::events::all()
         .filter(|def| wanted(def))
-        .map(|def| {
-            json!({
-                "event": def.name,
-                "family": def.family,
-                "description": def.description,
-                "markers": def.markers,
-                "sync_eligible": def.sync_eligible,
-                "payload_schema": (def.payload_schema)(),
-                "patch_schema": def.patch_schema.map(|schema| schema()),
-            })
+        .map(|def| EventInfo {
+            event: def.name.to_string(),
+            family: def.family,
+            description: def.description.to_string(),
+            markers: strings(def.markers),
+            sync_eligible: def.sync_eligible,
+            payload_schema: (def.payload_schema)().into(),
+            patch_schema: def.patch_schema.map(|schema| schema().into()),
         })
         .collect();
     // Graph hooks are async: none is listed for sync_only.
-    let graph_hooks: Vec<Value> = EVENTS
+    let graph_hooks: Vec<HookKeyInfo> = EVENTS
         .iter()
         .filter(|key| {
             !query.sync_only
                 && canopy_model::events::find(key.taxonomy_event())
                     .is_some_and(|def| family.is_none_or(|f| f == def.family))
         })
-        .map(|key| {
-            let markers: Vec<&str> = ["graph_name", "workdir"]
+        .map(|key| HookKeyInfo {
+            event: key.as_str().to_string(),
+            taxonomy_event: key.taxonomy_event().to_string(),
+            description: key.description().to_string(),
+            markers: ["graph_name", "workdir"]
                 .into_iter()
                 .chain(key.markers().iter().copied())
-                .collect();
-            json!({
-                "event": key.as_str(),
-                "taxonomy_event": key.taxonomy_event(),
-                "description": key.description(),
-                "markers": markers,
-                "spec_ids": key.takes_spec_ids(),
-            })
+                .map(str::to_string)
+                .collect(),
+            spec_ids: Some(key.takes_spec_ids()),
         })
         .collect();
     // The keys of `[projects.NAME.hooks]`, with the taxonomy events they fire on.
-    let project_hooks: Vec<Value> = canopy_core::projects::EVENTS
+    let project_hooks: Vec<HookKeyInfo> = canopy_core::projects::EVENTS
         .iter()
         .filter(|key| !query.sync_only && family.is_none_or(|f| f == key.def().family))
-        .map(|key| {
-            json!({
-                "event": key.as_str(),
-                "taxonomy_event": key.taxonomy_event(),
-                "description": key.def().description,
-                "markers": key.def().markers,
-            })
+        .map(|key| HookKeyInfo {
+            event: key.as_str().to_string(),
+            taxonomy_event: key.taxonomy_event().to_string(),
+            description: key.def().description.to_string(),
+            markers: strings(key.def().markers),
+            spec_ids: None,
         })
         .collect();
-    Ok(ApiJson(json!({
-        "events": events,
-        "envelope_markers": canopy_model::events::ENVELOPE_MARKERS,
-        "graph_hooks": graph_hooks,
-        "project_hooks": project_hooks,
-        "markers": HOOK_MARKERS,
-        "unset_marker_value": canopy_model::markers::NONE,
-    })))
+    Ok(ApiJson(Taxonomy {
+        events,
+        envelope_markers: strings(canopy_model::events::ENVELOPE_MARKERS),
+        graph_hooks,
+        project_hooks,
+        markers: strings(HOOK_MARKERS),
+        unset_marker_value: canopy_model::markers::NONE.to_string(),
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -484,7 +483,7 @@ pub(crate) struct DecideBody {
 async fn decide(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<DecideBody>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<DecideReport>, ApiError> {
     let sync_events = || {
         canopy_model::events::all()
             .filter(|def| def.sync_eligible)
@@ -546,20 +545,20 @@ async fn decide(
         .map(canopy_core::hooks::decide::DecisionRecord::answers)
         .unwrap_or_default();
     let (verdict, hook, reason) = match &decision.verdict {
-        canopy_core::hooks::decide::Verdict::Allow => ("allow", None, None),
+        canopy_core::hooks::decide::Verdict::Allow => (DecisionKind::Allow, None, None),
         canopy_core::hooks::decide::Verdict::Deny { hook, reason } => {
-            ("deny", Some(hook.clone()), Some(reason.clone()))
+            (DecisionKind::Deny, Some(hook.clone()), Some(reason.clone()))
         }
     };
-    Ok(ApiJson(json!({
-        "event": def.name,
-        "decision": verdict,
-        "hook": hook,
-        "reason": reason,
-        "patched": decision.patched(),
-        "input": decision.input,
-        "hooks": answers,
-    })))
+    Ok(ApiJson(DecideReport {
+        event: def.name.to_string(),
+        decision: verdict,
+        hook,
+        reason,
+        patched: decision.patched(),
+        input: decision.input,
+        hooks: answers,
+    }))
 }
 
 /// How long `execute` waits for the test runs to finish.

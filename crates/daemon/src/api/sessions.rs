@@ -2,6 +2,7 @@
 //! (JSON, or a live server-sent-event stream with `?follow=true`: `message` events, and a
 //! `lagged` event `{"missed": N}` when the reader fell behind), recall and notifications.
 
+use canopy_model::records::messages::Queued;
 use std::collections::HashSet;
 use std::convert::Infallible;
 
@@ -109,7 +110,7 @@ async fn send(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<SendBody>,
-) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+) -> Result<(StatusCode, ApiJson<Queued>), ApiError> {
     if body.text.trim().is_empty() {
         return Err(ApiError::bad_request(
             "field `text` is empty; give the message to send",
@@ -137,7 +138,10 @@ async fn send(
     .map_err(ApiError::conflict)?;
     Ok((
         StatusCode::CREATED,
-        ApiJson(json!({ "message_id": message_id, "session": session })),
+        ApiJson(Queued {
+            message_id,
+            session,
+        }),
     ))
 }
 

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::webhooks::intake::{Intake, intake};
 use canopy_core::webhooks::{IngressError, Outcome, Received, RedeliverError, Taken, hook_view};
+use canopy_model::records::webhooks::DeliveryDetail;
 use canopy_model::records::webhooks::DeliveryStatus;
 use canopy_store::StoreError;
 use canopy_store::webhooks::DeliveryFilter;
@@ -230,7 +231,16 @@ async fn test(
     if let Some(reason) = ignored {
         return Ok((
             StatusCode::OK,
-            ApiJson(json!({ "delivery_id": delivery_id, "status": "ignored", "reason": reason })),
+            ApiJson(json!(Outcome {
+                delivery_id,
+                status: DeliveryStatus::Ignored,
+                reason: Some(reason),
+                error: None,
+                output: None,
+                result: None,
+                duration_ms: None,
+                duplicate: false,
+            })),
         ));
     }
     let outcome = state.webhooks.run_now(&hook, &delivery_id).await?;
@@ -297,7 +307,7 @@ async fn deliveries(
 async fn delivery(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<DeliveryDetail>, ApiError> {
     let (delivery, body) = match state.webhooks.delivery_in_flight(&id) {
         Some(flying) => flying,
         None => {
@@ -310,9 +320,10 @@ async fn delivery(
                 .await?
         }
     };
-    let mut view = json!(delivery);
-    view["body"] = json!(String::from_utf8_lossy(&body));
-    Ok(ApiJson(view))
+    Ok(ApiJson(DeliveryDetail {
+        delivery,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }))
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -132,97 +132,53 @@ pub(crate) fn provenance_from_wit(wit: types::Provenance) -> Provenance {
     }
 }
 
-/// How a piece of work ended, as the plugin reported it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum Status {
-    Completed,
-    Failed {
-        reason: String,
-    },
-    Blocked {
-        blocker: String,
-    },
-    /// Something the work waited on was stopped at its deadline.
-    TimedOut {
-        reason: String,
-    },
-}
+pub use canopy_model::work::{Decision, Outcome, Status};
 
-/// A sync hook's answer about the action it was asked about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "decision", rename_all = "snake_case")]
-pub enum Decision {
-    Allow,
-    Deny {
-        reason: String,
-    },
-    /// JSON text of an object whose fields replace the input's (checked by the caller).
-    Patch {
-        patch: String,
-    },
-}
-
-/// The result of an `execute` call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Outcome {
-    #[serde(flatten)]
-    pub status: Status,
-    pub summary: Option<String>,
-    pub detail: String,
-    pub harness_session: Option<String>,
-    /// A sync hook's decision, when the plugin gave one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision: Option<Decision>,
-}
-
-impl Outcome {
-    /// The outcome with every known secret, and each of `also`, masked (see
-    /// [`crate::secrets`]): what the plugin says is recorded and emitted.
-    pub(crate) fn masked(self, also: &[&str]) -> Self {
-        let mask = |text: String| crate::secrets::mask_owned(text, also);
-        Self {
-            status: match self.status {
-                Status::Completed => Status::Completed,
-                Status::Failed { reason } => Status::Failed {
-                    reason: mask(reason),
-                },
-                Status::Blocked { blocker } => Status::Blocked {
-                    blocker: mask(blocker),
-                },
-                Status::TimedOut { reason } => Status::TimedOut {
-                    reason: mask(reason),
-                },
+/// The outcome with every known secret, and each of `also`, masked (see
+/// [`crate::secrets`]): what the plugin says is recorded and emitted.
+pub(crate) fn masked_outcome(outcome: Outcome, also: &[&str]) -> Outcome {
+    let mask = |text: String| crate::secrets::mask_owned(text, also);
+    Outcome {
+        status: match outcome.status {
+            Status::Completed => Status::Completed,
+            Status::Failed { reason } => Status::Failed {
+                reason: mask(reason),
             },
-            summary: self.summary.map(mask),
-            detail: mask(self.detail),
-            harness_session: self.harness_session,
-            decision: self.decision.map(|decision| match decision {
-                Decision::Deny { reason } => Decision::Deny {
-                    reason: mask(reason),
-                },
-                other => other,
-            }),
-        }
+            Status::Blocked { blocker } => Status::Blocked {
+                blocker: mask(blocker),
+            },
+            Status::TimedOut { reason } => Status::TimedOut {
+                reason: mask(reason),
+            },
+        },
+        summary: outcome.summary.map(mask),
+        detail: mask(outcome.detail),
+        harness_session: outcome.harness_session,
+        decision: outcome.decision.map(|decision| match decision {
+            Decision::Deny { reason } => Decision::Deny {
+                reason: mask(reason),
+            },
+            other => other,
+        }),
     }
+}
 
-    pub(crate) fn from_wit(wit: types::Outcome) -> Self {
-        Self {
-            status: match wit.status {
-                types::Status::Completed => Status::Completed,
-                types::Status::Failed(reason) => Status::Failed { reason },
-                types::Status::Blocked(blocker) => Status::Blocked { blocker },
-                types::Status::TimedOut(reason) => Status::TimedOut { reason },
-            },
-            summary: wit.summary,
-            detail: wit.detail,
-            harness_session: wit.harness_session,
-            decision: wit.decision.map(|decision| match decision {
-                types::Decision::Allow => Decision::Allow,
-                types::Decision::Deny(reason) => Decision::Deny { reason },
-                types::Decision::Patch(patch) => Decision::Patch { patch },
-            }),
-        }
+pub(crate) fn outcome_from_wit(wit: types::Outcome) -> Outcome {
+    Outcome {
+        status: match wit.status {
+            types::Status::Completed => Status::Completed,
+            types::Status::Failed(reason) => Status::Failed { reason },
+            types::Status::Blocked(blocker) => Status::Blocked { blocker },
+            types::Status::TimedOut(reason) => Status::TimedOut { reason },
+        },
+        summary: wit.summary,
+        detail: wit.detail,
+        harness_session: wit.harness_session,
+        decision: wit.decision.map(|decision| match decision {
+            types::Decision::Allow => Decision::Allow,
+            types::Decision::Deny(reason) => Decision::Deny { reason },
+            types::Decision::Patch(patch) => Decision::Patch { patch },
+        }),
     }
 }
 

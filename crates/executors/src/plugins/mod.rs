@@ -1177,7 +1177,7 @@ impl PluginHost {
         let report = || -> Result<CallReport, PluginError> {
             let (outcome, said) = match reply? {
                 Reply::Outcome(outcome, said) => (
-                    Outcome::from_wit(outcome).masked(&own_token),
+                    call::masked_outcome(call::outcome_from_wit(outcome), &own_token),
                     said.masked(&own_token),
                 ),
                 Reply::Manifest(_) | Reply::Valid => {

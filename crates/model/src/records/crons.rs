@@ -82,3 +82,65 @@ pub struct CronState {
     /// refused, or recorded missed.
     pub accounted_through: Option<String>,
 }
+
+/// What a firing does while the cron's previous firing still runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// The new firing is recorded `skipped` and does not run.
+    #[default]
+    Forbid,
+    /// Both run.
+    Allow,
+    /// The running one is stopped (its processes killed; its receipt says it was replaced)
+    /// and the new one runs.
+    Replace,
+}
+
+/// Whether firings missed while the daemon was down get one late run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    /// Misses are recorded, nothing runs late.
+    #[default]
+    None,
+    /// Misses are recorded, and one late run follows at start.
+    Once,
+}
+
+state_enum! {
+    /// What a cron is doing now, on this node.
+    pub enum CronActivity {
+        /// A firing of it runs now.
+        Running = "running",
+        Idle = "idle",
+        /// `canopy cron pause` stopped its schedule.
+        Paused = "paused",
+        /// Its `nodes` / `roles_permitted` leave this node out.
+        NotServedHere = "not served here",
+    }
+}
+
+/// A cron as `canopy cron list` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CronView {
+    pub name: String,
+    pub schedule: String,
+    pub timezone: String,
+    /// What it runs, in one line (`command: ./prune.sh`, `agent claude`, `mode docs-maintenance`).
+    pub runs: String,
+    /// Whether this node runs it (its `nodes` / `roles_permitted`).
+    pub served: bool,
+    pub paused: bool,
+    /// What it is doing now.
+    pub state: CronActivity,
+    /// The next scheduled firing (RFC 3339), when it runs here and is not paused.
+    pub next_at: Option<String>,
+    pub overlap: Overlap,
+    pub catch_up: CatchUp,
+    pub timeout_secs: Option<u64>,
+    /// The run ids of its firings running now.
+    pub running: Vec<String>,
+    /// Its last firing that ran, rebuilt from the receipts (so it survives restarts).
+    pub last: Option<Receipt>,
+}

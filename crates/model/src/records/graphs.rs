@@ -30,14 +30,14 @@ pub struct Node {
 }
 
 /// A spec bound to a graph.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BoundSpec {
     pub id: String,
     pub name: String,
 }
 
 /// A graph as stored.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Graph {
     pub id: String,
     pub name: String,

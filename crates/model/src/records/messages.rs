@@ -31,7 +31,7 @@ state_enum! {
 }
 
 /// A message for a session.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Message {
     pub id: String,
     /// The session it is for (resolved when the hook fired).
@@ -54,11 +54,19 @@ pub struct Message {
 }
 
 /// A notification the daemon raised (an undeliverable message, say).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Notification {
     pub id: String,
     pub kind: NotificationKind,
     pub message: String,
     pub message_id: Option<String>,
     pub created_at: String,
+}
+
+/// The answer to sending a message (`POST /api/sessions/{id}/messages`): its id and the session
+/// it is queued for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Queued {
+    pub message_id: String,
+    pub session: crate::records::sessions::Session,
 }

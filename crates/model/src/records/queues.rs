@@ -38,7 +38,7 @@ impl From<SpecResult> for MemberStatus {
 }
 
 /// A queue member.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Member {
     /// 1-based position in the queue.
     pub position: usize,
@@ -53,7 +53,7 @@ pub struct Member {
 }
 
 /// A queue with its members.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Queue {
     pub id: String,
     pub name: String,

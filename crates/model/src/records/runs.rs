@@ -76,7 +76,7 @@ state_enum! {
 }
 
 /// A run as stored.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Run {
     pub id: String,
     pub graph_id: String,
@@ -109,7 +109,7 @@ impl Run {
 }
 
 /// A spec the run reached.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunSpec {
     pub spec_id: String,
     pub spec_name: Option<String>,
@@ -128,7 +128,7 @@ pub struct RunSpec {
 }
 
 /// One executor call for a node.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct NodeRun {
     pub id: String,
     pub run_id: String,

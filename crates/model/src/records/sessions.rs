@@ -14,7 +14,7 @@ state_enum! {
 }
 
 /// A session.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Session {
     pub id: String,
     pub name: String,
@@ -29,7 +29,7 @@ pub struct Session {
 }
 
 /// A graph's current run while it is still going on, for `canopy status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ActiveRun {
     pub id: String,
     pub graph_name: String,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A spec as the API returns it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Spec {
     pub id: String,
     pub name: String,

@@ -12,7 +12,7 @@ use super::runs::{NodeRun, Run, RunSpec, SpecResult};
 use crate::state_enum;
 
 /// A graph with what `graph get` adds: the current run, progress, warnings.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct GraphView {
     /// The graph; its `specs` holds the bound specs of the page shown.
     #[serde(flatten)]
@@ -41,7 +41,7 @@ pub struct GraphView {
 }
 
 /// The window a paged list shows.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PageInfo {
     pub offset: usize,
     pub limit: usize,
@@ -112,7 +112,7 @@ impl Ord for ProgressResult {
 }
 
 /// A run with its specs and node runs.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunView {
     #[serde(flatten)]
     pub run: Run,
@@ -125,7 +125,7 @@ pub struct RunView {
 }
 
 /// One spec of a run's source and what the run did with it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Progress {
     pub position: usize,
     pub spec_id: String,
@@ -146,7 +146,7 @@ pub struct Progress {
 
 /// One run as `GET /api/runs/{id}` shows it: its specs and node runs, its graph's name, every
 /// hook run it fired (newest first), and whether the engine still works on it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunDetail {
     #[serde(flatten)]
     pub view: RunView,
@@ -159,7 +159,7 @@ pub struct RunDetail {
 }
 
 /// A run in `GET /api/runs`: the run and its graph's name (`None` once the graph is deleted).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct NamedRun {
     #[serde(flatten)]
     pub run: Run,

@@ -48,7 +48,7 @@ impl DeliveryStatus {
 }
 
 /// A delivery as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Delivery {
     pub id: String,
     pub scope: String,
@@ -73,4 +73,44 @@ pub struct Delivery {
     pub error: Option<String>,
     pub output: Option<String>,
     pub result: Option<Value>,
+}
+
+/// What a waited-for delivery came to.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Outcome {
+    pub delivery_id: String,
+    pub status: DeliveryStatus,
+    pub reason: Option<String>,
+    pub error: Option<String>,
+    pub output: Option<String>,
+    pub result: Option<Value>,
+    pub duration_ms: Option<i64>,
+    /// This is the outcome of an earlier delivery with the same sender id: the request was a
+    /// copy of it, and did not run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+}
+
+impl From<&Delivery> for Outcome {
+    fn from(delivery: &Delivery) -> Self {
+        Self {
+            delivery_id: delivery.id.clone(),
+            status: delivery.status,
+            reason: delivery.reason.clone(),
+            error: delivery.error.clone(),
+            output: delivery.output.clone(),
+            result: delivery.result.clone(),
+            duration_ms: delivery.duration_ms,
+            duplicate: false,
+        }
+    }
+}
+
+/// One delivery as `GET /api/webhooks/deliveries/{id}` shows it: the record and its body (as
+/// text; bytes that are not UTF-8 shown as U+FFFD).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeliveryDetail {
+    #[serde(flatten)]
+    pub delivery: Delivery,
+    pub body: String,
 }
