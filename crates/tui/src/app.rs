@@ -5,113 +5,37 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use serde::Deserialize;
+
 use serde_json::{Value, json};
 
+use canopy_model::events::Envelope;
 pub use canopy_model::records::graphs::GraphStatus;
-use canopy_model::records::runs::NodeRunStatus;
-
-/// A graph the answer did not give a status for is shown idle.
-fn idle() -> GraphStatus {
-    GraphStatus::Idle
-}
-
-/// A backlog spec (`GET /api/specs`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Spec {
-    pub id: String,
-    pub name: String,
-    #[serde(default)]
-    pub workdir: Option<String>,
-    #[serde(default)]
-    pub needs_conversion: bool,
-    #[serde(default)]
-    pub summary: Option<String>,
-}
-
-/// A graph node's declaration (only its name matters here).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct NodeDecl {
-    pub name: String,
-}
-
-/// One node run of a run.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct NodeRun {
-    pub id: String,
-    #[serde(default)]
-    pub spec_id: Option<String>,
-    pub node: String,
-    pub status: NodeRunStatus,
-    #[serde(default)]
-    pub summary: Option<String>,
-    #[serde(default)]
-    pub reason: Option<String>,
-    #[serde(default)]
-    pub started_at: Option<String>,
-    #[serde(default)]
-    pub duration_ms: Option<i64>,
-}
-
-/// A graph's current run.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Run {
-    pub id: String,
-    pub status: String,
-    #[serde(default)]
-    pub queue_id: Option<String>,
-    #[serde(default)]
-    pub started_at: Option<String>,
-    #[serde(default)]
-    pub summary: Option<String>,
-    #[serde(default)]
-    pub node_runs: Vec<NodeRun>,
-}
-
-/// One spec's result in a graph's progress.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Progress {
-    pub position: i64,
-    pub spec_id: String,
-    pub spec_name: String,
-    pub result: String,
-    #[serde(default)]
-    pub summary: Option<String>,
-    #[serde(default)]
-    pub reason: Option<String>,
-    #[serde(default)]
-    pub reason_node: Option<String>,
-}
+pub use canopy_model::records::hook_runs::HookRun;
+pub use canopy_model::records::queues::Queue;
+pub use canopy_model::records::runs::{NodeRun, NodeRunStatus};
+pub use canopy_model::records::sessions::Session;
+pub use canopy_model::records::specs::Spec;
+pub use canopy_model::records::views::GraphView;
 
 /// A graph as `GET /api/graphs/{name}` shows it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Graph {
-    pub name: String,
-    pub workdir: String,
-    #[serde(default = "idle")]
-    pub status: GraphStatus,
-    #[serde(default)]
-    pub blocker: Option<String>,
-    #[serde(default)]
-    pub consistency_warning: Option<String>,
-    #[serde(default)]
-    pub nodes: Vec<NodeDecl>,
-    #[serde(default)]
-    pub current_run: Option<Run>,
-    #[serde(default)]
-    pub progress: Vec<Progress>,
-    #[serde(default)]
-    pub progress_summary: BTreeMap<String, u64>,
+pub type Graph = GraphView;
+
+/// What the TUI asks of a graph's view.
+pub trait GraphExt {
+    /// Paused with a blocker: the graph waits for a person.
+    fn is_blocked(&self) -> bool;
+    /// The node run in progress, if any.
+    fn running_node(&self) -> Option<&NodeRun>;
+    /// The spec's name for an id of this graph's progress.
+    fn spec_name(&self, id: &str) -> Option<&str>;
 }
 
-impl Graph {
-    /// Paused with a blocker: the graph waits for a person.
-    pub fn is_blocked(&self) -> bool {
-        self.status == GraphStatus::Paused && self.blocker.is_some()
+impl GraphExt for GraphView {
+    fn is_blocked(&self) -> bool {
+        self.graph.status == GraphStatus::Paused && self.graph.blocker.is_some()
     }
 
-    /// The node run in progress, if any.
-    pub fn running_node(&self) -> Option<&NodeRun> {
+    fn running_node(&self) -> Option<&NodeRun> {
         self.current_run
             .as_ref()?
             .node_runs
@@ -120,64 +44,12 @@ impl Graph {
             .find(|n| n.status == NodeRunStatus::Running)
     }
 
-    /// The spec's name for an id of this graph's progress.
-    pub fn spec_name(&self, id: &str) -> Option<&str> {
+    fn spec_name(&self, id: &str) -> Option<&str> {
         self.progress
             .iter()
             .find(|p| p.spec_id == id)
             .map(|p| p.spec_name.as_str())
     }
-}
-
-/// A queue member.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Member {
-    pub spec_id: String,
-    pub spec_name: String,
-    #[serde(default)]
-    pub group: Option<String>,
-    pub status: String,
-    /// Still to be run by a run on the queue (not completed or skipped by one): a member that
-    /// failed or blocked is pending too, as `queue list` counts it.
-    #[serde(default)]
-    pub pending: bool,
-}
-
-/// A queue (`GET /api/queues`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Queue {
-    pub id: String,
-    pub name: String,
-    #[serde(default)]
-    pub members: Vec<Member>,
-}
-
-/// An interactive session (`GET /api/sessions`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Session {
-    pub id: String,
-    #[serde(default)]
-    pub name: Option<String>,
-    pub status: String,
-}
-
-/// A hook run of a graph (`GET /api/hook-runs?graph=`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct HookRun {
-    pub id: String,
-    #[serde(default)]
-    pub hook_name: Option<String>,
-    #[serde(default)]
-    pub event: Option<String>,
-    pub status: String,
-    #[serde(default)]
-    pub summary: Option<String>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub fired_at: Option<String>,
-    #[serde(default)]
-    pub duration_ms: Option<i64>,
 }
 
 /// What the TUI reads from the API, one kind per route.
@@ -227,11 +99,11 @@ pub struct FeedEvent {
 
 impl FeedEvent {
     /// From an envelope of `GET /api/feed`.
-    pub fn from_envelope(envelope: &Value) -> Self {
+    pub fn from_envelope(envelope: Envelope) -> Self {
         Self {
-            event: envelope["event"].as_str().unwrap_or_default().to_string(),
-            target: envelope["target"].as_str().map(str::to_string),
-            payload: envelope["payload"].clone(),
+            event: envelope.event,
+            target: envelope.target,
+            payload: envelope.payload,
         }
     }
 
@@ -458,7 +330,11 @@ impl App {
     /// The projects: distinct workdirs of graphs and specs, sorted; `None` last when a spec or
     /// queue has no workdir.
     pub fn projects(&self) -> Vec<Option<String>> {
-        let mut dirs: BTreeSet<String> = self.graphs.values().map(|g| g.workdir.clone()).collect();
+        let mut dirs: BTreeSet<String> = self
+            .graphs
+            .values()
+            .map(|g| g.graph.workdir.clone())
+            .collect();
         let mut loose = false;
         for spec in &self.specs {
             match &spec.workdir {
@@ -516,7 +392,7 @@ impl App {
         };
         self.graphs
             .values()
-            .filter(|g| Some(&g.workdir) == project.as_ref() && self.matches(&g.name))
+            .filter(|g| Some(&g.graph.workdir) == project.as_ref() && self.matches(&g.graph.name))
             .collect()
     }
 
@@ -542,7 +418,7 @@ impl App {
     pub fn visible_sessions(&self) -> Vec<&Session> {
         self.sessions
             .iter()
-            .filter(|s| self.matches(s.name.as_deref().unwrap_or(&s.id)))
+            .filter(|s| self.matches(if s.name.is_empty() { &s.id } else { &s.name }))
             .collect()
     }
 
@@ -568,7 +444,7 @@ impl App {
                     Section::Graphs,
                     self.project_graphs()
                         .iter()
-                        .map(|g| Row::Graph(g.name.clone()))
+                        .map(|g| Row::Graph(g.graph.name.clone()))
                         .collect(),
                 ),
                 (
@@ -648,7 +524,7 @@ impl App {
         {
             self.status = Some((
                 Level::Info,
-                format!("{action} {graph}: now {}", view.status.as_str()),
+                format!("{action} {graph}: now {}", view.graph.status.as_str()),
             ));
         }
     }
@@ -697,7 +573,7 @@ impl App {
                 Ok(view) => {
                     self.say(
                         Level::Info,
-                        format!("{action} {graph}: now {}", view.status.as_str()),
+                        format!("{action} {graph}: now {}", view.graph.status.as_str()),
                     );
                     self.announced = Some((graph.clone(), action));
                     self.loaded(Resource::Graph(graph), seq, Ok(Loaded::Graph(Some(view))))
@@ -811,22 +687,25 @@ impl App {
             Loaded::Graphs(graphs) => {
                 let mut fresh = BTreeMap::new();
                 for graph in graphs {
-                    let resource = Resource::Graph(graph.name.clone());
+                    let resource = Resource::Graph(graph.graph.name.clone());
                     // A graph read alone and answered after this list was asked stays.
-                    match (self.applied.get(&resource), self.graphs.remove(&graph.name)) {
+                    match (
+                        self.applied.get(&resource),
+                        self.graphs.remove(&graph.graph.name),
+                    ) {
                         (Some(&done), Some(newer)) if done > seq => {
-                            fresh.insert(newer.name.clone(), newer);
+                            fresh.insert(newer.graph.name.clone(), newer);
                         }
                         _ => {
                             self.applied.insert(resource, seq);
-                            fresh.insert(graph.name.clone(), graph);
+                            fresh.insert(graph.graph.name.clone(), graph);
                         }
                     }
                 }
                 self.graphs = fresh;
             }
             Loaded::Graph(Some(graph)) => {
-                self.graphs.insert(graph.name.clone(), *graph);
+                self.graphs.insert(graph.graph.name.clone(), *graph);
             }
             Loaded::Graph(None) => {
                 if let Resource::Graph(name) = &resource {
@@ -978,11 +857,7 @@ impl App {
                             run.node_runs
                                 .iter()
                                 .map(|n| {
-                                    let spec = n
-                                        .spec_id
-                                        .as_deref()
-                                        .and_then(|id| g.spec_name(id))
-                                        .unwrap_or("-");
+                                    let spec = g.spec_name(&n.spec_id).unwrap_or("-");
                                     (n.id.clone(), format!("{} on {spec}: {}", n.node, n.status))
                                 })
                                 .collect::<Vec<_>>(),
@@ -1025,7 +900,10 @@ impl App {
     /// `b`: the focused graph's blocker, or else the first blocked graph's (focused).
     fn blocker(&mut self) {
         if let Some(Row::Graph(name)) = self.focused_row()
-            && self.graphs.get(&name).is_some_and(|g| g.blocker.is_some())
+            && self
+                .graphs
+                .get(&name)
+                .is_some_and(|g| g.graph.blocker.is_some())
         {
             self.modal = Some(Modal::Blocker { graph: name });
             return;
@@ -1034,7 +912,7 @@ impl App {
             .graphs
             .values()
             .find(|g| g.is_blocked())
-            .map(|g| (g.name.clone(), g.workdir.clone()));
+            .map(|g| (g.graph.name.clone(), g.graph.workdir.clone()));
         match blocked {
             Some((name, workdir)) => {
                 self.project = Some(Some(workdir));
@@ -1108,7 +986,7 @@ impl App {
                 let nodes: Vec<String> = self
                     .graphs
                     .get(&graph)
-                    .map(|g| g.nodes.iter().map(|n| n.name.clone()).collect())
+                    .map(|g| g.graph.nodes.iter().map(|n| n.name.clone()).collect())
                     .unwrap_or_default();
                 if code == KeyCode::Enter {
                     let Some(node) = nodes.get(index) else {
@@ -1190,6 +1068,39 @@ impl App {
     }
 }
 
+/// Graph views as the daemon answers them, for the tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use serde_json::{Value, json};
+
+    use super::{GraphStatus, GraphView};
+
+    /// A graph view with these nodes and progress (each `{position, spec_id, spec_name,
+    /// result, ...}`), read from JSON as the API writes it.
+    pub(crate) fn graph(
+        name: &str,
+        workdir: &str,
+        status: GraphStatus,
+        blocker: Option<&str>,
+        nodes: &[&str],
+        progress: Vec<Value>,
+    ) -> GraphView {
+        let nodes: Vec<Value> = nodes.iter().map(|n| json!({ "name": n })).collect();
+        let completed = progress.len();
+        serde_json::from_value(json!({
+            "id": format!("{name}-id"), "name": name, "workdir": workdir, "nodes": nodes,
+            "specs": [], "allow_dirty_start": false, "status": status, "blocker": blocker,
+            "hooks": {}, "current_run_id": null, "version": 1,
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+            "specs_total": completed, "consistency_warning": null, "current_run": null,
+            "progress_summary": if completed > 0 { json!({ "completed": completed }) } else { json!({}) },
+            "progress_page": { "offset": 0, "limit": 50, "total": completed },
+            "progress": progress, "completion_hook_runs": []
+        }))
+        .expect("a graph view as the API writes it")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -1207,28 +1118,21 @@ mod tests {
             workdir: workdir.map(str::to_string),
             needs_conversion: false,
             summary: None,
+            body: String::new(),
+            created_at: String::new(),
+            updated_at: String::new(),
         }
     }
 
     fn graph(name: &str, workdir: &str, status: GraphStatus, blocker: Option<&str>) -> Graph {
-        Graph {
-            name: name.into(),
-            workdir: workdir.into(),
+        super::fixtures::graph(
+            name,
+            workdir,
             status,
-            blocker: blocker.map(str::to_string),
-            consistency_warning: None,
-            nodes: vec![
-                NodeDecl {
-                    name: "build".into(),
-                },
-                NodeDecl {
-                    name: "test".into(),
-                },
-            ],
-            current_run: None,
-            progress: Vec::new(),
-            progress_summary: BTreeMap::new(),
-        }
+            blocker,
+            &["build", "test"],
+            Vec::new(),
+        )
     }
 
     fn loaded(app: &mut App, resource: Resource, answer: Loaded) -> Vec<Command> {
@@ -1319,7 +1223,7 @@ mod tests {
         assert_eq!(
             app.project_graphs()
                 .iter()
-                .map(|g| g.name.as_str())
+                .map(|g| g.graph.name.as_str())
                 .collect::<Vec<_>>(),
             vec!["web"]
         );
@@ -1401,7 +1305,7 @@ mod tests {
             seq: 99,
             answer: Ok(Loaded::Graph(Some(Box::new(stale)))),
         });
-        assert_eq!(app.graphs["cli"].status, GraphStatus::Completed);
+        assert_eq!(app.graphs["cli"].graph.status, GraphStatus::Completed);
     }
 
     #[test]
@@ -1427,7 +1331,7 @@ mod tests {
                 None,
             )])),
         });
-        assert_eq!(app.graphs["cli"].status, GraphStatus::Running);
+        assert_eq!(app.graphs["cli"].graph.status, GraphStatus::Running);
         assert!(
             !app.graphs.contains_key("web"),
             "a graph gone from the list is gone"

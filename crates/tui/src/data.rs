@@ -257,9 +257,10 @@ impl Data {
         while let Some(frame) = events.next().await {
             let frame = frame?;
             if frame.event == "feed" {
-                let _ = self
-                    .tx
-                    .send(Msg::Feed(FeedEvent::from_envelope(&frame.json())));
+                // An envelope this TUI cannot read is left out: the next read shows its effect.
+                if let Ok(envelope) = serde_json::from_value(frame.json()) {
+                    let _ = self.tx.send(Msg::Feed(FeedEvent::from_envelope(envelope)));
+                }
                 if frame.id.is_some() {
                     *last_id = frame.id;
                 }

@@ -9,7 +9,9 @@ use ratatui::style::{Color, Modifier, Style, Stylize as _};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, List, ListItem, ListState, Paragraph, Wrap};
 
-use super::app::{App, CONTINUE_MODES, Graph, GraphStatus, Level, Link, Modal, Row, Section};
+use super::app::{
+    App, CONTINUE_MODES, Graph, GraphExt as _, GraphStatus, Level, Link, Modal, Row, Section,
+};
 
 /// The keys, as the help pop-up lists them.
 pub const KEYS: &[(&str, &str)] = &[
@@ -222,12 +224,12 @@ fn row_line<'a>(
             let Some(graph) = app.graphs.get(name) else {
                 return Line::raw("");
             };
-            let status = graph.status.as_str();
+            let status = graph.graph.status.as_str();
             let flag = if graph.is_blocked() { " BLOCKED" } else { "" };
             let room = width.saturating_sub(5 + status.len() + flag.len()).max(6);
             Line::from(vec![
-                Span::raw(format!("    {} ", cut(&graph.name, room))),
-                Span::styled(status, Style::new().fg(status_color(graph.status))),
+                Span::raw(format!("    {} ", cut(&graph.graph.name, room))),
+                Span::styled(status, Style::new().fg(status_color(graph.graph.status))),
                 Span::styled(flag, Style::new().fg(Color::Red).bold()),
             ])
         }
@@ -247,13 +249,17 @@ fn row_line<'a>(
             let Some(session) = app.sessions.iter().find(|s| &s.id == id) else {
                 return Line::raw("");
             };
-            let name = session.name.clone().unwrap_or_else(|| short(&session.id));
-            let room = width.saturating_sub(5 + session.status.len()).max(6);
+            let name = Some(session.name.clone())
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| short(&session.id));
+            let room = width
+                .saturating_sub(5 + session.status.as_str().len())
+                .max(6);
             Line::from(vec![
                 Span::raw(format!("    {} ", cut(&name, room))),
                 Span::styled(
-                    session.status.clone(),
-                    Style::new().fg(word_color(&session.status)),
+                    session.status.to_string(),
+                    Style::new().fg(word_color(session.status.as_str())),
                 ),
             ])
         }
@@ -332,8 +338,8 @@ fn draw_main(frame: &mut Frame, app: &App, area: Rect, now: jiff::Timestamp) {
                             cut(member.group.as_deref().unwrap_or("-"), 8)
                         )),
                         Span::styled(
-                            member.status.clone(),
-                            Style::new().fg(word_color(&member.status)),
+                            member.status.to_string(),
+                            Style::new().fg(word_color(member.status.as_str())),
                         ),
                     ]));
                 }
@@ -344,7 +350,7 @@ fn draw_main(frame: &mut Frame, app: &App, area: Rect, now: jiff::Timestamp) {
         Some(Row::Session(id)) => match app.sessions.iter().find(|s| s.id == id) {
             Some(session) => vec![
                 Line::from(Span::styled(
-                    format!("Session {}", session.name.as_deref().unwrap_or("(unnamed)")),
+                    format!("Session {}", session.name),
                     Style::new().bold(),
                 )),
                 Line::raw(format!("id      {}", session.id)),
@@ -400,18 +406,18 @@ fn graph_lines<'a>(
     width: usize,
 ) -> Vec<Line<'a>> {
     let mut lines = vec![Line::from(vec![
-        Span::styled(format!("Graph {}", graph.name), Style::new().bold()),
+        Span::styled(format!("Graph {}", graph.graph.name), Style::new().bold()),
         Span::raw("  status: "),
         Span::styled(
-            graph.status.as_str(),
-            Style::new().fg(status_color(graph.status)).bold(),
+            graph.graph.status.as_str(),
+            Style::new().fg(status_color(graph.graph.status)).bold(),
         ),
         Span::styled(
             if graph.is_blocked() { "  BLOCKED" } else { "" },
             Style::new().fg(Color::Red).bold(),
         ),
     ])];
-    if let Some(blocker) = &graph.blocker {
+    if let Some(blocker) = &graph.graph.blocker {
         lines.extend(lines_of(
             &format!("blocker: {blocker}"),
             Style::new().fg(Color::Red),
@@ -425,8 +431,8 @@ fn graph_lines<'a>(
     }
     match &graph.current_run {
         Some(run) => {
-            let mut text = format!("run {} {}", short(&run.id), run.status);
-            if let Some(queue) = &run.queue_id {
+            let mut text = format!("run {} {}", short(&run.run.id), run.run.status);
+            if let Some(queue) = &run.run.queue_id {
                 let name = app
                     .queues
                     .iter()
@@ -434,20 +440,14 @@ fn graph_lines<'a>(
                     .map_or_else(|| short(queue), |q| q.name.clone());
                 text.push_str(&format!(" · queue {name}"));
             }
-            if let Some(started) = &run.started_at {
-                text.push_str(&format!(" · started {}", clock(started)));
-            }
+            text.push_str(&format!(" · started {}", clock(&run.run.started_at)));
             lines.push(Line::raw(text));
             if let Some(node) = graph.running_node() {
-                let spec = node
-                    .spec_id
-                    .as_deref()
-                    .and_then(|id| graph.spec_name(id))
-                    .unwrap_or("-");
+                let spec = graph.spec_name(&node.spec_id).unwrap_or("-");
                 let seconds = node
                     .started_at
-                    .as_deref()
-                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .parse::<jiff::Timestamp>()
+                    .ok()
                     .map(|t| now.as_second() - t.as_second())
                     .unwrap_or_default();
                 lines.push(Line::from(vec![
@@ -455,7 +455,7 @@ fn graph_lines<'a>(
                     Span::raw(format!("{} on {spec} · {}", node.node, elapsed(seconds))),
                 ]));
             }
-            if let Some(summary) = &run.summary {
+            if let Some(summary) = &run.run.summary {
                 lines.push(Line::raw(format!("summary: {summary}")));
             }
         }
@@ -490,14 +490,14 @@ fn graph_lines<'a>(
                     cut(&p.spec_name, name_width)
                 )),
                 Span::styled(
-                    format!("{:<10} ", p.result),
-                    Style::new().fg(word_color(&p.result)),
+                    format!("{:<10} ", p.result.as_str()),
+                    Style::new().fg(word_color(p.result.as_str())),
                 ),
                 Span::raw(cut(&note, width.saturating_sub(name_width + 16).max(8))),
             ]));
         }
     }
-    if let Some(runs) = app.hook_runs.get(&graph.name)
+    if let Some(runs) = app.hook_runs.get(&graph.graph.name)
         && !runs.is_empty()
     {
         lines.push(Line::from(Span::styled(
@@ -505,11 +505,13 @@ fn graph_lines<'a>(
             Style::new().fg(Color::Blue).bold(),
         )));
         for run in runs.iter().rev() {
-            let name = run
-                .hook_name
-                .as_deref()
-                .map(|h| h.strip_prefix(&format!("{}.", graph.name)).unwrap_or(h))
-                .or(run.event.as_deref())
+            let name = Some(run.hook_name.as_str())
+                .filter(|h| !h.is_empty())
+                .map(|h| {
+                    h.strip_prefix(&format!("{}.", graph.graph.name))
+                        .unwrap_or(h)
+                })
+                .or(Some(run.event.as_str()).filter(|e| !e.is_empty()))
                 .unwrap_or("-");
             let note = run
                 .error
@@ -517,14 +519,10 @@ fn graph_lines<'a>(
                 .or(run.summary.as_deref())
                 .unwrap_or("");
             lines.push(Line::from(vec![
-                Span::raw(format!(
-                    " {} {:<16} ",
-                    run.fired_at.as_deref().map_or("", clock),
-                    cut(name, 16)
-                )),
+                Span::raw(format!(" {} {:<16} ", clock(&run.fired_at), cut(name, 16))),
                 Span::styled(
-                    format!("{:<9} ", run.status),
-                    Style::new().fg(word_color(&run.status)),
+                    format!("{:<9} ", run.status.as_str()),
+                    Style::new().fg(word_color(run.status.as_str())),
                 ),
                 Span::raw(cut(note, width.saturating_sub(37).max(8))),
             ]));
@@ -603,7 +601,7 @@ fn draw_modal(frame: &mut Frame, app: &App, modal: &Modal, area: Rect) {
             let text = app
                 .graphs
                 .get(graph)
-                .and_then(|g| g.blocker.clone())
+                .and_then(|g| g.graph.blocker.clone())
                 .unwrap_or_else(|| "not blocked any more".to_string());
             let mut lines = lines_of(&text, Style::new());
             lines.push(Line::raw(""));
@@ -639,7 +637,7 @@ fn draw_modal(frame: &mut Frame, app: &App, modal: &Modal, area: Rect) {
             let nodes: Vec<String> = app
                 .graphs
                 .get(graph)
-                .map(|g| g.nodes.iter().map(|n| n.name.clone()).collect())
+                .map(|g| g.graph.nodes.iter().map(|n| n.name.clone()).collect())
                 .unwrap_or_default();
             let (title, lines) = picker(&format!("Continue {graph} from node"), nodes, *index);
             (title, lines, 0)
@@ -766,6 +764,9 @@ mod tests {
                 workdir: Some("/src/web".into()),
                 needs_conversion: true,
                 summary: None,
+                body: String::new(),
+                created_at: String::new(),
+                updated_at: String::new(),
             }])),
         });
         let text = screen(&app, 80, 24);
@@ -777,31 +778,27 @@ mod tests {
     fn j_and_k_scroll_a_long_run_into_view_in_24_rows() {
         use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-        use crate::app::{Graph, GraphStatus, Progress};
+        use crate::app::GraphStatus;
 
         let mut app = App::new();
         let progress = (1..=40)
-            .map(|i| Progress {
-                position: i,
-                spec_id: format!("s{i}"),
-                spec_name: format!("Spec number {i}"),
-                result: "completed".into(),
-                summary: None,
-                reason: None,
-                reason_node: None,
+            .map(|i| {
+                serde_json::json!({
+                    "position": i, "spec_id": format!("s{i}"),
+                    "spec_name": format!("Spec number {i}"), "group": null,
+                    "result": "completed", "summary": null, "reason": null,
+                    "reason_node": null, "done_in_run": null
+                })
             })
             .collect();
-        let graph = Graph {
-            name: "long".into(),
-            workdir: "/src/web".into(),
-            status: GraphStatus::Completed,
-            blocker: None,
-            consistency_warning: None,
-            nodes: Vec::new(),
-            current_run: None,
+        let graph = crate::app::fixtures::graph(
+            "long",
+            "/src/web",
+            GraphStatus::Completed,
+            None,
+            &[],
             progress,
-            progress_summary: [("completed".to_string(), 40)].into_iter().collect(),
-        };
+        );
         app.update(Msg::Loaded {
             resource: Resource::Graphs,
             seq: 1,
