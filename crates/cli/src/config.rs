@@ -1,5 +1,6 @@
 //! `canopy config validate [FILE]` and `canopy config reload`.
 
+use canopy_model::records::config::{ConfigCheck, Reloaded};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,10 +62,11 @@ async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<E
         },
         Err(_) => (offline(&text), false),
     };
+    let check: ConfigCheck = super::typed(&answer, "a configuration check")?;
     if json {
         answer["actions_checked"] = Value::Bool(full);
         print_json(&answer)?;
-    } else if answer["valid"] == Value::Bool(true) {
+    } else if check.valid {
         println!("{}: valid", path.display());
         if !full {
             println!(
@@ -73,11 +75,11 @@ async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<E
         }
     } else {
         eprintln!("{}: does not validate", path.display());
-        for problem in super::items(&answer["problems"]) {
-            eprintln!("  {}", problem.as_str().unwrap_or_default());
+        for problem in &check.problems {
+            eprintln!("  {problem}");
         }
     }
-    Ok(if answer["valid"] == Value::Bool(true) {
+    Ok(if check.valid {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -86,10 +88,16 @@ async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<E
 
 /// What the file alone says, without executors to check the hooks' actions.
 fn offline(text: &str) -> Value {
-    match canopy_core::config::Config::parse(text) {
-        Ok(_) => json!({ "valid": true, "problems": [] }),
-        Err(problems) => json!({ "valid": false, "problems": problems }),
-    }
+    let (valid, problems) = match canopy_core::config::Config::parse(text) {
+        Ok(_) => (true, Vec::new()),
+        Err(problems) => (false, problems),
+    };
+    json!(ConfigCheck {
+        valid,
+        problems,
+        hooks: None,
+        node: None,
+    })
 }
 
 async fn reload(client: &Client, json: bool) -> Result<ExitCode> {
@@ -100,22 +108,18 @@ async fn reload(client: &Client, json: bool) -> Result<ExitCode> {
         print_json(&answer)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let report = &answer["report"];
+    let report = super::typed::<Reloaded>(&answer, "a reload")?.report;
     println!(
         "reloaded {}: {} daemon hook(s) in force on node {}",
-        super::str_at(report, "/path"),
-        report["hooks"],
-        super::str_at(report, "/node")
+        report.path, report.hooks, report.node
     );
-    let applied = super::list_at(report, "/applied");
-    if applied != "-" {
-        println!("in force now: {}", applied.replace(',', ", "));
+    if !report.applied.is_empty() {
+        println!("in force now: {}", report.applied.join(", "));
     }
-    let restart = super::list_at(report, "/needs_restart");
-    if restart != "-" {
+    let restart = report.needs_restart.join(", ");
+    if !restart.is_empty() {
         println!(
-            "changed, in force after a restart (`canopy daemon stop`, then start it): {}",
-            restart.replace(',', ", ")
+            "changed, in force after a restart (`canopy daemon stop`, then start it): {restart}"
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -1,5 +1,6 @@
 //! `canopy profile ...`: the profiles of canopy.toml and the runtime hooks they give an agent.
 
+use canopy_model::records::config::{ProfileStack, Profiles};
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -7,7 +8,7 @@ use clap::Subcommand;
 use serde_json::Value;
 
 use super::output::{non_empty, table_or};
-use super::{Client, encode, items, print_json, str_at};
+use super::{Client, encode, print_json, typed};
 
 #[derive(Debug, Subcommand)]
 pub enum ProfileCommand {
@@ -41,15 +42,18 @@ pub async fn run(client: &Client, command: ProfileCommand) -> Result<ExitCode> {
                 print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let rows: Vec<Vec<String>> = items(&answer["profiles"])
+            let profiles: Profiles = typed(&answer, "profiles")?;
+            let rows: Vec<Vec<String>> = profiles
+                .profiles
                 .iter()
                 .map(|profile| {
-                    let phases: Vec<String> = items(&profile["phases"])
+                    let phases: Vec<String> = profile
+                        .phases
                         .iter()
-                        .map(|p| format!("{} ({})", str_at(p, "/phase"), p["hooks"]))
+                        .map(|p| format!("{} ({})", p.phase, p.hooks))
                         .collect();
                     vec![
-                        str_at(profile, "/name").to_string(),
+                        profile.name.clone(),
                         if phases.is_empty() {
                             "(no hooks)".to_string()
                         } else {
@@ -73,25 +77,22 @@ pub async fn run(client: &Client, command: ProfileCommand) -> Result<ExitCode> {
                 print_json(&answer)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let phases = items(&answer["phases"]);
-            if phases.is_empty() {
+            let stack: ProfileStack = typed(&answer, "a profile stack")?;
+            if stack.phases.is_empty() {
                 println!("{}: no runtime hooks", names.join(", "));
             }
-            for phase in phases {
-                let decides = if phase["decides"] == true {
-                    ", decides"
-                } else {
-                    ""
-                };
-                println!(
-                    "{} ({}{decides})",
-                    str_at(phase, "/phase"),
-                    str_at(phase, "/event")
-                );
-                for group in items(&phase["groups"]) {
-                    let matcher = group["matcher"].as_str().unwrap_or("every tool");
-                    for hook in items(&group["hooks"]) {
-                        println!("  {:<18} {:<20} {}", str_at(group, "/from"), matcher, hook);
+            for phase in &stack.phases {
+                let decides = if phase.decides { ", decides" } else { "" };
+                println!("{} ({}{decides})", phase.phase, phase.event);
+                for group in &phase.groups {
+                    let matcher = group.matcher.as_deref().unwrap_or("every tool");
+                    for hook in &group.hooks {
+                        println!(
+                            "  {:<18} {:<20} {}",
+                            group.from,
+                            matcher,
+                            Value::Object(hook.clone())
+                        );
                     }
                 }
             }

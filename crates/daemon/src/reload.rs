@@ -7,11 +7,10 @@
 //! platforms and projects (their hooks and checkout watchers) in force at once; the sections read only at start (`listen`, `limits`, `process`,
 //! `log`, `feed`) are named in the answer as needing a restart when they changed.
 
+pub use canopy_model::records::config::ReloadReport;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
-
-use serde::Serialize;
 
 use canopy_core::bus::Bus;
 use canopy_core::config::Config;
@@ -37,20 +36,6 @@ impl AgentSettings {
             profiles: config.profiles(),
         }
     }
-}
-
-/// What a reload did.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ReloadReport {
-    /// The file read.
-    pub path: PathBuf,
-    /// The daemon hooks now in force.
-    pub hooks: usize,
-    pub node: String,
-    /// Sections that changed and are in force now.
-    pub applied: Vec<String>,
-    /// Sections that changed but are read only at start: in force after a restart.
-    pub needs_restart: Vec<String>,
 }
 
 /// Checks and applies `canopy.toml`.
@@ -271,7 +256,7 @@ impl Reloader {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = AgentSettings::of(&config);
         let report = ReloadReport {
-            path: self.path.clone(),
+            path: self.path.display().to_string(),
             hooks: hooks.hooks.len(),
             node: hooks.identity.node.clone(),
             applied,

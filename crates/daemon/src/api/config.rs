@@ -5,8 +5,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
+use canopy_model::records::config::{ConfigCheck, Reloaded};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, AppState};
 
@@ -26,9 +26,12 @@ fn problems_message(first: &str, problems: &[String]) -> String {
     message
 }
 
-async fn reload(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
+async fn reload(State(state): State<AppState>) -> Result<ApiJson<Reloaded>, ApiError> {
     match state.reloader.reload().await {
-        Ok(report) => Ok(ApiJson(json!({ "reloaded": true, "report": report }))),
+        Ok(report) => Ok(ApiJson(Reloaded {
+            reloaded: true,
+            report,
+        })),
         Err(problems) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_config",
@@ -54,14 +57,19 @@ struct ValidateBody {
 async fn validate(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<ValidateBody>,
-) -> ApiJson<Value> {
+) -> ApiJson<ConfigCheck> {
     match state.reloader.check(&body.text).await {
-        Ok((_, hooks)) => ApiJson(json!({
-            "valid": true,
-            "problems": [],
-            "hooks": hooks.hooks.len(),
-            "node": hooks.identity.node,
-        })),
-        Err(problems) => ApiJson(json!({ "valid": false, "problems": problems })),
+        Ok((_, hooks)) => ApiJson(ConfigCheck {
+            valid: true,
+            problems: Vec::new(),
+            hooks: Some(hooks.hooks.len()),
+            node: Some(hooks.identity.node.clone()),
+        }),
+        Err(problems) => ApiJson(ConfigCheck {
+            valid: false,
+            problems,
+            hooks: None,
+            node: None,
+        }),
     }
 }

@@ -6,7 +6,10 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
-use serde_json::{Value, json};
+use canopy_model::records::config::{
+    GroupHooks, PhaseCount, PhaseHooks, ProfileStack, ProfileSummary, Profiles,
+};
+use serde_json::json;
 
 use super::{ApiJson, AppState};
 use crate::api::error::ApiError;
@@ -18,33 +21,35 @@ pub fn router() -> Router<AppState> {
         .route("/profiles/{names}", get(show))
 }
 
-async fn list(State(state): State<AppState>) -> ApiJson<Value> {
-    let profiles: Vec<Value> = state
+async fn list(State(state): State<AppState>) -> ApiJson<Profiles> {
+    let profiles: Vec<ProfileSummary> = state
         .reloader
         .profiles()
         .iter()
         .map(|(name, hooks)| {
             let stack = RuntimeHooks::parse(hooks, "runtime_hooks", name).unwrap_or_default();
-            let phases: Vec<Value> = stack
+            let phases: Vec<PhaseCount> = stack
                 .phases
                 .iter()
-                .map(|(phase, groups)| {
-                    json!({
-                        "phase": phase.as_str(),
-                        "hooks": groups.iter().map(|g| g.hooks.len()).sum::<usize>(),
-                    })
+                .map(|(phase, groups)| PhaseCount {
+                    phase: phase.as_str().to_string(),
+                    hooks: groups.iter().map(|g| g.hooks.len()).sum::<usize>(),
                 })
                 .collect();
-            json!({ "name": name, "phases": phases, "runtime_hooks": hooks })
+            ProfileSummary {
+                name: name.clone(),
+                phases,
+                runtime_hooks: json!(hooks),
+            }
         })
         .collect();
-    ApiJson(json!({ "profiles": profiles }))
+    ApiJson(Profiles { profiles })
 }
 
 async fn show(
     State(state): State<AppState>,
     Path(names): Path<String>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<ProfileStack>, ApiError> {
     let names: Vec<String> = names
         .split(',')
         .map(str::trim)
@@ -55,21 +60,25 @@ async fn show(
         .plugins
         .profile_stack(&names)
         .map_err(|err| ApiError::new(StatusCode::NOT_FOUND, "not_found", err))?;
-    let phases: Vec<Value> = stack
+    let phases: Vec<PhaseHooks> = stack
         .phases
         .iter()
-        .map(|(phase, groups)| {
-            json!({
-                "phase": phase.as_str(),
-                "event": phase.event(),
-                "decides": phase.decides(),
-                "groups": groups.iter().map(|group| json!({
-                    "from": group.from,
-                    "matcher": group.matcher_text,
-                    "hooks": group.hooks,
-                })).collect::<Vec<_>>(),
-            })
+        .map(|(phase, groups)| PhaseHooks {
+            phase: phase.as_str().to_string(),
+            event: phase.event().to_string(),
+            decides: phase.decides(),
+            groups: groups
+                .iter()
+                .map(|group| GroupHooks {
+                    from: group.from.clone(),
+                    matcher: group.matcher_text.clone(),
+                    hooks: group.hooks.clone(),
+                })
+                .collect(),
         })
         .collect();
-    Ok(ApiJson(json!({ "profiles": names, "phases": phases })))
+    Ok(ApiJson(ProfileStack {
+        profiles: names,
+        phases,
+    }))
 }
