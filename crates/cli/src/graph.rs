@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::output::{non_empty, print_warnings, table_or, utc, utc_cell};
 use super::progress::{self, WaitOptions};
-use super::{Client, encode, print_json, short, str_at, table, typed};
+use super::{Client, encode, print_json, short, table, typed};
 use canopy_client::in_cli_terms;
 use canopy_model::records::graphs::GraphStatus;
 use canopy_model::records::runs::NodeRun;
@@ -479,10 +479,11 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 print_json(&graph)?;
             } else {
                 print_warnings(&graph);
+                let view: GraphView = typed(&graph, "a graph")?;
                 println!(
                     "created graph {} ({})",
-                    str_at(&graph, "/name"),
-                    short(str_at(&graph, "/id"))
+                    view.graph.name,
+                    short(&view.graph.id)
                 );
             }
         }
@@ -790,4 +791,78 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::{GraphStatus, GraphView, ProgressResult, summary_or_reason};
+    use crate::typed;
+    use canopy_model::records::runs::NodeRunStatus;
+
+    /// `graph get` as a newer daemon might answer it: a graph status, a spec result and a node
+    /// run status this CLI does not know.
+    fn newer_answer() -> serde_json::Value {
+        let node_run = json!({
+            "id": "nr-1", "run_id": "run-1", "spec_id": "s-1", "node": "build",
+            "node_index": 0, "mode": "command", "plugin": null, "plugin_version": null,
+            "plugin_sha256": null, "status": "paused_for_review", "summary": null,
+            "reason": null, "detail": null, "harness_session": null, "resume_session": null,
+            "started_at": "2026-12-01T09:00:01.000000Z", "finished_at": null,
+            "duration_ms": null, "reviewer": "ana"
+        });
+        let run = json!({
+            "id": "run-1", "graph_id": "3f2a", "workdir": "/src/web", "queue_id": null,
+            "status": "running", "blocker": null, "summary": null, "start_node": null,
+            "started_at": "2026-12-01T09:00:00.000000Z", "finished_at": null,
+            "actor": "user", "dispatch_depth": 0, "specs": [], "node_runs": [node_run]
+        });
+        let progress = json!({
+            "position": 1, "spec_id": "s-1", "spec_name": "login", "group": null,
+            "result": "deferred", "summary": "later", "reason": null, "reason_node": null,
+            "done_in_run": null
+        });
+        json!({
+            "id": "3f2a9c1e0b7d4e6f8a9b0c1d2e3f4a5b", "name": "web", "workdir": "/src/web",
+            "nodes": [{ "name": "build", "command": "make" }], "specs": [],
+            "allow_dirty_start": false, "status": "suspended",
+            "blocker": "waiting for a person", "hooks": {}, "current_run_id": "run-1",
+            "version": 4, "created_at": "2026-12-01T09:00:00.000000Z",
+            "updated_at": "2026-12-01T09:00:00.000000Z", "specs_total": 1,
+            "consistency_warning": null, "current_run": run,
+            "progress_summary": { "deferred": 1 },
+            "progress_page": { "offset": 0, "limit": 50, "total": 1 },
+            "progress": [progress], "completion_hook_runs": []
+        })
+    }
+
+    #[test]
+    fn a_newer_daemons_states_read_as_unknown_and_the_rest_of_the_answer_still_shows() {
+        let view: GraphView = typed(&newer_answer(), "a graph").expect("the answer reads");
+        assert_eq!(view.graph.status, GraphStatus::Unknown);
+        assert_eq!(view.graph.blocker.as_deref(), Some("waiting for a person"));
+        let run = view.current_run.as_ref().expect("its current run");
+        assert_eq!(run.node_runs[0].status, NodeRunStatus::Unknown);
+        assert_eq!(view.progress[0].result, ProgressResult::Unknown);
+        assert_eq!(
+            view.progress_summary.get(&ProgressResult::Unknown),
+            Some(&1)
+        );
+        // A spec whose result is not known is not taken for a stopped one: its summary shows.
+        assert_eq!(summary_or_reason(&view.progress[0]), "later");
+    }
+
+    #[test]
+    fn an_answer_that_is_not_a_graph_is_an_error_naming_what_was_expected() {
+        let err = typed::<GraphView>(&json!({ "name": 7 }), "a graph")
+            .expect_err("a number is not a name")
+            .to_string();
+        assert!(
+            err.starts_with("cannot read the daemon's answer as a graph:"),
+            "{err}"
+        );
+        assert!(err.contains("is the daemon another version?"), "{err}");
+    }
 }

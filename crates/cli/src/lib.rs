@@ -353,22 +353,6 @@ pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-pub(crate) fn list_at(value: &Value, pointer: &str) -> String {
-    let items: Vec<&str> = value
-        .pointer(pointer)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    if items.is_empty() {
-        "-".to_string()
-    } else {
-        items.join(",")
-    }
-}
-
 pub(crate) fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
 }

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, print_warnings, utc};
-use super::{Client, encode, items, list_at, print_json, short, str_at, table, typed};
+use super::{Client, encode, items, print_json, short, str_at, table, typed};
 use canopy_client::in_cli_terms;
 use canopy_model::records::plugins::PluginRecord;
 use canopy_model::work::{Outcome, PluginRef, Status};
@@ -209,38 +209,30 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             if json {
                 print_json(&info)?;
             } else {
-                println!("name:          {}", str_at(&info, "/name"));
-                println!("version:       {}", str_at(&info, "/version"));
-                println!("sha256:        {}", str_at(&info, "/sha256"));
+                let record: PluginRecord = typed(&info, "a plugin")?;
+                println!("name:          {}", record.name);
+                println!("version:       {}", record.version);
+                println!("sha256:        {}", record.sha256);
                 println!(
                     "kind:          {}",
-                    if info["builtin"].as_bool() == Some(true) {
+                    if record.builtin {
                         "built-in"
                     } else {
                         "installed"
                     }
                 );
-                println!(
-                    "state:         {}",
-                    if info["enabled"].as_bool() == Some(true) {
-                        "enabled"
-                    } else {
-                        "disabled"
-                    }
-                );
-                println!("modes:         {}", list_at(&info, "/manifest/modes"));
+                println!("state:         {}", record.state());
+                println!("modes:         {}", listed(record.manifest.modes.iter()));
                 println!(
                     "requests:      {}",
-                    list_at(&info, "/manifest/capabilities")
+                    listed(record.manifest.capabilities.iter())
                 );
-                println!("granted:       {}", list_at(&info, "/granted"));
-                let templates: Vec<String> = info
-                    .pointer("/manifest/templates")
-                    .and_then(Value::as_array)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
+                println!("granted:       {}", listed(record.granted.iter()));
+                let templates: Vec<String> = record
+                    .manifest
+                    .templates
                     .iter()
-                    .map(|t| format!("{} ({})", str_at(t, "/field"), str_at(t, "/escape")))
+                    .map(|t| format!("{} ({})", t.field, t.escape.as_str()))
                     .collect();
                 println!(
                     "templates:     {}",
@@ -250,7 +242,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                         templates.join(", ")
                     }
                 );
-                println!("installed at:  {}", utc(str_at(&info, "/installed_at")));
+                println!("installed at:  {}", utc(&record.installed_at));
                 println!(
                     "loaded from:   {} in {} µs",
                     str_at(&info, "/load/source"),
@@ -260,7 +252,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                 );
                 println!(
                     "config schema:\n{}",
-                    serde_json::to_string_pretty(&info["manifest"]["config_schema"])?
+                    serde_json::to_string_pretty(&record.manifest.config_schema)?
                 );
                 println!(
                     "Canopy's own keys (any mode; read by the daemon, never passed on): {}",
@@ -272,7 +264,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             let info: Value = client
                 .delete(&format!("/api/plugins/{}", encode(&name)))
                 .await?;
-            if info["builtin"].as_bool() == Some(true) {
+            if typed::<PluginRecord>(&info, "a plugin")?.builtin {
                 println!(
                     "disabled built-in plugin {name} (built-ins cannot be deleted; `canopy plugin enable {name}` brings it back)"
                 );

@@ -62,6 +62,16 @@ pub enum Escape {
     Shell,
 }
 
+impl Escape {
+    /// Its name, as a manifest writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Shell => "shell",
+        }
+    }
+}
+
 /// Marker values for one firing, by name (without braces).
 pub type MarkerValues = BTreeMap<String, String>;
 
