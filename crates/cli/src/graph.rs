@@ -13,7 +13,7 @@ use super::{Client, encode, print_json, short, table, typed};
 use canopy_client::in_cli_terms;
 use canopy_model::records::graphs::GraphStatus;
 use canopy_model::records::runs::NodeRun;
-use canopy_model::records::views::{GraphView, PageInfo, Progress, ProgressResult, RunDetail};
+use canopy_model::records::views::{GraphView, PageInfo, Progress, RunDetail};
 
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
@@ -305,15 +305,7 @@ pub(crate) fn done_in_run(status: &str, done_in_run: Option<&str>) -> String {
 /// The last cell of a progress line: why a failed, blocked or interrupted spec stopped (its
 /// node and reason, first line), else its summary.
 fn summary_or_reason(progress: &Progress) -> String {
-    let stopped = matches!(
-        progress.result,
-        ProgressResult::Failed
-            | ProgressResult::Blocked
-            | ProgressResult::LimitBlocked
-            | ProgressResult::Interrupted
-            | ProgressResult::Cancelled
-    );
-    if !stopped {
+    if !progress.result.stopped() {
         return progress.summary.clone().unwrap_or_else(|| "-".to_string());
     }
     let reason = progress
@@ -798,9 +790,10 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
 mod tests {
     use serde_json::json;
 
-    use super::{GraphStatus, GraphView, ProgressResult, summary_or_reason};
+    use super::{GraphStatus, GraphView, summary_or_reason};
     use crate::typed;
     use canopy_model::records::runs::NodeRunStatus;
+    use canopy_model::records::views::ProgressResult;
 
     /// `graph get` as a newer daemon might answer it: a graph status, a spec result and a node
     /// run status this CLI does not know.

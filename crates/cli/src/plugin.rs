@@ -324,13 +324,12 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                 print_json(&report)?;
             } else {
                 let plugin: PluginRef = typed(&report["plugin"], "a plugin")?;
-                let (status, why) = match &outcome.status {
-                    Status::Completed => ("completed", String::new()),
-                    Status::Failed { reason } => ("failed", format!(": {reason}")),
-                    Status::Blocked { blocker } => ("blocked", format!(": {blocker}")),
-                    Status::TimedOut { .. } => ("timed_out", String::new()),
+                let why = match &outcome.status {
+                    Status::Failed { reason } => format!(": {reason}"),
+                    Status::Blocked { blocker } => format!(": {blocker}"),
+                    Status::Completed | Status::TimedOut { .. } => String::new(),
                 };
-                println!("{status}{why}");
+                println!("{}{why}", outcome.status.as_str());
                 if let Some(summary) = &outcome.summary {
                     println!("summary: {summary}");
                 }

@@ -68,6 +68,18 @@ pub enum Status {
     },
 }
 
+impl Status {
+    /// Its name, as the outcome's `status` field writes it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed { .. } => "failed",
+            Self::Blocked { .. } => "blocked",
+            Self::TimedOut { .. } => "timed_out",
+        }
+    }
+}
+
 /// A sync hook's answer about the action it was asked about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
@@ -93,4 +105,24 @@ pub struct Outcome {
     /// A sync hook's decision, when the plugin gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod status_tests {
+    use super::Status;
+
+    #[test]
+    fn a_status_name_is_the_one_its_outcome_writes() {
+        let reason = || "why".to_string();
+        for status in [
+            Status::Completed,
+            Status::Failed { reason: reason() },
+            Status::Blocked { blocker: reason() },
+            Status::TimedOut { reason: reason() },
+        ] {
+            let written = serde_json::to_value(&status).unwrap();
+            assert_eq!(written["status"], status.as_str());
+        }
+    }
 }

@@ -41,3 +41,33 @@ pub(crate) fn state_opt<T: State>(row: &Row<'_>, index: usize) -> rusqlite::Resu
     row.get::<_, Option<Sql<T>>>(index)
         .map(|value| value.map(|v| v.0))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use canopy_model::records::runs::RunStatus;
+    use rusqlite::types::ToSql;
+
+    use super::{Sql, state};
+
+    #[test]
+    fn unknown_is_never_written_and_a_tampered_word_is_refused_naming_the_allowed_ones() {
+        assert!(Sql(RunStatus::Unknown).to_sql().is_err());
+        assert!(Sql(RunStatus::Paused).to_sql().is_ok());
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for word in ["unknown", "bogus", ""] {
+            let err = conn
+                .query_row("SELECT ?1", [word], |row| state::<RunStatus>(row, 0))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("is not one of running, paused"),
+                "{word}: {err}"
+            );
+        }
+        let read = conn
+            .query_row("SELECT 'interrupted'", [], |row| state::<RunStatus>(row, 0))
+            .unwrap();
+        assert_eq!(read, RunStatus::Interrupted);
+    }
+}

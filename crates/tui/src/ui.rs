@@ -12,6 +12,10 @@ use ratatui::widgets::{Block, Borders, Clear, List, ListItem, ListState, Paragra
 use super::app::{
     App, CONTINUE_MODES, Graph, GraphExt as _, GraphStatus, Level, Link, Modal, Row, Section,
 };
+use canopy_model::records::hook_runs::HookRunStatus;
+use canopy_model::records::queues::MemberStatus;
+use canopy_model::records::sessions::SessionStatus;
+use canopy_model::records::views::ProgressResult;
 
 /// The keys, as the help pop-up lists them.
 pub const KEYS: &[(&str, &str)] = &[
@@ -108,13 +112,54 @@ fn status_color(status: GraphStatus) -> Color {
     }
 }
 
-fn word_color(word: &str) -> Color {
-    match word {
-        "completed" | "applied" | "live" => Color::Green,
-        "failed" | "timed_out" | "interrupted" | "blocked" | "undeliverable" => Color::Red,
-        "running" | "pending" => Color::Cyan,
-        "skipped" | "paused" | "limit_blocked" => Color::Yellow,
-        _ => Color::Gray,
+/// The colour a state is shown in: green done well, red stopped badly, cyan under way, yellow
+/// set aside, grey otherwise (and for a state a newer daemon added).
+trait Tint {
+    fn color(self) -> Color;
+}
+
+impl Tint for SessionStatus {
+    fn color(self) -> Color {
+        match self {
+            Self::Live => Color::Green,
+            Self::Finished | Self::Unknown => Color::Gray,
+        }
+    }
+}
+
+impl Tint for MemberStatus {
+    fn color(self) -> Color {
+        match self {
+            Self::Completed => Color::Green,
+            Self::Failed | Self::Blocked | Self::Interrupted => Color::Red,
+            Self::Running | Self::Pending => Color::Cyan,
+            Self::Skipped | Self::LimitBlocked => Color::Yellow,
+            Self::Cancelled | Self::Unknown => Color::Gray,
+        }
+    }
+}
+
+impl Tint for ProgressResult {
+    fn color(self) -> Color {
+        match self {
+            Self::Completed => Color::Green,
+            Self::Failed | Self::Blocked | Self::Interrupted => Color::Red,
+            Self::Running => Color::Cyan,
+            Self::Skipped | Self::LimitBlocked => Color::Yellow,
+            Self::NotReached | Self::Cancelled | Self::Unknown => Color::Gray,
+        }
+    }
+}
+
+impl Tint for HookRunStatus {
+    fn color(self) -> Color {
+        match self {
+            Self::Completed => Color::Green,
+            Self::Failed | Self::TimedOut | Self::Interrupted => Color::Red,
+            Self::Queued | Self::Running => Color::Cyan,
+            Self::Skipped => Color::Yellow,
+            Self::Dropped | Self::Unknown => Color::Gray,
+        }
     }
 }
 
@@ -259,7 +304,7 @@ fn row_line<'a>(
                 Span::raw(format!("    {} ", cut(&name, room))),
                 Span::styled(
                     session.status.to_string(),
-                    Style::new().fg(word_color(session.status.as_str())),
+                    Style::new().fg(session.status.color()),
                 ),
             ])
         }
@@ -339,7 +384,7 @@ fn draw_main(frame: &mut Frame, app: &App, area: Rect, now: jiff::Timestamp) {
                         )),
                         Span::styled(
                             member.status.to_string(),
-                            Style::new().fg(word_color(member.status.as_str())),
+                            Style::new().fg(member.status.color()),
                         ),
                     ]));
                 }
@@ -491,7 +536,7 @@ fn graph_lines<'a>(
                 )),
                 Span::styled(
                     format!("{:<10} ", p.result.as_str()),
-                    Style::new().fg(word_color(p.result.as_str())),
+                    Style::new().fg(p.result.color()),
                 ),
                 Span::raw(cut(&note, width.saturating_sub(name_width + 16).max(8))),
             ]));
@@ -522,7 +567,7 @@ fn graph_lines<'a>(
                 Span::raw(format!(" {} {:<16} ", clock(&run.fired_at), cut(name, 16))),
                 Span::styled(
                     format!("{:<9} ", run.status.as_str()),
-                    Style::new().fg(word_color(run.status.as_str())),
+                    Style::new().fg(run.status.color()),
                 ),
                 Span::raw(cut(note, width.saturating_sub(37).max(8))),
             ]));

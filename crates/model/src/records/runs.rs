@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::views::ProgressResult;
 use crate::state_enum;
 
 state_enum! {
@@ -47,16 +48,10 @@ state_enum! {
 }
 
 impl SpecResult {
-    /// A spec that did not complete and has a reason to show.
+    /// A spec that did not complete and has a reason to show (one rule, the progress
+    /// result's: [`ProgressResult::stopped`]).
     pub fn stopped(self) -> bool {
-        match self {
-            Self::Failed
-            | Self::Blocked
-            | Self::LimitBlocked
-            | Self::Interrupted
-            | Self::Cancelled => true,
-            Self::Running | Self::Completed | Self::Skipped | Self::Unknown => false,
-        }
+        ProgressResult::from(self).stopped()
     }
 }
 

@@ -98,6 +98,22 @@ impl From<MemberStatus> for ProgressResult {
     }
 }
 
+impl ProgressResult {
+    /// A spec the run did not complete and has a reason to show.
+    pub fn stopped(self) -> bool {
+        match self {
+            Self::Failed
+            | Self::Blocked
+            | Self::LimitBlocked
+            | Self::Interrupted
+            | Self::Cancelled => true,
+            Self::NotReached | Self::Running | Self::Completed | Self::Skipped | Self::Unknown => {
+                false
+            }
+        }
+    }
+}
+
 impl PartialOrd for ProgressResult {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
