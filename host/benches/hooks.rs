@@ -38,10 +38,6 @@ fn body() -> String {
     body + "</spec>\n"
 }
 
-fn time(text: &str) -> SystemTime {
-    humantime::parse_rfc3339(text).unwrap()
-}
-
 /// Waits until every hook run of the graph has finished; returns (fired, finished) instants.
 async fn wait_all(store: &Store, graph_id: &str, expected: usize) -> Vec<(SystemTime, SystemTime)> {
     let of_graph = HookRunFilter {
@@ -78,7 +74,7 @@ async fn wait_all(store: &Store, graph_id: &str, expected: usize) -> Vec<(System
         "every hook run completes"
     );
     runs.iter()
-        .map(|r| (time(&r.fired_at), time(r.finished_at.as_deref().unwrap())))
+        .map(|r| (r.fired_at.as_system(), r.finished_at.unwrap().as_system()))
         .collect()
 }
 

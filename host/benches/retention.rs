@@ -20,6 +20,7 @@ use canopy_model::events::spec::SpecCreated;
 use canopy_model::events::{Cause, Event};
 use canopy_model::records::hook_runs::{HookRunStatus, HookSourceKind};
 use canopy_model::records::webhooks::DeliveryStatus;
+use canopy_model::time::Timestamp;
 use canopy_store::Store;
 use canopy_store::hook_runs::{Finished, Fired};
 use canopy_store::webhooks::NewDelivery;
@@ -30,9 +31,10 @@ const FEED_PER_SEC: usize = 420;
 /// Simulated seconds written per store write.
 const SECONDS_PER_WRITE: u64 = 5;
 
-fn at(start: SystemTime, second: u64, micros: usize) -> String {
-    let instant = start + Duration::from_secs(second) + Duration::from_micros(micros as u64);
-    humantime::format_rfc3339_micros(instant).to_string()
+fn at(start: SystemTime, second: u64, micros: usize) -> Timestamp {
+    Timestamp::from_system(
+        start + Duration::from_secs(second) + Duration::from_micros(micros as u64),
+    )
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::output::{non_empty, table_or, utc_cell};
+use super::output::{non_empty, table_or, utc, utc_cell};
 use super::{Client, encode, print_json, short, typed};
 use canopy_model::records::crons::{CronView, Receipt, ReceiptStatus};
 
@@ -196,9 +196,7 @@ pub async fn run(client: &Client, command: CronCommand) -> Result<ExitCode> {
             println!(
                 "resumed cron {}; next firing {}",
                 view.name,
-                view.next_at
-                    .as_deref()
-                    .map_or_else(|| "-".to_string(), |at| format!("{} UTC", utc_cell(at)))
+                utc(view.next_at)
             );
         }
     }
@@ -250,9 +248,9 @@ fn cron_row(cron: &CronView) -> Vec<String> {
         cron.name.clone(),
         schedule,
         cron.state.to_string(),
-        utc_cell(cron.next_at.as_deref().unwrap_or_default()),
+        utc_cell(cron.next_at),
         last_run,
-        utc_cell(last.map(|l| l.created_at.as_str()).unwrap_or_default()),
+        utc_cell(last.map(|l| l.created_at)),
         cron.runs.clone(),
     ]
 }
@@ -261,7 +259,7 @@ fn cron_row(cron: &CronView) -> Vec<String> {
 fn print_receipt_line(receipt: &Receipt) {
     let mut line = format!(
         "{}  {}  {:<22}",
-        utc_cell(&receipt.created_at),
+        utc_cell(receipt.created_at),
         short(&receipt.run_id),
         receipt.status.as_str(),
     );

@@ -346,7 +346,7 @@ pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
                 super::short(&run.id),
                 run.graph_name,
                 run.status,
-                super::run::time(&run.started_at)
+                super::output::utc_cell(run.started_at)
             );
         }
     }

@@ -13,6 +13,7 @@ use canopy_client::sse::SseEvents;
 use canopy_client::{ApiFailure, in_cli_terms};
 use canopy_datadir::DataDir;
 use canopy_model::events::Envelope;
+use canopy_model::records::views::Lagged;
 
 /// Events one read returns at most (the API's limit).
 const PAGE: usize = 1000;
@@ -290,9 +291,14 @@ async fn stream_once(
                     last = frame.id;
                 }
             }
-            "lagged" => {
+            Lagged::EVENT => {
                 // Nothing is lost: the daemon read the missed events back from the feed.
-                tracing::debug!(missed = %frame.json()["missed"], "the stream fell behind and was read back from the feed");
+                if let Ok(lagged) = serde_json::from_str::<Lagged>(&frame.data) {
+                    tracing::debug!(
+                        missed = lagged.missed,
+                        "the stream fell behind and was read back from the feed"
+                    );
+                }
             }
             // An event this client does not know.
             _ => {}
@@ -336,11 +342,11 @@ fn fit(text: &str, width: usize) -> String {
 }
 
 fn line(envelope: &Envelope) -> String {
-    let timestamp = envelope.timestamp.as_str();
-    let time = match timestamp.get(..19) {
-        Some(seconds) => format!("{seconds}Z"),
-        None => timestamp.to_string(),
-    };
+    let time = envelope
+        .timestamp
+        .as_jiff()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     let actor = match envelope.dispatch_depth {
         0 => envelope.actor.clone(),
         depth => format!("{} (depth {depth})", envelope.actor),

@@ -246,7 +246,7 @@ fn print_graph(view: &GraphView) {
         "run:      {} {} (started {}{queue})",
         short(&run.id),
         run.status,
-        utc(&run.started_at)
+        utc(run.started_at)
     );
     let rows: Vec<Vec<String>> = view
         .progress
@@ -716,7 +716,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 .iter()
                 .map(|n| {
                     vec![
-                        utc_cell(&n.started_at),
+                        utc_cell(n.started_at),
                         short(&n.run_id).to_string(),
                         short(&n.spec_id).to_string(),
                         n.node.clone(),

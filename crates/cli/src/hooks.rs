@@ -168,7 +168,7 @@ pub fn hook_run_rows(runs: &[HookRun]) -> Vec<Vec<String>> {
     runs.iter()
         .map(|r| {
             vec![
-                utc_cell(&r.fired_at),
+                utc_cell(r.fired_at),
                 r.source.to_string(),
                 r.hook_name.clone(),
                 r.event.clone(),
@@ -480,7 +480,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                         vec![
                             t.hook_name.clone(),
                             t.source.clone(),
-                            utc_cell(&t.tripped_at),
+                            utc_cell(t.tripped_at),
                             t.dropped.to_string(),
                         ]
                     })

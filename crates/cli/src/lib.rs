@@ -341,11 +341,6 @@ pub(crate) fn typed<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// The array at `value` (empty when it is not one), for listing API answers.
-pub(crate) fn items(value: &Value) -> &[Value] {
-    value.as_array().map(Vec::as_slice).unwrap_or_default()
-}
-
 pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
     value
         .pointer(pointer)

@@ -1,29 +1,26 @@
 //! Small pieces of the CLI's text output shared by its commands: times (always UTC, and said
 //! so), lists that came back empty, warnings from the daemon, and the check for empty arguments.
 
+use canopy_model::time::Timestamp;
 use serde_json::Value;
 
 use super::table;
 
-/// A stored timestamp (RFC 3339, UTC) as `2026-05-01 09:30:00 UTC`; `-` when there is none.
-pub(crate) fn utc(timestamp: &str) -> String {
-    if timestamp.is_empty() {
-        return "-".to_string();
+/// A time as `2026-05-01 09:30:00 UTC`; `-` when there is none.
+pub(crate) fn utc(at: impl Into<Option<Timestamp>>) -> String {
+    match at.into() {
+        Some(at) => format!("{} UTC", utc_cell(at)),
+        None => "-".to_string(),
     }
-    let seconds: String = timestamp.chars().take(19).collect();
-    format!("{} UTC", seconds.replace('T', " "))
 }
 
-/// A stored timestamp for a table cell whose header says `(UTC)`: `2026-05-01 09:30:00`.
-pub(crate) fn utc_cell(timestamp: &str) -> String {
-    if timestamp.is_empty() {
-        return "-".to_string();
+/// A time for a table cell whose header says `(UTC)`: `2026-05-01 09:30:00`; `-` when there
+/// is none.
+pub(crate) fn utc_cell(at: impl Into<Option<Timestamp>>) -> String {
+    match at.into() {
+        Some(at) => at.as_jiff().strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        None => "-".to_string(),
     }
-    timestamp
-        .chars()
-        .take(19)
-        .collect::<String>()
-        .replace('T', " ")
 }
 
 /// Prints the table, or `empty` on a line of its own when there are no rows: a list that came

@@ -9,9 +9,9 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, print_warnings, utc};
-use super::{Client, encode, items, print_json, short, str_at, table, typed};
+use super::{Client, encode, print_json, short, str_at, table, typed};
 use canopy_client::in_cli_terms;
-use canopy_model::records::plugins::PluginRecord;
+use canopy_model::records::plugins::{PluginInfo, PluginList, PluginRecord, RemovedPlugin};
 use canopy_model::work::{Outcome, PluginRef, Status};
 
 #[derive(Debug, Subcommand)]
@@ -167,9 +167,11 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             if json {
                 print_json(&answer)?;
             } else {
-                let plugins: Vec<PluginRecord> = typed(&answer["plugins"], "plugins")?;
-                let rows: Vec<Vec<String>> = plugins
+                let list: PluginList = typed(&answer, "plugins")?;
+                let rows: Vec<Vec<String>> = list
+                    .plugins
                     .iter()
+                    .map(|info| &info.record)
                     .map(|p| {
                         vec![
                             p.name.clone(),
@@ -193,11 +195,10 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                         &rows
                     )
                 );
-                for skipped in items(&answer["not_loaded"]) {
+                for skipped in &list.not_loaded {
                     eprintln!(
                         "warning: plugin {} is installed but was not loaded: {}",
-                        str_at(skipped, "/name"),
-                        str_at(skipped, "/why")
+                        skipped.name, skipped.why
                     );
                 }
             }
@@ -209,7 +210,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             if json {
                 print_json(&info)?;
             } else {
-                let record: PluginRecord = typed(&info, "a plugin")?;
+                let PluginInfo { record, load, .. } = typed(&info, "a plugin")?;
                 println!("name:          {}", record.name);
                 println!("version:       {}", record.version);
                 println!("sha256:        {}", record.sha256);
@@ -242,13 +243,11 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                         templates.join(", ")
                     }
                 );
-                println!("installed at:  {}", utc(&record.installed_at));
+                println!("installed at:  {}", utc(record.installed_at));
                 println!(
                     "loaded from:   {} in {} µs",
-                    str_at(&info, "/load/source"),
-                    info.pointer("/load/micros")
-                        .and_then(Value::as_u64)
-                        .unwrap_or_default()
+                    load.source.as_str(),
+                    load.micros
                 );
                 println!(
                     "config schema:\n{}",
@@ -261,24 +260,20 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             }
         }
         PluginCommand::Remove { name } => {
-            let info: Value = client
+            let answer: Value = client
                 .delete(&format!("/api/plugins/{}", encode(&name)))
                 .await?;
-            if typed::<PluginRecord>(&info, "a plugin")?.builtin {
+            let removed: RemovedPlugin = typed(&answer, "a removed plugin")?;
+            if removed.info.record.builtin {
                 println!(
                     "disabled built-in plugin {name} (built-ins cannot be deleted; `canopy plugin enable {name}` brings it back)"
                 );
             } else {
                 println!("removed plugin {name}");
             }
-            print_warnings(&info);
-            for user in items(&info["used_by"]) {
-                eprintln!(
-                    "  {}: {} ({} mode)",
-                    str_at(user, "/owner"),
-                    str_at(user, "/where"),
-                    str_at(user, "/mode")
-                );
+            print_warnings(&answer);
+            for user in &removed.used_by {
+                eprintln!("  {}: {} ({} mode)", user.owner, user.place, user.mode);
             }
         }
         PluginCommand::Enable { name } => {

@@ -14,6 +14,7 @@ use super::{Client, encode, short, typed};
 use canopy_model::records::hook_runs::{HookRun, HookRunStatus, HookSourceKind};
 use canopy_model::records::runs::{NodeRunStatus, RunStatus, SpecResult};
 use canopy_model::records::views::RunDetail;
+use canopy_model::time::Timestamp;
 
 /// How often the run is polled.
 const POLL: Duration = Duration::from_millis(150);
@@ -88,8 +89,8 @@ impl Status {
 
 /// One thing that happened in a run, at a time the API recorded.
 struct Event {
-    /// RFC 3339 with microseconds, so that text order is time order.
-    at: String,
+    /// When; a stopped run without an end time ends the list.
+    at: Option<Timestamp>,
     /// What it is about, to report it once: `node-end:ID`…
     key: String,
     tone: Tone,
@@ -135,10 +136,10 @@ fn because(why: Option<&String>) -> String {
 /// stopped.
 fn events(detail: &RunDetail) -> Vec<Event> {
     let mut events = Vec::new();
-    let mut add = |at: &str, key: String, tone, verb, message: String| {
-        if !at.is_empty() {
+    let mut add = |at: Option<Timestamp>, key: String, tone, verb, message: String| {
+        if at.is_some() {
             events.push(Event {
-                at: at.to_string(),
+                at,
                 key,
                 tone,
                 verb,
@@ -153,7 +154,7 @@ fn events(detail: &RunDetail) -> Vec<Event> {
         let id = &spec.spec_id;
         let name = spec_name(id);
         add(
-            &spec.started_at,
+            Some(spec.started_at),
             format!("spec-start:{id}"),
             Tone::Good,
             "Starting",
@@ -167,7 +168,7 @@ fn events(detail: &RunDetail) -> Vec<Event> {
         };
         if let Some((tone, verb)) = end {
             add(
-                spec.finished_at.as_deref().unwrap_or_default(),
+                spec.finished_at,
                 format!("spec-end:{id}"),
                 tone,
                 verb,
@@ -179,7 +180,7 @@ fn events(detail: &RunDetail) -> Vec<Event> {
         let id = &node.id;
         let label = format!("node {} ({})", node.node, spec_name(&node.spec_id));
         add(
-            &node.started_at,
+            Some(node.started_at),
             format!("node-start:{id}"),
             Tone::Good,
             "Running",
@@ -201,7 +202,7 @@ fn events(detail: &RunDetail) -> Vec<Event> {
             other => (Tone::Warn, "Stopped", format!("{label}: {other}{reason}")),
         };
         add(
-            node.finished_at.as_deref().unwrap_or_default(),
+            node.finished_at,
             format!("node-end:{id}"),
             tone,
             verb,
@@ -215,7 +216,7 @@ fn events(detail: &RunDetail) -> Vec<Event> {
         let id = &hook.id;
         let label = hook_label(hook);
         add(
-            hook.started_at.as_deref().unwrap_or_default(),
+            hook.started_at,
             format!("hook-start:{id}"),
             Tone::Good,
             "Running",
@@ -235,7 +236,7 @@ fn events(detail: &RunDetail) -> Vec<Event> {
             ),
         };
         add(
-            hook.finished_at.as_deref().unwrap_or_default(),
+            hook.finished_at,
             format!("hook-end:{id}"),
             tone,
             verb,
@@ -265,25 +266,23 @@ fn events(detail: &RunDetail) -> Vec<Event> {
         // A paused run has no end time: it stopped when its last node run ended.
         let at = run
             .finished_at
-            .clone()
-            .or_else(|| {
-                view.node_runs
-                    .iter()
-                    .filter_map(|n| n.finished_at.as_deref())
-                    .max()
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| "~".to_string());
-        add(
-            &at,
-            format!("run-end:{}:{at}", run.status),
+            .or_else(|| view.node_runs.iter().filter_map(|n| n.finished_at).max());
+        let key = format!(
+            "run-end:{}:{}",
+            run.status,
+            at.map_or_else(|| "~".to_string(), |at| at.to_string())
+        );
+        events.push(Event {
+            at,
+            key,
             tone,
             verb,
             message,
-        );
+        });
     }
-    // Stable: what has the same time stays in the order above (a spec starts before its node).
-    events.sort_by(|a, b| a.at.cmp(&b.at));
+    // Stable: what has the same time stays in the order above (a spec starts before its node);
+    // a run end without a time comes last.
+    events.sort_by_key(|event| (event.at.is_none(), event.at));
     events
 }
 

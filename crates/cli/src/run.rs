@@ -3,15 +3,17 @@
 
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::Value;
 
+use super::output::{utc, utc_cell};
 use super::{Client, encode, print_json, short, table, typed};
 use canopy_model::records::runs::{NodeRun, Run, RunSpec, RunStatus};
 use canopy_model::records::views::{GraphView, NamedRun, RunDetail};
+use canopy_model::time::Timestamp;
 
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
@@ -57,15 +59,6 @@ pub enum RunCommand {
     },
 }
 
-/// An RFC 3339 time from the API as `2026-01-31 12:00:00` (UTC; tables say so in their header).
-pub(crate) fn time(rfc3339: &str) -> String {
-    rfc3339
-        .chars()
-        .take(19)
-        .collect::<String>()
-        .replace('T', " ")
-}
-
 /// `850ms`, `4.2s`, `3m 07s`, `2h 05m`.
 pub(crate) fn human(duration: Duration) -> String {
     let ms = duration.as_millis();
@@ -89,17 +82,12 @@ pub(crate) fn duration_ms(ms: Option<i64>) -> String {
 
 /// How long a run took (`finished_at - started_at`), or has been going (`… so far`).
 pub(crate) fn run_duration(run: &Run) -> String {
-    let parse = |at: &str| humantime::parse_rfc3339_weak(at).ok();
-    let Some(started) = parse(&run.started_at) else {
-        return "-".to_string();
-    };
-    match run.finished_at.as_deref().and_then(parse) {
-        Some(finished) => finished
-            .duration_since(started)
-            .map_or_else(|_| "-".to_string(), human),
-        None => SystemTime::now()
-            .duration_since(started)
-            .map_or_else(|_| "-".to_string(), |d| format!("{} so far", human(d))),
+    let started = run.started_at;
+    match run.finished_at {
+        Some(finished) if finished >= started => human(finished.duration_since(started)),
+        Some(_) => "-".to_string(),
+        None if started <= Timestamp::now() => format!("{} so far", human(started.elapsed())),
+        None => "-".to_string(),
     }
 }
 
@@ -140,7 +128,7 @@ pub async fn run(client: &Client, command: RunCommand) -> Result<ExitCode> {
                         short(&run.id).to_string(),
                         graph_name.as_deref().unwrap_or("(deleted)").to_string(),
                         run.status.to_string(),
-                        time(&run.started_at),
+                        utc_cell(run.started_at),
                         run_duration(run),
                         run.queue_id
                             .as_deref()
@@ -266,13 +254,9 @@ fn print_run(detail: &RunDetail) {
     if let Some(queue) = &run.queue_id {
         println!("queue:     {}", short(queue));
     }
-    println!("started:   {} UTC", time(&run.started_at));
+    println!("started:   {}", utc(run.started_at));
     match &run.finished_at {
-        Some(finished) => println!(
-            "finished:  {} UTC (took {})",
-            time(finished),
-            run_duration(run)
-        ),
+        Some(finished) => println!("finished:  {} (took {})", utc(*finished), run_duration(run)),
         None => println!("finished:  not yet ({})", run_duration(run)),
     }
     if let Some(blocker) = &run.blocker {
@@ -326,7 +310,7 @@ fn print_run(detail: &RunDetail) {
             .map(|n| {
                 vec![
                     short(&n.id).to_string(),
-                    time(&n.started_at),
+                    utc_cell(n.started_at),
                     spec_name(&n.spec_id),
                     n.node.clone(),
                     n.plugin.as_deref().map_or_else(

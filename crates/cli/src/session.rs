@@ -9,8 +9,10 @@ use serde_json::{Value, json};
 use super::output::{non_empty, table_or, utc};
 use super::{Client, encode, print_json, short, typed};
 use canopy_client::in_cli_terms;
+use canopy_client::sse::SseEvents;
 use canopy_model::records::messages::{Message, Notification, Queued};
 use canopy_model::records::sessions::Session;
+use canopy_model::records::views::Lagged;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -154,7 +156,7 @@ fn print_message(message: &Message) {
                 .map_or_else(|| "-".to_string(), |i| i.to_string()),
         ),
     };
-    println!("[{}] {} {from}:", utc(&message.created_at), message.status,);
+    println!("[{}] {} {from}:", utc(message.created_at), message.status,);
     for line in message.text.lines() {
         println!("  {line}");
     }
@@ -341,41 +343,22 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                 reqwest::Method::GET,
                 &format!("{}/inbox?follow=true", path(&id)),
             );
-            let mut response = request.send().await.context("cannot reach the daemon")?;
-            if !response.status().is_success() {
-                let body: Value = response.json().await.unwrap_or_default();
-                anyhow::bail!(
-                    "{}",
-                    body.pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("the daemon refused")
-                );
-            }
-            let mut buffer = String::new();
-            while let Some(chunk) = response.chunk().await.context("the stream broke")? {
-                buffer.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buffer.find("\n\n") {
-                    let frame: String = buffer.drain(..end + 2).collect();
-                    let mut event = "message";
-                    for line in frame.lines() {
-                        if let Some(name) = line.strip_prefix("event:") {
-                            event = name.trim();
-                        } else if let Some(data) = line.strip_prefix("data:") {
-                            let data: Value =
-                                serde_json::from_str(data.trim()).unwrap_or(Value::Null);
-                            if event == "lagged" {
-                                // Not a message: stdout stays one message per line.
-                                eprintln!(
-                                    "canopy: this stream fell behind and skipped {} message(s); `canopy session inbox {id}` lists them all",
-                                    data["missed"]
-                                );
-                            } else if json {
-                                println!("{data}");
-                            } else {
-                                print_message(&typed(&data, "a message")?);
-                            }
-                        }
+            let mut events = SseEvents::open(request).await?;
+            while let Some(frame) = events.next().await {
+                let frame = frame?;
+                match frame.event.as_str() {
+                    Lagged::EVENT => {
+                        let lagged: Lagged = typed(&frame.json(), "a lagged event")?;
+                        // Not a message: stdout stays one message per line.
+                        eprintln!(
+                            "canopy: this stream fell behind and skipped {} message(s); `canopy session inbox {id}` lists them all",
+                            lagged.missed
+                        );
                     }
+                    "message" if json => println!("{}", frame.json()),
+                    "message" => print_message(&typed(&frame.json(), "a message")?),
+                    // An event this client does not know.
+                    _ => {}
                 }
             }
         }
@@ -403,7 +386,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                     println!("no notifications");
                 }
                 for note in notes {
-                    println!("{}  {}", utc(&note.created_at), note.message);
+                    println!("{}  {}", utc(note.created_at), note.message);
                 }
             }
         }

@@ -10,8 +10,10 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, table_or, utc_cell};
-use super::{Client, encode, items, print_json, short, str_at, typed};
-use canopy_model::records::webhooks::{Delivery, DeliveryDetail, DeliveryStatus, Outcome};
+use super::{Client, encode, print_json, short, typed};
+use canopy_model::records::webhooks::{
+    AuthMode, Delivery, DeliveryDetail, DeliveryStatus, Outcome, WebhookList, WebhookView,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum WebhooksCommand {
@@ -156,50 +158,46 @@ async fn list(client: &Client, project: Option<String>, json: bool) -> Result<Ex
         print_json(&answer)?;
         return Ok(ExitCode::SUCCESS);
     }
-    match answer["listen"].as_str() {
+    let list: WebhookList = typed(&answer, "webhooks")?;
+    match &list.listen {
         Some(listen) => println!(
             "listening on {listen} (node {}); at most {} connections, headers within {} s; {}",
-            str_at(&answer, "/node"),
-            answer["max_connections"],
-            answer["header_timeout_secs"],
-            match (answer["flood_rate"].as_u64(), answer["flood"].as_bool()) {
-                (Some(0), _) => "floods: off".to_string(),
-                (Some(rate), Some(true)) =>
+            list.node,
+            list.max_connections,
+            list.header_timeout_secs,
+            match (list.flood_rate, list.flood) {
+                (0, _) => "floods: off".to_string(),
+                (rate, true) =>
                     format!("a flood is on now (past {rate} req/s): one handler at a time per hook"),
-                (Some(rate), _) => {
+                (rate, false) => {
                     format!("in a flood (past {rate} req/s) each hook runs one handler at a time")
                 }
-                (None, _) => String::new(),
             }
         ),
         None => println!(
             "the webhook listener is off (set [webhooks] bind_port); node {}",
-            str_at(&answer, "/node")
+            list.node
         ),
     }
-    let rows: Vec<Vec<String>> = items(&answer["hooks"])
+    let rows: Vec<Vec<String>> = list
+        .hooks
         .iter()
         .map(|h| {
             vec![
-                str_at(h, "/key").to_string(),
-                str_at(h, "/type").to_string(),
-                str_at(h, "/path").to_string(),
-                if h["served"] == Value::Bool(true) {
-                    "yes"
-                } else {
-                    "no"
-                }
-                .to_string(),
-                if h["auth"] == "signature" {
+                h.key.clone(),
+                h.kind.clone(),
+                h.path.clone(),
+                if h.served { "yes" } else { "no" }.to_string(),
+                if h.auth == AuthMode::Signature {
                     "none: signature only".to_string()
                 } else {
-                    h["token"].as_str().unwrap_or("-").to_string()
+                    h.token.clone().unwrap_or_else(|| "-".to_string())
                 },
-                match h["hmac"].as_str() {
-                    Some(source) => format!("{source} ({})", str_at(h, "/provider")),
+                match &h.hmac {
+                    Some(source) => format!("{source} ({})", h.provider),
                     None => "-".to_string(),
                 },
-                str_at(h, "/respond/mode").to_string(),
+                h.respond.mode.to_string(),
             ]
         })
         .collect();
@@ -211,11 +209,11 @@ async fn list(client: &Client, project: Option<String>, json: bool) -> Result<Ex
         "no webhooks are configured",
     );
     // A hook whose handler no executor serves answers every delivery with a failure: say so.
-    for hook in items(&answer["hooks"]) {
-        if let Some(problem) = hook["problem"].as_str() {
+    for hook in &list.hooks {
+        if let Some(problem) = &hook.problem {
             println!(
                 "warning: {}: its handler does not validate, so every delivery fails: {problem}",
-                str_at(hook, "/key")
+                hook.key
             );
         }
     }
@@ -228,9 +226,11 @@ async fn show(client: &Client, hook: &str, json: bool) -> Result<ExitCode> {
         print_json(&answer)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let view: WebhookView = typed(&answer, "a webhook")?;
     // The view is already redacted; print it as TOML-ish lines, one key each, nested tables
     // as dotted keys (`respond.mode`), in groups; what is not set is left out (`--json` has
-    // every field).
+    // every field). The entry's own keys (`command`, `match`…) vary by handler: printed as
+    // they come.
     let mut lines = Vec::new();
     flatten("", &answer, &mut lines);
     // The title says its key, id and place in canopy.toml.
@@ -241,11 +241,7 @@ async fn show(client: &Client, hook: &str, json: bool) -> Result<ExitCode> {
         .max()
         .unwrap_or(0)
         .max(16);
-    println!(
-        "webhook {} ({})",
-        str_at(&answer, "/key"),
-        str_at(&answer, "/toml_path")
-    );
+    println!("webhook {} ({})", view.key, view.toml_path);
     for (title, keys) in SHOW_GROUPS {
         let group: Vec<&(String, String)> = lines
             .iter()
@@ -378,7 +374,7 @@ async fn deliveries(
                 short(&d.id).to_string(),
                 format!("{}/{}", d.scope, d.hook),
                 d.status.to_string(),
-                utc_cell(&d.received_at),
+                utc_cell(d.received_at),
                 d.size.to_string(),
                 d.duration_ms
                     .map_or_else(|| "-".to_string(), |ms| format!("{ms}")),
@@ -430,7 +426,7 @@ async fn delivery(client: &Client, id: &str, json: bool) -> Result<ExitCode> {
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
     println!("request   {} {}{query}", d.method, d.path);
-    println!("received  {} UTC", utc_cell(&d.received_at));
+    println!("received  {} UTC", utc_cell(d.received_at));
     for (name, value) in &d.headers {
         println!("header    {name}: {value}");
     }

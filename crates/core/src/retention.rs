@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use canopy_model::time::Timestamp;
 use canopy_store::retention::Growing;
 use canopy_store::{Store, StoreError};
 
@@ -179,7 +180,7 @@ pub async fn run(store: Store, policy: Policy) {
 pub async fn prune(store: &Store, policy: &Policy, now: SystemTime) -> Result<Pruned, StoreError> {
     let mut pruned = Pruned::default();
     let before = cutoff(policy.feed_days, now);
-    pruned.feed = batches(store, BATCH, move |tx| tx.prune_feed(&before, BATCH)).await?;
+    pruned.feed = batches(store, BATCH, move |tx| tx.prune_feed(before, BATCH)).await?;
     let rows = policy.feed_rows;
     pruned.feed += batches(store, BATCH, move |tx| tx.prune_feed_rows(rows, BATCH)).await?;
     // A run carries its specs' and nodes' rows: fewer per write.
@@ -205,12 +206,9 @@ pub async fn prune(store: &Store, policy: &Policy, now: SystemTime) -> Result<Pr
     ] {
         let before = cutoff(days, now);
         let until = store
-            .read(move |rd| rd.prune_cutoff(table, &before, rows))
+            .read(move |rd| rd.prune_cutoff(table, before, rows))
             .await?;
-        let deleted = batches(store, limit, move |tx| {
-            tx.prune_before(table, &until, limit)
-        })
-        .await?;
+        let deleted = batches(store, limit, move |tx| tx.prune_before(table, until, limit)).await?;
         match table {
             Growing::HookRuns => pruned.hook_runs = deleted,
             Growing::Runs => pruned.runs = deleted,
@@ -242,14 +240,13 @@ where
     }
 }
 
-/// `keep_days` before `now`, as the store writes times (RFC 3339, UTC, microseconds); the
-/// epoch when that is earlier.
-fn cutoff(keep_days: u32, now: SystemTime) -> String {
+/// `keep_days` before `now`; the epoch when that is earlier.
+fn cutoff(keep_days: u32, now: SystemTime) -> Timestamp {
     let instant = now
         .checked_sub(DAY * keep_days)
         .filter(|at| *at >= SystemTime::UNIX_EPOCH)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    humantime::format_rfc3339_micros(instant).to_string()
+    Timestamp::from_system(instant)
 }
 
 #[cfg(test)]
@@ -329,8 +326,11 @@ mod tests {
     #[test]
     fn the_cutoff_is_keep_days_back_and_never_before_the_epoch() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(40 * 24 * 60 * 60);
-        assert_eq!(cutoff(30, now), "1970-01-11T00:00:00.000000Z");
-        assert_eq!(cutoff(36_500, now), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(cutoff(30, now).to_string(), "1970-01-11T00:00:00.000000Z");
+        assert_eq!(
+            cutoff(36_500, now).to_string(),
+            "1970-01-01T00:00:00.000000Z"
+        );
     }
 }
 
@@ -360,7 +360,7 @@ mod pass_tests {
             body: vec![b'x'; 16 * 1024],
             redelivery_of: None,
             test: false,
-            received_at: received_at.to_string(),
+            received_at: received_at.parse().unwrap(),
             started_at: None,
             sender_delivery_id: None,
         }

@@ -130,7 +130,7 @@ impl Write for FileWriter {
 pub fn append_refusal(path: &Path, why: &str) {
     let line = format!(
         "{}  ERROR canopy_daemon: the daemon refused to start: {}\n",
-        humantime::format_rfc3339_micros(std::time::SystemTime::now()),
+        canopy_model::time::Timestamp::now(),
         why.replace('\n', "; ")
     );
     use std::os::unix::fs::OpenOptionsExt as _;

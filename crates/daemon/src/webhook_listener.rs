@@ -20,10 +20,11 @@ use axum::routing::post;
 use http_body_util::BodyExt as _;
 use serde_json::json;
 
-use canopy_core::webhooks::config::{Hook, RespondMode};
+use canopy_core::webhooks::config::Hook;
 use canopy_core::webhooks::intake::{Intake, intake};
 use canopy_core::webhooks::{Ingress, Outcome, Taken, auth};
 use canopy_model::records::webhooks::DeliveryStatus;
+use canopy_model::records::webhooks::RespondMode;
 
 /// How long a request's body may take to arrive (its headers have `webhooks.header_timeout_secs`).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);

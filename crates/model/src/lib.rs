@@ -34,4 +34,5 @@ pub mod since;
 pub mod spec_format;
 pub mod states;
 pub mod text;
+pub mod time;
 pub mod work;

@@ -3,6 +3,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::time::Timestamp;
+
 /// Why a `since` value was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinceError {
@@ -27,9 +29,9 @@ impl SinceError {
     }
 }
 
-/// `text` as an instant (RFC 3339, UTC, microseconds) at or after 1970-01-01: an RFC 3339
-/// time, or a duration back from `now`.
-pub fn instant(text: &str, now: SystemTime) -> Result<String, SinceError> {
+/// `text` as an instant at or after 1970-01-01: an RFC 3339 time, or a duration back from
+/// `now`.
+pub fn instant(text: &str, now: SystemTime) -> Result<Timestamp, SinceError> {
     let text = text.trim();
     // humantime's year is 365.25 days.
     let before_epoch = || SinceError::BeforeEpoch {
@@ -48,7 +50,7 @@ pub fn instant(text: &str, now: SystemTime) -> Result<String, SinceError> {
     if instant < UNIX_EPOCH {
         return Err(before_epoch());
     }
-    Ok(humantime::format_rfc3339_micros(instant).to_string())
+    Ok(Timestamp::from_system(instant))
 }
 
 #[cfg(test)]
@@ -60,12 +62,12 @@ mod tests {
     fn times_and_durations_back_are_instants_and_before_1970_is_said_so() {
         let now = UNIX_EPOCH + Duration::from_secs(50 * 31_557_600);
         assert_eq!(
-            instant("2020-01-31T12:00:00Z", now).as_deref(),
-            Ok("2020-01-31T12:00:00.000000Z")
+            instant("2020-01-31T12:00:00Z", now).map(|at| at.to_string()),
+            Ok("2020-01-31T12:00:00.000000Z".to_string())
         );
         assert_eq!(
-            instant("2h", now).as_deref(),
-            Ok("2020-01-01T10:00:00.000000Z")
+            instant("2h", now).map(|at| at.to_string()),
+            Ok("2020-01-01T10:00:00.000000Z".to_string())
         );
         assert_eq!(instant("soon", now), Err(SinceError::NotATime));
         for before in ["1900-01-01T00:00:00Z", "60y", "18446744073709551615s"] {

@@ -5,8 +5,10 @@
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::states::{Sql, state};
+use super::times::{At, time, time_opt};
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::crons::{CronState, Receipt, ReceiptStatus, Trigger};
+use canopy_model::time::Timestamp;
 
 /// A receipt as first written.
 #[derive(Debug, Clone)]
@@ -15,7 +17,7 @@ pub struct NewReceipt {
     pub cron: String,
     pub node: String,
     pub trigger: Trigger,
-    pub scheduled_at: Option<String>,
+    pub scheduled_at: Option<Timestamp>,
     pub status: ReceiptStatus,
     pub error: Option<String>,
     pub missed_count: Option<i64>,
@@ -43,7 +45,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Receipt> {
         cron: row.get(1)?,
         node: row.get(2)?,
         trigger: state(row, 3)?,
-        scheduled_at: row.get(4)?,
+        scheduled_at: time_opt(row, 4)?,
         status: state(row, 5)?,
         exit_code: row.get(6)?,
         output: row.get(7)?,
@@ -51,9 +53,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Receipt> {
         missed_count: row.get(9)?,
         original_effects_unknown: row.get(10)?,
         actor: row.get(11)?,
-        created_at: row.get(12)?,
-        started_at: row.get(13)?,
-        finished_at: row.get(14)?,
+        created_at: time(row, 12)?,
+        started_at: time_opt(row, 13)?,
+        finished_at: time_opt(row, 14)?,
         duration_ms: row.get(15)?,
     })
 }
@@ -106,7 +108,7 @@ impl Rd<'_> {
             .query_row([cron], |row| {
                 Ok(CronState {
                     paused: row.get(0)?,
-                    accounted_through: row.get(1)?,
+                    accounted_through: time_opt(row, 1)?,
                 })
             })
             .optional()?)
@@ -128,9 +130,9 @@ impl Tx<'_> {
     /// Writes a firing's receipt.
     pub fn insert_cron_receipt(&self, new: &NewReceipt) -> Result<Receipt, StoreError> {
         let now = super::now();
-        let starts = new.starts_at.map(|at| {
-            humantime::format_rfc3339_micros(at.max(std::time::SystemTime::now())).to_string()
-        });
+        let starts = new
+            .starts_at
+            .map(|at| Timestamp::from_system(at.max(std::time::SystemTime::now())).to_string());
         let (started, finished) = if new.status == ReceiptStatus::Running {
             (Some(starts.as_deref().unwrap_or(now.as_str())), None)
         } else {
@@ -146,7 +148,7 @@ impl Tx<'_> {
                 new.cron,
                 new.node,
                 Sql(new.trigger),
-                new.scheduled_at,
+                new.scheduled_at.map(At),
                 Sql(new.status),
                 new.error,
                 new.missed_count,
@@ -211,50 +213,55 @@ impl Tx<'_> {
         &self,
         cron: &str,
         keep: u32,
-        before: &str,
+        before: Timestamp,
     ) -> Result<usize, StoreError> {
-        let kept_from: Option<String> = self
+        let kept_from: Option<Timestamp> = self
             .conn()
             .prepare_cached(
                 "SELECT created_at FROM cron_receipts WHERE cron = ?1
                  ORDER BY created_at DESC LIMIT 1 OFFSET ?2",
             )?
-            .query_row(params![cron, keep.saturating_sub(1)], |row| row.get(0))
+            .query_row(params![cron, keep.saturating_sub(1)], |row| time(row, 0))
             .optional()?;
         let cutoff = match kept_from {
-            Some(oldest_kept) if oldest_kept.as_str() > before => oldest_kept,
-            _ => before.to_string(),
+            Some(oldest_kept) if oldest_kept > before => oldest_kept,
+            _ => before,
         };
         let removed = self
             .conn()
             .prepare_cached(
                 "DELETE FROM cron_receipts WHERE cron = ?1 AND created_at < ?2 AND status != 'running'",
             )?
-            .execute(params![cron, cutoff])?;
+            .execute(params![cron, At(cutoff)])?;
         Ok(removed)
     }
 
     /// Sets what a cron has accounted for through `at` (creating its state).
-    pub fn set_cron_accounted(&self, cron: &str, at: &str) -> Result<(), StoreError> {
+    pub fn set_cron_accounted(&self, cron: &str, at: Timestamp) -> Result<(), StoreError> {
         self.conn()
             .prepare_cached(
                 "INSERT INTO cron_state (name, accounted_through) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET accounted_through = excluded.accounted_through",
             )?
-            .execute(params![cron, at])?;
+            .execute(params![cron, At(at)])?;
         Ok(())
     }
 
     /// Pauses or resumes a cron. Resuming accounts for everything until now: firings that
     /// passed while it was paused are not misses.
-    pub fn set_cron_paused(&self, cron: &str, paused: bool, now: &str) -> Result<(), StoreError> {
+    pub fn set_cron_paused(
+        &self,
+        cron: &str,
+        paused: bool,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
         self.conn()
             .prepare_cached(
                 "INSERT INTO cron_state (name, paused, accounted_through) VALUES (?1, ?2, ?3)
                  ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
                     accounted_through = CASE WHEN excluded.paused THEN cron_state.accounted_through ELSE excluded.accounted_through END",
             )?
-            .execute(params![cron, paused, now])?;
+            .execute(params![cron, paused, At(now)])?;
         Ok(())
     }
 }

@@ -5,8 +5,10 @@
 use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
 
+use super::times::{At, time};
 use super::{Rd, StoreError, Tx};
 use canopy_model::events::{Cause, Envelope, Event, Family};
+use canopy_model::time::Timestamp;
 
 const COLUMNS: &str =
     "id, node, project, target, event, family, timestamp, actor, dispatch_depth, payload";
@@ -27,7 +29,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Envelope> {
                 format!("`{family}` is not an event family").into(),
             )
         })?,
-        timestamp: row.get(6)?,
+        timestamp: time(row, 6)?,
         actor: row.get(7)?,
         dispatch_depth: row.get(8)?,
         payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
@@ -40,7 +42,7 @@ pub enum Since {
     /// The rows after this cursor.
     Cursor(i64),
     /// The rows recorded at or after this instant (RFC 3339, UTC).
-    Time(String),
+    Time(Timestamp),
 }
 
 /// A feed read: rows after `since` (or the newest `limit`), filtered.
@@ -78,7 +80,7 @@ impl Rd<'_> {
         // with a `since` seeks the primary key.
         let after = match &query.since {
             Some(Since::Cursor(id)) => Some(*id),
-            Some(Since::Time(at)) => Some(self.feed_cursor_at(at)?),
+            Some(Since::Time(at)) => Some(self.feed_cursor_at(*at)?),
             None => None,
         };
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
@@ -128,15 +130,15 @@ impl Rd<'_> {
         Ok(rows)
     }
 
-    /// The cursor just before the first row recorded at or after `time` (RFC 3339, UTC): a
+    /// The cursor just before the first row recorded at or after `time`: a
     /// reader after it reads from that instant on. The newest cursor when no row is that new.
-    pub fn feed_cursor_at(&self, time: &str) -> Result<i64, StoreError> {
+    pub fn feed_cursor_at(&self, time: Timestamp) -> Result<i64, StoreError> {
         let first: Option<i64> = self
             .conn()
             .prepare_cached(
                 "SELECT id FROM feed WHERE timestamp >= ?1 ORDER BY timestamp, id LIMIT 1",
             )?
-            .query_row([time], |row| row.get(0))
+            .query_row([At(time)], |row| row.get(0))
             .optional()?;
         match first {
             Some(id) => Ok(id - 1),
@@ -162,7 +164,7 @@ impl Tx<'_> {
         event: Event,
         cause: &Cause,
     ) -> Result<Envelope, StoreError> {
-        let timestamp = super::now();
+        let timestamp = Timestamp::now();
         let actor = cause.actor.to_string();
         self.conn()
             .prepare_cached(
@@ -175,7 +177,7 @@ impl Tx<'_> {
                 event.target,
                 event.def.name,
                 event.def.family.as_str(),
-                timestamp,
+                At(timestamp),
                 actor,
                 cause.depth,
                 event.text()
@@ -194,15 +196,15 @@ impl Tx<'_> {
         })
     }
 
-    /// Deletes feed rows recorded before `before` (RFC 3339, UTC), at most `limit` of them (a
+    /// Deletes feed rows recorded before `before`, at most `limit` of them (a
     /// large backlog is pruned in several small writes); returns how many.
-    pub fn prune_feed(&self, before: &str, limit: usize) -> Result<usize, StoreError> {
+    pub fn prune_feed(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
         Ok(self
             .conn()
             .prepare_cached(
                 "DELETE FROM feed WHERE id IN (SELECT id FROM feed WHERE timestamp < ?1 ORDER BY id LIMIT ?2)",
             )?
-            .execute(params![before, i64::try_from(limit).unwrap_or(i64::MAX)])?)
+            .execute(params![At(before), i64::try_from(limit).unwrap_or(i64::MAX)])?)
     }
 }
 
@@ -339,13 +341,12 @@ mod tests {
     fn a_time_is_a_cursor_just_before_the_first_row_that_new() {
         let (_dir, store) = store();
         let first = append(&store, vec![session("lead", "/w")]);
-        let now = super::super::now();
+        let now = Timestamp::now();
         let later = append(&store, vec![session("pair", "/w"), session("solo", "/w")]);
         let (at, head) = {
-            let now = now.clone();
             store
                 .read_blocking(move |rd| {
-                    Ok::<_, StoreError>((rd.feed_cursor_at(&now)?, rd.feed_head()?))
+                    Ok::<_, StoreError>((rd.feed_cursor_at(now)?, rd.feed_head()?))
                 })
                 .unwrap()
         };
@@ -361,7 +362,7 @@ mod tests {
         );
         assert_eq!(since_time, later);
         let future = store
-            .read_blocking(|rd| rd.feed_cursor_at("9999-01-01T00:00:00.000000Z"))
+            .read_blocking(|rd| rd.feed_cursor_at("9999-01-01T00:00:00Z".parse().unwrap()))
             .unwrap();
         assert_eq!(future, head);
     }

@@ -5,6 +5,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::states::{Sql, state};
+use super::times::time;
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::graphs::{BoundSpec, Graph, GraphStatus, HookMap, Node};
 
@@ -51,8 +52,8 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Graph> {
         current_run_id: row.get(8)?,
         version: row.get(9)?,
         driver_lease: row.get(10)?,
-        created_at: row.get(11)?,
-        updated_at: row.get(12)?,
+        created_at: time(row, 11)?,
+        updated_at: time(row, 12)?,
     })
 }
 

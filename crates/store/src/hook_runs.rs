@@ -8,10 +8,12 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::states::{Sql, state, state_opt};
+use super::times::{At, time, time_opt};
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::hook_runs::{
     Dispatch, HookOutcome, HookRun, HookRunStatus, HookSourceKind,
 };
+use canopy_model::time::Timestamp;
 use canopy_model::work::PluginRef;
 
 const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project, dispatch, required, outcome, patch_applied";
@@ -28,7 +30,7 @@ fn json_column(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
 fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
     let mode: Option<String> = row.get(8)?;
     let status: HookRunStatus = state(row, 13)?;
-    let fired_at: String = row.get(18)?;
+    let fired_at = time(row, 18)?;
     Ok(HookRun {
         id: row.get(0)?,
         graph_id: row.get(1)?,
@@ -49,10 +51,10 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
         error: row.get(15)?,
         output: row.get(16)?,
         test: row.get(17)?,
-        recorded_at: fired_at.clone(),
+        recorded_at: fired_at,
         fired_at,
-        started_at: row.get(19)?,
-        finished_at: row.get(20)?,
+        started_at: time_opt(row, 19)?,
+        finished_at: time_opt(row, 20)?,
         duration_ms: row.get(21)?,
         source: state(row, 22)?,
         hook_name: row.get(23)?,
@@ -82,8 +84,8 @@ pub struct Fired {
     pub spec_id: Option<String>,
     pub mode: Option<String>,
     pub test: bool,
-    /// When the event fired (RFC 3339, UTC, microseconds; see [`super::now`]).
-    pub fired_at: String,
+    /// When the event fired.
+    pub fired_at: Timestamp,
     /// Recorded as running (started now) instead of queued.
     pub running: bool,
     /// The executor that runs it; recorded with a running hook run.
@@ -112,7 +114,7 @@ pub struct Finished {
 pub struct SyncHookRun {
     /// What fired it (`running` and `dropped` are not read: `finished` says how it went).
     pub fired: Fired,
-    pub started_at: Option<String>,
+    pub started_at: Option<Timestamp>,
     pub plugin: Option<PluginRef>,
     pub finished: Finished,
     pub required: bool,
@@ -142,8 +144,8 @@ pub struct HookRunFilter {
     /// A session: runs of the graph run with this id, or fired by an event whose payload names
     /// this `session_id`.
     pub session: Option<String>,
-    /// Only runs fired at or after this instant (RFC 3339, UTC, microseconds).
-    pub since: Option<String>,
+    /// Only runs fired at or after this instant.
+    pub since: Option<Timestamp>,
     /// At most this many, the newest.
     pub last: usize,
 }
@@ -200,9 +202,9 @@ impl HookRunFilter {
             terms.push("event IN (SELECT value FROM json_each(:events))".to_string());
             params.push((":events", Box::new(Value::from(events.clone()).to_string())));
         }
-        if let Some(since) = &self.since {
+        if let Some(since) = self.since {
             terms.push("fired_at >= :since".to_string());
-            params.push((":since", Box::new(since)));
+            params.push((":since", Box::new(At(since))));
         }
         if let Some(session) = &self.session {
             terms.push(
@@ -333,7 +335,7 @@ impl Tx<'_> {
         } else {
             (HookRunStatus::Queued, None, None)
         };
-        let finished_at = fired.dropped.as_ref().map(|_| fired.fired_at.clone());
+        let finished_at = fired.dropped.as_ref().map(|_| At(fired.fired_at));
         self.conn()
             .prepare_cached(
                 "INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
@@ -352,7 +354,7 @@ impl Tx<'_> {
                 fired.mode,
                 Sql(status),
                 fired.test,
-                fired.fired_at,
+                At(fired.fired_at),
                 started_at,
                 plugin.map(|p| p.name.as_str()),
                 plugin.map(|p| p.version.as_str()),
@@ -396,8 +398,8 @@ impl Tx<'_> {
                     fired.mode,
                     Sql(finished.status),
                     fired.test,
-                    fired.fired_at,
-                    run.started_at,
+                    At(fired.fired_at),
+                    run.started_at.map(At),
                     plugin.map(|p| p.name.as_str()),
                     plugin.map(|p| p.version.as_str()),
                     plugin.map(|p| p.sha256.as_str()),

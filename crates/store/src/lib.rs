@@ -26,12 +26,14 @@ pub mod runs;
 pub mod sessions;
 pub mod specs;
 pub mod states;
+mod times;
 pub mod webhooks;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
+use canopy_model::time::Timestamp;
 
 pub use db::{Rd, Tx, WriterStats};
 
@@ -183,17 +185,9 @@ impl Store {
     }
 }
 
-/// Now, as an RFC 3339 UTC timestamp with microseconds.
+/// Now, in the text form the store keeps (a [`Timestamp`]'s: RFC 3339, UTC, microseconds).
 pub fn now() -> String {
-    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
-}
-
-/// The time `ago` before now, as [`now`] writes it.
-pub fn time_ago(ago: std::time::Duration) -> String {
-    let at = std::time::SystemTime::now()
-        .checked_sub(ago)
-        .unwrap_or(std::time::UNIX_EPOCH);
-    humantime::format_rfc3339_micros(at).to_string()
+    Timestamp::now().to_string()
 }
 
 /// A fresh random id: 32 lowercase hex digits.

@@ -10,6 +10,7 @@
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::states::{Sql, state};
+use super::times::{time, time_opt};
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::messages::{Message, MessageStatus, Notification, NotificationKind};
 use canopy_model::work::{MessageTarget, Provenance};
@@ -62,8 +63,8 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
         plugin: row.get(7)?,
         status: state(row, 8)?,
         error: row.get(9)?,
-        created_at: row.get(10)?,
-        delivered_at: row.get(11)?,
+        created_at: time(row, 10)?,
+        delivered_at: time_opt(row, 11)?,
     })
 }
 
@@ -162,7 +163,7 @@ impl Rd<'_> {
                     kind: state(r, 1)?,
                     message: r.get(2)?,
                     message_id: r.get(3)?,
-                    created_at: r.get(4)?,
+                    created_at: time(r, 4)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;

@@ -107,7 +107,7 @@ fn a_feed_follower_catching_up_seeks_the_primary_key() {
         (
             "since a time",
             FeedQuery {
-                since: Some(Since::Time("2026-01-01T00:00:00Z".into())),
+                since: Some(Since::Time("2026-01-01T00:00:00Z".parse().unwrap())),
                 limit: 500,
                 ..FeedQuery::default()
             },
@@ -140,7 +140,7 @@ fn hook_run_reads_by_graph_run_hook_or_time_seek_an_index() {
         (
             "since a time",
             HookRunFilter {
-                since: Some("2026-01-01T00:00:00.000000Z".into()),
+                since: Some("2026-01-01T00:00:00.000000Z".parse().unwrap()),
                 ..HookRunFilter::default()
             },
         ),
@@ -178,7 +178,7 @@ fn cron_receipt_reads_and_their_cleanup_seek_an_index() {
     });
     assert_seeks("the receipt cleanup", "cron_receipts", &conn, |conn| {
         Tx::over(conn)
-            .prune_cron_receipts("nightly", 100, "2026-01-01T00:00:00Z")
+            .prune_cron_receipts("nightly", 100, "2026-01-01T00:00:00Z".parse().unwrap())
             .unwrap();
     });
 }
@@ -193,13 +193,13 @@ fn retention_seeks_the_time_index_of_every_table_it_prunes() {
     ] {
         assert_seeks(what, name, &conn, |conn| {
             Tx::over(conn)
-                .prune_before(table, "2026-01-01T00:00:00Z", 1000)
+                .prune_before(table, "2026-01-01T00:00:00Z".parse().unwrap(), 1000)
                 .unwrap();
         });
         // The row cap's cutoff walks the time index from the newest end (once a pass).
         let plans = plans_of(&conn, |conn| {
             Rd::over(conn)
-                .prune_cutoff(table, "2026-01-01T00:00:00Z", 1000)
+                .prune_cutoff(table, "2026-01-01T00:00:00Z".parse().unwrap(), 1000)
                 .unwrap();
         });
         assert!(

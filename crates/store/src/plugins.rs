@@ -3,8 +3,10 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::times::{At, time};
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::plugins::PluginRecord;
+use canopy_model::time::Timestamp;
 
 const COLUMNS: &str = "name, version, sha256, manifest, granted, builtin, enabled, installed_at";
 
@@ -17,7 +19,7 @@ struct Stored {
     granted: String,
     builtin: bool,
     enabled: bool,
-    installed_at: String,
+    installed_at: Timestamp,
 }
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Stored> {
@@ -29,7 +31,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Stored> {
         granted: row.get(4)?,
         builtin: row.get(5)?,
         enabled: row.get(6)?,
-        installed_at: row.get(7)?,
+        installed_at: time(row, 7)?,
     })
 }
 
@@ -96,7 +98,7 @@ impl Tx<'_> {
                 serde_json::to_string(&record.granted)?,
                 record.builtin,
                 record.enabled,
-                record.installed_at,
+                At(record.installed_at),
             ])?;
         Ok(())
     }

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::times::At;
 use super::{Rd, StoreError, Tx};
+use canopy_model::time::Timestamp;
 
 /// A checkout as last seen.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,13 +65,13 @@ pub struct HookActivity {
 
 impl Rd<'_> {
     /// The deepest of project `name`'s hook runs (not test runs) that ran at some point since
-    /// `since` (RFC 3339): running now, or ended since. Of several as deep, one still running,
+    /// `since`: running now, or ended since. Of several as deep, one still running,
     /// else the last to end (the one most likely to have made the change: two hooks of one
     /// event fire together, and the one that commits ends after its commit).
     pub fn project_hook_activity(
         &self,
         name: &str,
-        since: &str,
+        since: Timestamp,
     ) -> Result<Option<HookActivity>, StoreError> {
         let prefix = format!("{name}/");
         Ok(self
@@ -80,7 +82,7 @@ impl Rd<'_> {
                     AND (status = 'running' OR (started_at IS NOT NULL AND finished_at >= ?2))
                   ORDER BY dispatch_depth DESC, coalesce(finished_at, '9') DESC, fired_at DESC LIMIT 1",
             )?
-            .query_row(params![prefix, since], |row| {
+            .query_row(params![prefix, At(since)], |row| {
                 Ok(HookActivity {
                     hook_name: row.get(0)?,
                     dispatch_depth: row.get(1)?,
@@ -215,7 +217,9 @@ mod tests {
             })
             .unwrap();
         let cause = store
-            .read_blocking(|rd| rd.project_hook_activity("web", "2026-12-06T00:59:00Z"))
+            .read_blocking(|rd| {
+                rd.project_hook_activity("web", "2026-12-06T00:59:00Z".parse().unwrap())
+            })
             .unwrap();
         assert_eq!(
             cause.map(|c| c.hook_name).as_deref(),

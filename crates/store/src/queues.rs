@@ -3,6 +3,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::states::state_opt;
+use super::times::time;
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::queues::{Member, MemberStatus, Queue};
 use canopy_model::records::runs::SpecResult;
@@ -93,10 +94,10 @@ impl Rd<'_> {
 
     /// One queue by full id, with its members.
     pub fn queue(&self, id: &str) -> Result<Queue, StoreError> {
-        let (name, created_at): (String, String) = self
+        let (name, created_at) = self
             .conn()
             .prepare_cached("SELECT name, created_at FROM queues WHERE id = ?1")?
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row([id], |r| Ok((r.get::<_, String>(0)?, time(r, 1)?)))
             .optional()?
             .ok_or_else(|| StoreError::NotFound {
                 kind: "queue",

@@ -13,7 +13,9 @@
 pub use canopy_model::records::daemon::StoreSizes;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::times::{At, time};
 use super::{Rd, StoreError, Tx};
+use canopy_model::time::Timestamp;
 
 /// `PRAGMA auto_vacuum` value of incremental auto-vacuum.
 const INCREMENTAL: i64 = 2;
@@ -83,25 +85,25 @@ impl Rd<'_> {
     pub fn prune_cutoff(
         &self,
         table: Growing,
-        before: &str,
+        before: Timestamp,
         keep_rows: u64,
-    ) -> Result<String, StoreError> {
+    ) -> Result<Timestamp, StoreError> {
         if keep_rows == 0 {
-            return Ok(before.to_string());
+            return Ok(before);
         }
         let (name, column, _) = table.parts();
-        let newest_kept: Option<String> = self
+        let newest_kept: Option<Timestamp> = self
             .conn()
             .prepare_cached(&format!(
                 "SELECT {column} FROM {name} ORDER BY {column} DESC LIMIT 1 OFFSET ?1"
             ))?
             .query_row([i64::try_from(keep_rows - 1).unwrap_or(i64::MAX)], |row| {
-                row.get(0)
+                time(row, 0)
             })
             .optional()?;
         Ok(match newest_kept {
-            Some(cap) if cap.as_str() > before => cap,
-            _ => before.to_string(),
+            Some(cap) if cap > before => cap,
+            _ => before,
         })
     }
 
@@ -161,7 +163,7 @@ impl Tx<'_> {
     pub fn prune_before(
         &self,
         table: Growing,
-        cutoff: &str,
+        cutoff: Timestamp,
         limit: usize,
     ) -> Result<usize, StoreError> {
         let (name, column, prunable) = table.parts();
@@ -172,7 +174,10 @@ impl Tx<'_> {
                     SELECT rowid FROM {name} WHERE {column} < ?1 AND {prunable}
                     ORDER BY {column} LIMIT ?2)"
             ))?
-            .execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)])?)
+            .execute(params![
+                At(cutoff),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ])?)
     }
 
     /// Returns up to `pages` free pages to the file system; how many were free before.

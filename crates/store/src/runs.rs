@@ -4,8 +4,10 @@
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::states::{Sql, state};
+use super::times::{At, time, time_opt};
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
+use canopy_model::time::Timestamp;
 
 /// What [`Tx::cancel_node_runs`] cancelled.
 #[derive(Debug, Clone, Default)]
@@ -69,11 +71,11 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         blocker: row.get(5)?,
         summary: row.get(6)?,
         start_node: row.get(7)?,
-        started_at: row.get(8)?,
-        finished_at: row.get(9)?,
+        started_at: time(row, 8)?,
+        finished_at: time_opt(row, 9)?,
         actor: row.get(10)?,
         dispatch_depth: row.get(11)?,
-        resumes_at: row.get(12)?,
+        resumes_at: time_opt(row, 12)?,
     })
 }
 
@@ -96,8 +98,8 @@ fn node_run_from_row(row: &Row<'_>) -> rusqlite::Result<NodeRun> {
         detail: row.get(12)?,
         harness_session: row.get(13)?,
         resume_session: row.get(14)?,
-        started_at: row.get(15)?,
-        finished_at: row.get(16)?,
+        started_at: time(row, 15)?,
+        finished_at: time_opt(row, 16)?,
         duration_ms: row.get(17)?,
     })
 }
@@ -123,8 +125,8 @@ fn run_spec_from_row(r: &Row<'_>) -> rusqlite::Result<RunSpec> {
         harness_session: r.get(7)?,
         reason: None,
         reason_node: None,
-        started_at: r.get(8)?,
-        finished_at: r.get(9)?,
+        started_at: time(r, 8)?,
+        finished_at: time_opt(r, 9)?,
     })
 }
 
@@ -267,11 +269,11 @@ impl Rd<'_> {
     }
 
     /// The runs paused on a usage limit, with when each goes on: `(graph, run, resumes_at)`.
-    pub fn limit_paused_runs(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+    pub fn limit_paused_runs(&self) -> Result<Vec<(String, String, Timestamp)>, StoreError> {
         let mut statement = self.conn().prepare_cached(
             "SELECT graph_id, id, resumes_at FROM runs WHERE status = 'paused' AND resumes_at IS NOT NULL",
         )?;
-        collect(statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?)
+        collect(statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, time(r, 2)?)))?)
     }
 
     /// The spec the run is blocked on (by its node, or by a usage limit), if any.
@@ -532,16 +534,16 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Pauses a run on a usage limit until `resumes_at` (RFC 3339), with its blocker.
+    /// Pauses a run on a usage limit until `resumes_at`, with its blocker.
     pub fn set_run_limit_paused(
         &self,
         id: &str,
         blocker: &str,
-        resumes_at: &str,
+        resumes_at: Timestamp,
     ) -> Result<(), StoreError> {
         self.execute(
             "UPDATE runs SET status = 'paused', blocker = ?2, resumes_at = ?3 WHERE id = ?1",
-            params![id, blocker, resumes_at],
+            params![id, blocker, At(resumes_at)],
         )?;
         Ok(())
     }

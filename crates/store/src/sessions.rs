@@ -5,6 +5,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Deserialize;
 
 use super::states::{Sql, state};
+use super::times::time;
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::sessions::{ActiveRun, Session, SessionStatus};
 
@@ -37,8 +38,8 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Session> {
         conversation_id: row.get(3)?,
         tmux_target: row.get(4)?,
         tmux_socket: row.get(5)?,
-        created_at: row.get(6)?,
-        updated_at: row.get(7)?,
+        created_at: time(row, 6)?,
+        updated_at: time(row, 7)?,
     })
 }
 
@@ -131,7 +132,7 @@ impl Rd<'_> {
                     id: r.get(0)?,
                     graph_name: r.get(1)?,
                     status: state(r, 2)?,
-                    started_at: r.get(3)?,
+                    started_at: time(r, 3)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;

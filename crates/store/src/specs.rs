@@ -2,6 +2,7 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::times::time;
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::specs::Spec;
 use canopy_model::spec_format::{self, SpecFormat};
@@ -17,8 +18,8 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Spec> {
         body,
         workdir: row.get(3)?,
         summary: row.get(4)?,
-        created_at: row.get(5)?,
-        updated_at: row.get(6)?,
+        created_at: time(row, 5)?,
+        updated_at: time(row, 6)?,
     })
 }
 

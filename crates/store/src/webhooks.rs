@@ -10,8 +10,10 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::states::{Sql, state};
+use super::times::{At, time, time_opt};
 use super::{Rd, StoreError, Tx};
 use canopy_model::records::webhooks::{Delivery, DeliveryStatus};
+use canopy_model::time::Timestamp;
 
 /// A delivery to record.
 #[derive(Debug, Clone)]
@@ -33,9 +35,9 @@ pub struct NewDelivery {
     pub redelivery_of: Option<String>,
     /// Recorded by `canopy webhooks test`.
     pub test: bool,
-    pub received_at: String,
+    pub received_at: Timestamp,
     /// When its handler started: set for a delivery recorded `running` from the start.
-    pub started_at: Option<String>,
+    pub started_at: Option<Timestamp>,
     /// The sender's own id of the delivery (`X-GitHub-Delivery`), when the hook deduplicates
     /// by one: a retry or redelivery repeats it.
     pub sender_delivery_id: Option<String>,
@@ -97,9 +99,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
         size: row.get(12)?,
         redelivery_of: row.get(13)?,
         test: row.get(14)?,
-        received_at: row.get(15)?,
-        started_at: row.get(16)?,
-        finished_at: row.get(17)?,
+        received_at: time(row, 15)?,
+        started_at: time_opt(row, 16)?,
+        finished_at: time_opt(row, 17)?,
         duration_ms: row.get(18)?,
         error: row.get(19)?,
         output: row.get(20)?,
@@ -126,8 +128,8 @@ impl NewDelivery {
             size: body_size(&self.body),
             redelivery_of: self.redelivery_of.clone(),
             test: self.test,
-            received_at: self.received_at.clone(),
-            started_at: self.started_at.clone(),
+            received_at: self.received_at,
+            started_at: self.started_at,
             finished_at: None,
             duration_ms: None,
             error: None,
@@ -169,8 +171,8 @@ impl Tx<'_> {
                 new.body,
                 new.redelivery_of,
                 new.test,
-                new.received_at,
-                new.started_at,
+                At(new.received_at),
+                new.started_at.map(At),
                 new.sender_delivery_id,
             ])?;
         Ok(())
@@ -233,7 +235,7 @@ impl Rd<'_> {
         scope: &str,
         hook: &str,
         sender_id: &str,
-        since: &str,
+        since: Timestamp,
     ) -> Result<Option<Delivery>, StoreError> {
         let id: Option<String> = self
             .conn()
@@ -242,7 +244,7 @@ impl Rd<'_> {
                  WHERE scope = ?1 AND hook = ?2 AND sender_delivery_id = ?3 AND received_at >= ?4
                  ORDER BY received_at LIMIT 1",
             )?
-            .query_row(params![scope, hook, sender_id, since], |row| row.get(0))
+            .query_row(params![scope, hook, sender_id, At(since)], |row| row.get(0))
             .optional()?;
         id.map(|id| self.delivery(&id)).transpose()
     }
@@ -382,8 +384,8 @@ mod tests {
             body: b"{\"ref\":\"main\"}".to_vec(),
             redelivery_of: None,
             test: false,
-            received_at: crate::now(),
-            started_at: Some(crate::now()),
+            received_at: Timestamp::now(),
+            started_at: Some(Timestamp::now()),
             sender_delivery_id: None,
         };
         let expected = serde_json::to_value(new.recorded()).unwrap();

@@ -1119,8 +1119,8 @@ mod tests {
             needs_conversion: false,
             summary: None,
             body: String::new(),
-            created_at: String::new(),
-            updated_at: String::new(),
+            created_at: canopy_model::time::Timestamp::UNIX_EPOCH,
+            updated_at: canopy_model::time::Timestamp::UNIX_EPOCH,
         }
     }
 

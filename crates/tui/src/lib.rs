@@ -104,7 +104,7 @@ impl Screen {
     fn draw(&mut self, app: &App) -> Result<()> {
         queue!(self.terminal.backend_mut(), BeginSynchronizedUpdate).context("cannot draw")?;
         self.terminal
-            .draw(|frame| ui::draw(frame, app, jiff::Timestamp::now()))
+            .draw(|frame| ui::draw(frame, app, canopy_model::time::Timestamp::now()))
             .context("cannot draw")?;
         let backend = self.terminal.backend_mut();
         queue!(backend, EndSynchronizedUpdate).context("cannot draw")?;

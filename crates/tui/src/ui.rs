@@ -16,6 +16,7 @@ use canopy_model::records::hook_runs::HookRunStatus;
 use canopy_model::records::queues::MemberStatus;
 use canopy_model::records::sessions::SessionStatus;
 use canopy_model::records::views::ProgressResult;
+use canopy_model::time::Timestamp;
 
 /// The keys, as the help pop-up lists them.
 pub const KEYS: &[(&str, &str)] = &[
@@ -41,7 +42,7 @@ pub const KEYS: &[(&str, &str)] = &[
 ];
 
 /// Draws the whole screen; `now` is what elapsed times count to.
-pub fn draw(frame: &mut Frame, app: &App, now: jiff::Timestamp) {
+pub fn draw(frame: &mut Frame, app: &App, now: Timestamp) {
     // A long message (a refusal naming the ways out) takes up to 3 lines rather than being cut.
     let width = usize::from(frame.area().width.max(1));
     let status_lines = status_text(app).map_or(1, |(_, text)| {
@@ -325,12 +326,12 @@ pub fn elapsed(seconds: i64) -> String {
     }
 }
 
-/// The clock time of an RFC 3339 timestamp (`06:12:19`).
-fn clock(timestamp: &str) -> &str {
-    timestamp.get(11..19).unwrap_or(timestamp)
+/// The clock time (UTC) of a timestamp (`06:12:19`).
+fn clock(at: Timestamp) -> String {
+    at.as_jiff().strftime("%H:%M:%S").to_string()
 }
 
-fn draw_main(frame: &mut Frame, app: &App, area: Rect, now: jiff::Timestamp) {
+fn draw_main(frame: &mut Frame, app: &App, area: Rect, now: Timestamp) {
     let area = Rect {
         x: area.x + 1,
         width: area.width.saturating_sub(1),
@@ -444,12 +445,7 @@ fn draw_main(frame: &mut Frame, app: &App, area: Rect, now: jiff::Timestamp) {
     );
 }
 
-fn graph_lines<'a>(
-    app: &'a App,
-    graph: &'a Graph,
-    now: jiff::Timestamp,
-    width: usize,
-) -> Vec<Line<'a>> {
+fn graph_lines<'a>(app: &'a App, graph: &'a Graph, now: Timestamp, width: usize) -> Vec<Line<'a>> {
     let mut lines = vec![Line::from(vec![
         Span::styled(format!("Graph {}", graph.graph.name), Style::new().bold()),
         Span::raw("  status: "),
@@ -485,16 +481,11 @@ fn graph_lines<'a>(
                     .map_or_else(|| short(queue), |q| q.name.clone());
                 text.push_str(&format!(" · queue {name}"));
             }
-            text.push_str(&format!(" · started {}", clock(&run.run.started_at)));
+            text.push_str(&format!(" · started {}", clock(run.run.started_at)));
             lines.push(Line::raw(text));
             if let Some(node) = graph.running_node() {
                 let spec = graph.spec_name(&node.spec_id).unwrap_or("-");
-                let seconds = node
-                    .started_at
-                    .parse::<jiff::Timestamp>()
-                    .ok()
-                    .map(|t| now.as_second() - t.as_second())
-                    .unwrap_or_default();
+                let seconds = now.as_jiff().as_second() - node.started_at.as_jiff().as_second();
                 lines.push(Line::from(vec![
                     Span::styled("now: ", Style::new().fg(Color::Cyan).bold()),
                     Span::raw(format!("{} on {spec} · {}", node.node, elapsed(seconds))),
@@ -564,7 +555,7 @@ fn graph_lines<'a>(
                 .or(run.summary.as_deref())
                 .unwrap_or("");
             lines.push(Line::from(vec![
-                Span::raw(format!(" {} {:<16} ", clock(&run.fired_at), cut(name, 16))),
+                Span::raw(format!(" {} {:<16} ", clock(run.fired_at), cut(name, 16))),
                 Span::styled(
                     format!("{:<9} ", run.status.as_str()),
                     Style::new().fg(run.status.color()),
@@ -784,7 +775,7 @@ mod tests {
     fn screen(app: &App, width: u16, height: u16) -> String {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         terminal
-            .draw(|frame| draw(frame, app, jiff::Timestamp::now()))
+            .draw(|frame| draw(frame, app, Timestamp::now()))
             .unwrap();
         let buffer = terminal.backend().buffer().clone();
         let mut text = String::new();
@@ -810,8 +801,8 @@ mod tests {
                 needs_conversion: true,
                 summary: None,
                 body: String::new(),
-                created_at: String::new(),
-                updated_at: String::new(),
+                created_at: canopy_model::time::Timestamp::UNIX_EPOCH,
+                updated_at: canopy_model::time::Timestamp::UNIX_EPOCH,
             }])),
         });
         let text = screen(&app, 80, 24);

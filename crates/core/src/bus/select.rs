@@ -14,6 +14,7 @@ use crate::hooks::runs::Fired;
 use canopy_model::events::{Actor, Cause, Envelope, Event};
 use canopy_model::hook_keys::Firing;
 use canopy_model::records::hook_runs::HookSourceKind;
+use canopy_model::time::Timestamp;
 use canopy_store::{StoreError, Tx};
 
 /// One hook run a firing makes, before it is recorded.
@@ -30,7 +31,7 @@ impl Selected {
         graph: &GraphRun,
         recorded_as: &str,
         chosen: Chosen,
-        fired_at: &str,
+        fired_at: Timestamp,
         test: bool,
     ) -> Self {
         let Chosen {
@@ -55,7 +56,7 @@ impl Selected {
                 spec_id: spec_id.clone(),
                 mode: work.as_ref().ok().map(|w| w.mode.clone()),
                 test,
-                fired_at: fired_at.to_string(),
+                fired_at,
                 running: false,
                 plugin: None,
                 dispatch_depth: trigger.depth,
@@ -95,8 +96,8 @@ fn record(
     } = selection;
     // The event's own time: the hook runs it fires were fired when it was recorded.
     let fired_at = match &trigger.envelope {
-        Some(envelope) => envelope.timestamp.clone(),
-        None => canopy_store::now(),
+        Some(envelope) => envelope.timestamp,
+        None => Timestamp::now(),
     };
     let mut selected: Vec<Selected> = hooks
         .into_iter()
@@ -107,7 +108,7 @@ fn record(
                 &graph,
                 &recorded_as,
                 chosen,
-                &fired_at,
+                fired_at,
                 test,
             )
         })

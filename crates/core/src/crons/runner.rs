@@ -18,6 +18,7 @@ use crate::runner::{self, Job, Kind, Ran};
 use canopy_executors::plugins::{Ending, StopSwitch, WorkConfig};
 use canopy_model::events::{self, Actor, Cause, Event};
 use canopy_model::records::crons::{CronActivity, CronView, Receipt, ReceiptStatus, Trigger};
+use canopy_model::time;
 use canopy_model::work::Provenance;
 use canopy_store::crons::{NewReceipt, ReceiptEnd};
 use canopy_store::{Store, StoreError};
@@ -181,12 +182,12 @@ impl Crons {
         self.load_paused().await?;
         for cron in self.served() {
             let name = cron.name().to_string();
-            let now = Timestamp::now().to_string();
+            let now = time::Timestamp::now();
             self.inner
                 .store
                 .write(move |tx| {
                     if tx.cron_state(&name)?.is_none() {
-                        tx.set_cron_accounted(&name, &now)?;
+                        tx.set_cron_accounted(&name, now)?;
                     }
                     Ok::<_, StoreError>(())
                 })
@@ -266,9 +267,7 @@ impl Crons {
             Some(state) if state.paused => return Ok(()),
             Some(state) => state
                 .accounted_through
-                .as_deref()
-                .and_then(|at| at.parse::<Timestamp>().ok())
-                .and_then(|since| cron.schedule.between(since, now, MISSED_CAP)),
+                .and_then(|since| cron.schedule.between(since.as_jiff(), now, MISSED_CAP)),
             None => None,
         };
         let node = self.inner.bus.node();
@@ -278,7 +277,7 @@ impl Crons {
             .inner
             .store
             .write(move |tx| {
-                tx.set_cron_accounted(&name, &now.to_string())?;
+                tx.set_cron_accounted(&name, now.into())?;
                 let Some((count, first, last)) = missed else {
                     return Ok(crate::bus::Recorded::default());
                 };
@@ -287,7 +286,7 @@ impl Crons {
                     cron: name.clone(),
                     node,
                     trigger: Trigger::Schedule,
-                    scheduled_at: Some(last.to_string()),
+                    scheduled_at: Some(last.into()),
                     status: ReceiptStatus::Missed,
                     error: Some(format!(
                         "{count} scheduled firing{} passed while the daemon was down (first {first}, last {last}); {}",
@@ -302,8 +301,8 @@ impl Crons {
                     cron: name.clone(),
                     run_id: receipt.run_id,
                     missed_count: i64::try_from(count).unwrap_or(i64::MAX),
-                    first_missed_at: first.to_string(),
-                    last_missed_at: last.to_string(),
+                    first_missed_at: first.into(),
+                    last_missed_at: last.into(),
                     catch_up,
                 });
                 bus.record(tx, [event], &cron_cause(&name))
@@ -435,7 +434,7 @@ impl Crons {
             cron: name.clone(),
             node: self.inner.bus.node(),
             trigger,
-            scheduled_at: scheduled.map(|t| t.to_string()),
+            scheduled_at: scheduled.map(time::Timestamp::from),
             status,
             error,
             missed_count: None,
@@ -448,7 +447,7 @@ impl Crons {
             .store
             .write(move |tx| {
                 let receipt = tx.insert_cron_receipt(&new)?;
-                if let Some(at) = &new.scheduled_at {
+                if let Some(at) = new.scheduled_at {
                     tx.set_cron_accounted(&new.cron, at)?;
                 }
                 let fired = Event::new(&events::cron::CronFired(firing_of(&receipt)));
@@ -649,7 +648,7 @@ impl Crons {
                 let Some(receipt) = tx.finish_cron_receipt(&run_id, &end)? else {
                     return Ok(recorded);
                 };
-                tx.prune_cron_receipts(&name, keep, &oldest)?;
+                tx.prune_cron_receipts(&name, keep, oldest)?;
                 recorded.extend(bus.record(tx, [end_event(&receipt)], &cron_cause(&name))?);
                 Ok::<_, StoreError>(recorded)
             })
@@ -750,7 +749,7 @@ impl Crons {
             next_at: (served && !paused)
                 .then(|| cron.schedule.next_after(Timestamp::now()))
                 .flatten()
-                .map(|t| t.to_string()),
+                .map(time::Timestamp::from),
             overlap: cron.config.overlap,
             catch_up: cron.config.catch_up,
             timeout_secs: cron.config.timeout_secs,
@@ -782,10 +781,10 @@ impl Crons {
     pub async fn set_paused(&self, name: &str, paused: bool) -> Result<CronView, CronError> {
         let cron = self.find(name)?;
         let key = cron.name().to_string();
-        let now = Timestamp::now().to_string();
+        let now = time::Timestamp::now();
         self.inner
             .store
-            .write(move |tx| tx.set_cron_paused(&key, paused, &now))
+            .write(move |tx| tx.set_cron_paused(&key, paused, now))
             .await?;
         {
             let mut set = self
@@ -855,7 +854,7 @@ fn firing_of(receipt: &Receipt) -> events::cron::CronFiring {
         cron: receipt.cron.clone(),
         run_id: receipt.run_id.clone(),
         trigger: receipt.trigger.to_string(),
-        scheduled_at: receipt.scheduled_at.clone(),
+        scheduled_at: receipt.scheduled_at,
     }
 }
 
@@ -889,12 +888,8 @@ fn jitter(max: Duration) -> Duration {
 }
 
 /// The oldest receipt time kept by the feed's retention.
-fn oldest_kept(keep_days: u32) -> String {
-    let keep = Duration::from_secs(u64::from(keep_days) * 24 * 60 * 60);
-    let cutoff = std::time::SystemTime::now()
-        .checked_sub(keep)
-        .unwrap_or(std::time::UNIX_EPOCH);
-    humantime::format_rfc3339_micros(cutoff).to_string()
+fn oldest_kept(keep_days: u32) -> time::Timestamp {
+    time::Timestamp::ago(Duration::from_secs(u64::from(keep_days) * 24 * 60 * 60))
 }
 
 /// An action in one line, for a listing: its command (first line), its agent platform, its

@@ -23,6 +23,7 @@ use canopy_executors::plugins::{Ending, Workdir, split_work_config};
 use canopy_model::events::graph::CompletedSpec;
 use canopy_model::events::{self as taxonomy, Cause, Event};
 use canopy_model::markers::{MarkerValues, NODE_MARKERS};
+use canopy_model::time::Timestamp;
 use canopy_model::work::Provenance;
 use canopy_store::runs::{NewNodeRun, NodeRunEnd};
 use canopy_store::{Rd, Tx, ids};
@@ -99,7 +100,7 @@ enum Next {
     Settle,
     Stop,
     /// The run paused on an agent's usage limit; it goes on by itself at this time (RFC 3339).
-    WaitForReset(String),
+    WaitForReset(Timestamp),
 }
 
 /// Runs the graph's current run until it pauses, settles, or is stopped.
@@ -132,7 +133,7 @@ async fn drive_run(engine: &Engine, lease: &Lease) -> Result<(), EngineError> {
         match next {
             (Next::Stop, _) => return Ok(()),
             (Next::WaitForReset(resumes_at), _) => {
-                engine.wake_at(&lease.graph_id, &lease.run_id, &resumes_at);
+                engine.wake_at(&lease.graph_id, &lease.run_id, resumes_at);
                 return Ok(());
             }
             (Next::Settle, _) => {
@@ -679,7 +680,7 @@ async fn run_node(
                         SpecResult::LimitBlocked,
                         None,
                     )?;
-                    let resumes_at = hit.resets_at.to_string();
+                    let resumes_at = Timestamp::from(hit.resets_at);
                     let blocker = format!(
                         "node `{node_name}` on spec {} ({}) waits for its agent's usage limit to reset\n{}\n{}",
                         spec_name,
@@ -687,13 +688,13 @@ async fn run_node(
                         hit.describe(jiff::Timestamp::now()),
                         limit_ways_out(&run.graph_name)
                     );
-                    tx.set_run_limit_paused(&run.run_id, &blocker, &resumes_at)?;
+                    tx.set_run_limit_paused(&run.run_id, &blocker, resumes_at)?;
                     tx.set_graph_status(&run.graph_id, GraphStatus::Paused, Some(&blocker), None)?;
                     let event = run.limit_blocked(
                         blocker,
                         node_name.clone(),
                         spec_id.clone(),
-                        resumes_at.clone(),
+                        resumes_at,
                     );
                     recorded.extend(bus.record(tx, [event], &run.cause)?);
                     return Ok((recorded, Next::WaitForReset(resumes_at), hint));

@@ -7,6 +7,7 @@
 
 use canopy_model::events::graph::{self, CompletedSpec};
 use canopy_model::events::{Cause, Event, spec};
+use canopy_model::time::Timestamp;
 
 /// What every event knows about its run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +83,7 @@ impl RunContext {
         blocker: String,
         node: String,
         spec_id: String,
-        resumes_at: String,
+        resumes_at: Timestamp,
     ) -> Event {
         tracing::info!(graph = %self.graph_name, run = %self.run_id, %resumes_at, "run paused on a usage limit");
         Event::new(&graph::RunBlocked {

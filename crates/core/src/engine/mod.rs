@@ -44,6 +44,7 @@ use canopy_model::hook_keys::HookEvent;
 
 use canopy_executors::plugins::{PluginError, PluginHost, WorkConfig, split_work_config};
 use canopy_model::markers::NODE_MARKERS;
+use canopy_model::time::Timestamp;
 use canopy_store::{Rd, Store, Tx, ids};
 
 /// The engine. Cheap to clone.
@@ -1042,30 +1043,22 @@ impl Engine {
         }
     }
 
-    /// Goes on with a run paused on a usage limit at `resumes_at` (RFC 3339), by itself, as a
+    /// Goes on with a run paused on a usage limit at `resumes_at`, by itself, as a
     /// plain continue would: the node runs again. A run that was continued, reset or cancelled
     /// meanwhile is left alone. A later wait of the same graph replaces this one.
-    pub(crate) fn wake_at(&self, graph_id: &str, run_id: &str, resumes_at: &str) {
+    pub(crate) fn wake_at(&self, graph_id: &str, run_id: &str, resumes_at: Timestamp) {
         let engine = self.clone();
-        let (graph, run, at) = (
-            graph_id.to_string(),
-            run_id.to_string(),
-            resumes_at.to_string(),
-        );
-        let wait = resumes_at
-            .parse::<jiff::Timestamp>()
-            .map(|at| at.duration_since(jiff::Timestamp::now()))
-            .map(|left| std::time::Duration::try_from(left).unwrap_or_default())
-            .unwrap_or_default();
+        let (graph, run, at) = (graph_id.to_string(), run_id.to_string(), resumes_at);
+        let wait = resumes_at.duration_since(Timestamp::now());
         tracing::info!(
             graph = graph_id,
             run = run_id,
-            resumes_at,
+            %resumes_at,
             "the run waits for a usage limit to reset"
         );
         let task = tokio::spawn(async move {
             tokio::time::sleep(wait).await;
-            if let Err(err) = engine.resume_after_limit(&graph, &run, &at).await {
+            if let Err(err) = engine.resume_after_limit(&graph, &run, at).await {
                 tracing::error!(graph = %graph, run = %run, error = %err, "cannot go on with the run after its usage limit reset");
             }
             let me = tokio::task::try_id();
@@ -1092,11 +1085,11 @@ impl Engine {
         &self,
         graph_id: &str,
         run_id: &str,
-        resumes_at: &str,
+        resumes_at: Timestamp,
     ) -> Result<(), EngineError> {
         let id = run_id.to_string();
         let run = self.read(move |rd| Ok(rd.run(&id)?)).await?;
-        let at = resumes_at.to_string();
+        let at = resumes_at;
         let cause = run.cause();
         let started = cause
             .scope(self.drive_new(
@@ -1109,7 +1102,7 @@ impl Engine {
                     // A continue, reset or cancel may have come first.
                     if !(graph.current_run_id.as_deref() == Some(run.id.as_str())
                         && run.status == RunStatus::Paused
-                        && run.resumes_at.as_deref() == Some(at.as_str()))
+                        && run.resumes_at == Some(at))
                     {
                         return Err(EngineError::Conflict(
                             "the run no longer waits for that reset".to_string(),
@@ -1151,7 +1144,7 @@ impl Engine {
         self.publish(recorded).await;
         let waiting = self.read(|rd| Ok(rd.limit_paused_runs()?)).await?;
         for (graph_id, run_id, resumes_at) in waiting {
-            self.wake_at(&graph_id, &run_id, &resumes_at);
+            self.wake_at(&graph_id, &run_id, resumes_at);
         }
         Ok(count)
     }

@@ -14,6 +14,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use canopy_model::time::Timestamp;
+
 /// Firings within [`DEFAULT_WINDOW`] past which a hook trips.
 pub const DEFAULT_FIRINGS: u32 = 100;
 
@@ -122,7 +124,7 @@ impl Breakers {
         state.tripped = Some(TrippedHook {
             source: source.to_string(),
             hook_name: name.to_string(),
-            tripped_at: canopy_store::now(),
+            tripped_at: Timestamp::now(),
             dropped: 1,
             reason: reason.clone(),
         });

@@ -596,7 +596,7 @@ mod tests {
             target: None,
             event: event.into(),
             family: canopy_model::events::find(event).unwrap().family,
-            timestamp: "2026-01-01T00:00:00Z".into(),
+            timestamp: "2026-01-01T00:00:00Z".parse().unwrap(),
             actor: "user".into(),
             dispatch_depth: 0,
             payload,

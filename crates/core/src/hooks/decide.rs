@@ -44,6 +44,7 @@ use canopy_model::events::{Actor, Cause, EventDef, Payload, scalar_text};
 use canopy_model::markers::MarkerValues;
 use canopy_model::records::hook_runs::{Dispatch, HookOutcome, HookSourceKind, graph_hook_name};
 use canopy_model::runtime_hooks::{HookGroup, Phase};
+use canopy_model::time::Timestamp;
 use canopy_model::work::Provenance;
 use canopy_store::hook_runs::SyncHookRun;
 use canopy_store::{StoreError, Tx};
@@ -290,7 +291,7 @@ impl Bus {
         let mut patch = Map::new();
         let mut verdict = Verdict::Allow;
         let mut answered = Vec::with_capacity(hooks.len());
-        let fired_at = canopy_store::now();
+        let fired_at = Timestamp::now();
         for hook in hooks {
             if verdict != Verdict::Allow {
                 answered.push(Answered {
@@ -350,7 +351,7 @@ impl Bus {
             }
             answered.push(one);
         }
-        let record = record_of(&question, &fired_at, answered);
+        let record = record_of(&question, fired_at, answered);
         match &verdict {
             Verdict::Allow => {}
             Verdict::Deny { hook, reason } => tracing::info!(
@@ -568,7 +569,7 @@ pub(crate) fn runtime_hook_name(
 }
 
 /// The record of a decision's hook runs.
-fn record_of(question: &Question, fired_at: &str, answered: Vec<Answered>) -> DecisionRecord {
+fn record_of(question: &Question, fired_at: Timestamp, answered: Vec<Answered>) -> DecisionRecord {
     let graph = question.graph.as_ref();
     let runs = answered
         .into_iter()
@@ -603,7 +604,7 @@ fn record_of(question: &Question, fired_at: &str, answered: Vec<Answered>) -> De
                     spec_id: question.spec_id.clone(),
                     mode: hook.work.as_ref().ok().map(|w| w.mode.clone()),
                     test: false,
-                    fired_at: fired_at.to_string(),
+                    fired_at,
                     running: false,
                     plugin: None,
                     dispatch_depth: question.cause.depth,
@@ -611,7 +612,7 @@ fn record_of(question: &Question, fired_at: &str, answered: Vec<Answered>) -> De
                     project: question.project.clone(),
                     dropped: None,
                 },
-                started_at: ran.as_ref().map(|_| fired_at.to_string()),
+                started_at: ran.as_ref().map(|_| fired_at),
                 plugin: report.map(|r| r.plugin.clone()),
                 finished,
                 required: hook.required,

@@ -32,6 +32,7 @@ use super::Project;
 use crate::bus::Bus;
 use canopy_model::events::project::{CheckoutUpdated, TagPushed};
 use canopy_model::events::{Actor, Cause, Event};
+use canopy_model::time::Timestamp;
 use canopy_store::projects::CheckoutState;
 
 /// How long one `git` call may take.
@@ -163,12 +164,12 @@ async fn watch(
     let mut last_problem: Option<String> = None;
     // When the previous look began: a hook of the project that ran since may have made what
     // this one sees.
-    let mut previous_look = canopy_store::now();
+    let mut previous_look = Timestamp::now();
     // Whether setting up notifications failed (logged once until they work again).
     let mut notify_failed = false;
     loop {
         if !drain.is_closed() {
-            let look = canopy_store::now();
+            let look = Timestamp::now();
             let since = std::mem::replace(&mut previous_look, look);
             let outcome = async {
                 let dirs = git_dirs(&project.checkout).await?;
@@ -434,7 +435,7 @@ fn changes(name: &str, before: Option<&CheckoutState>, now: &CheckoutState) -> V
 
 /// Reads the checkout and, when it differs from what was last seen, records what it is now and
 /// the events that makes, in one write; then publishes them (their hooks start).
-async fn observe(bus: &Bus, project: &Project, dirs: &GitDirs, since: String) -> Result<()> {
+async fn observe(bus: &Bus, project: &Project, dirs: &GitDirs, since: Timestamp) -> Result<()> {
     let now = read_checkout(dirs).await?;
     let name = project.name.clone();
     let seen = bus
@@ -459,7 +460,7 @@ async fn observe(bus: &Bus, project: &Project, dirs: &GitDirs, since: String) ->
             if events.is_empty() {
                 return Ok(crate::bus::Recorded::default());
             }
-            let cause = match tx.project_hook_activity(&name, &since)? {
+            let cause = match tx.project_hook_activity(&name, since)? {
                 Some(hook) => Cause {
                     actor: Actor::Hook(hook.hook_name),
                     depth: hook.dispatch_depth.saturating_add(1),

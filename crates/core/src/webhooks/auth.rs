@@ -15,7 +15,8 @@ use http::HeaderMap;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::config::{AuthMode, Hook, Provider, Secret};
+use super::config::{Hook, Provider, Secret};
+use canopy_model::records::webhooks::AuthMode;
 
 /// The header a token may be sent in instead of `Authorization: Bearer`.
 pub const TOKEN_HEADER: &str = "x-canopy-hook-token";

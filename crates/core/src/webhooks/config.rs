@@ -36,6 +36,7 @@ use serde_json::{Map, Value};
 
 use super::rules::{FieldPath, Rule};
 use canopy_executors::plugins::{WorkConfig, split_work_config};
+use canopy_model::records::webhooks::{AuthMode, Respond, RespondMode};
 
 /// Bodies larger than this are refused with 413 unless a hook sets `max_body_bytes`.
 pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
@@ -140,16 +141,6 @@ impl Provider {
             Self::Slack | Self::Stripe => None,
         }
     }
-}
-
-/// What authenticates a request to a hook.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AuthMode {
-    /// Its bearer token (and its signature too, when the hook has a sender secret).
-    #[default]
-    Token,
-    /// Its sender's signature over the body alone, for senders that cannot send a token.
-    Signature,
 }
 
 /// A hook's memory of its sender's delivery ids: a delivery whose id was seen within `window`
@@ -403,36 +394,6 @@ impl Secret {
             canopy_executors::secrets::register(text);
         }
         Ok(trimmed.to_vec())
-    }
-}
-
-/// When a hook answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RespondMode {
-    /// 202 with the delivery id once it is recorded; the handler runs after.
-    Async,
-    /// Waits for the handler and answers with its outcome (as `?wait=true` does).
-    Sync,
-}
-
-/// How a hook answers (`respond`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Respond {
-    pub mode: RespondMode,
-    /// The status of a success: an accepted delivery (async), a completed one (sync).
-    pub status: Option<u16>,
-    /// Whether a waited-for answer carries the handler's output.
-    pub output: bool,
-}
-
-impl Default for Respond {
-    fn default() -> Self {
-        Self {
-            mode: RespondMode::Async,
-            status: None,
-            output: true,
-        }
     }
 }
 

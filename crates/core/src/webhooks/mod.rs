@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 
 use crate::bus::Bus;
@@ -45,7 +45,8 @@ use canopy_executors::plugins::PluginHost;
 use canopy_model::events::webhook::{Delivery as DeliveryRef, WebhookReceived};
 use canopy_model::events::{Actor, Cause, Event};
 pub use canopy_model::records::webhooks::Outcome;
-use canopy_model::records::webhooks::{Delivery, DeliveryStatus};
+use canopy_model::records::webhooks::{DedupView, Delivery, DeliveryStatus, Rotation, WebhookView};
+use canopy_model::time::Timestamp;
 use canopy_store::webhooks::NewDelivery;
 use canopy_store::{Store, StoreError};
 pub use config::{Hook, Webhooks};
@@ -744,14 +745,14 @@ impl Ingress {
         redelivery_of: Option<String>,
         test: bool,
     ) -> NewDelivery {
-        let received_at = canopy_store::now();
+        let received_at = Timestamp::now();
         NewDelivery {
             id: canopy_store::new_ordered_id(),
             scope: hook.scope.clone(),
             hook: hook.id.clone(),
             handler: hook.kind.clone(),
             node: self.inner.node.clone(),
-            started_at: (status == DeliveryStatus::Running).then(|| received_at.clone()),
+            started_at: (status == DeliveryStatus::Running).then_some(received_at),
             status,
             reason,
             method: received.method,
@@ -779,7 +780,7 @@ impl Ingress {
         let seen_since = hook
             .dedup
             .as_ref()
-            .map(|dedup| canopy_store::time_ago(dedup.window));
+            .map(|dedup| Timestamp::ago(dedup.window));
         let ingress = self.clone();
         let taken = self
             .inner
@@ -787,7 +788,7 @@ impl Ingress {
             .write(move |tx| {
                 if let (Some(sender_id), Some(since)) = (&new.sender_delivery_id, &seen_since) {
                     if let Some(first) =
-                        tx.delivery_by_sender_id(&new.scope, &new.hook, sender_id, since)?
+                        tx.delivery_by_sender_id(&new.scope, &new.hook, sender_id, *since)?
                     {
                         return Ok(Err(first));
                     }
@@ -910,13 +911,13 @@ impl Ingress {
             new.id.clone(),
             hook.scope.clone(),
             hook.id.clone(),
-            canopy_store::time_ago(dedup.window),
+            Timestamp::ago(dedup.window),
         );
         let claimed = self
             .inner
             .store
             .write(move |tx| {
-                if let Some(first) = tx.delivery_by_sender_id(&scope, &name, &sender_id, &since)? {
+                if let Some(first) = tx.delivery_by_sender_id(&scope, &name, &sender_id, since)? {
                     return Ok::<_, IngressError>(Err(Box::new(first)));
                 }
                 Ok(InFlight::register(&ingress, id, flying))
@@ -1328,82 +1329,57 @@ async fn retention(ingress: Ingress) {
     }
 }
 
-/// A hook as `webhooks list` / `show` show it: its config with every secret redacted (a
-/// secret's source is named, never its value).
-pub fn hook_view(hook: &Hook, listen: Option<&str>) -> Value {
-    let mut view = serde_json::to_value(&hook.entry).unwrap_or_else(|_| json!({}));
-    if let Value::Object(map) = &mut view {
-        for key in [
-            "token_env",
-            "token_file",
-            "hmac_secret_env",
-            "hmac_secret_file",
-        ] {
-            map.remove(key);
+/// A hook as `webhooks list` / `show` show it: what the daemon resolved, every secret redacted
+/// (a secret's source is named, never its value), and the rest of its entry as written.
+pub fn hook_view(hook: &Hook, listen: Option<&str>, problem: Option<String>) -> WebhookView {
+    let entry = match serde_json::to_value(&hook.entry) {
+        Ok(Value::Object(entry)) => entry,
+        _ => serde_json::Map::new(),
+    };
+    // How each secret can be changed while the daemon runs.
+    let rotation = |secret: Option<&config::Secret>| match secret {
+        Some(config::Secret::Env(name)) => Some(format!(
+            "${name} is read from the daemon's environment, which is fixed while it runs: changing it needs a restart (a `_file` source is read at every request and rotates live)"
+        )),
+        Some(config::Secret::File(_)) => {
+            Some("read at every request: replacing the file rotates it at once".to_string())
         }
-        map.insert("scope".into(), json!(hook.scope));
-        map.insert("id".into(), json!(hook.id));
-        map.insert("key".into(), json!(hook.key()));
-        map.insert("path".into(), json!(hook.url_path()));
-        map.insert(
-            "url".into(),
-            json!(
-                listen
-                    .filter(|_| hook.served)
-                    .map(|l| format!("{l}{}", hook.url_path()))
-            ),
-        );
-        map.insert("served".into(), json!(hook.served));
-        map.insert(
-            "token".into(),
-            json!(hook.token.as_ref().map(config::Secret::describe)),
-        );
-        map.insert(
-            "hmac".into(),
-            json!(hook.hmac.as_ref().map(config::Secret::describe)),
-        );
-        // How each secret can be changed while the daemon runs.
-        let rotation = |secret: Option<&config::Secret>| match secret {
-            Some(config::Secret::Env(name)) => Some(format!(
-                "${name} is read from the daemon's environment, which is fixed while it runs: changing it needs a restart (a `_file` source is read at every request and rotates live)"
-            )),
-            Some(config::Secret::File(_)) => {
-                Some("read at every request: replacing the file rotates it at once".to_string())
-            }
-            Some(config::Secret::Inline(_)) => Some(
-                "in canopy.toml, whose [webhooks] is read at start: changing it needs a restart"
-                    .to_string(),
-            ),
-            None => None,
-        };
-        map.insert(
-            "rotation".into(),
-            json!({
-                "token": rotation(hook.token.as_ref()),
-                "hmac": rotation(hook.hmac.as_ref()),
-            }),
-        );
-        map.insert(
-            "auth".into(),
-            json!(match hook.auth {
-                config::AuthMode::Token => "token",
-                config::AuthMode::Signature => "signature",
-            }),
-        );
-        map.insert("provider".into(), json!(hook.provider.as_str()));
-        map.insert(
-            "dedup".into(),
-            json!(hook.dedup.as_ref().map(|dedup| json!({
-                "header": dedup.header,
-                "window_secs": dedup.window.as_secs(),
-            }))),
-        );
-        map.insert("respond".into(), json!(hook.respond));
-        map.insert("max_body_bytes".into(), json!(hook.max_body));
-        map.insert("concurrency".into(), json!(hook.concurrency));
-        map.insert("timeout_secs".into(), json!(hook.timeout.as_secs()));
-        map.insert("checkout".into(), json!(hook.project));
-        map.insert("toml_path".into(), json!(hook.toml_path));
+        Some(config::Secret::Inline(_)) => Some(
+            "in canopy.toml, whose [webhooks] is read at start: changing it needs a restart"
+                .to_string(),
+        ),
+        None => None,
+    };
+    WebhookView {
+        scope: hook.scope.clone(),
+        id: hook.id.clone(),
+        key: hook.key(),
+        kind: hook.entry.kind.clone(),
+        path: hook.url_path(),
+        url: listen
+            .filter(|_| hook.served)
+            .map(|l| format!("{l}{}", hook.url_path())),
+        served: hook.served,
+        token: hook.token.as_ref().map(config::Secret::describe),
+        hmac: hook.hmac.as_ref().map(config::Secret::describe),
+        rotation: Rotation {
+            token: rotation(hook.token.as_ref()),
+            hmac: rotation(hook.hmac.as_ref()),
+        },
+        auth: hook.auth,
+        provider: hook.provider.as_str().to_string(),
+        dedup: hook.dedup.as_ref().map(|dedup| DedupView {
+            header: dedup.header.clone(),
+            window_secs: dedup.window.as_secs(),
+        }),
+        respond: hook.respond,
+        max_body_bytes: u64::try_from(hook.max_body).unwrap_or(u64::MAX),
+        concurrency: u64::try_from(hook.concurrency).unwrap_or(u64::MAX),
+        timeout_secs: hook.timeout.as_secs(),
+        checkout: hook.project.clone(),
+        toml_path: hook.toml_path.clone(),
+        problem,
+        deliveries: None,
+        entry: WebhookView::rest_of(entry),
     }
-    view
 }

@@ -10,6 +10,8 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+use canopy_model::time::Timestamp;
+
 use super::{ApiError, ApiJson, AppState};
 
 /// Warnings and errors from the log `GET /api/status` returns.
@@ -22,7 +24,7 @@ pub struct DaemonInfo {
     /// The base URL it serves on.
     pub url: String,
     /// RFC 3339.
-    pub started_at: String,
+    pub started_at: Timestamp,
     pub started: Instant,
     /// The daemon's log file (`daemon.log` in the data dir).
     pub log_file: PathBuf,
@@ -41,7 +43,7 @@ impl DaemonInfo {
         Self {
             pid: std::process::id(),
             url,
-            started_at: canopy_store::now(),
+            started_at: Timestamp::now(),
             started: Instant::now(),
             log_file,
             shutdown: tokio::sync::Notify::new(),
@@ -116,7 +118,7 @@ async fn status(State(state): State<AppState>) -> Result<ApiJson<DaemonStatus>, 
         pid: info.pid,
         data_dir: state.data_dir.display().to_string(),
         log_file: info.log_file.display().to_string(),
-        started_at: info.started_at.clone(),
+        started_at: info.started_at,
         uptime_seconds: info.started.elapsed().as_secs(),
         active_runs,
         plugins: PluginCounts {

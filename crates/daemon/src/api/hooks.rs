@@ -125,7 +125,7 @@ fn parse_source(text: &str) -> Result<HookSourceKind, ApiError> {
 
 /// Parses `since`: an instant (RFC 3339) or a span back from now, which may reach back no
 /// further than 1970-01-01 (the times the store can hold).
-fn parse_since(text: &str) -> Result<String, ApiError> {
+fn parse_since(text: &str) -> Result<canopy_model::time::Timestamp, ApiError> {
     canopy_model::since::instant(text, SystemTime::now()).map_err(|err| {
         ApiError::bad_request(err.message(
             "query parameter `since`",

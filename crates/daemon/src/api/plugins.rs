@@ -3,7 +3,7 @@
 //! A change records its `plugin.*` event once it is done: installed (or upgraded), removed,
 //! and a built-in disabled (removing one) or a disabled plugin enabled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use axum::Router;
@@ -17,13 +17,14 @@ use serde_json::{Map, Value};
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::hooks::decide::{Question, Verdict};
 use canopy_executors::plugins::{
-    BenchReport, BenchRequest, CallReport, CallRequest, PluginInfo, WorkConfig, Workdir,
+    BenchReport, BenchRequest, CallReport, CallRequest, WorkConfig, Workdir,
 };
 use canopy_model::events::plugin::{
     PluginDisabled, PluginEnabled, PluginInstalled, PluginPreInstall, PluginRef as PluginEventRef,
     PluginRemoved,
 };
 use canopy_model::events::{Cause, Event, Payload};
+use canopy_model::records::plugins::{NotLoaded, PluginInfo, PluginList, PluginUse, RemovedPlugin};
 use canopy_model::work::Provenance;
 
 /// Largest component accepted for install.
@@ -53,14 +54,17 @@ pub fn router() -> Router<AppState> {
         .route("/{name}/bench", post(bench))
 }
 
-async fn list(State(state): State<AppState>) -> ApiJson<Value> {
-    let not_loaded: Vec<Value> = state
+async fn list(State(state): State<AppState>) -> ApiJson<PluginList> {
+    let not_loaded = state
         .plugins
         .skipped()
         .into_iter()
-        .map(|(name, why)| serde_json::json!({ "name": name, "why": why }))
+        .map(|(name, why)| NotLoaded { name, why })
         .collect();
-    ApiJson(serde_json::json!({ "plugins": state.plugins.list(), "not_loaded": not_loaded }))
+    ApiJson(PluginList {
+        plugins: state.plugins.list(),
+        not_loaded,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,7 +146,7 @@ async fn inspect(
 async fn remove(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<RemovedPlugin>, ApiError> {
     let was_enabled = state.plugins.get(&name)?.record.enabled;
     let info = state.plugins.remove(&name).await?;
     let event = if !info.record.builtin {
@@ -167,8 +171,12 @@ async fn remove(
     // What canopy.toml configures: webhooks, daemon hooks, project hooks, crons.
     let mut configured = |owner: String, mode: &str| {
         if orphaned.iter().any(|m| m.as_str() == mode) {
-            used_by
-                .push(serde_json::json!({ "owner": owner, "where": "canopy.toml", "mode": mode }));
+            used_by.push(PluginUse {
+                graph: None,
+                owner,
+                place: "canopy.toml".to_string(),
+                mode: mode.to_string(),
+            });
         }
     };
     for hook in state.webhooks.webhooks().hooks.values() {
@@ -191,12 +199,12 @@ async fn remove(
             if let Ok(work) = canopy_executors::plugins::split_work_config(config)
                 && orphaned.contains(&&work.mode)
             {
-                used_by.push(serde_json::json!({
-                    "graph": graph.name,
-                    "owner": format!("graph {}", graph.name),
-                    "where": place,
-                    "mode": work.mode,
-                }));
+                used_by.push(PluginUse {
+                    graph: Some(graph.name.clone()),
+                    owner: format!("graph {}", graph.name),
+                    place,
+                    mode: work.mode,
+                });
             }
         };
         for (index, node) in graph.nodes.iter().enumerate() {
@@ -211,32 +219,26 @@ async fn remove(
             }
         }
     }
-    let mut answer = serde_json::to_value(&info).map_err(|err| ApiError::internal(&err.into()))?;
-    if let Some(object) = answer.as_object_mut() {
-        if !used_by.is_empty() {
-            let names = |key: &str| {
-                used_by
-                    .iter()
-                    .filter_map(|u| u[key].as_str())
-                    .collect::<std::collections::BTreeSet<&str>>()
-                    .into_iter()
-                    .collect::<Vec<_>>()
-            };
-            let owners = names("owner");
-            let who = match owners.as_slice() {
-                [one] => format!("{one} still uses"),
-                several => format!("{} still use", several.join(", ")),
-            };
-            let modes: Vec<String> = names("mode").iter().map(|m| format!("`{m}`")).collect();
-            let warning = format!(
-                "{who} mode {} of plugin `{name}`, which no enabled plugin serves now; that work fails until one does",
-                modes.join(", ")
-            );
-            object.insert("warnings".to_string(), Value::from(vec![warning]));
-        }
-        object.insert("used_by".to_string(), Value::Array(used_by));
+    let mut warnings = Vec::new();
+    if !used_by.is_empty() {
+        let owners: BTreeSet<&str> = used_by.iter().map(|u| u.owner.as_str()).collect();
+        let owners: Vec<&str> = owners.into_iter().collect();
+        let who = match owners.as_slice() {
+            [one] => format!("{one} still uses"),
+            several => format!("{} still use", several.join(", ")),
+        };
+        let modes: BTreeSet<&str> = used_by.iter().map(|u| u.mode.as_str()).collect();
+        let modes: Vec<String> = modes.iter().map(|m| format!("`{m}`")).collect();
+        warnings.push(format!(
+            "{who} mode {} of plugin `{name}`, which no enabled plugin serves now; that work fails until one does",
+            modes.join(", ")
+        ));
     }
-    Ok(ApiJson(answer))
+    Ok(ApiJson(RemovedPlugin {
+        info,
+        used_by,
+        warnings,
+    }))
 }
 
 async fn enable(

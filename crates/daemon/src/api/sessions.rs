@@ -3,6 +3,7 @@
 //! `lagged` event `{"missed": N}` when the reader fell behind), recall and notifications.
 
 use canopy_model::records::messages::Queued;
+use canopy_model::records::views::Lagged;
 use std::collections::HashSet;
 use std::convert::Infallible;
 
@@ -187,8 +188,8 @@ fn event_of(message: &Message) -> Result<Event, Infallible> {
 /// are not in its stream (they are in the inbox).
 fn lagged_event(missed: u64) -> Result<Event, Infallible> {
     Ok(Event::default()
-        .event("lagged")
-        .data(json!({ "missed": missed }).to_string()))
+        .event(Lagged::EVENT)
+        .data(serde_json::to_string(&Lagged { missed }).unwrap_or_default()))
 }
 
 /// The inbox's delivered messages, then each message as it is delivered. A follower that falls

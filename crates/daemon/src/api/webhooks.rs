@@ -23,7 +23,7 @@ use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::webhooks::intake::{Intake, intake};
 use canopy_core::webhooks::{IngressError, Outcome, Received, RedeliverError, Taken, hook_view};
 use canopy_model::records::webhooks::DeliveryDetail;
-use canopy_model::records::webhooks::DeliveryStatus;
+use canopy_model::records::webhooks::{DeliveryStatus, WebhookList, WebhookView};
 use canopy_store::StoreError;
 use canopy_store::webhooks::DeliveryFilter;
 
@@ -66,19 +66,15 @@ struct ListQuery {
 async fn list(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<WebhookList>, ApiError> {
     let ingress = &state.webhooks;
     // One snapshot for the whole answer: a reload may swap the hooks meanwhile.
     let webhooks = ingress.webhooks();
-    let hooks: Vec<Value> = webhooks
+    let hooks: Vec<WebhookView> = webhooks
         .hooks
         .values()
         .filter(|h| query.project.as_ref().is_none_or(|p| &h.scope == p))
-        .map(|h| {
-            let mut view = hook_view(h, ingress.listen());
-            view["problem"] = json!(ingress.problem(h));
-            view
-        })
+        .map(|h| hook_view(h, ingress.listen(), ingress.problem(h)))
         .collect();
     // A project with no webhook (a typo, say) is said, not answered with an empty list.
     if let Some(project) = &query.project
@@ -100,15 +96,15 @@ async fn list(
             }
         )));
     }
-    Ok(ApiJson(json!({
-        "listen": ingress.listen(),
-        "node": ingress.node(),
-        "max_connections": webhooks.max_connections,
-        "header_timeout_secs": webhooks.header_timeout.as_secs(),
-        "flood_rate": webhooks.flood_rate,
-        "flood": ingress.flood_on(),
-        "hooks": hooks,
-    })))
+    Ok(ApiJson(WebhookList {
+        listen: ingress.listen().map(str::to_string),
+        node: ingress.node().to_string(),
+        max_connections: u64::try_from(webhooks.max_connections).unwrap_or(u64::MAX),
+        header_timeout_secs: webhooks.header_timeout.as_secs(),
+        flood_rate: webhooks.flood_rate,
+        flood: ingress.flood_on(),
+        hooks,
+    }))
 }
 
 fn find(
@@ -138,19 +134,23 @@ fn find(
 async fn show(
     State(state): State<AppState>,
     Path((scope, id)): Path<(String, String)>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<WebhookView>, ApiError> {
     let hook = find(&state, &scope, &id)?;
-    let mut view = hook_view(&hook, state.webhooks.listen());
-    view["problem"] = json!(state.webhooks.problem(&hook));
+    let mut view = hook_view(
+        &hook,
+        state.webhooks.listen(),
+        state.webhooks.problem(&hook),
+    );
     let counts = state
         .store
         .read(move |rd| rd.count_deliveries(Some(&scope), Some(&id)))
         .await?;
-    let counts: serde_json::Map<String, Value> = counts
-        .into_iter()
-        .map(|(status, n)| (status.to_string(), json!(n)))
-        .collect();
-    view["deliveries"] = Value::Object(counts);
+    view.deliveries = Some(
+        counts
+            .into_iter()
+            .map(|(status, n)| (status.to_string(), u64::try_from(n).unwrap_or(0)))
+            .collect(),
+    );
     Ok(ApiJson(view))
 }
 

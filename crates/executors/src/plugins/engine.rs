@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use canopy_model::records::plugins::{LoadInfo, LoadSource};
 use canopy_store::Store;
 
 /// How often the epoch advances; deadlines are counted in these ticks.
@@ -268,23 +268,6 @@ pub fn engine_key(engine: &Engine) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     format!("{:016x}", hasher.finish())
-}
-
-/// Where a component came from when it was loaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LoadSource {
-    /// Deserialised from the on-disk cache.
-    Cache,
-    /// Compiled from the `.wasm` (and then written to the cache).
-    Compiled,
-}
-
-/// How a component was loaded, for `plugin inspect`.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct LoadInfo {
-    pub source: LoadSource,
-    pub micros: u64,
 }
 
 /// The cache of precompiled components in the data dir.

@@ -16,6 +16,7 @@ use super::{
 };
 use canopy_model::capabilities::{self, Capability};
 use canopy_model::markers::Escape;
+use canopy_model::time::Timestamp;
 
 /// A built-in plugin: embedded in the binary, installed on first start with its requested
 /// capabilities granted, re-installed when the binary carries a new build.
@@ -206,7 +207,7 @@ impl PluginHost {
             granted: granted.iter().map(ToString::to_string).collect(),
             builtin,
             enabled,
-            installed_at: canopy_store::now(),
+            installed_at: Timestamp::now(),
             manifest,
         };
 
@@ -404,7 +405,7 @@ fn placeholder_record(sha256: &str) -> PluginRecord {
         granted: BTreeSet::new(),
         builtin: false,
         enabled: false,
-        installed_at: String::new(),
+        installed_at: Timestamp::now(),
     }
 }
 

@@ -48,7 +48,6 @@ use wasmtime::component::Linker;
 pub use bench::{BenchReport, BenchRequest};
 pub use call::{CallError, Decision, Outcome, Said, Status};
 
-pub use engine::{LoadInfo, LoadSource};
 pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};
 pub use work::{HostKeys, RESERVED_KEYS, WorkConfig, split as split_work_config};
 pub use workdir::Workdir;
@@ -57,6 +56,7 @@ use call::{Call, CallEnv, CallSetup, CallState, Reply};
 use canopy_datadir::DataDir;
 use canopy_model::call_env;
 use canopy_model::markers::{self, Escape, MarkerValues};
+use canopy_model::records::plugins::{LoadInfo, PluginInfo};
 use canopy_model::runtime_hooks::Phase;
 use canopy_model::work::{MessageTarget, PluginRef, Provenance};
 use canopy_store::{Store, StoreError};
@@ -208,20 +208,9 @@ impl LoadedPlugin {
         PluginInfo {
             record: self.record.clone(),
             load: self.load,
-            contract: self.pre.version().as_str(),
+            contract: self.pre.version().as_str().to_string(),
         }
     }
-}
-
-/// A plugin as `plugin list` / `inspect` show it.
-#[derive(Debug, Clone, Serialize)]
-pub struct PluginInfo {
-    #[serde(flatten)]
-    pub record: PluginRecord,
-    /// How the component was loaded by this daemon.
-    pub load: LoadInfo,
-    /// The version of the `canopy:hooks` contract it was built against.
-    pub contract: &'static str,
 }
 
 /// One `execute` call to make.
@@ -671,7 +660,7 @@ impl PluginHost {
         Ok(PluginInfo {
             record,
             load: plugin.load,
-            contract: plugin.pre.version().as_str(),
+            contract: plugin.pre.version().as_str().to_string(),
         })
     }
 

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Family, declare_events};
 use crate::records::crons::ReceiptStatus;
+use crate::time::Timestamp;
 
 /// What every cron event says about the firing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -17,7 +18,7 @@ pub struct CronFiring {
     /// `schedule`, `manual` or `catch_up`.
     pub trigger: String,
     /// The scheduled second it fired for (RFC 3339), for a scheduled firing.
-    pub scheduled_at: Option<String>,
+    pub scheduled_at: Option<Timestamp>,
 }
 
 /// `cron.fired`
@@ -63,8 +64,8 @@ pub struct CronMissed {
     /// How many scheduled firings passed while the daemon was down.
     pub missed_count: i64,
     /// The first and last of them (RFC 3339).
-    pub first_missed_at: String,
-    pub last_missed_at: String,
+    pub first_missed_at: Timestamp,
+    pub last_missed_at: Timestamp,
     /// Whether one late run follows (`catch_up = "once"`).
     pub catch_up: bool,
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Family, declare_events};
 use crate::hook_keys::{FiringParts, GraphHook, HookEvent};
+use crate::time::Timestamp;
 
 /// The graph an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -130,7 +131,7 @@ pub struct RunBlocked {
     pub spec_id: Option<String>,
     /// Paused on an agent's usage limit: when the run goes on by itself (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumes_at: Option<String>,
+    pub resumes_at: Option<Timestamp>,
 }
 
 /// `graph.run.reset`

@@ -26,6 +26,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::time::Timestamp;
+
 /// The families events are grouped in.
 #[derive(
     Debug,
@@ -482,7 +484,7 @@ pub struct Envelope {
     pub event: String,
     pub family: Family,
     /// RFC 3339, UTC.
-    pub timestamp: String,
+    pub timestamp: Timestamp,
     /// `user`, `agent`, `cron:<name>`, `hook:<name>` or `webhook:<scope>/<id>`.
     pub actor: String,
     /// How deep in a chain of hooks the event was caused (0: not by a hook).
@@ -498,7 +500,7 @@ impl Envelope {
             ("event".to_string(), self.event.clone()),
             ("node".to_string(), self.node.clone()),
             ("actor".to_string(), self.actor.clone()),
-            ("timestamp".to_string(), self.timestamp.clone()),
+            ("timestamp".to_string(), self.timestamp.to_string()),
         ];
         if let Some(project) = &self.project {
             markers.push(("project".to_string(), project.clone()));

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::state_enum;
+use crate::time::Timestamp;
 
 state_enum! {
     /// Where a firing is, or how it ended.
@@ -58,7 +59,7 @@ pub struct Receipt {
     pub cron: String,
     pub node: String,
     pub trigger: Trigger,
-    pub scheduled_at: Option<String>,
+    pub scheduled_at: Option<Timestamp>,
     pub status: ReceiptStatus,
     pub exit_code: Option<i32>,
     /// The last bytes of what the action printed (bounded).
@@ -68,9 +69,9 @@ pub struct Receipt {
     /// Set on `interrupted_unknown`: whatever the action had done is not known.
     pub original_effects_unknown: bool,
     pub actor: String,
-    pub created_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
+    pub created_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
     pub duration_ms: Option<i64>,
 }
 
@@ -80,7 +81,7 @@ pub struct CronState {
     pub paused: bool,
     /// Scheduled firings up to this time (RFC 3339) are accounted for: fired, skipped,
     /// refused, or recorded missed.
-    pub accounted_through: Option<String>,
+    pub accounted_through: Option<Timestamp>,
 }
 
 /// What a firing does while the cron's previous firing still runs.
@@ -135,7 +136,7 @@ pub struct CronView {
     /// What it is doing now.
     pub state: CronActivity,
     /// The next scheduled firing (RFC 3339), when it runs here and is not paused.
-    pub next_at: Option<String>,
+    pub next_at: Option<Timestamp>,
     pub overlap: Overlap,
     pub catch_up: CatchUp,
     pub timeout_secs: Option<u64>,

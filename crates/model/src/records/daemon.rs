@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::sessions::ActiveRun;
+use crate::time::Timestamp;
 
 /// `GET /api/status`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -15,7 +16,7 @@ pub struct DaemonStatus {
     /// Its log file (`daemon.log` in the data dir).
     pub log_file: String,
     /// RFC 3339.
-    pub started_at: String,
+    pub started_at: Timestamp,
     pub uptime_seconds: u64,
     /// The runs that can still go on, with their graphs' names.
     pub active_runs: Vec<ActiveRun>,

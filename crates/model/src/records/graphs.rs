@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::state_enum;
+use crate::time::Timestamp;
 
 /// Event → ordered hook configs, as stored in a graph.
 pub type HookMap = Map<String, Value>;
@@ -56,6 +57,6 @@ pub struct Graph {
     /// The generation of the driver allowed to work on the current run.
     #[serde(skip)]
     pub driver_lease: i64,
-    pub created_at: String,
-    pub updated_at: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
 }

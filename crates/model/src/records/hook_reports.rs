@@ -11,6 +11,7 @@ use super::hook_runs::{Dispatch, HookOutcome, HookRun, HookRunStatus, HookSource
 use crate::hook_keys::HookEvent;
 use crate::markers::MarkerValues;
 use crate::state_enum;
+use crate::time::Timestamp;
 use crate::work::PluginRef;
 
 /// One hook as the catalog lists it: the hook API's fields (seed 004) and Canopy's own beside
@@ -133,7 +134,7 @@ pub struct TrippedHook {
     pub source: String,
     pub hook_name: String,
     /// When it tripped (RFC 3339).
-    pub tripped_at: String,
+    pub tripped_at: Timestamp,
     /// Firings refused since.
     pub dropped: u64,
     pub reason: String,

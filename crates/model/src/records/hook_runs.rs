@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::state_enum;
+use crate::time::Timestamp;
 
 state_enum! {
     /// Where a hook run is: waiting its turn, running, or how it ended.
@@ -140,9 +141,9 @@ pub struct HookRun {
     pub output: Option<String>,
     /// Recorded by `canopy hooks test --execute`.
     pub test: bool,
-    pub fired_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
+    pub fired_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
     pub duration_ms: Option<i64>,
     /// How deep in a chain of hooks its event was caused (0: not by a hook).
     pub dispatch_depth: u32,
@@ -155,7 +156,7 @@ pub struct HookRun {
     /// The patch a sync hook applied (null when it applied none).
     pub patch_applied: Option<Value>,
     /// When it was recorded: its event's firing time (`fired_at`).
-    pub recorded_at: String,
+    pub recorded_at: Timestamp,
     /// Whether its failure denies its action (sync hooks).
     pub required: bool,
     /// `sync` (it decided before its action) or `async`.
@@ -188,7 +189,7 @@ impl HookRun {
             mode: self.dispatch,
             outcome: self.outcome,
             patch_applied: self.patch_applied.clone(),
-            recorded_at: self.recorded_at.clone(),
+            recorded_at: self.recorded_at,
             required: self.required,
             source: self.source,
         }
@@ -208,7 +209,7 @@ pub struct SeedHookRun {
     pub mode: Dispatch,
     pub outcome: Option<HookOutcome>,
     pub patch_applied: Option<Value>,
-    pub recorded_at: String,
+    pub recorded_at: Timestamp,
     pub required: bool,
     pub source: HookSourceKind,
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::state_enum;
+use crate::time::Timestamp;
 use crate::work::{MessageTarget, Provenance};
 
 state_enum! {
@@ -49,8 +50,8 @@ pub struct Message {
     pub status: MessageStatus,
     /// Why it is undeliverable.
     pub error: Option<String>,
-    pub created_at: String,
-    pub delivered_at: Option<String>,
+    pub created_at: Timestamp,
+    pub delivered_at: Option<Timestamp>,
 }
 
 /// A notification the daemon raised (an undeliverable message, say).
@@ -60,7 +61,7 @@ pub struct Notification {
     pub kind: NotificationKind,
     pub message: String,
     pub message_id: Option<String>,
-    pub created_at: String,
+    pub created_at: Timestamp,
 }
 
 /// The answer to sending a message (`POST /api/sessions/{id}/messages`): its id and the session

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::capabilities::Capability;
 use crate::markers::Escape;
 use crate::state_enum;
+use crate::time::Timestamp;
 
 state_enum! {
     /// Whether a plugin serves its modes (stored as the `enabled` flag).
@@ -58,7 +59,7 @@ pub struct PluginRecord {
     pub granted: BTreeSet<String>,
     pub builtin: bool,
     pub enabled: bool,
-    pub installed_at: String,
+    pub installed_at: Timestamp,
 }
 
 impl PluginRecord {
@@ -71,4 +72,89 @@ impl PluginRecord {
     pub fn state(&self) -> PluginState {
         self.enabled.into()
     }
+}
+
+/// Where a component came from when this daemon loaded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadSource {
+    /// Deserialised from the on-disk cache of precompiled components.
+    Cache,
+    /// Compiled from the `.wasm` (and then written to the cache).
+    Compiled,
+    /// A newer daemon's source, read by an older client.
+    #[serde(other)]
+    Unknown,
+}
+
+impl LoadSource {
+    /// The word the API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cache => "cache",
+            Self::Compiled => "compiled",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// How a component was loaded, for `plugin inspect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadInfo {
+    pub source: LoadSource,
+    /// How long loading took, in microseconds.
+    pub micros: u64,
+}
+
+/// A plugin as `GET /api/plugins/{name}` (and an install, an enable) answers it: the record,
+/// how this daemon loaded it, and the contract version it was built against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    #[serde(flatten)]
+    pub record: PluginRecord,
+    /// How the component was loaded by this daemon.
+    pub load: LoadInfo,
+    /// The version of the `canopy:hooks` contract it was built against (`0.2.0`).
+    pub contract: String,
+}
+
+/// An installed plugin the daemon did not load, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotLoaded {
+    pub name: String,
+    pub why: String,
+}
+
+/// `GET /api/plugins`: every installed plugin, and those that were not loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginList {
+    pub plugins: Vec<PluginInfo>,
+    #[serde(default)]
+    pub not_loaded: Vec<NotLoaded>,
+}
+
+/// Something configured that uses a mode a removed plugin served and no enabled plugin serves
+/// any more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginUse {
+    /// The graph, when a graph's node or hook uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<String>,
+    /// Who uses it: `graph NAME`, `webhook SCOPE/ID`, `daemon hook NAME`, `cron NAME`…
+    pub owner: String,
+    /// Where: `canopy.toml`, or the place in the graph (`nodes[0] (\`build\`)`, `hooks.KEY[0]`).
+    #[serde(rename = "where")]
+    pub place: String,
+    pub mode: String,
+}
+
+/// `DELETE /api/plugins/{name}`: the plugin as it was, what still uses its modes, and a
+/// warning saying so when anything does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedPlugin {
+    #[serde(flatten)]
+    pub info: PluginInfo,
+    pub used_by: Vec<PluginUse>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::runs::SpecResult;
 use crate::state_enum;
+use crate::time::Timestamp;
 
 state_enum! {
     /// Where a queue member stands: pending, or the outcome of the latest run on the queue that
@@ -57,6 +58,6 @@ pub struct Member {
 pub struct Queue {
     pub id: String,
     pub name: String,
-    pub created_at: String,
+    pub created_at: Timestamp,
     pub members: Vec<Member>,
 }

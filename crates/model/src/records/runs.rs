@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::views::ProgressResult;
 use crate::state_enum;
+use crate::time::Timestamp;
 
 state_enum! {
     /// A run's status.
@@ -82,15 +83,15 @@ pub struct Run {
     pub summary: Option<String>,
     /// The node the next spec starts at (a directed start), if one was asked for.
     pub start_node: Option<String>,
-    pub started_at: String,
-    pub finished_at: Option<String>,
+    pub started_at: Timestamp,
+    pub finished_at: Option<Timestamp>,
     /// Who started (or last continued) the run: `user`, `hook:<name>`, ...
     pub actor: String,
     /// The dispatch depth of the request that started (or continued) it.
     pub dispatch_depth: u32,
     /// A run paused on a usage limit: when it goes on by itself (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumes_at: Option<String>,
+    pub resumes_at: Option<Timestamp>,
 }
 
 impl Run {
@@ -118,8 +119,8 @@ pub struct RunSpec {
     pub reason: Option<String>,
     /// The node that run was of.
     pub reason_node: Option<String>,
-    pub started_at: String,
-    pub finished_at: Option<String>,
+    pub started_at: Timestamp,
+    pub finished_at: Option<Timestamp>,
 }
 
 /// One executor call for a node.
@@ -142,7 +143,7 @@ pub struct NodeRun {
     pub detail: Option<String>,
     pub harness_session: Option<String>,
     pub resume_session: Option<String>,
-    pub started_at: String,
-    pub finished_at: Option<String>,
+    pub started_at: Timestamp,
+    pub finished_at: Option<Timestamp>,
     pub duration_ms: Option<i64>,
 }

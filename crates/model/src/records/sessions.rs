@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::runs::RunStatus;
 use crate::state_enum;
+use crate::time::Timestamp;
 
 state_enum! {
     /// Whether a session takes messages.
@@ -24,8 +25,8 @@ pub struct Session {
     /// Messages are typed into this tmux pane (else they go to the inbox).
     pub tmux_target: Option<String>,
     pub tmux_socket: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
 }
 
 /// A graph's current run while it is still going on, for `canopy status`.
@@ -34,5 +35,5 @@ pub struct ActiveRun {
     pub id: String,
     pub graph_name: String,
     pub status: RunStatus,
-    pub started_at: String,
+    pub started_at: Timestamp,
 }

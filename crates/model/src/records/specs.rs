@@ -1,5 +1,6 @@
 //! Specs: the work items of the backlog.
 
+use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// A spec as the API returns it.
@@ -13,6 +14,6 @@ pub struct Spec {
     pub summary: Option<String>,
     /// True for a body in the older heading format: readable, to be rewritten by hand.
     pub needs_conversion: bool,
-    pub created_at: String,
-    pub updated_at: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
 }

@@ -181,3 +181,16 @@ pub struct NamedRun {
     pub run: Run,
     pub graph_name: Option<String>,
 }
+
+/// The `lagged` event of a followed stream (the feed, a session's inbox): the reader fell
+/// behind by `missed` events. The feed reads them back from the store and goes on; an inbox
+/// lists them (`session inbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lagged {
+    pub missed: u64,
+}
+
+impl Lagged {
+    /// The SSE event name it is sent under.
+    pub const EVENT: &'static str = "lagged";
+}
