@@ -10,10 +10,10 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::{Client, print_json, str_at, typed};
+use super::{Client, print_json, typed};
 use canopy_daemon::logfile;
 use canopy_datadir::DataDir;
-use canopy_model::records::daemon::{DaemonStatus, Stopping};
+use canopy_model::records::daemon::{DaemonStatus, Rotated, Stopping};
 
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
@@ -107,9 +107,10 @@ async fn rotate_token(data: &DataDir) -> Result<ExitCode> {
         let answer: Value = Client::connect(data)?
             .post("/api/rotate-token", &json!({}))
             .await?;
+        let rotated: Rotated = typed(&answer, "the rotation")?;
         println!(
             "a new API token is in force, in {}; the old one is refused from now on. The CLI reads the new one by itself; give it anew to HTTP clients configured with the old one (MCP)",
-            str_at(&answer, "/token_file")
+            rotated.token_file
         );
         return Ok(ExitCode::SUCCESS);
     }

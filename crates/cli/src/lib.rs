@@ -341,13 +341,6 @@ pub(crate) fn typed<T: serde::de::DeserializeOwned>(
     })
 }
 
-pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
 pub(crate) fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
 }

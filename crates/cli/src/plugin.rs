@@ -9,9 +9,11 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output::{non_empty, print_warnings, utc};
-use super::{Client, encode, print_json, short, str_at, table, typed};
+use super::{Client, encode, print_json, short, table, typed};
 use canopy_client::in_cli_terms;
-use canopy_model::records::plugins::{PluginInfo, PluginList, PluginRecord, RemovedPlugin};
+use canopy_model::records::plugins::{
+    BenchReport, LatencyStats, PluginInfo, PluginList, PluginRecord, RemovedPlugin,
+};
 use canopy_model::work::{Outcome, PluginRef, Status};
 
 #[derive(Debug, Subcommand)]
@@ -383,51 +385,40 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             if json {
                 print_json(&report)?;
             } else {
+                let report: BenchReport = typed(&report, "a bench report")?;
                 println!(
                     "plugin {} {} mode {} ({} calls, last: {})",
-                    str_at(&report, "/plugin/name"),
-                    str_at(&report, "/plugin/version"),
-                    str_at(&report, "/mode"),
-                    report
-                        .pointer("/call/samples")
-                        .and_then(Value::as_u64)
-                        .unwrap_or_default(),
-                    str_at(&report, "/last_status"),
+                    report.plugin.name,
+                    report.plugin.version,
+                    report.mode,
+                    report.call.samples,
+                    report.last_status,
                 );
-                let row = |label: &str, key: &str| {
-                    let us = |field: &str| {
-                        report
-                            .pointer(&format!("/{key}/{field}"))
-                            .and_then(Value::as_f64)
-                            .unwrap_or_default()
-                    };
+                let row = |label: &str, stats: &LatencyStats| {
                     vec![
                         label.to_string(),
-                        format_us(us("median_us")),
-                        format_us(us("p99_us")),
-                        format_us(us("min_us")),
-                        report
-                            .pointer(&format!("/{key}/samples"))
-                            .and_then(Value::as_u64)
-                            .unwrap_or_default()
-                            .to_string(),
+                        format_us(stats.median_us),
+                        format_us(stats.p99_us),
+                        format_us(stats.min_us),
+                        stats.samples.to_string(),
                     ]
                 };
                 let rows = vec![
-                    row("compile (Component::new)", "compile"),
-                    row("cached load (deserialize_file)", "cache_load"),
-                    row("fresh instantiate + execute", "call"),
-                    row("  the same on bare wasmtime", "bare_call"),
-                    row("spawn /bin/true (reference)", "spawn_true"),
-                    row("spawn sh -c true (reference)", "spawn_sh_true"),
+                    row("compile (Component::new)", &report.compile),
+                    row("cached load (deserialize_file)", &report.cache_load),
+                    row("fresh instantiate + execute", &report.call),
+                    row("  the same on bare wasmtime", &report.bare_call),
+                    row("spawn /bin/true (reference)", &report.spawn_true),
+                    row("spawn sh -c true (reference)", &report.spawn_sh_true),
                 ];
                 print!(
                     "{}",
                     table::render(&["STEP", "MEDIAN", "P99", "MIN", "SAMPLES"], &rows)
                 );
-                if let Some(ratio) = report.pointer("/call_over_bare").and_then(Value::as_f64) {
-                    println!("a call through Canopy costs {ratio:.2}x the bare wasmtime call");
-                }
+                println!(
+                    "a call through Canopy costs {:.2}x the bare wasmtime call",
+                    report.call_over_bare
+                );
             }
         }
     }

@@ -15,6 +15,7 @@ use super::app::{Command, FeedEvent, Graph, Loaded, Msg, Resource};
 use canopy_client::Client;
 use canopy_client::sse::SseEvents;
 use canopy_datadir::DataDir;
+use canopy_model::records::runs::NodeRun;
 
 /// How long a read or an action may take before the TUI says so.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,13 +94,13 @@ impl Data {
             Command::Output { node_run } => {
                 tokio::spawn(async move {
                     let answer = this
-                        .call::<Value>(Call::Get(format!("/api/node-runs/{}", encode(&node_run))))
+                        .call::<NodeRun>(Call::Get(format!("/api/node-runs/{}", encode(&node_run))))
                         .await
                         .map(|run| {
                             // Why it failed or blocked (whole: the table cuts it), then what it
                             // printed.
-                            let reason = run["reason"].as_str().filter(|r| !r.is_empty());
-                            let text = run["detail"].as_str().unwrap_or_default();
+                            let reason = run.reason.as_deref().filter(|r| !r.is_empty());
+                            let text = run.detail.as_deref().unwrap_or_default();
                             match (reason, text.is_empty()) {
                                 (Some(reason), true) => format!("{reason}\n\n(no output)"),
                                 (Some(reason), false) => format!("{reason}\n\n{text}"),

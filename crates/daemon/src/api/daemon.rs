@@ -1,6 +1,6 @@
 //! `/api/status`, `/api/shutdown` and `/api/rotate-token`: the daemon itself.
 
-use canopy_model::records::daemon::{DaemonStatus, PluginCounts, Stopping};
+use canopy_model::records::daemon::{DaemonStatus, PluginCounts, Rotated, Stopping};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -8,7 +8,6 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use serde_json::{Value, json};
 
 use canopy_model::time::Timestamp;
 
@@ -85,7 +84,7 @@ pub fn router() -> Router<AppState> {
 async fn rotate_token(
     State(state): State<AppState>,
     by_call: Option<axum::Extension<super::guard::ByCall>>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<Rotated>, ApiError> {
     if by_call.is_some() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -99,10 +98,10 @@ async fn rotate_token(
         .map_err(|err| ApiError::internal(&anyhow::anyhow!("the rotation did not finish: {err}")))?
         .map_err(|err| ApiError::internal(&err))?;
     tracing::info!(file = %state.token.file().display(), "the API token was rotated");
-    Ok(ApiJson(json!({
-        "rotated": true,
-        "token_file": state.token.file(),
-    })))
+    Ok(ApiJson(Rotated {
+        rotated: true,
+        token_file: state.token.file().display().to_string(),
+    }))
 }
 
 async fn status(State(state): State<AppState>) -> Result<ApiJson<DaemonStatus>, ApiError> {

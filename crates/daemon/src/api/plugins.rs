@@ -16,15 +16,15 @@ use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::hooks::decide::{Question, Verdict};
-use canopy_executors::plugins::{
-    BenchReport, BenchRequest, CallReport, CallRequest, WorkConfig, Workdir,
-};
+use canopy_executors::plugins::{BenchRequest, CallReport, CallRequest, WorkConfig, Workdir};
 use canopy_model::events::plugin::{
     PluginDisabled, PluginEnabled, PluginInstalled, PluginPreInstall, PluginRef as PluginEventRef,
     PluginRemoved,
 };
 use canopy_model::events::{Cause, Event, Payload};
-use canopy_model::records::plugins::{NotLoaded, PluginInfo, PluginList, PluginUse, RemovedPlugin};
+use canopy_model::records::plugins::{
+    BenchReport, NotLoaded, PluginInfo, PluginList, PluginUse, RemovedPlugin,
+};
 use canopy_model::work::Provenance;
 
 /// Largest component accepted for install.

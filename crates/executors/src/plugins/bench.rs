@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::Serialize;
 use serde_json::{Map, Value};
 use wasmtime::component::Component;
 
@@ -14,7 +13,8 @@ use super::bindings::canopy::hooks::types::Invocation;
 use super::call::{Call, CallSetup, CommandRecord};
 use super::capabilities::Grants;
 use super::{CallRequest, PluginError, PluginHost, WorkConfig, Workdir, sha256_hex};
-use canopy_model::work::{PluginRef, Provenance};
+use canopy_model::records::plugins::{BenchReport, LatencyStats};
+use canopy_model::work::Provenance;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -31,57 +31,21 @@ pub struct BenchRequest {
     pub workdir: Option<PathBuf>,
 }
 
-/// Latency figures in microseconds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Stats {
-    pub samples: usize,
-    pub median_us: f64,
-    pub p99_us: f64,
-    pub min_us: f64,
-    pub max_us: f64,
-}
-
-impl Stats {
-    fn of(mut samples: Vec<Duration>) -> Self {
-        samples.sort();
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let at = |q: f64| {
-            let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
-            samples.get(index).copied().map_or(0.0, us)
-        };
-        Self {
-            samples: samples.len(),
-            median_us: at(0.5),
-            p99_us: at(0.99),
-            min_us: samples.first().copied().map_or(0.0, us),
-            max_us: samples.last().copied().map_or(0.0, us),
-        }
+/// The latency figures of `samples`, in microseconds.
+fn stats_of(mut samples: Vec<Duration>) -> LatencyStats {
+    samples.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let at = |q: f64| {
+        let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples.get(index).copied().map_or(0.0, us)
+    };
+    LatencyStats {
+        samples: samples.len(),
+        median_us: at(0.5),
+        p99_us: at(0.99),
+        min_us: samples.first().copied().map_or(0.0, us),
+        max_us: samples.last().copied().map_or(0.0, us),
     }
-}
-
-/// The figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchReport {
-    pub plugin: PluginRef,
-    pub mode: String,
-    /// `Component::new` from the `.wasm`.
-    pub compile: Stats,
-    /// `Component::deserialize_file` of the cached artifact.
-    pub cache_load: Stats,
-    /// Fresh store + instantiate + `execute`, through the same path a hook takes.
-    pub call: Stats,
-    /// The same call on bare wasmtime, measured pair by pair with `call`: a store with the
-    /// directories the plugin's grants open, instantiate, `execute` (no admission, deadline,
-    /// rendering or token).
-    pub bare_call: Stats,
-    /// `call`'s median over `bare_call`'s: what Canopy's own per-call work costs.
-    pub call_over_bare: f64,
-    /// Reference: spawn `/bin/true` and wait.
-    pub spawn_true: Stats,
-    /// Reference: spawn `sh -c true` and wait, output piped.
-    pub spawn_sh_true: Stats,
-    /// Status of the last call.
-    pub last_status: String,
 }
 
 impl PluginHost {
@@ -246,7 +210,7 @@ impl PluginHost {
             spawn_sh_true.push(started.elapsed());
         }
 
-        let (call, bare_call) = (Stats::of(calls), Stats::of(bare_calls));
+        let (call, bare_call) = (stats_of(calls), stats_of(bare_calls));
         let call_over_bare = if bare_call.median_us > 0.0 {
             call.median_us / bare_call.median_us
         } else {
@@ -255,13 +219,13 @@ impl PluginHost {
         Ok(BenchReport {
             plugin: super::plugin_ref(&plugin.record),
             mode,
-            compile: Stats::of(compile),
-            cache_load: Stats::of(cache_load),
+            compile: stats_of(compile),
+            cache_load: stats_of(cache_load),
             call,
             bare_call,
             call_over_bare,
-            spawn_true: Stats::of(spawn_true),
-            spawn_sh_true: Stats::of(spawn_sh_true),
+            spawn_true: stats_of(spawn_true),
+            spawn_sh_true: stats_of(spawn_sh_true),
             last_status,
         })
     }

@@ -45,7 +45,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-pub use bench::{BenchReport, BenchRequest};
+pub use bench::BenchRequest;
 pub use call::{CallError, Decision, Outcome, Said, Status};
 
 pub use registry::{Manifest, PluginRecord, PluginState, TemplateField};

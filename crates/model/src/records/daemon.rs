@@ -15,7 +15,6 @@ pub struct DaemonStatus {
     pub data_dir: String,
     /// Its log file (`daemon.log` in the data dir).
     pub log_file: String,
-    /// RFC 3339.
     pub started_at: Timestamp,
     pub uptime_seconds: u64,
     /// The runs that can still go on, with their graphs' names.
@@ -57,4 +56,11 @@ pub struct Stopping {
     pub drain_budget_secs: u64,
     /// Pieces of work in flight when the stop began.
     pub running: usize,
+}
+
+/// `POST /api/rotate-token`: a new token is in force, in `token_file`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Rotated {
+    pub rotated: bool,
+    pub token_file: String,
 }

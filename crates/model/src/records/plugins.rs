@@ -158,3 +158,38 @@ pub struct RemovedPlugin {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
+
+/// Latency figures of one step of `plugin bench`, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    pub samples: usize,
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+}
+
+/// `POST /api/plugins/{name}/bench`: what each step of a call to a plugin costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub plugin: crate::work::PluginRef,
+    pub mode: String,
+    /// `Component::new` from the `.wasm`.
+    pub compile: LatencyStats,
+    /// `Component::deserialize_file` of the cached artifact.
+    pub cache_load: LatencyStats,
+    /// Fresh store + instantiate + `execute`, through the same path a hook takes.
+    pub call: LatencyStats,
+    /// The same call on bare wasmtime, measured pair by pair with `call`: a store with the
+    /// directories the plugin's grants open, instantiate, `execute` (no admission, deadline,
+    /// rendering or token).
+    pub bare_call: LatencyStats,
+    /// `call`'s median over `bare_call`'s: what Canopy's own per-call work costs.
+    pub call_over_bare: f64,
+    /// Reference: spawn `/bin/true` and wait.
+    pub spawn_true: LatencyStats,
+    /// Reference: spawn `sh -c true` and wait, output piped.
+    pub spawn_sh_true: LatencyStats,
+    /// Status of the last call.
+    pub last_status: String,
+}
