@@ -26,6 +26,7 @@
 
 pub use canopy_model::records::hook_reports::HookAnswer;
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
@@ -396,16 +397,18 @@ impl Bus {
             }
         }
         if let Some(graph) = &question.graph {
-            for (index, config) in sync_hooks_of(&graph.hooks, question.def.name)
-                .into_iter()
-                .enumerate()
-            {
+            let configs = sync_hooks_of(&graph.hooks, question.def.name);
+            // The workdir is looked at once per question, not once per hook (a stat each).
+            let workdir = OnceCell::new();
+            for (index, config) in configs.into_iter().enumerate() {
                 hooks.push(SyncHook::written(
                     HookSourceKind::Graph,
                     graph_hook_name(&graph.graph_name, question.def.name, index),
                     index,
                     &config,
-                    fallback(Some(&graph.workdir)),
+                    workdir
+                        .get_or_init(|| fallback(Some(&graph.workdir)))
+                        .clone(),
                 ));
             }
         }
@@ -420,6 +423,7 @@ impl Bus {
             target: None,
             payload: &question.input,
         };
+        let project_dir = OnceCell::new();
         for hook in &daemon.hooks {
             if !hook.serves(&daemon.identity) || !hook.decides(&fields) {
                 continue;
@@ -433,7 +437,9 @@ impl Bus {
                 timeout: hook.timeout.unwrap_or(SYNC_TIMEOUT),
                 config: hook.recorded_config.clone(),
                 work: Ok(hook.work.clone()),
-                workdir: fallback(question.project.as_deref()),
+                workdir: project_dir
+                    .get_or_init(|| fallback(question.project.as_deref()))
+                    .clone(),
                 cwd: hook.config.cwd.clone(),
             });
         }
