@@ -103,10 +103,62 @@ impl fmt::Debug for Timestamp {
     }
 }
 
+/// The store's own form, `YYYY-MM-DDTHH:MM:SS.ffffffZ`, read without the general parser: a
+/// large view reads thousands of stored times. `None` for any other text (the general parser
+/// then decides), including an impossible date.
+fn fixed_width(text: &[u8]) -> Option<Timestamp> {
+    if text.len() != 27
+        || text[4] != b'-'
+        || text[7] != b'-'
+        || text[10] != b'T'
+        || text[13] != b':'
+        || text[16] != b':'
+        || text[19] != b'.'
+        || text[26] != b'Z'
+    {
+        return None;
+    }
+    let number = |from: usize, to: usize| -> Option<i64> {
+        text[from..to].iter().try_fold(0i64, |n, digit| {
+            digit
+                .is_ascii_digit()
+                .then(|| n * 10 + i64::from(digit - b'0'))
+        })
+    };
+    let (year, month, day) = (number(0, 4)?, number(5, 7)?, number(8, 10)?);
+    let (hour, minute, second) = (number(11, 13)?, number(14, 16)?, number(17, 19)?);
+    let micros = number(20, 26)?;
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day < 1 || day > days_in_month || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second;
+    jiff::Timestamp::from_microsecond(seconds * 1_000_000 + micros)
+        .ok()
+        .map(Timestamp)
+}
+
 impl FromStr for Timestamp {
     type Err = TimestampError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if let Some(at) = fixed_width(text.as_bytes()) {
+            return Ok(at);
+        }
         text.trim()
             .parse::<jiff::Timestamp>()
             .map(Self::from_jiff)
@@ -191,6 +243,32 @@ mod tests {
             assert!(err.contains("RFC 3339"), "{text}: {err}");
         }
         assert!(serde_json::from_str::<Timestamp>("12").is_err());
+    }
+
+    #[test]
+    fn the_stores_own_form_reads_as_the_general_parser_reads_it() {
+        // Every day of 1968-2101 (leap years and century rules), at several times of day.
+        let mut at: Timestamp = "1968-01-01T00:00:00Z".parse().unwrap();
+        let end: Timestamp = "2101-01-01T00:00:00Z".parse().unwrap();
+        let step = Duration::from_secs(86_400) + Duration::from_micros(3_600_000_123);
+        while at < end {
+            let text = at.to_string();
+            let general = Timestamp::from_jiff(text.parse::<jiff::Timestamp>().unwrap());
+            assert_eq!(fixed_width(text.as_bytes()), Some(general), "{text}");
+            at = at.saturating_add(step);
+        }
+        for text in [
+            "2026-02-29T00:00:00.000000Z",
+            "2024-13-01T00:00:00.000000Z",
+            "2024-04-31T00:00:00.000000Z",
+            "2024-01-01T24:00:00.000000Z",
+            "2024-01-01T00:00:60.000000Z",
+            "2024-01-01T00:00:00.00000xZ",
+            "2024-01-01 00:00:00.000000Z",
+        ] {
+            assert_eq!(fixed_width(text.as_bytes()), None, "{text}");
+        }
+        assert!("2026-02-29T00:00:00.000000Z".parse::<Timestamp>().is_err());
     }
 
     #[test]
