@@ -26,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -177,6 +178,12 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // A write's savepoint journal stays in memory instead of a temp file.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(256);
+    // Plans do not depend on bound values. Without this SQLite marks every statement with a
+    // bound `LIMIT ?` as depending on it and compiles the statement again at each use: a
+    // profile of `graph get` spent 13% of the daemon's time re-preparing cached statements.
+    // The store has no planner statistics and no `LIKE ?`, whose plans bound values could
+    // improve.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(())
 }
 
@@ -851,6 +858,39 @@ mod tests {
         assert!(
             largest < 12 * 1024 * 1024,
             "the WAL grew to {largest} bytes while writes kept coming"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_cached_statement_with_a_bound_limit_is_not_compiled_again_at_each_use()
+    -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = store_with_table(dir.path())?;
+        store.write_blocking(|tx| {
+            tx.execute(
+                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 100)
+                 INSERT INTO t (n) SELECT n FROM c",
+                [],
+            )?;
+            Ok::<_, StoreError>(())
+        })?;
+        let reprepared = store.read_blocking(|rd| {
+            let sql = "SELECT n FROM t WHERE n > ?1 ORDER BY n LIMIT ?2";
+            for limit in [3_i64, 50, 3, 7] {
+                let rows = rd
+                    .conn()
+                    .prepare_cached(sql)?
+                    .query_map([0, limit], |r| r.get::<_, i64>(0))?
+                    .count();
+                assert_eq!(rows as i64, limit);
+            }
+            let statement = rd.conn().prepare_cached(sql)?;
+            Ok::<_, StoreError>(statement.get_status(rusqlite::StatementStatus::RePrepare))
+        })?;
+        assert_eq!(
+            reprepared, 0,
+            "the statement was compiled again {reprepared} times"
         );
         Ok(())
     }

@@ -432,11 +432,15 @@ impl Rd<'_> {
 
     /// The latest `limit` node runs of a run, oldest first.
     pub fn recent_node_runs(&self, run_id: &str, limit: usize) -> Result<Vec<NodeRun>, StoreError> {
+        // The newest `limit` through the index, put oldest first here: a second ORDER BY in SQL
+        // sorted them again in a temporary b-tree.
         let mut statement = self.conn().prepare_cached(&format!(
-            "SELECT * FROM (SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2)
-             ORDER BY started_at, id"
+            "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2"
         ))?;
-        collect(statement.query_map(params![run_id, limit as i64], node_run_from_row)?)
+        let mut runs: Vec<NodeRun> =
+            collect(statement.query_map(params![run_id, limit as i64], node_run_from_row)?)?;
+        runs.reverse();
+        Ok(runs)
     }
 
     /// The node runs of every run of a graph, newest first, at most `limit`.

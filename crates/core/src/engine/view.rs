@@ -6,7 +6,7 @@
 //! A graph can have thousands of specs; the view reads only the page it shows, so its cost
 //! stays flat with the spec count.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
@@ -176,11 +176,12 @@ pub(super) fn build(
     };
     let ids: Vec<String> = sources.iter().map(|s| s.spec_id.clone()).collect();
     let mut reached = rd.run_specs_among(&run.id, &ids)?;
+    let by_id: HashMap<&str, &RunSpec> = reached.iter().map(|s| (s.spec_id.as_str(), s)).collect();
     let mut progress: Vec<Progress> = sources
         .into_iter()
         .enumerate()
         .map(|(index, source)| {
-            let hit = reached.iter().find(|s| s.spec_id == source.spec_id);
+            let hit = by_id.get(source.spec_id.as_str()).copied();
             let (result, done_in_run) = match (hit, source.earlier) {
                 (Some(s), _) => (s.status.into(), None),
                 (None, Some((status, run))) => (status, Some(run)),
