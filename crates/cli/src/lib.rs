@@ -142,6 +142,12 @@ enum Command {
         #[arg(value_enum, value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// The HTTP API's own description: its OpenAPI document.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  canopy api schema > canopy-openapi.json"
+    )]
+    Api(ApiCommand),
     /// The daemon's configuration (canopy.toml): check a file, put an edited one in force.
     #[command(
         subcommand,
@@ -188,6 +194,18 @@ enum Command {
     /// The terminal UI: projects, backlog, graphs, queues and sessions, live.
     #[command(after_help = "Example:\n  canopy tui")]
     Tui(TuiArgs),
+}
+
+/// `canopy api`.
+#[derive(Debug, Subcommand)]
+pub enum ApiCommand {
+    /// Print the API's OpenAPI 3.1 document (what `GET /api/openapi.json` serves): every
+    /// route, its parameters, body, answers and errors. Made from this build's own routes;
+    /// no daemon needs to run. Feed it to a client generator or an API tester.
+    #[command(
+        after_help = "Examples:\n  canopy api schema > canopy-openapi.json\n  canopy api schema | jq '.paths | keys'"
+    )]
+    Schema,
 }
 
 /// `canopy mcp`: serve MCP on stdin/stdout.
@@ -247,6 +265,11 @@ pub fn main(tui: Tui) -> ExitCode {
 }
 
 async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
+    if let Command::Api(ApiCommand::Schema) = cli.command {
+        // The document is made from the daemon's own routes: no daemon needs to run.
+        println!("{}", canopy_daemon::api::openapi_json());
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Command::Completions { shell } = cli.command {
         let mut command = <Cli as clap::CommandFactory>::command();
         clap_complete::generate(shell, &mut command, "canopy", &mut std::io::stdout());
@@ -287,7 +310,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
         Command::RuntimeHook(args) => runtime_hook::run(args).await,
         Command::Mcp(McpArgs {}) => canopy_daemon::mcp::serve_stdio(&data).await,
         Command::Tui(TuiArgs {}) => tui(data).await,
-        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
+        Command::Completions { .. } | Command::Api(_) => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -12,7 +12,19 @@ use crate::events::{self, EventDef, graph::RunRef};
 use crate::markers::MarkerValues;
 
 /// The keys a graph's hooks are declared under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum HookEvent {
     OnCompleted,

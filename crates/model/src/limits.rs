@@ -107,11 +107,12 @@ impl From<LimitRule> for LimitDecl {
 }
 
 /// A limit a process hit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LimitHit {
     /// The line that reported it (bounded).
     pub line: String,
     /// When the work runs again.
+    #[schemars(with = "crate::time::Timestamp")]
     pub resets_at: Timestamp,
     /// The reset time is the one the CLI printed (else: the platform's back-off from now).
     pub printed: bool,

@@ -53,7 +53,9 @@ pub const NODE_MARKERS: &[&str] = &[
 ];
 
 /// How a marker's value is escaped in a template field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Escape {
     /// Inserted as is.

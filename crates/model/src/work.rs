@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What kind of work a call is, and which automation it runs for.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", content = "name", rename_all = "snake_case")]
 pub enum Origin {
     /// A graph's node.
@@ -22,7 +22,7 @@ pub enum Origin {
 }
 
 /// Where a piece of work came from. The graph fields are empty outside a graph run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Provenance {
     /// Set by the one runner from the kind of job (see `canopy_core::runner`).
     #[serde(default)]
@@ -36,7 +36,7 @@ pub struct Provenance {
 }
 
 /// Which session a queued message is for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum MessageTarget {
     Id(String),
@@ -44,7 +44,7 @@ pub enum MessageTarget {
 }
 
 /// A plugin's identity, as recorded with every run it made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PluginRef {
     pub name: String,
     pub version: String,
@@ -52,7 +52,7 @@ pub struct PluginRef {
 }
 
 /// How a piece of work ended, as the plugin reported it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Status {
     Completed,
@@ -81,7 +81,7 @@ impl Status {
 }
 
 /// A sync hook's answer about the action it was asked about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Decision {
     Allow,
@@ -95,7 +95,8 @@ pub enum Decision {
 }
 
 /// The result of an `execute` call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "CallOutcome")]
 pub struct Outcome {
     #[serde(flatten)]
     pub status: Status,

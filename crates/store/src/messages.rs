@@ -284,7 +284,7 @@ mod tests {
 
     use super::*;
     use crate::Store;
-    use crate::sessions::NewSession;
+    use canopy_model::records::sessions::NewSession;
 
     fn store_with_message() -> (tempfile::TempDir, Store, String) {
         let dir = tempfile::tempdir().unwrap();

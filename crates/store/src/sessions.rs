@@ -2,30 +2,14 @@
 //! active runs).
 
 use rusqlite::{OptionalExtension, Row, params};
-use serde::Deserialize;
 
 use super::states::{Sql, state};
 use super::times::time;
 use super::{Rd, StoreError, Tx};
-use canopy_model::records::sessions::{ActiveRun, Session, SessionStatus};
+use canopy_model::records::sessions::{ActiveRun, NewSession, Session, SessionStatus};
 
 /// The SQL condition that picks the live row among several sessions sharing a name.
 const IS_LIVE: &str = "status = 'live'";
-
-/// A new session, as the API takes it.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewSession {
-    pub name: String,
-    #[serde(default)]
-    pub conversation_id: Option<String>,
-    /// Deliver messages by typing them into this tmux pane (`session:window.pane`).
-    #[serde(default)]
-    pub tmux_target: Option<String>,
-    /// The tmux server's socket, when it is not the default one.
-    #[serde(default)]
-    pub tmux_socket: Option<String>,
-}
 
 const COLUMNS: &str =
     "id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at";

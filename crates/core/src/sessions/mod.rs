@@ -20,9 +20,9 @@ mod delivery;
 pub use delivery::{Delivery, FOLLOW_BUFFER, TICK, TMUX_TIMEOUT};
 
 pub use canopy_model::records::messages::{Message, MessageStatus, Notification, NotificationKind};
+pub use canopy_model::records::sessions::NewSession;
 pub use canopy_model::records::sessions::{Session, SessionStatus};
 pub use canopy_store::messages::NewMessage;
-pub use canopy_store::sessions::NewSession;
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,19 +1,19 @@
 //! `/api/config/reload` and `/api/config/validate`: putting an edited `canopy.toml` in force
 //! without a restart, and checking one first.
 
-use axum::Router;
+use super::docs::post;
+use aide::axum::ApiRouter;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::post;
 use canopy_model::records::config::{ConfigCheck, Reloaded};
 use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/config/reload", post(reload))
-        .route("/config/validate", post(validate))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/config/reload", post(reload))
+        .api_route("/config/validate", post(validate))
 }
 
 /// Every problem of a file, one per line, after a first line saying what happened.
@@ -46,7 +46,7 @@ async fn reload(State(state): State<AppState>) -> Result<ApiJson<Reloaded>, ApiE
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ValidateBody {
     /// The text of a `canopy.toml`.

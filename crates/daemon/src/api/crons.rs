@@ -1,14 +1,14 @@
 //! `/api/crons`: the daemon's crons, their receipts, firing one by hand, pausing and resuming.
 
-use axum::Router;
+use super::docs::{Accepted, get, post};
+use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::crons::CronError;
+use canopy_model::records::answers::{CronList, CronRuns};
+use canopy_model::records::crons::{CronView, Receipt};
 
 /// Receipts `GET /api/crons/{name}/runs` returns unless `last` says otherwise.
 const DEFAULT_LAST: usize = 20;
@@ -16,14 +16,14 @@ const DEFAULT_LAST: usize = 20;
 /// The most receipts one request returns.
 const MAX_LAST: usize = 100_000;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/crons", get(list))
-        .route("/crons/{name}", get(show))
-        .route("/crons/{name}/runs", get(runs))
-        .route("/crons/{name}/run", post(run))
-        .route("/crons/{name}/pause", post(pause))
-        .route("/crons/{name}/resume", post(resume))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/crons", get(list))
+        .api_route("/crons/{name}", get(show))
+        .api_route("/crons/{name}/runs", get(runs))
+        .api_route("/crons/{name}/run", post(run))
+        .api_route("/crons/{name}/pause", post(pause))
+        .api_route("/crons/{name}/resume", post(resume))
 }
 
 impl From<CronError> for ApiError {
@@ -36,19 +36,23 @@ impl From<CronError> for ApiError {
     }
 }
 
-async fn list(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
+async fn list(State(state): State<AppState>) -> Result<ApiJson<CronList>, ApiError> {
     let crons = state.crons.list().await?;
-    Ok(ApiJson(json!({ "node": state.bus.node(), "crons": crons })))
+    Ok(ApiJson(CronList {
+        node: state.bus.node(),
+        crons,
+    }))
 }
 
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(json!(state.crons.get(&name).await?)))
+) -> Result<ApiJson<CronView>, ApiError> {
+    Ok(ApiJson(state.crons.get(&name).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "CronRunsQuery")]
 #[serde(deny_unknown_fields)]
 struct RunsQuery {
     /// How many receipts, newest first.
@@ -59,7 +63,7 @@ async fn runs(
     State(state): State<AppState>,
     Path(name): Path<String>,
     ApiQuery(query): ApiQuery<RunsQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<CronRuns>, ApiError> {
     let last = query.last.unwrap_or(DEFAULT_LAST);
     if !(1..=MAX_LAST).contains(&last) {
         return Err(ApiError::bad_request(format!(
@@ -67,7 +71,10 @@ async fn runs(
         )));
     }
     let receipts = state.crons.receipts(&name, last).await?;
-    Ok(ApiJson(json!({ "cron": name, "runs": receipts })))
+    Ok(ApiJson(CronRuns {
+        cron: name,
+        runs: receipts,
+    }))
 }
 
 /// Fires the cron now. 202 with its receipt: `running` when admitted (the action runs on;
@@ -75,21 +82,20 @@ async fn runs(
 async fn run(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
-    let receipt = state.crons.run_now(&name).await?;
-    Ok((StatusCode::ACCEPTED, ApiJson(json!(receipt))))
+) -> Result<Accepted<Receipt>, ApiError> {
+    Ok(Accepted(state.crons.run_now(&name).await?))
 }
 
 async fn pause(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(json!(state.crons.set_paused(&name, true).await?)))
+) -> Result<ApiJson<CronView>, ApiError> {
+    Ok(ApiJson(state.crons.set_paused(&name, true).await?))
 }
 
 async fn resume(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(json!(state.crons.set_paused(&name, false).await?)))
+) -> Result<ApiJson<CronView>, ApiError> {
+    Ok(ApiJson(state.crons.set_paused(&name, false).await?))
 }

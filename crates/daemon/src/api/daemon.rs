@@ -4,10 +4,10 @@ use canopy_model::records::daemon::{DaemonStatus, PluginCounts, Rotated, Stoppin
 use std::path::PathBuf;
 use std::time::Instant;
 
-use axum::Router;
+use super::docs::{Accepted, get, post};
+use aide::axum::ApiRouter;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 
 use canopy_model::time::Timestamp;
 
@@ -70,11 +70,11 @@ impl DaemonInfo {
     }
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/status", get(status))
-        .route("/shutdown", post(shutdown))
-        .route("/rotate-token", post(rotate_token))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/status", get(status))
+        .api_route("/shutdown", post(shutdown))
+        .api_route("/rotate-token", post(rotate_token))
 }
 
 /// `POST /api/rotate-token`: a new API token, in force at once (the old one is refused from
@@ -130,7 +130,7 @@ async fn status(State(state): State<AppState>) -> Result<ApiJson<DaemonStatus>, 
 }
 
 /// `POST /api/shutdown` body: all optional.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ShutdownRequest {
     /// Seconds admitted work may run on before it is forced (default 30).
@@ -143,7 +143,7 @@ struct ShutdownRequest {
 async fn shutdown(
     State(state): State<AppState>,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, ApiJson<Stopping>), ApiError> {
+) -> Result<Accepted<Stopping>, ApiError> {
     let request: ShutdownRequest = if body.iter().all(u8::is_ascii_whitespace) {
         ShutdownRequest::default()
     } else {
@@ -170,13 +170,10 @@ async fn shutdown(
         "shutdown requested over the API"
     );
     state.daemon.shutdown.notify_one();
-    Ok((
-        StatusCode::ACCEPTED,
-        ApiJson(Stopping {
-            stopping: true,
-            pid: state.daemon.pid,
-            drain_budget_secs: budget.as_secs(),
-            running: state.drain.running(),
-        }),
-    ))
+    Ok(Accepted(Stopping {
+        stopping: true,
+        pid: state.daemon.pid,
+        drain_budget_secs: budget.as_secs(),
+        running: state.drain.running(),
+    }))
 }

@@ -1,47 +1,47 @@
 //! `/api/specs`, `/api/graphs`, `/api/runs`, `/api/queues`: the engine's resources.
 
-use axum::Router;
+use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
-use axum::http::header::{self, HeaderName};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::{get, post, put};
+use axum::http::HeaderMap;
+use axum::http::header;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
+use super::docs::{Created, Tagged, delete, get, patch, post, put};
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::engine::{
     ControlRequest, GraphInput, GraphView, NewQueue, NewSpec, NodeRun, Queue, Spec, SpecPatch,
     ViewPage,
 };
+use canopy_model::records::answers::{
+    DeletedGraph, GraphAnswer, GraphList, NodeRunList, QueueList, RunList, SpecList,
+};
 use canopy_model::records::views::{NamedRun, RunDetail};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/specs", get(list_specs).post(create_spec))
-        .route(
-            "/specs/{id}",
-            get(get_spec).patch(update_spec).delete(delete_spec),
-        )
-        .route("/graphs", get(list_graphs).post(create_graph))
-        .route(
-            "/graphs/{name}",
-            get(get_graph).patch(update_graph).delete(delete_graph),
-        )
-        .route("/graphs/{name}/control", post(control))
-        .route("/graphs/{name}/node-runs", get(graph_node_runs))
-        .route("/runs", get(list_runs))
-        .route("/runs/{id}", get(get_run))
-        .route("/node-runs/{id}", get(get_node_run))
-        .route("/queues", get(list_queues).post(create_queue))
-        .route("/queues/{id}", get(get_queue).delete(delete_queue))
-        .route("/queues/{id}/specs", post(queue_add))
-        .route(
-            "/queues/{id}/specs/{spec}",
-            axum::routing::delete(queue_remove),
-        )
-        .route("/queues/{id}/specs/{spec}/group", put(queue_group))
-        .route("/queues/{id}/order", put(queue_reorder))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/specs", get(list_specs))
+        .api_route("/specs", post(create_spec))
+        .api_route("/specs/{id}", get(get_spec))
+        .api_route("/specs/{id}", patch(update_spec))
+        .api_route("/specs/{id}", delete(delete_spec))
+        .api_route("/graphs", get(list_graphs))
+        .api_route("/graphs", post(create_graph))
+        .api_route("/graphs/{name}", get(get_graph))
+        .api_route("/graphs/{name}", patch(update_graph))
+        .api_route("/graphs/{name}", delete(delete_graph))
+        .api_route("/graphs/{name}/control", post(control))
+        .api_route("/graphs/{name}/node-runs", get(graph_node_runs))
+        .api_route("/runs", get(list_runs))
+        .api_route("/runs/{id}", get(get_run))
+        .api_route("/node-runs/{id}", get(get_node_run))
+        .api_route("/queues", get(list_queues))
+        .api_route("/queues", post(create_queue))
+        .api_route("/queues/{id}", get(get_queue))
+        .api_route("/queues/{id}", delete(delete_queue))
+        .api_route("/queues/{id}/specs", post(queue_add))
+        .api_route("/queues/{id}/specs/{spec}", delete(queue_remove))
+        .api_route("/queues/{id}/specs/{spec}/group", put(queue_group))
+        .api_route("/queues/{id}/order", put(queue_reorder))
 }
 
 // ----- specs -----
@@ -57,19 +57,16 @@ pub(crate) struct SpecQuery {
 async fn list_specs(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<SpecQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<SpecList>, ApiError> {
     let specs = state.engine.list_specs(query.workdir.as_deref()).await?;
-    Ok(ApiJson(json!({ "specs": specs })))
+    Ok(ApiJson(SpecList { specs }))
 }
 
 async fn create_spec(
     State(state): State<AppState>,
     ApiJson(new): ApiJson<NewSpec>,
-) -> Result<(StatusCode, ApiJson<Spec>), ApiError> {
-    Ok((
-        StatusCode::CREATED,
-        ApiJson(state.engine.create_spec(new).await?),
-    ))
+) -> Result<Created<Spec>, ApiError> {
+    Ok(Created(state.engine.create_spec(new).await?))
 }
 
 async fn get_spec(
@@ -96,10 +93,10 @@ async fn delete_spec(
 
 // ----- graphs -----
 
-async fn list_graphs(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(
-        json!({ "graphs": state.engine.list_graphs().await? }),
-    ))
+async fn list_graphs(State(state): State<AppState>) -> Result<ApiJson<GraphList>, ApiError> {
+    Ok(ApiJson(GraphList {
+        graphs: state.engine.list_graphs().await?,
+    }))
 }
 
 /// Creates a graph; the answer is `graph get` with `warnings` (a workdir that is not a git
@@ -107,14 +104,14 @@ async fn list_graphs(State(state): State<AppState>) -> Result<ApiJson<Value>, Ap
 async fn create_graph(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<GraphInput>,
-) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+) -> Result<Created<GraphAnswer>, ApiError> {
     let view = state.engine.create_graph(input).await?;
-    Ok((StatusCode::CREATED, ApiJson(with_warnings(view).await?)))
+    Ok(Created(with_warnings(view).await))
 }
 
 /// The view as JSON, with `warnings` about its workdir: empty, or a line saying it is not a git
 /// repository, so the dirty-tree guard does not apply.
-async fn with_warnings(view: GraphView) -> Result<Value, ApiError> {
+async fn with_warnings(view: GraphView) -> GraphAnswer {
     let workdir = view.graph.workdir.clone();
     let mut warnings = Vec::new();
     if let canopy_core::engine::git::TreeState::NotARepo(why) =
@@ -125,16 +122,10 @@ async fn with_warnings(view: GraphView) -> Result<Value, ApiError> {
             "workdir {workdir} is not a git repository ({why}): the dirty-tree guard cannot check it, so runs start on whatever is there; make it one (`git init`) to guard it"
         ));
     }
-    let mut value = serde_json::to_value(view).map_err(|err| ApiError::internal(&err.into()))?;
-    value["warnings"] = json!(warnings);
-    Ok(value)
-}
-
-/// The entity tag of a graph at `version`: `"<version>"`.
-fn etag(version: i64) -> (HeaderName, HeaderValue) {
-    let value = HeaderValue::from_str(&format!("\"{version}\""))
-        .unwrap_or(HeaderValue::from_static("\"0\""));
-    (header::ETAG, value)
+    GraphAnswer {
+        view,
+        warnings: Some(warnings),
+    }
 }
 
 /// The version an `If-Match` header names: `"7"`, `7` or `W/"7"`; `*` names none.
@@ -169,7 +160,7 @@ async fn get_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
     ApiQuery(query): ApiQuery<GraphQuery>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<Tagged<GraphView>, ApiError> {
     let defaults = ViewPage::default();
     let page = ViewPage {
         offset: query.offset.unwrap_or(defaults.offset),
@@ -177,7 +168,10 @@ async fn get_graph(
     }
     .checked()?;
     let view = state.engine.get_graph_page(&name, page).await?;
-    Ok(([etag(view.graph.version)], ApiJson(view)))
+    Ok(Tagged {
+        version: view.graph.version,
+        body: view,
+    })
 }
 
 /// Updates a graph; the answer is `graph get`, with `warnings` when the edit set a workdir that
@@ -188,26 +182,33 @@ async fn update_graph(
     Path(name): Path<String>,
     headers: HeaderMap,
     ApiJson(input): ApiJson<GraphInput>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<Tagged<GraphAnswer>, ApiError> {
     let workdir_set = input.workdir.is_some();
     let view = state
         .engine
         .update_graph(&name, input, if_match(&headers)?)
         .await?;
-    let tag = etag(view.graph.version);
-    if workdir_set {
-        return Ok(([tag], ApiJson(with_warnings(view).await?)));
-    }
-    let value = serde_json::to_value(view).map_err(|err| ApiError::internal(&err.into()))?;
-    Ok(([tag], ApiJson(value)))
+    let version = view.graph.version;
+    let body = if workdir_set {
+        with_warnings(view).await
+    } else {
+        GraphAnswer {
+            view,
+            warnings: None,
+        }
+    };
+    Ok(Tagged { version, body })
 }
 
 async fn delete_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<DeletedGraph>, ApiError> {
     let graph = state.engine.delete_graph(&name).await?;
-    Ok(ApiJson(json!({ "deleted": graph.name, "id": graph.id })))
+    Ok(ApiJson(DeletedGraph {
+        deleted: graph.name,
+        id: graph.id,
+    }))
 }
 
 async fn control(
@@ -230,9 +231,10 @@ async fn control(
     Ok(ApiJson(state.engine.control(&name, request).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NodeRunsQuery {
+    /// How many node runs, newest first (default 50, at most 10,000).
     #[serde(default)]
     last: Option<usize>,
 }
@@ -241,21 +243,24 @@ async fn graph_node_runs(
     State(state): State<AppState>,
     Path(name): Path<String>,
     ApiQuery(query): ApiQuery<NodeRunsQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
-    let runs = state
+) -> Result<ApiJson<NodeRunList>, ApiError> {
+    let node_runs = state
         .engine
         .graph_node_runs(&name, query.last.unwrap_or(50).min(10_000))
         .await?;
-    Ok(ApiJson(json!({ "node_runs": runs })))
+    Ok(ApiJson(NodeRunList { node_runs }))
 }
 
 // ----- runs -----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "RunListQuery")]
 #[serde(deny_unknown_fields)]
 struct RunsQuery {
+    /// How many runs, newest first (default 50, at most 10,000).
     #[serde(default)]
     last: Option<usize>,
+    /// Only this graph's runs (a name, an id or a unique id prefix).
     #[serde(default)]
     graph: Option<String>,
 }
@@ -264,7 +269,7 @@ struct RunsQuery {
 async fn list_runs(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<RunsQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<RunList>, ApiError> {
     let runs = state
         .engine
         .list_runs(query.graph.as_deref(), query.last.unwrap_or(50).min(10_000))
@@ -277,7 +282,7 @@ async fn list_runs(
             run,
         })
         .collect();
-    Ok(ApiJson(json!({ "runs": runs })))
+    Ok(ApiJson(RunList { runs }))
 }
 
 /// Graph id -> name.
@@ -287,7 +292,7 @@ async fn graph_names(
     Ok(state.store.read(|rd| rd.graph_names()).await?)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RunQuery {
     /// Leave out each node run's `detail` and each hook run's `output` (what progress polling
@@ -338,20 +343,17 @@ async fn get_node_run(
 
 // ----- queues -----
 
-async fn list_queues(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(
-        json!({ "queues": state.engine.list_queues().await? }),
-    ))
+async fn list_queues(State(state): State<AppState>) -> Result<ApiJson<QueueList>, ApiError> {
+    Ok(ApiJson(QueueList {
+        queues: state.engine.list_queues().await?,
+    }))
 }
 
 async fn create_queue(
     State(state): State<AppState>,
     ApiJson(new): ApiJson<NewQueue>,
-) -> Result<(StatusCode, ApiJson<Queue>), ApiError> {
-    Ok((
-        StatusCode::CREATED,
-        ApiJson(state.engine.create_queue(new).await?),
-    ))
+) -> Result<Created<Queue>, ApiError> {
+    Ok(Created(state.engine.create_queue(new).await?))
 }
 
 async fn get_queue(

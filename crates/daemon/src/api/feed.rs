@@ -19,15 +19,14 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::Router;
+use super::docs::{JsonOrEvents, OneOf, get};
+use aide::axum::ApiRouter;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use canopy_model::records::answers::FeedPage;
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
@@ -45,8 +44,8 @@ const PAGE: usize = 1000;
 /// The header a reconnecting SSE client sends (HTTP headers are case-insensitive).
 const LAST_EVENT_ID: &str = "last-event-id";
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/feed", get(feed))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new().api_route("/feed", get(feed))
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -212,7 +211,7 @@ async fn feed(
     State(state): State<AppState>,
     headers: HeaderMap,
     ApiQuery(params): ApiQuery<FeedParams>,
-) -> Result<Response, ApiError> {
+) -> Result<JsonOrEvents<FeedPage, OneOf<Envelope, Lagged>>, ApiError> {
     let mut query = query_of(&params)?;
     query.project = query
         .project
@@ -223,7 +222,7 @@ async fn feed(
             .store
             .read(move |rd| Ok::<_, StoreError>((rd.feed(&query)?, rd.feed_head()?)))
             .await?;
-        return Ok(ApiJson(json!({ "events": events, "head": head })).into_response());
+        return Ok(JsonOrEvents::new(ApiJson(FeedPage { events, head })));
     }
     // A stream from `since` sends every event after it, then the live ones: a count has no
     // place there (it was ignored).
@@ -238,9 +237,10 @@ async fn feed(
         None => query.since.clone(),
     };
     let follow = Follow::start(&state, query, since).await?;
-    Ok(Sse::new(follow.stream().take_until(state.daemon.stopped()))
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    Ok(JsonOrEvents::new(
+        Sse::new(follow.stream().take_until(state.daemon.stopped()))
+            .keep_alive(KeepAlive::default()),
+    ))
 }
 
 /// A follower of the feed: what it has still to send, and how far it has looked.

@@ -9,12 +9,15 @@ use canopy_model::records::hook_reports::{
 };
 use std::time::{Duration, SystemTime};
 
-use axum::Router;
+use super::docs::{get, post};
+use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use canopy_model::records::answers::{
+    HookCatalog, HookRunList, ResetHooks, SeedHookRunList, TrippedList,
+};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::engine::EngineError;
@@ -26,19 +29,20 @@ use canopy_model::hook_keys::{EVENTS, HookEvent};
 use canopy_model::markers::HOOK_MARKERS;
 use canopy_model::records::hook_runs::{HookOutcome, HookSourceKind};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/hook-runs", get(list_runs))
-        .route("/workspaces/{workspace_id}/hooks/runs", get(workspace_runs))
-        .route("/hooks/events", get(events))
-        .route("/hooks/catalog", get(catalog))
-        .route("/hooks/tripped", get(tripped))
-        .route("/hooks/reset", post(reset))
-        .route("/graphs/{name}/hooks/test", post(test))
-        .route("/hooks/decide", post(decide))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/hook-runs", get(list_runs))
+        .api_route("/workspaces/{workspace_id}/hooks/runs", get(workspace_runs))
+        .api_route("/hooks/events", get(events))
+        .api_route("/hooks/catalog", get(catalog))
+        .api_route("/hooks/tripped", get(tripped))
+        .api_route("/hooks/reset", post(reset))
+        .api_route("/graphs/{name}/hooks/test", post(test))
+        .api_route("/hooks/decide", post(decide))
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "HookRunsQuery")]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunsQuery {
     /// Only this graph's hook runs (its name, id or unique id prefix).
@@ -143,7 +147,7 @@ fn last_of(last: Option<usize>) -> usize {
 async fn list_runs(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<RunsQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<HookRunList>, ApiError> {
     let graph_id = match query.graph.as_deref() {
         Some(graph) => Some(state.engine.get_graph(graph).await?.graph.id),
         None => None,
@@ -169,7 +173,7 @@ async fn list_runs(
         .read(move |rd| rd.hook_runs(&filter))
         .await
         .map_err(|e| ApiError::internal(&e.into()))?;
-    Ok(ApiJson(json!({ "runs": found })))
+    Ok(ApiJson(HookRunList { runs: found }))
 }
 
 /// Resolves a workspace: an absolute path (a project, canonical when it exists), or a graph's
@@ -198,7 +202,7 @@ async fn resolve_workspace(state: &AppState, text: &str) -> Result<Option<String
 const WORKSPACE_IS: &str =
     "a workspace is a project's absolute path (URL-encoded in a path) or a graph's name";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WorkspaceRunsQuery {
     /// A graph run id, or an interactive session id.
@@ -219,7 +223,7 @@ async fn workspace_runs(
     State(state): State<AppState>,
     Path(workspace_id): Path<String>,
     ApiQuery(query): ApiQuery<WorkspaceRunsQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<SeedHookRunList>, ApiError> {
     let Some(project) = resolve_workspace(&state, &workspace_id).await? else {
         return Err(ApiError::not_found(format!(
             "no workspace `{workspace_id}`: it is neither an absolute path nor a graph; {WORKSPACE_IS}"
@@ -244,11 +248,11 @@ async fn workspace_runs(
         .read(move |rd| rd.hook_runs(&filter))
         .await
         .map_err(|e| ApiError::internal(&e.into()))?;
-    let runs: Vec<_> = found.iter().map(|run| run.seed()).collect();
-    Ok(ApiJson(json!({ "runs": runs })))
+    let runs = found.iter().map(|run| run.seed()).collect();
+    Ok(ApiJson(SeedHookRunList { runs }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
     #[serde(default)]
@@ -331,7 +335,7 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Taxono
     }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CatalogQuery {
     /// Only this graph's hooks (and the daemon hooks that may fire for it).
@@ -364,11 +368,13 @@ fn parse_mode_filter(text: &str) -> Result<ModeFilter, ApiError> {
 /// in firing order per key, then the daemon hooks of `canopy.toml` in force, in their order,
 /// then the projects' hooks; each with the executor that would run it now.
 /// The hooks their firing breaker has tripped (see [`canopy_core::hooks::breaker`]).
-async fn tripped(State(state): State<AppState>) -> ApiJson<Value> {
-    ApiJson(json!({ "tripped": state.bus.tripped_hooks() }))
+async fn tripped(State(state): State<AppState>) -> ApiJson<TrippedList> {
+    ApiJson(TrippedList {
+        tripped: state.bus.tripped_hooks(),
+    })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ResetBody {
     /// The hook's name, as `hooks runs` shows it.
@@ -379,7 +385,7 @@ struct ResetBody {
 async fn reset(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<ResetBody>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<ResetHooks>, ApiError> {
     let reset = state.bus.reset_hook(&body.name);
     if reset.is_empty() {
         let tripped: Vec<String> = state
@@ -402,13 +408,13 @@ async fn reset(
             ),
         ));
     }
-    Ok(ApiJson(json!({ "reset": reset })))
+    Ok(ApiJson(ResetHooks { reset }))
 }
 
 async fn catalog(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<CatalogQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<HookCatalog>, ApiError> {
     let event = query.event.as_deref().map(parse_event_filter).transpose()?;
     let source = query.source.as_deref().map(parse_source).transpose()?;
     let mode = query.mode.as_deref().map(parse_mode_filter).transpose()?;
@@ -440,10 +446,11 @@ async fn catalog(
         bus: &state.bus,
     };
     let hooks = state.bus.catalog(source, &filter);
-    Ok(ApiJson(json!({ "hooks": hooks })))
+    Ok(ApiJson(HookCatalog { hooks }))
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "HookTestBody")]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TestBody {
     /// The graph hook key to test: `on_completed`, `on_failed`, `on_blocked` or

@@ -11,6 +11,7 @@
 mod config;
 mod crons;
 mod daemon;
+mod docs;
 mod engine;
 mod error;
 mod feed;
@@ -24,9 +25,9 @@ mod webhooks;
 
 use std::sync::Arc;
 
+use aide::axum::ApiRouter;
 use axum::Router;
 use axum::http::{Method, Uri};
-use axum::routing::get;
 
 pub use daemon::DaemonInfo;
 pub use error::{ApiError, ApiJson, ApiQuery};
@@ -74,13 +75,30 @@ pub(crate) mod requests {
 }
 
 /// The whole API, behind its guard, with the MCP server at `/mcp` (streamable HTTP) whose tools
-/// call these same routes in-process.
+/// call these same routes in-process, and the API's own OpenAPI document at
+/// `/api/openapi.json`.
 pub fn router(state: AppState, access: Access) -> Router {
     // The routes MCP's tools call, without the guard: a request reaching a tool has passed it at
     // `/mcp` already.
-    let inner = finish(routes(), state.clone());
+    let inner = finish(routes().into(), state.clone());
     let mcp = crate::mcp::http_service(inner, state.daemon.stopped());
-    finish(routes().route("/mcp", mcp), state)
+    let (api, doc) = documented();
+    let doc = Arc::new(doc);
+    let api = api
+        .route(
+            "/api/openapi.json",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        doc.to_string(),
+                    )
+                }
+            }),
+        )
+        .route("/mcp", mcp);
+    finish(api, state)
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(access),
             guard::guard,
@@ -88,10 +106,25 @@ pub fn router(state: AppState, access: Access) -> Router {
         .layer(axum::middleware::map_response(error::json_errors))
 }
 
+/// The API's routes and their OpenAPI document as JSON.
+fn documented() -> (Router<AppState>, String) {
+    let (router, doc) = docs::document(routes());
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_else(|err| {
+        tracing::error!(%err, "cannot write the OpenAPI document");
+        "{}".to_string()
+    });
+    (router, text)
+}
+
+/// The API's OpenAPI document (`canopy api schema`): the same the daemon serves.
+pub fn openapi_json() -> String {
+    documented().1
+}
+
 /// Every route of the API.
-fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/health", get(health))
+fn routes() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/api/health", docs::get(health))
         .nest("/api/plugins", plugins::router())
         .nest("/api", engine::router())
         .nest("/api", hooks::router())
@@ -132,10 +165,10 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 async fn health(
     axum::extract::State(state): axum::extract::State<AppState>,
-) -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({
-        "status": "ok",
-        "version": env!("CARGO_PKG_VERSION"),
-        "data_dir": state.data_dir,
-    }))
+) -> ApiJson<canopy_model::records::answers::Health> {
+    ApiJson(canopy_model::records::answers::Health {
+        status: "ok".to_string(),
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        data_dir: Some(state.data_dir.clone()),
+    })
 }

@@ -6,11 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use axum::Router;
+use super::docs::{Created, delete, get, post};
+use aide::axum::ApiRouter;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -40,18 +39,18 @@ fn event_ref(info: &PluginInfo) -> PluginEventRef {
     }
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/", get(list))
+        .api_route(
             "/",
-            get(list)
-                .post(install)
-                .layer(DefaultBodyLimit::max(MAX_COMPONENT)),
+            post(install).layer(DefaultBodyLimit::max(MAX_COMPONENT)),
         )
-        .route("/{name}", get(inspect).delete(remove))
-        .route("/{name}/enable", post(enable))
-        .route("/{name}/run", post(run))
-        .route("/{name}/bench", post(bench))
+        .api_route("/{name}", get(inspect))
+        .api_route("/{name}", delete(remove))
+        .api_route("/{name}/enable", post(enable))
+        .api_route("/{name}/run", post(run))
+        .api_route("/{name}/bench", post(bench))
 }
 
 async fn list(State(state): State<AppState>) -> ApiJson<PluginList> {
@@ -67,7 +66,7 @@ async fn list(State(state): State<AppState>) -> ApiJson<PluginList> {
     })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct InstallQuery {
     /// Comma-separated capabilities.
@@ -81,7 +80,7 @@ async fn install(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<InstallQuery>,
     body: Bytes,
-) -> Result<(StatusCode, ApiJson<PluginInfo>), ApiError> {
+) -> Result<Created<PluginInfo>, ApiError> {
     let grants: Vec<String> = query
         .grant
         .split(',')
@@ -130,7 +129,7 @@ async fn install(
         .bus
         .emit_logged(vec![Event::new(&PluginInstalled(event_ref(&info)))])
         .await;
-    Ok((StatusCode::CREATED, ApiJson(info)))
+    Ok(Created(info))
 }
 
 async fn inspect(
@@ -256,7 +255,7 @@ async fn enable(
     Ok(ApiJson(info))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RunBody {
     #[serde(default)]
@@ -335,7 +334,7 @@ async fn run(
     Ok(ApiJson(report))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct BenchBody {
     #[serde(default)]

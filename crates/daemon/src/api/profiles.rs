@@ -2,10 +2,10 @@
 //! `GET /api/profiles/{names}`: the runtime hooks an agent listing those profiles (comma
 //! separated, in order) gets, phase by phase, before its own.
 
-use axum::Router;
+use super::docs::get;
+use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
 use canopy_model::records::config::{
     GroupHooks, PhaseCount, PhaseHooks, ProfileStack, ProfileSummary, Profiles,
 };
@@ -15,10 +15,10 @@ use super::{ApiJson, AppState};
 use crate::api::error::ApiError;
 use canopy_model::runtime_hooks::RuntimeHooks;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/profiles", get(list))
-        .route("/profiles/{names}", get(show))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/profiles", get(list))
+        .api_route("/profiles/{names}", get(show))
 }
 
 async fn list(State(state): State<AppState>) -> ApiJson<Profiles> {

@@ -3,18 +3,20 @@
 //! launch's secret, `Authorization: Bearer canopy-launch-…`, not by the daemon's token: the
 //! agent never holds that. The answer is in the runtime's protocol (Claude Code's hook output).
 
-use axum::Router;
+use super::docs::post;
+use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::routing::post;
 use serde_json::Value;
+
+use canopy_model::records::answers::RuntimeAnswer;
 
 use super::{ApiJson, AppState};
 use crate::api::error::ApiError;
 use canopy_core::runtime_hooks::{CallbackError, answer_claude};
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/runtime/{event}", post(callback))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new().api_route("/runtime/{event}", post(callback))
 }
 
 /// The largest callback body: a tool's input and response can be large (a file it read), so
@@ -26,7 +28,7 @@ async fn callback(
     State(state): State<AppState>,
     Path(event): Path<String>,
     request: axum::extract::Request,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<RuntimeAnswer>, ApiError> {
     let headers: &HeaderMap = request.headers();
     let secret = headers
         .get(header::AUTHORIZATION)
@@ -57,7 +59,10 @@ async fn callback(
         ApiError::bad_request(format!("the {event} callback's body is not JSON: {err}"))
     })?;
     match answer_claude(&state.bus, launch, &event, &body).await {
-        Ok(answer) => Ok(ApiJson(answer)),
+        Ok(Value::Object(answer)) => Ok(ApiJson(RuntimeAnswer(answer))),
+        Ok(other) => Err(ApiError::internal(&anyhow::anyhow!(
+            "the {event} callback's answer is not a JSON object: {other}"
+        ))),
         Err(err @ (CallbackError::UnknownEvent(_) | CallbackError::Missing { .. })) => {
             Err(ApiError::bad_request(err.to_string()))
         }

@@ -7,34 +7,34 @@ use canopy_model::records::views::Lagged;
 use std::collections::HashSet;
 use std::convert::Infallible;
 
-use axum::Router;
+use super::docs::{Created, JsonOrEvents, OneOf, get, post};
+use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use canopy_model::records::answers::{Inbox, MessageList, NotificationList, SessionList};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::sessions::{self, Message, MessageStatus, NewSession, Session};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/sessions", get(list).post(create))
-        .route("/sessions/import", post(import))
-        .route("/sessions/{id}", get(show))
-        .route("/sessions/{id}/finish", post(finish))
-        .route("/sessions/{id}/resume", post(resume))
-        .route("/sessions/{id}/inbox", get(inbox))
-        .route("/sessions/{id}/messages", post(send))
-        .route("/messages", get(messages))
-        .route("/notifications", get(notifications))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/sessions", get(list))
+        .api_route("/sessions", post(create))
+        .api_route("/sessions/import", post(import))
+        .api_route("/sessions/{id}", get(show))
+        .api_route("/sessions/{id}/finish", post(finish))
+        .api_route("/sessions/{id}/resume", post(resume))
+        .api_route("/sessions/{id}/inbox", get(inbox))
+        .api_route("/sessions/{id}/messages", post(send))
+        .api_route("/messages", get(messages))
+        .api_route("/notifications", get(notifications))
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "SessionListQuery")]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     /// Finished sessions too.
@@ -45,19 +45,16 @@ pub(crate) struct ListQuery {
 async fn list(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<SessionList>, ApiError> {
     let sessions = sessions::list(&state.store, query.all).await?;
-    Ok(ApiJson(json!({ "sessions": sessions })))
+    Ok(ApiJson(SessionList { sessions }))
 }
 
 async fn create(
     State(state): State<AppState>,
     ApiJson(new): ApiJson<NewSession>,
-) -> Result<(StatusCode, ApiJson<Session>), ApiError> {
-    Ok((
-        StatusCode::CREATED,
-        ApiJson(sessions::create(&state.bus, new).await?),
-    ))
+) -> Result<Created<Session>, ApiError> {
+    Ok(Created(sessions::create(&state.bus, new).await?))
 }
 
 async fn show(
@@ -81,7 +78,7 @@ async fn resume(
     Ok(ApiJson(sessions::resume(&state.bus, &id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ImportBody {
     conversation_id: String,
@@ -111,7 +108,7 @@ async fn send(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<SendBody>,
-) -> Result<(StatusCode, ApiJson<Queued>), ApiError> {
+) -> Result<Created<Queued>, ApiError> {
     if body.text.trim().is_empty() {
         return Err(ApiError::bad_request(
             "field `text` is empty; give the message to send",
@@ -137,16 +134,13 @@ async fn send(
     )
     .await
     .map_err(ApiError::conflict)?;
-    Ok((
-        StatusCode::CREATED,
-        ApiJson(Queued {
-            message_id,
-            session,
-        }),
-    ))
+    Ok(Created(Queued {
+        message_id,
+        session,
+    }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct InboxQuery {
     #[serde(default)]
@@ -157,11 +151,11 @@ async fn inbox(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<InboxQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<JsonOrEvents<Inbox, OneOf<Message, Lagged>>, ApiError> {
     let session = sessions::get(&state.store, &id).await?;
     if !query.follow {
         let messages = sessions::inbox(&state.store, &session.id).await?;
-        return Ok(ApiJson(json!({ "session": session, "messages": messages })).into_response());
+        return Ok(JsonOrEvents::new(ApiJson(Inbox { session, messages })));
     }
     // Subscribe before reading what is there, so nothing delivered in between is missed.
     let receiver = state.delivery.follow(&session.id);
@@ -171,11 +165,10 @@ async fn inbox(
         .filter(|m| m.status == MessageStatus::Delivered)
         .collect();
     let seen: HashSet<String> = existing.iter().map(|m| m.id.clone()).collect();
-    Ok(
+    Ok(JsonOrEvents::new(
         Sse::new(follow_stream(existing, seen, receiver).take_until(state.daemon.stopped()))
-            .keep_alive(KeepAlive::default())
-            .into_response(),
-    )
+            .keep_alive(KeepAlive::default()),
+    ))
 }
 
 fn event_of(message: &Message) -> Result<Event, Infallible> {
@@ -217,7 +210,7 @@ fn follow_stream(
     backlog.chain(live)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MessagesQuery {
     #[serde(default)]
@@ -227,7 +220,7 @@ struct MessagesQuery {
 async fn messages(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<MessagesQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<MessageList>, ApiError> {
     let status = query
         .status
         .as_deref()
@@ -235,11 +228,13 @@ async fn messages(
         .transpose()
         .map_err(|err| ApiError::bad_request(format!("field `status`: {err}")))?;
     let found = sessions::messages(&state.store, status).await?;
-    Ok(ApiJson(json!({ "messages": found })))
+    Ok(ApiJson(MessageList { messages: found }))
 }
 
-async fn notifications(State(state): State<AppState>) -> Result<ApiJson<Value>, ApiError> {
-    Ok(ApiJson(
-        json!({ "notifications": sessions::notifications(&state.store).await? }),
-    ))
+async fn notifications(
+    State(state): State<AppState>,
+) -> Result<ApiJson<NotificationList>, ApiError> {
+    Ok(ApiJson(NotificationList {
+        notifications: sessions::notifications(&state.store).await?,
+    }))
 }

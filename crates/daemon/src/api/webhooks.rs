@@ -12,12 +12,13 @@
 
 use std::time::Duration;
 
-use axum::Router;
+use super::docs::{Accepted, Either, get, post};
+use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::routing::{get, post};
+use canopy_model::records::answers::DeliveryList;
+use canopy_model::records::webhooks::Delivery;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::webhooks::intake::{Intake, intake};
@@ -27,14 +28,14 @@ use canopy_model::records::webhooks::{DeliveryStatus, WebhookList, WebhookView};
 use canopy_store::StoreError;
 use canopy_store::webhooks::DeliveryFilter;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/", get(list))
-        .route("/hooks/{scope}/{id}", get(show))
-        .route("/hooks/{scope}/{id}/test", post(test))
-        .route("/deliveries", get(deliveries))
-        .route("/deliveries/{id}", get(delivery))
-        .route("/deliveries/{id}/redeliver", post(redeliver))
+pub fn router() -> ApiRouter<AppState> {
+    ApiRouter::new()
+        .api_route("/", get(list))
+        .api_route("/hooks/{scope}/{id}", get(show))
+        .api_route("/hooks/{scope}/{id}/test", post(test))
+        .api_route("/deliveries", get(deliveries))
+        .api_route("/deliveries/{id}", get(delivery))
+        .api_route("/deliveries/{id}/redeliver", post(redeliver))
 }
 
 impl From<IngressError> for ApiError {
@@ -57,7 +58,8 @@ impl From<RedeliverError> for ApiError {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "WebhookListQuery")]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     project: Option<String>,
@@ -154,7 +156,8 @@ async fn show(
     Ok(ApiJson(view))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "WebhookTestBody")]
 #[serde(deny_unknown_fields)]
 struct TestBody {
     /// The request body (text).
@@ -173,7 +176,7 @@ async fn test(
     State(state): State<AppState>,
     Path((scope, id)): Path<(String, String)>,
     ApiJson(input): ApiJson<TestBody>,
-) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+) -> Result<ApiJson<Outcome>, ApiError> {
     let hook = find(&state, &scope, &id)?;
     let mut headers = HeaderMap::new();
     for (i, (name, value)) in input.headers.iter().enumerate() {
@@ -229,25 +232,21 @@ async fn test(
         }) => id,
     };
     if let Some(reason) = ignored {
-        return Ok((
-            StatusCode::OK,
-            ApiJson(json!(Outcome {
-                delivery_id,
-                status: DeliveryStatus::Ignored,
-                reason: Some(reason),
-                error: None,
-                output: None,
-                result: None,
-                duration_ms: None,
-                duplicate: false,
-            })),
-        ));
+        return Ok(ApiJson(Outcome {
+            delivery_id,
+            status: DeliveryStatus::Ignored,
+            reason: Some(reason),
+            error: None,
+            output: None,
+            result: None,
+            duration_ms: None,
+            duplicate: false,
+        }));
     }
-    let outcome = state.webhooks.run_now(&hook, &delivery_id).await?;
-    Ok((StatusCode::OK, ApiJson(json!(outcome))))
+    Ok(ApiJson(state.webhooks.run_now(&hook, &delivery_id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DeliveriesQuery {
     /// `scope/id`, or `id` alone for a global hook.
@@ -260,7 +259,7 @@ struct DeliveriesQuery {
 async fn deliveries(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<DeliveriesQuery>,
-) -> Result<ApiJson<Value>, ApiError> {
+) -> Result<ApiJson<DeliveryList>, ApiError> {
     let status = query
         .status
         .as_deref()
@@ -301,7 +300,7 @@ async fn deliveries(
     // Ids are ordered by time: newest first, as the store lists them.
     list.sort_by(|a, b| b.id.cmp(&a.id));
     list.truncate(last.clamp(1, 10_000));
-    Ok(ApiJson(json!({ "deliveries": list })))
+    Ok(ApiJson(DeliveryList { deliveries: list }))
 }
 
 async fn delivery(
@@ -326,7 +325,7 @@ async fn delivery(
     }))
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RedeliverBody {
     #[serde(default)]
@@ -337,7 +336,7 @@ async fn redeliver(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<RedeliverBody>,
-) -> Result<(StatusCode, ApiJson<Value>), ApiError> {
+) -> Result<Either<ApiJson<Outcome>, Accepted<Delivery>>, ApiError> {
     let wait = body.wait;
     let ingress = &state.webhooks;
     let (hook, new, watch) = ingress.redeliver(&id, wait).await?;
@@ -345,12 +344,12 @@ async fn redeliver(
         let outcome = ingress
             .wait(&new, watch, hook.timeout + Duration::from_secs(30))
             .await?;
-        return Ok((StatusCode::OK, ApiJson(json!(outcome))));
+        return Ok(Either::Left(ApiJson(outcome)));
     }
     let delivery = state
         .store
         .read(move |rd| rd.delivery(&new))
         .await
         .map_err(|err: StoreError| ApiError::from(err))?;
-    Ok((StatusCode::ACCEPTED, ApiJson(json!(delivery))))
+    Ok(Either::Right(Accepted(delivery)))
 }

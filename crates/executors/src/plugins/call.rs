@@ -49,7 +49,7 @@ pub(crate) enum Reply {
 
 /// What a plugin printed to its own stdout and stderr during a call (a Python `print`, a
 /// panic message), bounded to [`PLUGIN_STDERR`] bytes each; not what its processes printed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Said {
     #[serde(skip_serializing_if = "String::is_empty", default)]
     pub stdout: String,

@@ -311,7 +311,7 @@ impl Ending {
 }
 
 /// What an `execute` call produced.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CallReport {
     pub plugin: PluginRef,
     pub mode: String,

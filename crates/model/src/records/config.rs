@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// `POST /api/config/validate`: whether a configuration text would load, and why not.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ConfigCheck {
     pub valid: bool,
     /// Every problem, each naming its place in the file.
@@ -19,14 +19,14 @@ pub struct ConfigCheck {
 }
 
 /// `POST /api/config/reload`: the file was read and is in force.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Reloaded {
     pub reloaded: bool,
     pub report: ReloadReport,
 }
 
 /// What a reload applied.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ReloadReport {
     /// The file read.
     pub path: String,
@@ -40,13 +40,13 @@ pub struct ReloadReport {
 }
 
 /// `GET /api/profiles`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Profiles {
     pub profiles: Vec<ProfileSummary>,
 }
 
 /// A runtime-hook profile: its name, how many hooks each phase has, and the table as written.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ProfileSummary {
     pub name: String,
     pub phases: Vec<PhaseCount>,
@@ -54,21 +54,21 @@ pub struct ProfileSummary {
 }
 
 /// How many hooks a profile has on one phase.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct PhaseCount {
     pub phase: String,
     pub hooks: usize,
 }
 
 /// `GET /api/profiles/{names}`: the hooks the named profiles stack up, phase by phase.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ProfileStack {
     pub profiles: Vec<String>,
     pub phases: Vec<PhaseHooks>,
 }
 
 /// One phase of a stack: its event, whether its hooks decide, and its groups in order.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct PhaseHooks {
     pub phase: String,
     pub event: String,
@@ -77,7 +77,7 @@ pub struct PhaseHooks {
 }
 
 /// One matcher group of a phase.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct GroupHooks {
     /// Where it was declared (`profile NAME`).
     pub from: String,

@@ -53,7 +53,7 @@ state_enum! {
 }
 
 /// One receipt.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Receipt {
     pub run_id: String,
     pub cron: String,
@@ -76,7 +76,7 @@ pub struct Receipt {
 }
 
 /// A cron's state kept across restarts.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct CronState {
     pub paused: bool,
     /// Scheduled firings up to this time (RFC 3339) are accounted for: fired, skipped,
@@ -85,7 +85,9 @@ pub struct CronState {
 }
 
 /// What a firing does while the cron's previous firing still runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// The new firing is recorded `skipped` and does not run.
@@ -99,7 +101,9 @@ pub enum Overlap {
 }
 
 /// Whether firings missed while the daemon was down get one late run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum CatchUp {
     /// Misses are recorded, nothing runs late.
@@ -123,7 +127,7 @@ state_enum! {
 }
 
 /// A cron as `canopy cron list` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct CronView {
     pub name: String,
     pub schedule: String,

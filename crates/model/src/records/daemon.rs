@@ -6,7 +6,7 @@ use super::sessions::ActiveRun;
 use crate::time::Timestamp;
 
 /// `GET /api/status`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct DaemonStatus {
     pub version: String,
     /// The base URL it serves on.
@@ -26,14 +26,14 @@ pub struct DaemonStatus {
 }
 
 /// How many plugins are installed, and how many of them serve their modes.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct PluginCounts {
     pub installed: usize,
     pub enabled: usize,
 }
 
 /// How many rows each growing table holds, and the database's size.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct StoreSizes {
     /// The database file, in bytes.
     pub file_bytes: u64,
@@ -48,7 +48,7 @@ pub struct StoreSizes {
 }
 
 /// The answer to `POST /api/shutdown`: the stop has begun.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Stopping {
     pub stopping: bool,
     pub pid: u32,
@@ -59,7 +59,7 @@ pub struct Stopping {
 }
 
 /// `POST /api/rotate-token`: a new token is in force, in `token_file`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Rotated {
     pub rotated: bool,
     pub token_file: String,

@@ -23,7 +23,7 @@ state_enum! {
 }
 
 /// A node: a name and an executor config, exactly like a hook's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Node {
     pub name: String,
     #[serde(flatten)]
@@ -31,14 +31,14 @@ pub struct Node {
 }
 
 /// A spec bound to a graph.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct BoundSpec {
     pub id: String,
     pub name: String,
 }
 
 /// A graph as stored.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Graph {
     pub id: String,
     pub name: String,

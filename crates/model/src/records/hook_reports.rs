@@ -16,7 +16,7 @@ use crate::work::PluginRef;
 
 /// One hook as the catalog lists it: the hook API's fields (seed 004) and Canopy's own beside
 /// them, in alphabetical order (the order the API writes JSON objects in).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct CatalogEntry {
     /// A project hook's checkout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,7 +54,7 @@ pub struct CatalogEntry {
 }
 
 /// What `hooks test` says about one hook.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct HookCheck {
     pub index: usize,
     /// The hook as stored.
@@ -74,7 +74,7 @@ pub struct HookCheck {
 }
 
 /// The whole dry run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct DryRun {
     pub graph: String,
     pub run_id: String,
@@ -89,7 +89,7 @@ pub struct DryRun {
 }
 
 /// One sync hook's answer, as a dry run shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct HookAnswer {
     pub hook_name: String,
     pub source: HookSourceKind,
@@ -112,7 +112,7 @@ state_enum! {
 }
 
 /// `POST /api/hooks/decide`: what the sync hooks of an event answered about an input.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct DecideReport {
     pub event: String,
     pub decision: DecisionKind,
@@ -129,7 +129,7 @@ pub struct DecideReport {
 }
 
 /// A tripped hook, as `canopy hooks tripped` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrippedHook {
     pub source: String,
     pub hook_name: String,
@@ -142,7 +142,7 @@ pub struct TrippedHook {
 
 /// `GET /api/hooks/events`: the event taxonomy, and the keys graph and project hooks are
 /// declared under.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Taxonomy {
     pub events: Vec<EventInfo>,
     /// The markers every event offers on top of its own.
@@ -156,7 +156,7 @@ pub struct Taxonomy {
 }
 
 /// One event of the taxonomy.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct EventInfo {
     pub event: String,
     pub family: crate::events::Family,
@@ -171,7 +171,7 @@ pub struct EventInfo {
 }
 
 /// A key a graph's `hooks` map (or a project's) declares hooks under.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct HookKeyInfo {
     /// The key (`on_completed`).
     pub event: String,

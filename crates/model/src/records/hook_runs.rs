@@ -107,7 +107,7 @@ pub fn graph_hook_name(graph_name: &str, key: &str, index: usize) -> String {
 
 /// A hook run as the API returns it: its record, and the fields of the hook API (seed 004)
 /// derived from it (`outcome`, `recorded_at`, `required`, `patch_applied`, `executor_kind`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct HookRun {
     pub id: String,
     /// Where the hook is declared: `graph`, `config` or `project`.
@@ -197,7 +197,7 @@ impl HookRun {
 }
 
 /// A hook run as the hook API (seed 004) shows it, and nothing more.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct SeedHookRun {
     pub dispatch_depth: u32,
     pub duration_ms: Option<i64>,

@@ -32,7 +32,7 @@ state_enum! {
 }
 
 /// A message for a session.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Message {
     pub id: String,
     /// The session it is for (resolved when the hook fired).
@@ -55,7 +55,7 @@ pub struct Message {
 }
 
 /// A notification the daemon raised (an undeliverable message, say).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Notification {
     pub id: String,
     pub kind: NotificationKind,
@@ -66,7 +66,7 @@ pub struct Notification {
 
 /// The answer to sending a message (`POST /api/sessions/{id}/messages`): its id and the session
 /// it is queued for.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Queued {
     pub message_id: String,
     pub session: crate::records::sessions::Session,

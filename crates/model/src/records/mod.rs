@@ -6,6 +6,7 @@
 //! deserialise the same types (a state a newer daemon adds reads as `Unknown`, see
 //! [`crate::states`]).
 
+pub mod answers;
 pub mod config;
 pub mod crons;
 pub mod daemon;

@@ -28,7 +28,7 @@ impl From<bool> for PluginState {
 }
 
 /// A plugin's manifest as the host keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Manifest {
     pub name: String,
     pub version: String,
@@ -42,14 +42,14 @@ pub struct Manifest {
 }
 
 /// A config field the host renders markers into.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TemplateField {
     pub field: String,
     pub escape: Escape,
 }
 
 /// One installed plugin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PluginRecord {
     pub name: String,
     pub version: String,
@@ -75,7 +75,7 @@ impl PluginRecord {
 }
 
 /// Where a component came from when this daemon loaded it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LoadSource {
     /// Deserialised from the on-disk cache of precompiled components.
@@ -99,7 +99,7 @@ impl LoadSource {
 }
 
 /// How a component was loaded, for `plugin inspect`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LoadInfo {
     pub source: LoadSource,
     /// How long loading took, in microseconds.
@@ -108,7 +108,7 @@ pub struct LoadInfo {
 
 /// A plugin as `GET /api/plugins/{name}` (and an install, an enable) answers it: the record,
 /// how this daemon loaded it, and the contract version it was built against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PluginInfo {
     #[serde(flatten)]
     pub record: PluginRecord,
@@ -119,14 +119,14 @@ pub struct PluginInfo {
 }
 
 /// An installed plugin the daemon did not load, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NotLoaded {
     pub name: String,
     pub why: String,
 }
 
 /// `GET /api/plugins`: every installed plugin, and those that were not loaded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PluginList {
     pub plugins: Vec<PluginInfo>,
     #[serde(default)]
@@ -135,7 +135,7 @@ pub struct PluginList {
 
 /// Something configured that uses a mode a removed plugin served and no enabled plugin serves
 /// any more.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PluginUse {
     /// The graph, when a graph's node or hook uses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,7 +150,7 @@ pub struct PluginUse {
 
 /// `DELETE /api/plugins/{name}`: the plugin as it was, what still uses its modes, and a
 /// warning saying so when anything does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RemovedPlugin {
     #[serde(flatten)]
     pub info: PluginInfo,
@@ -160,7 +160,7 @@ pub struct RemovedPlugin {
 }
 
 /// Latency figures of one step of `plugin bench`, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LatencyStats {
     pub samples: usize,
     pub median_us: f64,
@@ -170,7 +170,7 @@ pub struct LatencyStats {
 }
 
 /// `POST /api/plugins/{name}/bench`: what each step of a call to a plugin costs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchReport {
     pub plugin: crate::work::PluginRef,
     pub mode: String,

@@ -39,7 +39,7 @@ impl From<SpecResult> for MemberStatus {
 }
 
 /// A queue member.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Member {
     /// 1-based position in the queue.
     pub position: usize,
@@ -54,7 +54,7 @@ pub struct Member {
 }
 
 /// A queue with its members.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Queue {
     pub id: String,
     pub name: String,

@@ -72,7 +72,7 @@ state_enum! {
 }
 
 /// A run as stored.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Run {
     pub id: String,
     pub graph_id: String,
@@ -105,7 +105,7 @@ impl Run {
 }
 
 /// A spec the run reached.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct RunSpec {
     pub spec_id: String,
     pub spec_name: Option<String>,
@@ -124,7 +124,7 @@ pub struct RunSpec {
 }
 
 /// One executor call for a node.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct NodeRun {
     pub id: String,
     pub run_id: String,

@@ -15,7 +15,7 @@ state_enum! {
 }
 
 /// A session.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Session {
     pub id: String,
     pub name: String,
@@ -30,10 +30,25 @@ pub struct Session {
 }
 
 /// A graph's current run while it is still going on, for `canopy status`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ActiveRun {
     pub id: String,
     pub graph_name: String,
     pub status: RunStatus,
     pub started_at: Timestamp,
+}
+
+/// A new session, as the API takes it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewSession {
+    pub name: String,
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// Deliver messages by typing them into this tmux pane (`session:window.pane`).
+    #[serde(default)]
+    pub tmux_target: Option<String>,
+    /// The tmux server's socket, when it is not the default one.
+    #[serde(default)]
+    pub tmux_socket: Option<String>,
 }

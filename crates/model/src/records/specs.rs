@@ -4,7 +4,7 @@ use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// A spec as the API returns it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Spec {
     pub id: String,
     pub name: String,

@@ -12,7 +12,7 @@ use super::runs::{NodeRun, Run, RunSpec, SpecResult};
 use crate::state_enum;
 
 /// A graph with what `graph get` adds: the current run, progress, warnings.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct GraphView {
     /// The graph; its `specs` holds the bound specs of the page shown.
     #[serde(flatten)]
@@ -41,7 +41,7 @@ pub struct GraphView {
 }
 
 /// The window a paged list shows.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct PageInfo {
     pub offset: usize,
     pub limit: usize,
@@ -128,7 +128,7 @@ impl Ord for ProgressResult {
 }
 
 /// A run with its specs and node runs.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct RunView {
     #[serde(flatten)]
     pub run: Run,
@@ -141,7 +141,7 @@ pub struct RunView {
 }
 
 /// One spec of a run's source and what the run did with it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Progress {
     pub position: usize,
     pub spec_id: String,
@@ -162,7 +162,7 @@ pub struct Progress {
 
 /// One run as `GET /api/runs/{id}` shows it: its specs and node runs, its graph's name, every
 /// hook run it fired (newest first), and whether the engine still works on it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct RunDetail {
     #[serde(flatten)]
     pub view: RunView,
@@ -175,7 +175,7 @@ pub struct RunDetail {
 }
 
 /// A run in `GET /api/runs`: the run and its graph's name (`None` once the graph is deleted).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct NamedRun {
     #[serde(flatten)]
     pub run: Run,
@@ -185,7 +185,7 @@ pub struct NamedRun {
 /// The `lagged` event of a followed stream (the feed, a session's inbox): the reader fell
 /// behind by `missed` events. The feed reads them back from the store and goes on; an inbox
 /// lists them (`session inbox`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Lagged {
     pub missed: u64,
 }

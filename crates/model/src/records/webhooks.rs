@@ -52,7 +52,7 @@ impl DeliveryStatus {
 }
 
 /// A delivery as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Delivery {
     pub id: String,
     pub scope: String,
@@ -80,7 +80,8 @@ pub struct Delivery {
 }
 
 /// What a waited-for delivery came to.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[schemars(rename = "DeliveryOutcome")]
 pub struct Outcome {
     pub delivery_id: String,
     pub status: DeliveryStatus,
@@ -112,7 +113,7 @@ impl From<&Delivery> for Outcome {
 
 /// One delivery as `GET /api/webhooks/deliveries/{id}` shows it: the record and its body (as
 /// text; bytes that are not UTF-8 shown as U+FFFD).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct DeliveryDetail {
     #[serde(flatten)]
     pub delivery: Delivery,
@@ -140,7 +141,7 @@ state_enum! {
 }
 
 /// How a webhook answers (`respond`), as the daemon resolved it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Respond {
     pub mode: RespondMode,
     /// The status of a success: an accepted delivery (async), a completed one (sync).
@@ -160,14 +161,14 @@ impl Default for Respond {
 }
 
 /// How each of a webhook's secrets can be changed while the daemon runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Rotation {
     pub token: Option<String>,
     pub hmac: Option<String>,
 }
 
 /// How a webhook tells a sender's retry from a new delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DedupView {
     /// The header carrying the sender's delivery id.
     pub header: String,
@@ -177,7 +178,7 @@ pub struct DedupView {
 /// A webhook as `GET /api/webhooks` and `GET /api/webhooks/hooks/{scope}/{id}` show it: what
 /// the daemon resolved from its entry, every secret redacted (a secret's source is named, never
 /// its value), and the rest of its entry as written in canopy.toml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WebhookView {
     /// `global` or the project's name.
     pub scope: String,
@@ -264,7 +265,7 @@ impl WebhookView {
 }
 
 /// `GET /api/webhooks`: the listener and the configured webhooks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WebhookList {
     /// Where the listener listens (`http://127.0.0.1:9000`); none when it is off.
     pub listen: Option<String>,
