@@ -11,10 +11,10 @@ use std::process::Command;
 use serde_json::{Value, json};
 use support::{CANOPY, Daemon, git_repo};
 
-/// The document as `canopy api schema` prints it (no daemon).
-fn printed_document() -> Value {
+/// What `canopy api schema --format FORMAT` prints (no daemon).
+fn printed(format: &str) -> String {
     let out = Command::new(CANOPY)
-        .args(["api", "schema"])
+        .args(["api", "schema", "--format", format])
         .output()
         .unwrap();
     assert!(
@@ -22,7 +22,12 @@ fn printed_document() -> Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The document as `canopy api schema` prints it.
+fn printed_document() -> Value {
+    serde_json::from_str(&printed("json")).unwrap()
 }
 
 const METHODS: [&str; 5] = ["get", "put", "post", "delete", "patch"];
@@ -236,6 +241,20 @@ fn what_the_cli_prints_with_json_matches_the_documented_answers() {
     assert_answer_matches(&doc, "get", "/api/graphs/{name}", "default", &missing);
 }
 
+/// The test venv's Python, which must have `module` (`.ci/run` installs `package`).
+fn venv_python_with(module: &str, package: &str) -> std::path::PathBuf {
+    let python = support::python();
+    let has = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        has,
+        "{module} is not in the test venv; .ci/run installs it: `target/test-venv/bin/pip install '{package}'`"
+    );
+    python
+}
+
 /// Schemathesis (from the test venv) against a live daemon, every route but the two that end
 /// the test's own access (`shutdown`, `rotate-token`) and the two whose `follow=true` answer
 /// is an endless stream (the feed, a session's inbox; their JSON answers are checked above):
@@ -243,15 +262,7 @@ fn what_the_cli_prints_with_json_matches_the_documented_answers() {
 /// daemon runs with an empty `PATH`, so the commands fuzzed graphs and hooks name cannot run.
 #[test]
 fn schemathesis_finds_no_server_error_and_no_answer_off_its_schema() {
-    let python = support::python();
-    let has_schemathesis = Command::new(&python)
-        .args(["-c", "import schemathesis"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        has_schemathesis,
-        "schemathesis is not installed in the test venv (.ci/run installs it: `target/test-venv/bin/pip install schemathesis==4.32.5`)"
-    );
+    let python = venv_python_with("schemathesis", "schemathesis==4.32.5");
     let empty = tempfile::tempdir().unwrap();
     let daemon = Daemon::start_with_env("", &[("PATH", empty.path().to_str().unwrap())]);
     // Something to find: a spec, a graph over it, a queue.
@@ -303,4 +314,80 @@ fn schemathesis_finds_no_server_error_and_no_answer_off_its_schema() {
     assert!(report.contains("passed"), "{report}");
     // The daemon answers still.
     assert_eq!(daemon.get("/api/status").0, 200);
+}
+
+/// A Python client generated from the document (openapi-python-client, in the test venv; built
+/// here, not kept) runs the quick start as an outside user would: spec, graph, run, watch.
+#[test]
+fn a_python_client_generated_from_the_document_runs_the_quick_start() {
+    let python = venv_python_with("openapi_python_client", "openapi-python-client==0.29.1");
+    let venv_bin = python.parent().unwrap().to_path_buf();
+    let scratch = tempfile::tempdir().unwrap();
+    let schema = scratch.path().join("openapi.json");
+    std::fs::write(&schema, printed_document().to_string()).unwrap();
+    // The generator formats with ruff, which the venv has beside it.
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let generated = Command::new(&python)
+        .args(["-m", "openapi_python_client", "generate", "--path"])
+        .arg(&schema)
+        .arg("--output-path")
+        .arg(scratch.path().join("canopy_client"))
+        .args(["--meta", "none", "--fail-on-warning"])
+        .current_dir(scratch.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "the generator refused the document:\n{}{}",
+        String::from_utf8_lossy(&generated.stdout),
+        String::from_utf8_lossy(&generated.stderr)
+    );
+
+    let daemon = Daemon::start();
+    let repo = git_repo();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/python_client_quick_start.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}", daemon.host()))
+        .arg(daemon.token())
+        .arg(repo.path())
+        .env("PYTHONPATH", scratch.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the quick start through the Python client failed:\n{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("ended completed completed"), "{said}");
+    assert!(said.contains("error not_found"), "{said}");
+    // What the client did is what the daemon recorded.
+    let view = daemon.json(&["graph", "get", "py"]);
+    assert_eq!(view["current_run"]["status"], "completed", "{view}");
+}
+
+/// The manual carries the document and its reference page made from it, as this build makes
+/// them: a route changed without them fails here, naming the command that brings them up to
+/// date.
+#[test]
+fn the_manual_has_this_builds_document_and_reference_page() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src");
+    let update = "canopy api schema > docs/src/openapi.json && canopy api schema --format markdown > docs/src/api-reference.md";
+    for (file, format) in [("openapi.json", "json"), ("api-reference.md", "markdown")] {
+        let kept = std::fs::read_to_string(docs.join(file)).unwrap_or_default();
+        assert!(
+            kept == printed(format),
+            "docs/src/{file} is not this build's; bring it up to date: {update}"
+        );
+    }
+    let page = printed("markdown");
+    assert!(page.contains("### `GET /api/graphs/{name}`"), "{page}");
+    assert!(page.contains("### GraphView"), "{page}");
 }

@@ -1,6 +1,7 @@
 //! The command line. `canopy daemon` runs the daemon; every other command is a client of the
 //! daemon's HTTP API (one code path for people, scripts and agents).
 
+mod api_reference;
 mod config;
 mod cron;
 mod daemon;
@@ -203,9 +204,20 @@ pub enum ApiCommand {
     /// route, its parameters, body, answers and errors. Made from this build's own routes;
     /// no daemon needs to run. Feed it to a client generator or an API tester.
     #[command(
-        after_help = "Examples:\n  canopy api schema > canopy-openapi.json\n  canopy api schema | jq '.paths | keys'"
+        after_help = "Examples:\n  canopy api schema > canopy-openapi.json\n  canopy api schema | jq '.paths | keys'\n  canopy api schema --format markdown > api-reference.md"
     )]
-    Schema,
+    Schema {
+        /// `json` (the document) or `markdown` (the manual's API reference page made from it).
+        #[arg(long, value_enum, default_value = "json")]
+        format: SchemaFormat,
+    },
+}
+
+/// How `canopy api schema` prints the document.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaFormat {
+    Json,
+    Markdown,
 }
 
 /// `canopy mcp`: serve MCP on stdin/stdout.
@@ -265,9 +277,16 @@ pub fn main(tui: Tui) -> ExitCode {
 }
 
 async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
-    if let Command::Api(ApiCommand::Schema) = cli.command {
+    if let Command::Api(ApiCommand::Schema { format }) = cli.command {
         // The document is made from the daemon's own routes: no daemon needs to run.
-        println!("{}", canopy_daemon::api::openapi_json());
+        let json = canopy_daemon::api::openapi_json();
+        match format {
+            SchemaFormat::Json => println!("{json}"),
+            SchemaFormat::Markdown => {
+                let doc: serde_json::Value = serde_json::from_str(&json)?;
+                print!("{}", api_reference::markdown(&doc));
+            }
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if let Command::Completions { shell } = cli.command {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::docs::{Accepted, get, post};
+use super::error::OptionalJson;
 use aide::axum::ApiRouter;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -142,14 +143,9 @@ struct ShutdownRequest {
 /// forced and recorded, and the daemon exits.
 async fn shutdown(
     State(state): State<AppState>,
-    body: axum::body::Bytes,
+    OptionalJson(request): OptionalJson<ShutdownRequest>,
 ) -> Result<Accepted<Stopping>, ApiError> {
-    let request: ShutdownRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        ShutdownRequest::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|err| ApiError::bad_request(format!("invalid shutdown request: {err}")))?
-    };
+    let request = request.unwrap_or_default();
     let max = canopy_core::drain::MAX_BUDGET.as_secs();
     if let Some(secs) = request.timeout_secs {
         if secs > max {

@@ -57,6 +57,63 @@ pub fn document(routes: ApiRouter<AppState>) -> (axum::Router<AppState>, OpenApi
     (router, api)
 }
 
+/// The document as JSON in OpenAPI 3.1's own dialect (JSON Schema 2020-12), which client
+/// generators read: schemars writes a tuple's `items` as a list (draft 7) and an unconstrained
+/// value as `true`. A tuple of one type becomes `items` with its length; of several,
+/// `prefixItems`; `true` becomes `{}` (the same schema); an object default beside a
+/// reference goes (an annotation, which generators choke on).
+pub fn to_json(api: &OpenApi) -> serde_json::Value {
+    let mut value = serde_json::to_value(api).unwrap_or_default();
+    normalize(&mut value);
+    value
+}
+
+fn normalize(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(items)) = map.get("items").cloned() {
+                let length = Value::from(items.len());
+                match items.first() {
+                    Some(first) if items.iter().all(|item| item == first) => {
+                        map.insert("items".into(), first.clone());
+                        map.insert("minItems".into(), length.clone());
+                        map.insert("maxItems".into(), length);
+                    }
+                    _ => {
+                        map.remove("items");
+                        map.insert("prefixItems".into(), Value::Array(items));
+                        map.insert("maxItems".into(), length);
+                    }
+                }
+            }
+            // A default that is an object beside a reference (`"origin": {"kind": "manual"}`)
+            // is an annotation generators cannot read; validation does not use it.
+            if map.contains_key("allOf") && map.get("default").is_some_and(Value::is_object) {
+                map.remove("default");
+            }
+            for (key, child) in map.iter_mut() {
+                let schema_position = matches!(key.as_str(), "items" | "contentSchema");
+                if schema_position && *child == Value::Bool(true) {
+                    *child = serde_json::json!({});
+                }
+                if key == "properties"
+                    && let Value::Object(properties) = child
+                {
+                    for property in properties.values_mut() {
+                        if *property == Value::Bool(true) {
+                            *property = serde_json::json!({});
+                        }
+                    }
+                }
+                normalize(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
 /// Adds what every operation shares and aide cannot infer.
 fn finish(api: &mut OpenApi) {
     let Some(paths) = api.paths.as_mut() else {
@@ -100,6 +157,24 @@ fn finish(api: &mut OpenApi) {
             let responses = op.responses.get_or_insert_with(Default::default);
             if responses.default.is_none() {
                 responses.default = Some(ReferenceOr::Item(error_response()));
+            }
+        }
+        // A body aide knows only by its media type (a plugin's component): bytes.
+        for op in operations(item) {
+            if let Some(ReferenceOr::Item(body)) = op.request_body.as_mut() {
+                for media in body.content.values_mut() {
+                    if media.schema.is_none() {
+                        media.schema = Some(SchemaObject {
+                            json_schema: schemars::json_schema!({
+                                "type": "string",
+                                "format": "binary",
+                                "description": "The bytes of a WebAssembly component.",
+                            }),
+                            example: None,
+                            external_docs: None,
+                        });
+                    }
+                }
             }
         }
         match path.as_str() {
@@ -306,6 +381,15 @@ impl<T: JsonSchema> OperationOutput for ApiJson<T> {
         operation: &mut Operation,
     ) -> Vec<(Option<Code>, Response)> {
         at(200, json_response::<T>(ctx, operation))
+    }
+}
+
+impl<T: JsonSchema> OperationInput for super::error::OptionalJson<T> {
+    fn operation_input(ctx: &mut GenContext, operation: &mut Operation) {
+        axum::Json::<T>::operation_input(ctx, operation);
+        if let Some(ReferenceOr::Item(body)) = operation.request_body.as_mut() {
+            body.required = false;
+        }
     }
 }
 
@@ -552,6 +636,32 @@ impl<A: JsonSchema, B: JsonSchema> JsonSchema for OneOf<A, B> {
 #[cfg(test)]
 mod tests {
     use super::{tag_of, template_params};
+
+    #[test]
+    fn tuples_and_true_schemas_are_written_as_openapi_3_1_reads_them() {
+        let mut schema = serde_json::json!({
+            "properties": {
+                "any": true,
+                "pair": { "type": "array", "items": [{ "type": "string" }, { "type": "string" }] },
+                "mixed": { "type": "array", "items": [{ "type": "string" }, { "type": "integer" }] },
+                "list": { "type": "array", "items": true },
+            },
+            "additionalProperties": true,
+        });
+        super::normalize(&mut schema);
+        assert_eq!(
+            schema,
+            serde_json::json!({
+                "properties": {
+                    "any": {},
+                    "pair": { "type": "array", "items": { "type": "string" }, "minItems": 2, "maxItems": 2 },
+                    "mixed": { "type": "array", "prefixItems": [{ "type": "string" }, { "type": "integer" }], "maxItems": 2 },
+                    "list": { "type": "array", "items": {} },
+                },
+                "additionalProperties": true,
+            })
+        );
+    }
 
     #[test]
     fn a_routes_template_names_its_parameters_and_its_resource() {

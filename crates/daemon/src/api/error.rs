@@ -219,7 +219,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 }
 
 /// Deserializes a JSON body; the error names the field and says what it must be.
-fn parse_body<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+pub(super) fn parse_body<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|err| {
         let path = err.path().to_string();
         let problem = err.into_inner().to_string();
@@ -284,6 +284,30 @@ fn body_problem(path: &str, problem: &str) -> String {
         }
     }
     format!("{at}: {problem}")
+}
+
+/// [`ApiJson`] for a body that may be left out: an empty body is `None`.
+#[derive(Debug)]
+pub struct OptionalJson<T>(pub Option<T>);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for OptionalJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+                _ => ApiError::bad_request(rejection.body_text()),
+            })?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(None));
+        }
+        let value: Value = serde_json::from_slice(&body).map_err(|err| {
+            ApiError::bad_request(format!("the request body is not valid JSON: {err}"))
+        })?;
+        parse_body(value).map(|body| Self(Some(body)))
+    }
 }
 
 impl<T: serde::Serialize> IntoResponse for ApiJson<T> {

@@ -109,7 +109,7 @@ pub fn router(state: AppState, access: Access) -> Router {
 /// The API's routes and their OpenAPI document as JSON.
 fn documented() -> (Router<AppState>, String) {
     let (router, doc) = docs::document(routes());
-    let text = serde_json::to_string_pretty(&doc).unwrap_or_else(|err| {
+    let text = serde_json::to_string_pretty(&docs::to_json(&doc)).unwrap_or_else(|err| {
         tracing::error!(%err, "cannot write the OpenAPI document");
         "{}".to_string()
     });
