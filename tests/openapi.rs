@@ -137,6 +137,21 @@ fn the_document_is_what_the_daemon_serves_and_describes_every_operation_complete
         );
     }
 
+    // Links lead from what an answer created to what takes it next, and land on operations.
+    let links = &doc["paths"]["/api/specs"]["post"]["responses"]["201"]["links"];
+    assert_eq!(links["GetSpec"]["operationId"], "get_spec", "{links}");
+    assert_eq!(links["GetSpec"]["parameters"]["id"], "$response.body#/id");
+    for (_, _, op) in &ops {
+        for answer in op["responses"].as_object().unwrap().values() {
+            for (name, link) in answer["links"].as_object().into_iter().flatten() {
+                assert!(
+                    ids.contains(link["operationId"].as_str().unwrap()),
+                    "link {name} leads to no operation: {link}"
+                );
+            }
+        }
+    }
+
     // The streams say they are streams.
     for path in ["/api/feed", "/api/sessions/{id}/inbox"] {
         let answer = &doc["paths"][path]["get"]["responses"]["200"]["content"];

@@ -200,6 +200,7 @@ fn finish(api: &mut OpenApi) {
             _ => {}
         }
     }
+    add_links(paths);
     api.tags = tags
         .into_iter()
         .map(|name| Tag {
@@ -251,6 +252,123 @@ fn operations(item: &mut openapi::PathItem) -> impl Iterator<Item = &mut Operati
     ]
     .into_iter()
     .filter_map(Option::as_mut)
+}
+
+/// The links a client (and Schemathesis's stateful phase) follows from what one answer
+/// created to what takes it next: a spec into a queue and a graph, a graph into a run, a run
+/// to its record. (operation, status, link, target operation, target parameter, value)
+const LINKS: &[(&str, u16, &str, &str, &str, &str)] = &[
+    (
+        "create_spec",
+        201,
+        "GetSpec",
+        "get_spec",
+        "id",
+        "$response.body#/id",
+    ),
+    (
+        "create_spec",
+        201,
+        "UpdateSpec",
+        "update_spec",
+        "id",
+        "$response.body#/id",
+    ),
+    (
+        "create_queue",
+        201,
+        "GetQueue",
+        "get_queue",
+        "id",
+        "$response.body#/id",
+    ),
+    (
+        "create_queue",
+        201,
+        "AddToQueue",
+        "queue_add",
+        "id",
+        "$response.body#/id",
+    ),
+    (
+        "create_graph",
+        201,
+        "GetGraph",
+        "get_graph",
+        "name",
+        "$response.body#/name",
+    ),
+    (
+        "create_graph",
+        201,
+        "RunGraph",
+        "control",
+        "name",
+        "$response.body#/name",
+    ),
+    (
+        "control",
+        200,
+        "GetRun",
+        "get_run",
+        "id",
+        "$response.body#/current_run/id",
+    ),
+    (
+        "create",
+        201,
+        "GetSession",
+        "sessions_show",
+        "id",
+        "$response.body#/id",
+    ),
+    (
+        "create",
+        201,
+        "SendToSession",
+        "send",
+        "id",
+        "$response.body#/id",
+    ),
+];
+
+/// Adds [`LINKS`] to the answers they start from.
+fn add_links(paths: &mut openapi::Paths) {
+    for (_, item) in paths.paths.iter_mut() {
+        let ReferenceOr::Item(item) = item else {
+            continue;
+        };
+        for op in operations(item) {
+            let Some(id) = op.operation_id.clone() else {
+                continue;
+            };
+            let Some(responses) = op.responses.as_mut() else {
+                continue;
+            };
+            for (from, code, name, target, param, value) in LINKS {
+                if *from != id {
+                    continue;
+                }
+                if let Some(ReferenceOr::Item(answer)) =
+                    responses.responses.get_mut(&Code::Code(*code))
+                {
+                    answer.links.insert(
+                        (*name).to_string(),
+                        ReferenceOr::Item(openapi::Link {
+                            description: None,
+                            operation: openapi::LinkOperation::OperationId((*target).to_string()),
+                            request_body: None,
+                            parameters: [((*param).to_string(), serde_json::Value::from(*value))]
+                                .into_iter()
+                                .collect(),
+                            server: None,
+                            extensions: Default::default(),
+                        }),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The handler's own name of an id `canopy_daemon::api::engine::get_graph`.
