@@ -80,9 +80,10 @@ pub(crate) mod requests {
 pub fn router(state: AppState, access: Access) -> Router {
     // The routes MCP's tools call, without the guard: a request reaching a tool has passed it at
     // `/mcp` already.
-    let inner = finish(routes().into(), state.clone());
-    let mcp = crate::mcp::http_service(inner, state.daemon.stopped());
+    // The routes are built (and documented) once; MCP's copy is the same router.
     let (api, doc) = documented();
+    let inner = finish(api.clone(), state.clone());
+    let mcp = crate::mcp::http_service(inner, state.daemon.stopped());
     let doc = Arc::new(doc);
     let api = api
         .route(
