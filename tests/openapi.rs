@@ -152,6 +152,29 @@ fn the_document_is_what_the_daemon_serves_and_describes_every_operation_complete
         }
     }
 
+    // Every JSON request body has examples, and every example in the document is an instance
+    // of its schema (a misspelt field fails: the request types refuse unknown fields).
+    for (method, path, op) in &ops {
+        if let Some(schema) = op.pointer("/requestBody/content/application~1json/schema") {
+            let name = schema["$ref"].as_str().unwrap_or_default();
+            let name = name.rsplit('/').next().unwrap();
+            let examples = &doc["components"]["schemas"][name]["examples"];
+            assert!(
+                examples.as_array().is_some_and(|e| !e.is_empty()),
+                "{} {path}: the request body `{name}` has no example",
+                method.to_uppercase()
+            );
+        }
+    }
+    let mut checked = 0;
+    for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
+        for example in schema["examples"].as_array().into_iter().flatten() {
+            assert_instance_of(&doc, &format!("#/components/schemas/{name}"), example);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "only {checked} examples");
+
     // The streams say they are streams.
     for path in ["/api/feed", "/api/sessions/{id}/inbox"] {
         let answer = &doc["paths"][path]["get"]["responses"]["200"]["content"];
@@ -180,6 +203,11 @@ fn assert_answer_matches(doc: &Value, method: &str, path: &str, code: &str, inst
         doc.pointer(&unescaped).is_some(),
         "{method} {path} has no {code} JSON answer"
     );
+    assert_instance_of(doc, &pointer, instance);
+}
+
+/// Checks `instance` against the schema at `pointer` (a URI fragment) of the document.
+fn assert_instance_of(doc: &Value, pointer: &str, instance: &Value) {
     // The whole document is the schema's resource, so `#/components/...` references resolve.
     let mut schema = doc.clone();
     schema["$ref"] = json!(pointer);
@@ -194,7 +222,7 @@ fn assert_answer_matches(doc: &Value, method: &str, path: &str, code: &str, inst
         .collect();
     assert!(
         errors.is_empty(),
-        "{method} {path}: the answer does not match its schema: {errors:#?}\n{instance:#}"
+        "{pointer}: the instance does not match its schema: {errors:#?}\n{instance:#}"
     );
 }
 

@@ -135,6 +135,7 @@ fn schema_section(page: &mut String, name: &str, schema: &Value) {
     let properties = schema["properties"].as_object().filter(|p| !p.is_empty());
     let Some(properties) = properties else {
         let _ = writeln!(page, "{}\n", type_of(schema));
+        examples(page, schema);
         return;
     };
     let required: Vec<&str> = schema["required"]
@@ -162,6 +163,15 @@ fn schema_section(page: &mut String, name: &str, schema: &Value) {
         }
     }
     let _ = writeln!(page);
+    examples(page, schema);
+}
+
+/// A schema's examples, each as a JSON block.
+fn examples(page: &mut String, schema: &Value) {
+    for example in schema["examples"].as_array().into_iter().flatten() {
+        let text = serde_json::to_string_pretty(example).unwrap_or_default();
+        let _ = writeln!(page, "Example:\n\n```json\n{text}\n```\n");
+    }
 }
 
 /// A schema in a few words: `string`, `[Spec]`, [`GraphView`](#graphview), `"a" | "b"`.

@@ -1,6 +1,7 @@
 //! `canopy config validate [FILE]` and `canopy config reload`.
 
 use canopy_model::records::config::{ConfigCheck, Reloaded};
+use canopy_model::requests::daemon::ValidateBody;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -53,7 +54,7 @@ async fn validate(data: &DataDir, file: Option<PathBuf>, json: bool) -> Result<E
             .send::<Value>(
                 client
                     .request(reqwest::Method::POST, "/api/config/validate")
-                    .json(&json!({ "text": text })),
+                    .json(&ValidateBody { text: text.clone() }),
             )
             .await
         {

@@ -1,6 +1,7 @@
 //! `canopy status`, `canopy daemon start` / `stop`, `canopy logs`: the daemon's life from the
 //! outside.
 
+use canopy_model::requests::daemon::ShutdownRequest;
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 use std::process::ExitCode;
@@ -242,7 +243,12 @@ async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let answer: Value = Client::connect(data)?
-        .post("/api/shutdown", &json!({ "timeout_secs": budget_secs }))
+        .post(
+            "/api/shutdown",
+            &ShutdownRequest {
+                timeout_secs: Some(budget_secs),
+            },
+        )
         .await?;
     let stopping: Stopping = typed(&answer, "the daemon's stop")?;
     let (pid, running) = (stopping.pid, stopping.running);

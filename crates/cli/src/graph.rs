@@ -1,5 +1,6 @@
 //! `canopy graph ...`: create, inspect, edit and control graphs.
 
+use canopy_model::requests::graphs::ControlRequest;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -575,7 +576,11 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                         .with_context(|| format!("--workdir {}", w.display()))
                 })
                 .transpose()?;
-            let body = json!({ "action": "run", "queue_id": queue, "workdir": workdir });
+            let body = ControlRequest {
+                queue_id: queue,
+                workdir: workdir.map(|w| w.display().to_string()),
+                ..ControlRequest::new("run")
+            };
             let mut graph: Value = client
                 .post(&format!("{}/control", path(&name)), &body)
                 .await
@@ -630,7 +635,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             let graph: Value = client
                 .post(
                     &format!("{}/control", path(&name)),
-                    &json!({ "action": "reset" }),
+                    &ControlRequest::new("reset"),
                 )
                 .await?;
             if json {
@@ -644,7 +649,7 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
             let graph: Value = client
                 .post(
                     &format!("{}/control", path(&name)),
-                    &json!({ "action": "cancel" }),
+                    &ControlRequest::new("cancel"),
                 )
                 .await?;
             if json {
@@ -677,7 +682,11 @@ pub async fn run(client: &Client, command: GraphCommand) -> Result<ExitCode> {
                 None
             };
             let mode = mode.map(ContinueMode::as_str);
-            let body = json!({ "action": "continue", "mode": mode, "node": node });
+            let body = ControlRequest {
+                mode: mode.map(str::to_string),
+                node,
+                ..ControlRequest::new("continue")
+            };
             let mut graph: Value = client
                 .post(&format!("{}/control", path(&name)), &body)
                 .await

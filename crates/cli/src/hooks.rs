@@ -1,10 +1,11 @@
 //! `canopy hooks ...`: hook-run history, the hook catalog, the event taxonomy, and dry runs.
 
+use canopy_model::requests::hooks::{DecideBody, HookTestBody, ResetBody};
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::output::{non_empty, table_or, utc_cell};
 use super::{Client, encode, print_json, short, typed};
@@ -201,15 +202,22 @@ async fn decide(
     input: Option<&str>,
     json: bool,
 ) -> Result<ExitCode> {
-    let input: Value = match input {
-        Some(text) => serde_json::from_str(text)
-            .map_err(|err| anyhow::anyhow!("--input must be a JSON object: {err}"))?,
-        None => json!({}),
+    let input = match input {
+        Some(text) => match serde_json::from_str(text)
+            .map_err(|err| anyhow::anyhow!("--input must be a JSON object: {err}"))?
+        {
+            Value::Object(fields) => fields,
+            other => {
+                anyhow::bail!("--input must be a JSON object of the event's fields, not {other}")
+            }
+        },
+        None => serde_json::Map::new(),
     };
-    if !input.is_object() {
-        anyhow::bail!("--input must be a JSON object of the event's fields, not {input}");
-    }
-    let body = json!({ "event": event, "input": input, "graph": graph });
+    let body = DecideBody {
+        event: event.to_string(),
+        input,
+        graph: graph.map(str::to_string),
+    };
     let answer: Value = client
         .post("/api/hooks/decide", &body)
         .await
@@ -493,9 +501,7 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
             }
         }
         HooksCommand::Reset { name, json } => {
-            let answer: Value = client
-                .post("/api/hooks/reset", &json!({ "name": name }))
-                .await?;
+            let answer: Value = client.post("/api/hooks/reset", &ResetBody { name }).await?;
             if json {
                 print_json(&answer)?;
             } else {
@@ -603,7 +609,13 @@ pub async fn run(client: &Client, command: HooksCommand) -> Result<ExitCode> {
                     "--input belongs to sync events (node.pre_dispatch, graph.run.pre_start, ...); {event} is tested against a past run (--run, --spec)"
                 );
             }
-            let body = json!({ "event": event, "index": index, "spec": spec, "run": run, "execute": execute });
+            let body = HookTestBody {
+                event,
+                index,
+                spec,
+                run,
+                execute,
+            };
             let answer: Value = client
                 .post(&format!("/api/graphs/{}/hooks/test", encode(&graph)), &body)
                 .await

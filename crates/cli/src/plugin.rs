@@ -1,12 +1,13 @@
 //! `canopy plugin ...`: install, list, inspect, remove, enable, run and bench executor plugins.
 
+use canopy_model::requests::plugins::{BenchBody, RunBody};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::output::{non_empty, print_warnings, utc};
 use super::{Client, encode, print_json, short, table, typed};
@@ -310,8 +311,12 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             let workdir = workdir
                 .canonicalize()
                 .with_context(|| format!("--workdir {}", workdir.display()))?;
-            let body =
-                json!({ "mode": mode, "config": config, "markers": values, "workdir": workdir });
+            let body = RunBody {
+                mode,
+                config,
+                markers: values,
+                workdir,
+            };
             let report: Value = client
                 .post(&format!("/api/plugins/{}/run", encode(&name)), &body)
                 .await
@@ -358,7 +363,7 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
             let config_given = config.is_some();
             let config = match config {
                 Some(text) => parse_json_arg("--config", &text)?,
-                None => json!({}),
+                None => Map::new(),
             };
             let workdir = workdir
                 .map(|w| {
@@ -366,7 +371,12 @@ pub async fn run(client: &Client, command: PluginCommand) -> Result<ExitCode> {
                         .with_context(|| format!("--workdir {}", w.display()))
                 })
                 .transpose()?;
-            let body = json!({ "mode": mode, "config": config, "iterations": iterations, "workdir": workdir });
+            let body = BenchBody {
+                mode,
+                config,
+                iterations,
+                workdir,
+            };
             let report: Value = client
                 .post(&format!("/api/plugins/{}/bench", encode(&name)), &body)
                 .await
@@ -433,7 +443,7 @@ fn format_us(us: f64) -> String {
     }
 }
 
-fn parse_json_arg(flag: &str, text: &str) -> Result<Value> {
+fn parse_json_arg(flag: &str, text: &str) -> Result<Map<String, Value>> {
     let text = match text.strip_prefix('@') {
         Some(path) => {
             std::fs::read_to_string(path).with_context(|| format!("{flag}: cannot read {path}"))?
@@ -442,8 +452,8 @@ fn parse_json_arg(flag: &str, text: &str) -> Result<Value> {
     };
     let value: Value =
         serde_json::from_str(&text).with_context(|| format!("{flag} is not valid JSON"))?;
-    if !value.is_object() {
-        bail!("{flag} must be a JSON object");
+    match value {
+        Value::Object(fields) => Ok(fields),
+        _ => bail!("{flag} must be a JSON object"),
     }
-    Ok(value)
 }

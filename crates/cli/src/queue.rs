@@ -1,10 +1,11 @@
 //! `canopy queue ...`: ordered lists of specs, with context groups.
 
+use canopy_model::requests::queues::{AddSpec, NewQueue, Reorder, SetGroup};
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::output::{non_empty, table_or};
 use super::{Client, encode, print_json, short, typed};
@@ -131,7 +132,7 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
     let queue: Value = match command {
         QueueCommand::Create { name, specs, json } => {
             let queue: Value = client
-                .post("/api/queues", &json!({ "name": name, "specs": specs }))
+                .post("/api/queues", &NewQueue { name, specs })
                 .await
                 .map_err(|err| in_cli_terms(err, &[("name", "NAME"), ("specs", "SPEC")]))?;
             if json {
@@ -175,10 +176,7 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
             queue
         }
         QueueCommand::Add { queue, spec, group } => client
-            .post(
-                &format!("{}/specs", path(&queue)),
-                &json!({ "spec": spec, "group": group }),
-            )
+            .post(&format!("{}/specs", path(&queue)), &AddSpec { spec, group })
             .await
             .map_err(|err| in_cli_terms(err, &[("spec", "SPEC"), ("group", "--group")]))?,
         QueueCommand::RmSpec { queue, spec } => {
@@ -189,7 +187,7 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
         QueueCommand::Reorder { queue, specs } => {
             let request = client
                 .request(reqwest::Method::PUT, &format!("{}/order", path(&queue)))
-                .json(&json!({ "order": specs }));
+                .json(&Reorder { order: specs });
             client
                 .send(request)
                 .await
@@ -207,7 +205,7 @@ pub async fn run(client: &Client, command: QueueCommand) -> Result<ExitCode> {
                     reqwest::Method::PUT,
                     &format!("{}/specs/{}/group", path(&queue), encode(&spec)),
                 )
-                .json(&json!({ "group": group }));
+                .json(&SetGroup { group });
             client.send(request).await?
         }
         QueueCommand::Rm { queue } => {

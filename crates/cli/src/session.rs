@@ -1,5 +1,6 @@
 //! `canopy session ...`: interactive sessions, their inboxes, and recall of undelivered messages.
 
+use canopy_model::requests::sessions::{ImportBody, NewSession, SendBody};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -198,7 +199,12 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
             tmux_socket,
             json,
         } => {
-            let body = json!({ "name": name, "conversation_id": conversation, "tmux_target": tmux_target, "tmux_socket": tmux_socket });
+            let body = NewSession {
+                name,
+                conversation_id: conversation,
+                tmux_target: tmux_target.clone(),
+                tmux_socket: tmux_socket.clone(),
+            };
             let session = client.post("/api/sessions", &body).await.map_err(|err| {
                 in_cli_terms(
                     err,
@@ -281,7 +287,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
                 text
             };
             let answer: Value = client
-                .post(&format!("{}/messages", path(&id)), &json!({ "text": text }))
+                .post(&format!("{}/messages", path(&id)), &SendBody { text })
                 .await
                 .map_err(|err| in_cli_terms(err, &[("text", "TEXT")]))?;
             if json {
@@ -315,10 +321,7 @@ pub async fn run(client: &Client, command: SessionCommand) -> Result<ExitCode> {
         } => {
             return single(
                 client
-                    .post(
-                        "/api/sessions/import",
-                        &json!({ "conversation_id": conversation_id }),
-                    )
+                    .post("/api/sessions/import", &ImportBody { conversation_id })
                     .await?,
                 json,
             );

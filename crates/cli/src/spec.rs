@@ -1,11 +1,12 @@
 //! `canopy spec ...`: the standalone spec backlog.
 
+use canopy_model::requests::specs::NewSpec;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::output::{non_empty, table_or};
 use super::{Client, encode, print_json, short, typed};
@@ -173,7 +174,11 @@ pub async fn run(client: &Client, command: SpecCommand) -> Result<ExitCode> {
             let spec: Value = client
                 .post(
                     "/api/specs",
-                    &json!({ "name": name, "body": body, "workdir": workdir }),
+                    &NewSpec {
+                        name,
+                        body,
+                        workdir,
+                    },
                 )
                 .await
                 .map_err(|err| in_cli_terms(err, &SPEC_ARGUMENTS))?;

@@ -1,13 +1,14 @@
 //! `canopy webhooks ...`: the configured webhooks (secrets redacted: a token's source is named,
 //! never its value), their deliveries, a redelivery, and a local test without HTTP.
 
+use canopy_model::requests::webhooks::{RedeliverBody, WebhookTestBody};
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::output::{non_empty, table_or, utc_cell};
 use super::{Client, encode, print_json, short, typed};
@@ -478,7 +479,7 @@ async fn redeliver(client: &Client, id: &str, wait: bool, json: bool) -> Result<
     let answer: Value = client
         .post(
             &format!("/api/webhooks/deliveries/{}/redeliver", encode(id)),
-            &json!({ "wait": wait }),
+            &RedeliverBody { wait },
         )
         .await?;
     let outcome = outcome_of(&answer)?;
@@ -515,12 +516,16 @@ async fn test(
         let Some((name, value)) = header.split_once(':') else {
             bail!("--header `{header}` is not `Name: value`");
         };
-        pairs.push(json!([name.trim(), value.trim()]));
+        pairs.push((name.trim().to_string(), value.trim().to_string()));
     }
     let answer: Value = client
         .post(
             &format!("{}/test", hook_path(hook)?),
-            &json!({ "body": body, "headers": pairs, "query": query }),
+            &WebhookTestBody {
+                body,
+                headers: pairs,
+                query,
+            },
         )
         .await?;
     let outcome = outcome_of(&answer)?;

@@ -95,11 +95,11 @@ impl Client {
         self.send(self.http.get(self.url(path))).await
     }
 
-    /// POST JSON.
+    /// POST a JSON body (one of `canopy_model::requests`, or any JSON value).
     pub async fn post<T: DeserializeOwned>(
         &self,
         path: &str,
-        body: &serde_json::Value,
+        body: &(impl serde::Serialize + ?Sized),
     ) -> Result<T> {
         self.send(self.http.post(self.url(path)).json(body)).await
     }

@@ -16,6 +16,8 @@
 //!   how a call ended (its outcome).
 //! - [`records`]: what the daemon keeps and the API shows (graphs, runs, hook runs, …) and
 //!   their states, one set of types for the store, the daemon and every client.
+//! - [`requests`]: what clients send (request bodies and query strings), one set of types for
+//!   the daemon, the CLI and the OpenAPI document.
 //! - [`text`]: "did you mean", bounded tails, time checks shared by messages.
 //!
 //! This crate depends on no other Canopy crate but `canopy-shell-words`: a wrong import into it
@@ -29,6 +31,7 @@ pub mod limits;
 pub mod markers;
 pub mod pattern;
 pub mod records;
+pub mod requests;
 pub mod runtime_hooks;
 pub mod since;
 pub mod spec_format;

@@ -284,7 +284,7 @@ mod tests {
 
     use super::*;
     use crate::Store;
-    use canopy_model::records::sessions::NewSession;
+    use canopy_model::requests::sessions::NewSession;
 
     fn store_with_message() -> (tempfile::TempDir, Store, String) {
         let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,8 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::states::{Sql, state};
 use super::times::time;
 use super::{Rd, StoreError, Tx};
-use canopy_model::records::sessions::{ActiveRun, NewSession, Session, SessionStatus};
+use canopy_model::records::sessions::{ActiveRun, Session, SessionStatus};
+use canopy_model::requests::sessions::NewSession;
 
 /// The SQL condition that picks the live row among several sessions sharing a name.
 const IS_LIVE: &str = "status = 'live'";

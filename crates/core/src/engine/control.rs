@@ -1,8 +1,6 @@
 //! `graph_control`: starting, resetting and continuing runs, and marking runs interrupted when
 //! the daemon stops or died. Each function is one transaction's worth of work on `tx`.
 
-use serde::Deserialize;
-
 use super::events;
 use super::graphs::{self, GraphStatus};
 use super::runs::{RunStatus, SpecResult};
@@ -11,30 +9,7 @@ use canopy_model::events::graph::{GraphRef, RunCancelled, RunRef};
 use canopy_model::events::{Cause, Event};
 use canopy_store::{Tx, ids};
 
-/// A `graph_control` request.
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ControlRequest {
-    /// `run` (start a run), `reset` (back to idle; history stays), `continue` (resume a
-    /// paused run) or `cancel` (stop the run in flight, recorded `cancelled`).
-    #[schemars(extend("enum" = ["run", "reset", "continue", "cancel"]))]
-    pub action: String,
-    /// run: drain this queue (its name, id or unique id prefix) instead of the bound specs.
-    #[serde(default)]
-    pub queue_id: Option<String>,
-    /// run: use this workdir (an absolute path) for this run instead of the graph's.
-    #[serde(default)]
-    pub workdir: Option<String>,
-    /// continue: absent resumes plainly (a blocked node runs again); `run_from_node` starts
-    /// the spec the run stopped on (else the next spec) at `node`; `skip_next_spec` skips the
-    /// blocked spec (else the next one) and goes on.
-    #[serde(default)]
-    #[schemars(extend("enum" = ["run_from_node", "skip_next_spec"]))]
-    pub mode: Option<String>,
-    /// continue with `run_from_node`: the node to start the next spec at.
-    #[serde(default)]
-    pub node: Option<String>,
-}
+pub use canopy_model::requests::graphs::ControlRequest;
 
 pub(super) fn start_run(
     tx: &Tx<'_>,

@@ -1,7 +1,6 @@
 //! Graphs: a name, a workdir, ordered nodes, bound specs and a status. Checks of a graph's
 //! fields; validation of nodes against the executors lives in [`super::Engine`].
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{EngineError, invalid, specs};
@@ -10,71 +9,8 @@ use canopy_store::ids;
 use canopy_store::{Rd, Tx};
 
 pub use canopy_model::records::graphs::{BoundSpec, Graph, GraphStatus, Node};
+pub use canopy_model::requests::graphs::GraphInput;
 pub use canopy_store::graphs::GraphWrite;
-
-/// A graph to create, or a partial update (only the fields present change). Field names are
-/// the API's.
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GraphInput {
-    /// The graph's name (unique; on an update, a new name).
-    #[serde(default)]
-    pub name: Option<String>,
-    /// The directory runs work in: an absolute path, best a git repository (the dirty-tree
-    /// guard reads `git status` there).
-    #[serde(default)]
-    pub workdir: Option<String>,
-    /// The nodes each spec runs through, in order; each is an executor config with a `name`:
-    /// `{"name": "test", "command": "cargo test"}`, `{"name": "implement", "platform":
-    /// "claude", "prompt": "Implement {{spec_body}}"}`, or a plugin's `{"mode": ...}`.
-    #[serde(default)]
-    pub nodes: Option<Vec<Value>>,
-    /// The bound specs (ids or unique id prefixes) a run without a queue works through.
-    #[serde(default)]
-    pub specs: Option<Vec<String>>,
-    /// Let runs start and go on from spec to spec on a dirty git tree.
-    #[serde(default)]
-    pub allow_dirty_start: Option<bool>,
-    /// Event → ordered hook configs; events named here replace that event's hooks (`[]` or
-    /// `null` removes them), events not named keep theirs. The events are `on_completed`,
-    /// `on_failed`, `on_blocked`, `on_spec_completed`; a hook is `{"command": "..."}`,
-    /// `{"platform": "claude", "prompt": "..."}` or `{"prompt": "...", "target_session_name":
-    /// "..."}`, with markers `{{graph_name}}`, `{{workdir}}`, `{{completed_specs}}`,
-    /// `{{spec_name}}`, `{{spec_id}}`, `{{blocker}}`, `{{node}}`.
-    #[serde(default)]
-    #[schemars(with = "Option<std::collections::BTreeMap<String, Value>>")]
-    pub hooks: Option<Value>,
-    /// The single completion hook of the shape before hooks were a map: sets the
-    /// `on_completed` hooks to this one config (`null` removes them).
-    #[serde(default, deserialize_with = "some_value")]
-    pub on_completed: Option<Value>,
-    /// The version this edit was based on (what `graph get` showed): the edit is refused,
-    /// changing nothing, when the graph has been edited since. Absent: applied regardless.
-    #[serde(default)]
-    pub version: Option<i64>,
-}
-
-impl GraphInput {
-    /// The fields the input sets.
-    pub fn fields(&self) -> Vec<String> {
-        [
-            ("name", self.name.is_some()),
-            ("workdir", self.workdir.is_some()),
-            ("nodes", self.nodes.is_some()),
-            ("specs", self.specs.is_some()),
-            ("allow_dirty_start", self.allow_dirty_start.is_some()),
-            ("hooks", self.hooks.is_some() || self.on_completed.is_some()),
-        ]
-        .into_iter()
-        .filter(|(_, set)| *set)
-        .map(|(name, _)| name.to_string())
-        .collect()
-    }
-}
-
-fn some_value<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(de).map(Some)
-}
 
 /// Resolves a graph by exact name (names are unique), else by id or id prefix.
 pub fn resolve(rd: &Rd<'_>, name_or_id: &str) -> Result<String, EngineError> {

@@ -5,24 +5,12 @@
 //! split a group's pending members, naming the positions, and changes nothing. A member is
 //! *pending* until a run on this queue completes or skips it.
 
-use serde::Deserialize;
-
 use super::{EngineError, invalid, specs};
 use canopy_store::ids;
 use canopy_store::{Rd, Tx};
 
 pub use canopy_model::records::queues::{Member, MemberStatus, Queue};
-
-/// A new queue.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewQueue {
-    /// The queue's name, unique among queues.
-    pub name: String,
-    /// Initial members, in order (ids or prefixes).
-    #[serde(default)]
-    pub specs: Vec<String>,
-}
+pub use canopy_model::requests::queues::NewQueue;
 
 /// Resolves a queue by name, else by id or id prefix.
 pub fn resolve(rd: &Rd<'_>, name_or_id: &str) -> Result<String, EngineError> {

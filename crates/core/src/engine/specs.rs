@@ -1,69 +1,12 @@
 //! The standalone spec backlog: create, list (optionally by workdir tag), show, update, delete.
 
-use serde::Deserialize;
-
 use super::{EngineError, invalid};
 use canopy_model::spec_format;
 use canopy_store::ids;
 use canopy_store::{Rd, Tx};
 
 pub use canopy_model::records::specs::Spec;
-
-/// A new spec.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewSpec {
-    /// The spec's name: one line, 1 to 200 characters.
-    pub name: String,
-    /// The spec in the tagged `<spec>` format: `<spec>` holding the seven section tags
-    /// `<objective>`, `<functional_requirements>`, `<non_functional_requirements>`,
-    /// `<constraints>`, `<guidelines>`, `<in_scope>`, `<out_of_scope>`, markdown inside each.
-    pub body: String,
-    /// Tags the spec to a workdir (an absolute path), for `spec_list`'s filter.
-    #[serde(default)]
-    pub workdir: Option<String>,
-}
-
-/// A partial update: only the fields present change.
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SpecPatch {
-    /// A new name.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// A new body, in the tagged `<spec>` format.
-    #[serde(default)]
-    pub body: Option<String>,
-    /// A new workdir tag (an absolute path); `null` clears the tag.
-    #[serde(default, deserialize_with = "double_option::deserialize")]
-    #[schemars(with = "Option<String>")]
-    pub workdir: Option<Option<String>>,
-}
-
-impl SpecPatch {
-    /// The fields the patch sets.
-    pub fn fields(&self) -> Vec<String> {
-        [
-            ("name", self.name.is_some()),
-            ("body", self.body.is_some()),
-            ("workdir", self.workdir.is_some()),
-        ]
-        .into_iter()
-        .filter(|(_, set)| *set)
-        .map(|(name, _)| name.to_string())
-        .collect()
-    }
-}
-
-mod double_option {
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        de: D,
-    ) -> Result<Option<Option<String>>, D::Error> {
-        Option::<String>::deserialize(de).map(Some)
-    }
-}
+pub use canopy_model::requests::specs::{NewSpec, SpecPatch};
 
 fn check_name(name: &str) -> Result<String, EngineError> {
     match canopy_model::text::one_line(name, 1, 200) {

@@ -20,8 +20,8 @@ mod delivery;
 pub use delivery::{Delivery, FOLLOW_BUFFER, TICK, TMUX_TIMEOUT};
 
 pub use canopy_model::records::messages::{Message, MessageStatus, Notification, NotificationKind};
-pub use canopy_model::records::sessions::NewSession;
 pub use canopy_model::records::sessions::{Session, SessionStatus};
+pub use canopy_model::requests::sessions::NewSession;
 pub use canopy_store::messages::NewMessage;
 
 use std::sync::{Arc, OnceLock};

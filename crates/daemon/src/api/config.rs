@@ -6,7 +6,7 @@ use aide::axum::ApiRouter;
 use axum::extract::State;
 use axum::http::StatusCode;
 use canopy_model::records::config::{ConfigCheck, Reloaded};
-use serde::Deserialize;
+use canopy_model::requests::daemon::ValidateBody;
 
 use super::{ApiError, ApiJson, AppState};
 
@@ -44,13 +44,6 @@ async fn reload(State(state): State<AppState>) -> Result<ApiJson<Reloaded>, ApiE
             ),
         )),
     }
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ValidateBody {
-    /// The text of a `canopy.toml`.
-    text: String,
 }
 
 /// Checks a configuration text as a reload would, changing nothing: `{"valid", "problems"}`.

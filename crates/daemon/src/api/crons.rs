@@ -3,7 +3,7 @@
 use super::docs::{Accepted, get, post};
 use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
-use serde::Deserialize;
+use canopy_model::requests::crons::CronRunsQuery;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::crons::CronError;
@@ -51,18 +51,10 @@ async fn show(
     Ok(ApiJson(state.crons.get(&name).await?))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(rename = "CronRunsQuery")]
-#[serde(deny_unknown_fields)]
-struct RunsQuery {
-    /// How many receipts, newest first.
-    last: Option<usize>,
-}
-
 async fn runs(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    ApiQuery(query): ApiQuery<RunsQuery>,
+    ApiQuery(query): ApiQuery<CronRunsQuery>,
 ) -> Result<ApiJson<CronRuns>, ApiError> {
     let last = query.last.unwrap_or(DEFAULT_LAST);
     if !(1..=MAX_LAST).contains(&last) {

@@ -1,6 +1,7 @@
 //! `/api/status`, `/api/shutdown` and `/api/rotate-token`: the daemon itself.
 
 use canopy_model::records::daemon::{DaemonStatus, PluginCounts, Rotated, Stopping};
+use canopy_model::requests::daemon::ShutdownRequest;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -128,14 +129,6 @@ async fn status(State(state): State<AppState>) -> Result<ApiJson<DaemonStatus>, 
         recent_problems: problems,
         storage,
     }))
-}
-
-/// `POST /api/shutdown` body: all optional.
-#[derive(Debug, Default, serde::Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ShutdownRequest {
-    /// Seconds admitted work may run on before it is forced (default 30).
-    timeout_secs: Option<u64>,
 }
 
 /// Starts a planned stop, the same as SIGTERM: the answer goes out first; then admission

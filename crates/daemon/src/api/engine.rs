@@ -4,7 +4,9 @@ use aide::axum::ApiRouter;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::http::header;
-use serde::Deserialize;
+use canopy_model::requests::graphs::{GraphQuery, NodeRunsQuery, RunListQuery, RunQuery};
+use canopy_model::requests::queues::{AddSpec, Reorder, SetGroup};
+use canopy_model::requests::specs::SpecQuery;
 
 use super::docs::{Created, Tagged, delete, get, patch, post, put};
 use super::{ApiError, ApiJson, ApiQuery, AppState};
@@ -45,14 +47,6 @@ pub fn router() -> ApiRouter<AppState> {
 }
 
 // ----- specs -----
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SpecQuery {
-    /// Only the specs tagged to this workdir (an absolute path).
-    #[serde(default)]
-    workdir: Option<String>,
-}
 
 async fn list_specs(
     State(state): State<AppState>,
@@ -145,17 +139,6 @@ fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     })
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct GraphQuery {
-    /// Specs of the per-spec lists skipped from the start (default 0).
-    #[serde(default)]
-    offset: Option<usize>,
-    /// Specs of the per-spec lists shown at most (default 50, at most 1000).
-    #[serde(default)]
-    limit: Option<usize>,
-}
-
 async fn get_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -231,14 +214,6 @@ async fn control(
     Ok(ApiJson(state.engine.control(&name, request).await?))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct NodeRunsQuery {
-    /// How many node runs, newest first (default 50, at most 10,000).
-    #[serde(default)]
-    last: Option<usize>,
-}
-
 async fn graph_node_runs(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -253,22 +228,10 @@ async fn graph_node_runs(
 
 // ----- runs -----
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(rename = "RunListQuery")]
-#[serde(deny_unknown_fields)]
-struct RunsQuery {
-    /// How many runs, newest first (default 50, at most 10,000).
-    #[serde(default)]
-    last: Option<usize>,
-    /// Only this graph's runs (a name, an id or a unique id prefix).
-    #[serde(default)]
-    graph: Option<String>,
-}
-
 /// Each run with its graph's name (`graph_name`; null when the graph is gone).
 async fn list_runs(
     State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<RunsQuery>,
+    ApiQuery(query): ApiQuery<RunListQuery>,
 ) -> Result<ApiJson<RunList>, ApiError> {
     let runs = state
         .engine
@@ -290,15 +253,6 @@ async fn graph_names(
     state: &AppState,
 ) -> Result<std::collections::HashMap<String, String>, ApiError> {
     Ok(state.store.read(|rd| rd.graph_names()).await?)
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct RunQuery {
-    /// Leave out each node run's `detail` and each hook run's `output` (what progress polling
-    /// does not need).
-    #[serde(default)]
-    brief: bool,
 }
 
 /// A run with its specs, node runs, hook runs (newest first), its graph's name, and
@@ -370,17 +324,6 @@ async fn delete_queue(
     Ok(ApiJson(state.engine.delete_queue(&id).await?))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct AddSpec {
-    /// The spec to add: its id or a unique id prefix.
-    spec: String,
-    /// A context group: the spec lands right after the group's last pending member, and
-    /// grouped specs share a warm agent session.
-    #[serde(default)]
-    group: Option<String>,
-}
-
 async fn queue_add(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -401,13 +344,6 @@ async fn queue_remove(
     Ok(ApiJson(state.engine.queue_remove(&id, &spec).await?))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SetGroup {
-    /// The member's new group (it moves next to its group); `null` takes it out of any group.
-    group: Option<String>,
-}
-
 async fn queue_group(
     State(state): State<AppState>,
     Path((id, spec)): Path<(String, String)>,
@@ -419,14 +355,6 @@ async fn queue_group(
             .queue_set_group(&id, &spec, body.group.as_deref())
             .await?,
     ))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Reorder {
-    /// Every member's spec (id or unique prefix) in the new order; an order that would split a
-    /// group's pending members is refused, naming the positions.
-    order: Vec<String>,
 }
 
 async fn queue_reorder(

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use canopy_core::engine::EngineError;
 use canopy_executors::plugins::PluginError;
+use canopy_model::records::answers::{ErrorBody, ErrorInfo};
 
 /// An error response.
 #[derive(Debug)]
@@ -17,8 +18,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
-    /// Machine-readable facts beside the message (the current version of a stale edit).
-    pub details: Option<Value>,
+    /// With `stale_version`: the graph's version now.
+    pub current_version: Option<i64>,
 }
 
 impl ApiError {
@@ -27,7 +28,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
-            details: None,
+            current_version: None,
         }
     }
 
@@ -59,12 +60,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = serde_json::json!({ "code": self.code, "message": self.message });
-        if let (Some(Value::Object(details)), Some(object)) = (self.details, error.as_object_mut())
-        {
-            object.extend(details);
-        }
-        let body = serde_json::json!({ "error": error });
+        let body = ErrorBody {
+            error: ErrorInfo {
+                code: self.code.to_string(),
+                message: self.message,
+                current_version: self.current_version,
+            },
+        };
         (self.status, axum::Json(body)).into_response()
     }
 }
@@ -110,7 +112,7 @@ impl From<EngineError> for ApiError {
             EngineError::Invalid(_) => Self::bad_request(message),
             EngineError::Conflict(_) => Self::conflict(message),
             EngineError::Stale { current, .. } => Self {
-                details: Some(serde_json::json!({ "current_version": current })),
+                current_version: Some(current),
                 ..Self::new(StatusCode::PRECONDITION_FAILED, "stale_version", message)
             },
             EngineError::Plugin(err) => err.into(),

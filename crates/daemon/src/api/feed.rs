@@ -14,6 +14,7 @@
 //! behind reads what it missed back from the store too, and gets a `lagged` event
 //! `{"missed": N}` saying it happened. Filters apply to live events as to stored ones.
 
+use canopy_model::requests::feed::FeedParams;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,7 +27,6 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use canopy_model::records::answers::FeedPage;
 use futures_util::stream::{self, Stream, StreamExt};
-use serde::Deserialize;
 use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
@@ -46,33 +46,6 @@ const LAST_EVENT_ID: &str = "last-event-id";
 
 pub fn router() -> ApiRouter<AppState> {
     ApiRouter::new().api_route("/feed", get(feed))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct FeedParams {
-    /// A cursor, an RFC 3339 time, or a duration back from now.
-    #[serde(default)]
-    since: Option<String>,
-    /// An event name or glob (`spec.*`).
-    #[serde(default)]
-    event: Option<String>,
-    /// Only this family's events: `graph`, `spec`, `node`, `hook`, `session`, `plugin`, `cron`,
-    /// `webhook` or `project`.
-    #[serde(default)]
-    family: Option<String>,
-    /// Only this project's (workdir's) events.
-    #[serde(default)]
-    project: Option<String>,
-    /// How many events at most: 0 to 1000 (default 100). Parsed here, so a bad value is named
-    /// with what is allowed.
-    #[serde(default)]
-    #[schemars(with = "Option<u32>")]
-    last: Option<String>,
-    /// Stream (server-sent events) instead of one answer; MCP readers subscribe to resources.
-    #[serde(default)]
-    #[schemars(skip)]
-    follow: bool,
 }
 
 /// Parses `since`: a cursor (a feed id), an RFC 3339 time, or a duration back from now.

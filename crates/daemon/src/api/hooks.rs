@@ -7,6 +7,10 @@
 use canopy_model::records::hook_reports::{
     DecideReport, DecisionKind, EventInfo, HookKeyInfo, Taxonomy,
 };
+use canopy_model::requests::hooks::{
+    CatalogQuery, DecideBody, EventsQuery, HookRunsQuery, HookTestBody, ResetBody,
+    WorkspaceRunsQuery,
+};
 use std::time::{Duration, SystemTime};
 
 use super::docs::{get, post};
@@ -16,7 +20,6 @@ use axum::http::StatusCode;
 use canopy_model::records::answers::{
     HookCatalog, HookRunList, ResetHooks, SeedHookRunList, TrippedList,
 };
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
@@ -39,36 +42,6 @@ pub fn router() -> ApiRouter<AppState> {
         .api_route("/hooks/reset", post(reset))
         .api_route("/graphs/{name}/hooks/test", post(test))
         .api_route("/hooks/decide", post(decide))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(rename = "HookRunsQuery")]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RunsQuery {
-    /// Only this graph's hook runs (its name, id or unique id prefix).
-    #[serde(default)]
-    graph: Option<String>,
-    /// A graph hook's key (`on_completed`), or a taxonomy event or glob (`graph.run.*`).
-    #[serde(default)]
-    event: Option<String>,
-    /// A run status: `queued`, `running`, `completed`, `failed`, `timed_out`, `interrupted`.
-    #[serde(default)]
-    status: Option<String>,
-    /// An outcome: `applied`, `denied`, `failed`, `skipped`, `dropped`, `rejected`.
-    #[serde(default)]
-    outcome: Option<String>,
-    /// `graph` (a graph's `hooks`), `config` (`[[hooks]]` in canopy.toml) or `project`.
-    #[serde(default)]
-    source: Option<String>,
-    /// A hook's name.
-    #[serde(default)]
-    hook: Option<String>,
-    /// RFC 3339 instant, or a duration back from now (`10m`, `2h`).
-    #[serde(default)]
-    since: Option<String>,
-    /// The newest this many (default 50, at most 10000).
-    #[serde(default)]
-    last: Option<usize>,
 }
 
 /// Parses a graph-hook key (the `hooks test` body's `event`); the error lists the keys.
@@ -146,7 +119,7 @@ fn last_of(last: Option<usize>) -> usize {
 
 async fn list_runs(
     State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<RunsQuery>,
+    ApiQuery(query): ApiQuery<HookRunsQuery>,
 ) -> Result<ApiJson<HookRunList>, ApiError> {
     let graph_id = match query.graph.as_deref() {
         Some(graph) => Some(state.engine.get_graph(graph).await?.graph.id),
@@ -202,22 +175,6 @@ async fn resolve_workspace(state: &AppState, text: &str) -> Result<Option<String
 const WORKSPACE_IS: &str =
     "a workspace is a project's absolute path (URL-encoded in a path) or a graph's name";
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct WorkspaceRunsQuery {
-    /// A graph run id, or an interactive session id.
-    #[serde(default)]
-    session: Option<String>,
-    #[serde(default)]
-    event: Option<String>,
-    #[serde(default)]
-    outcome: Option<String>,
-    #[serde(default)]
-    since: Option<String>,
-    #[serde(default)]
-    last: Option<usize>,
-}
-
 /// One workspace's hook runs in the terms of the hook API (seed 004), newest first.
 async fn workspace_runs(
     State(state): State<AppState>,
@@ -250,15 +207,6 @@ async fn workspace_runs(
         .map_err(|e| ApiError::internal(&e.into()))?;
     let runs = found.iter().map(|run| run.seed()).collect();
     Ok(ApiJson(SeedHookRunList { runs }))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct EventsQuery {
-    #[serde(default)]
-    family: Option<String>,
-    #[serde(default)]
-    sync_only: bool,
 }
 
 /// The event taxonomy (every event, or one family's, or the sync-eligible ones), and the
@@ -335,29 +283,6 @@ async fn events(ApiQuery(query): ApiQuery<EventsQuery>) -> Result<ApiJson<Taxono
     }))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct CatalogQuery {
-    /// Only this graph's hooks (and the daemon hooks that may fire for it).
-    #[serde(default)]
-    graph: Option<String>,
-    /// A project path or a graph name.
-    #[serde(default)]
-    workspace: Option<String>,
-    /// Accepted; every hook applies to every agent today (agent definitions are a later hook
-    /// source).
-    #[serde(default)]
-    #[allow(dead_code)]
-    agent: Option<String>,
-    #[serde(default)]
-    event: Option<String>,
-    #[serde(default)]
-    source: Option<String>,
-    /// `sync` or `async`; any other value is an executor mode (`command`, `docs-maintenance`).
-    #[serde(default)]
-    mode: Option<String>,
-}
-
 /// Parses the `mode` query parameter.
 fn parse_mode_filter(text: &str) -> Result<ModeFilter, ApiError> {
     ModeFilter::parse(text)
@@ -372,13 +297,6 @@ async fn tripped(State(state): State<AppState>) -> ApiJson<TrippedList> {
     ApiJson(TrippedList {
         tripped: state.bus.tripped_hooks(),
     })
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ResetBody {
-    /// The hook's name, as `hooks runs` shows it.
-    name: String,
 }
 
 /// Puts a tripped hook back: its next firing runs.
@@ -447,41 +365,6 @@ async fn catalog(
     };
     let hooks = state.bus.catalog(source, &filter);
     Ok(ApiJson(HookCatalog { hooks }))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(rename = "HookTestBody")]
-#[serde(deny_unknown_fields)]
-pub(crate) struct TestBody {
-    /// The graph hook key to test: `on_completed`, `on_failed`, `on_blocked` or
-    /// `on_spec_completed`.
-    event: String,
-    /// Only the hook at this position of the event's list (0-based).
-    #[serde(default)]
-    index: Option<usize>,
-    /// The spec the event is about (id or unique prefix), for per-spec events.
-    #[serde(default)]
-    spec: Option<String>,
-    /// The run whose history the event is built from (default: the latest).
-    #[serde(default)]
-    run: Option<String>,
-    /// Really run the hooks (and wait for them), instead of only rendering them.
-    #[serde(default)]
-    execute: bool,
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DecideBody {
-    /// A sync-eligible event: `node.pre_dispatch`, `graph.run.pre_start`, ...
-    event: String,
-    /// The action's input: the event's payload fields (a graph's own fields are filled in
-    /// from `graph` when it names one).
-    #[serde(default)]
-    input: serde_json::Map<String, Value>,
-    /// The graph whose own sync hooks are asked first (its name, id or id prefix).
-    #[serde(default)]
-    graph: Option<String>,
 }
 
 /// `POST /api/hooks/decide`: asks the sync hooks of an event about an input, for real (their
@@ -574,7 +457,7 @@ const EXECUTE_WAIT: Duration = Duration::from_secs(600);
 async fn test(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    ApiJson(body): ApiJson<TestBody>,
+    ApiJson(body): ApiJson<HookTestBody>,
 ) -> Result<ApiJson<DryRun>, ApiError> {
     let event = parse_event(&body.event)?;
     let (graph, run, engine_event) = state

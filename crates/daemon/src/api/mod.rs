@@ -66,14 +66,6 @@ pub struct AppState {
     pub token: Arc<ApiToken>,
 }
 
-/// Request types the MCP server's tools take (their JSON Schemas are the tools' input schemas).
-pub(crate) mod requests {
-    pub(crate) use super::engine::{AddSpec, GraphQuery, Reorder, SetGroup, SpecQuery};
-    pub(crate) use super::feed::FeedParams;
-    pub(crate) use super::hooks::{RunsQuery, TestBody};
-    pub(crate) use super::sessions::{ListQuery, SendBody};
-}
-
 /// The whole API, behind its guard, with the MCP server at `/mcp` (streamable HTTP) whose tools
 /// call these same routes in-process, and the API's own OpenAPI document at
 /// `/api/openapi.json`.

@@ -3,14 +3,13 @@
 //! A change records its `plugin.*` event once it is done: installed (or upgraded), removed,
 //! and a built-in disabled (removing one) or a disabled plugin enabled.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use canopy_model::requests::plugins::{BenchBody, InstallQuery, RunBody};
+use std::collections::BTreeSet;
 
 use super::docs::{Created, delete, get, post};
 use aide::axum::ApiRouter;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
@@ -64,16 +63,6 @@ async fn list(State(state): State<AppState>) -> ApiJson<PluginList> {
         plugins: state.plugins.list(),
         not_loaded,
     })
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct InstallQuery {
-    /// Comma-separated capabilities.
-    #[serde(default)]
-    grant: String,
-    #[serde(default)]
-    replace: bool,
 }
 
 async fn install(
@@ -255,18 +244,6 @@ async fn enable(
     Ok(ApiJson(info))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct RunBody {
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default)]
-    config: Map<String, Value>,
-    #[serde(default)]
-    markers: BTreeMap<String, String>,
-    workdir: PathBuf,
-}
-
 /// The mode to call on plugin `name`: the asked one (which the plugin must serve) or its first.
 fn mode_of(state: &AppState, name: &str, mode: Option<String>) -> Result<String, ApiError> {
     let info = state.plugins.get(name)?;
@@ -332,23 +309,6 @@ async fn run(
         })
         .await?;
     Ok(ApiJson(report))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct BenchBody {
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default)]
-    config: Map<String, Value>,
-    #[serde(default = "default_iterations")]
-    iterations: u32,
-    #[serde(default)]
-    workdir: Option<PathBuf>,
-}
-
-fn default_iterations() -> u32 {
-    1_000
 }
 
 async fn bench(

@@ -4,6 +4,9 @@
 
 use canopy_model::records::messages::Queued;
 use canopy_model::records::views::Lagged;
+use canopy_model::requests::sessions::{
+    ImportBody, InboxQuery, MessagesQuery, SendBody, SessionListQuery,
+};
 use std::collections::HashSet;
 use std::convert::Infallible;
 
@@ -13,7 +16,6 @@ use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use canopy_model::records::answers::{Inbox, MessageList, NotificationList, SessionList};
 use futures_util::stream::{self, Stream, StreamExt};
-use serde::Deserialize;
 use tokio::sync::broadcast;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
@@ -33,18 +35,9 @@ pub fn router() -> ApiRouter<AppState> {
         .api_route("/notifications", get(notifications))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(rename = "SessionListQuery")]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ListQuery {
-    /// Finished sessions too.
-    #[serde(default)]
-    all: bool,
-}
-
 async fn list(
     State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<ListQuery>,
+    ApiQuery(query): ApiQuery<SessionListQuery>,
 ) -> Result<ApiJson<SessionList>, ApiError> {
     let sessions = sessions::list(&state.store, query.all).await?;
     Ok(ApiJson(SessionList { sessions }))
@@ -78,12 +71,6 @@ async fn resume(
     Ok(ApiJson(sessions::resume(&state.bus, &id).await?))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ImportBody {
-    conversation_id: String,
-}
-
 async fn import(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<ImportBody>,
@@ -91,15 +78,6 @@ async fn import(
     Ok(ApiJson(
         sessions::import(&state.bus, &body.conversation_id).await?,
     ))
-}
-
-/// A message to a live session, as `POST /api/sessions/{id}/messages` takes it.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SendBody {
-    /// The message: delivered into the session's inbox (or typed into its tmux pane) by the
-    /// daemon's scheduler on its next tick.
-    text: String,
 }
 
 /// Queues a message for a live session, as an interactive hook does: stored pending, delivered
@@ -138,13 +116,6 @@ async fn send(
         message_id,
         session,
     }))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct InboxQuery {
-    #[serde(default)]
-    follow: bool,
 }
 
 async fn inbox(
@@ -208,13 +179,6 @@ fn follow_stream(
         }
     });
     backlog.chain(live)
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct MessagesQuery {
-    #[serde(default)]
-    status: Option<String>,
 }
 
 async fn messages(

@@ -10,6 +10,9 @@
 //! - `POST /api/webhooks/deliveries/{id}/redeliver` -- `{wait}`: a new delivery of the same
 //!   request.
 
+use canopy_model::requests::webhooks::{
+    DeliveriesQuery, RedeliverBody, WebhookListQuery, WebhookTestBody,
+};
 use std::time::Duration;
 
 use super::docs::{Accepted, Either, get, post};
@@ -18,7 +21,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use canopy_model::records::answers::DeliveryList;
 use canopy_model::records::webhooks::Delivery;
-use serde::Deserialize;
 
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_core::webhooks::intake::{Intake, intake};
@@ -58,16 +60,9 @@ impl From<RedeliverError> for ApiError {
     }
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(rename = "WebhookListQuery")]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    project: Option<String>,
-}
-
 async fn list(
     State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<ListQuery>,
+    ApiQuery(query): ApiQuery<WebhookListQuery>,
 ) -> Result<ApiJson<WebhookList>, ApiError> {
     let ingress = &state.webhooks;
     // One snapshot for the whole answer: a reload may swap the hooks meanwhile.
@@ -156,26 +151,12 @@ async fn show(
     Ok(ApiJson(view))
 }
 
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[schemars(rename = "WebhookTestBody")]
-#[serde(deny_unknown_fields)]
-struct TestBody {
-    /// The request body (text).
-    #[serde(default)]
-    body: String,
-    /// Request headers, `[name, value]` (auth headers are not taken).
-    #[serde(default)]
-    headers: Vec<(String, String)>,
-    /// The query string, without `?`.
-    query: Option<String>,
-}
-
 /// Runs a hook locally: the same rules, recording and handler as a request to the listener,
 /// without its auth (the caller holds the daemon's token) and without its queue.
 async fn test(
     State(state): State<AppState>,
     Path((scope, id)): Path<(String, String)>,
-    ApiJson(input): ApiJson<TestBody>,
+    ApiJson(input): ApiJson<WebhookTestBody>,
 ) -> Result<ApiJson<Outcome>, ApiError> {
     let hook = find(&state, &scope, &id)?;
     let mut headers = HeaderMap::new();
@@ -199,7 +180,7 @@ async fn test(
     if input.body.len() > hook.max_body {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
+            "payload_too_large",
             format!(
                 "field `body`: {} bytes, more than the hook's max_body_bytes ({})",
                 input.body.len(),
@@ -244,16 +225,6 @@ async fn test(
         }));
     }
     Ok(ApiJson(state.webhooks.run_now(&hook, &delivery_id).await?))
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct DeliveriesQuery {
-    /// `scope/id`, or `id` alone for a global hook.
-    hook: Option<String>,
-    scope: Option<String>,
-    status: Option<String>,
-    last: Option<usize>,
 }
 
 async fn deliveries(
@@ -323,13 +294,6 @@ async fn delivery(
         delivery,
         body: String::from_utf8_lossy(&body).into_owned(),
     }))
-}
-
-#[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct RedeliverBody {
-    #[serde(default)]
-    wait: bool,
 }
 
 async fn redeliver(

@@ -11,12 +11,14 @@ use axum::http::Method;
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
 
-use crate::api::requests::{
-    AddSpec, FeedParams, GraphQuery, ListQuery, Reorder, RunsQuery, SendBody, SetGroup, SpecQuery,
-    TestBody,
-};
 use canopy_client::encode;
 use canopy_core::engine::{ControlRequest, GraphInput, NewQueue, NewSpec, SpecPatch};
+use canopy_model::requests::feed::FeedParams;
+use canopy_model::requests::graphs::GraphQuery;
+use canopy_model::requests::hooks::{HookRunsQuery, HookTestBody};
+use canopy_model::requests::queues::{AddSpec, Reorder, SetGroup};
+use canopy_model::requests::sessions::{SendBody, SessionListQuery};
+use canopy_model::requests::specs::SpecQuery;
 
 /// How long a tool's API call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -113,7 +115,11 @@ fn get(path: String, args: Args) -> Result<Call, String> {
 }
 
 fn schema<T: JsonSchema>() -> schemars::Schema {
-    schemars::schema_for!(T)
+    let mut schema = schemars::schema_for!(T);
+    // A request type's examples are of the HTTP body; a tool flattens it beside its own fields
+    // (`graph`, `queue`), so they would be examples of a call that lacks them.
+    schema.remove("examples");
+    schema
 }
 
 const GRAPH: &str = "the graph's name, id or unique id prefix";
@@ -225,7 +231,7 @@ struct HooksTest {
     /// The graph: its name, id or unique id prefix.
     graph: String,
     #[serde(flatten)]
-    test: TestBody,
+    test: HookTestBody,
 }
 
 /// `session_send`: the session, and the message.
@@ -408,7 +414,7 @@ pub const TOOLS: &[ToolDef] = &[
     ToolDef {
         name: "hooks_runs",
         description: "Hook runs, newest first: which hook served which event, its status, outcome, output and the exact config that fired. Filter by `graph`, `event`, `status`, `outcome`, `source`, `hook`, `since`; `last` caps the count.",
-        schema: schema::<RunsQuery>,
+        schema: schema::<HookRunsQuery>,
         read_only: true,
         route: |args| get("/api/hook-runs".into(), args),
     },
@@ -431,7 +437,7 @@ pub const TOOLS: &[ToolDef] = &[
     ToolDef {
         name: "session_list",
         description: "Interactive sessions (live ones; `all` for finished ones too): id, name, status, tmux target. Interactive hooks target them by id or name.",
-        schema: schema::<ListQuery>,
+        schema: schema::<SessionListQuery>,
         read_only: true,
         route: |args| get("/api/sessions".into(), args),
     },

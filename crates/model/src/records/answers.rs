@@ -19,6 +19,16 @@ use crate::events::Envelope;
 
 /// Every error answer: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[schemars(example = serde_json::json!({
+    "error": { "code": "not_found", "message": "no graph matches `wbe`" }
+}))]
+#[schemars(example = serde_json::json!({
+    "error": {
+        "code": "stale_version",
+        "message": "graph `web` was edited since version 4 (it is at version 5); read it again and redo the edit on the current version",
+        "current_version": 5
+    }
+}))]
 pub struct ErrorBody {
     pub error: ErrorInfo,
 }
@@ -26,8 +36,14 @@ pub struct ErrorBody {
 /// What went wrong: a code to branch on and a message for a person (it names the field).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct ErrorInfo {
-    /// `bad_request`, `not_found`, `conflict`, `stale_version`, `unauthorized`, `internal`, …
+    /// What kind of error, to branch on: `bad_request` (400; the message names the field and
+    /// what it allows), `ambiguous_id` (400), `unknown_mode`, `invalid_config`, `refused`
+    /// (400, plugins), `unauthorized` (401), `not_found` (404), `conflict` (409),
+    /// `plugin_disabled` (409), `stale_version` (412), `payload_too_large` (413),
+    /// `unsupported_media_type` (415), `call_failed` (422), `too_many_sessions` (429),
+    /// `stopping` (503, the daemon is shutting down), `internal` (500).
     pub code: String,
+    /// What went wrong, for a person: it names the field or the thing, and what is allowed.
     pub message: String,
     /// With `stale_version` (412): the graph's version now.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -37,18 +37,3 @@ pub struct ActiveRun {
     pub status: RunStatus,
     pub started_at: Timestamp,
 }
-
-/// A new session, as the API takes it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewSession {
-    pub name: String,
-    #[serde(default)]
-    pub conversation_id: Option<String>,
-    /// Deliver messages by typing them into this tmux pane (`session:window.pane`).
-    #[serde(default)]
-    pub tmux_target: Option<String>,
-    /// The tmux server's socket, when it is not the default one.
-    #[serde(default)]
-    pub tmux_socket: Option<String>,
-}
