@@ -107,7 +107,7 @@ impl From<LimitRule> for LimitDecl {
 }
 
 /// A limit a process hit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LimitHit {
     /// The line that reported it (bounded).
     pub line: String,

@@ -1,6 +1,6 @@
 //! What a piece of work carries through the executors and into its records: where it came from
-//! ([`Provenance`]), which plugin ran it ([`PluginRef`]), and where a queued message goes
-//! ([`MessageTarget`]).
+//! ([`Provenance`]), which plugin ran it ([`PluginRef`]), where a queued message goes
+//! ([`MessageTarget`]), and how its call ended ([`Outcome`], [`CallReport`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -106,6 +106,51 @@ pub struct Outcome {
     /// A sync hook's decision, when the plugin gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+}
+
+/// What a plugin printed to its own stdout and stderr during a call (a Python `print`, a
+/// panic message), bounded by the host; not what its processes printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Said {
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub stdout: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub stderr: String,
+}
+
+impl Said {
+    /// Whether the plugin printed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.stdout.is_empty() && self.stderr.is_empty()
+    }
+}
+
+/// What one `execute` call produced: `POST /api/plugins/{name}/run`'s answer, and what every
+/// node run, hook run and delivery is recorded from.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CallReport {
+    pub plugin: PluginRef,
+    pub mode: String,
+    /// The config the plugin received, template fields rendered (no reserved keys).
+    pub rendered_config: serde_json::Value,
+    /// The deadline the call was given, in milliseconds.
+    pub deadline_ms: u64,
+    pub outcome: Outcome,
+    /// What the plugin itself printed during the call (a Python `print`), bounded.
+    #[serde(default, skip_serializing_if = "Said::is_empty")]
+    pub said: Said,
+    pub duration_ms: u64,
+    /// The call failed after a command it ran was stopped at its timeout (the host saw the
+    /// timeout itself): the work hit its deadline.
+    pub timed_out: bool,
+    /// A stop signal killed (or kept from starting) a command of the call: a planned stop
+    /// forced it, or its work was replaced. What the outcome says is what it did until then.
+    pub interrupted: bool,
+    /// The exit code of the last command the call ran that exited with one.
+    pub exit_code: Option<i32>,
+    /// The usage limit the agent platform reported, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<crate::limits::LimitHit>,
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use wasmtime::component::{ResourceTable, ResourceTableError};
 use wasmtime::{PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -47,40 +46,24 @@ pub(crate) enum Reply {
     Outcome(types::Outcome, Said),
 }
 
-/// What a plugin printed to its own stdout and stderr during a call (a Python `print`, a
-/// panic message), bounded to [`PLUGIN_STDERR`] bytes each; not what its processes printed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Said {
-    #[serde(skip_serializing_if = "String::is_empty", default)]
-    pub stdout: String,
-    #[serde(skip_serializing_if = "String::is_empty", default)]
-    pub stderr: String,
+/// What the plugin printed during the call, from its memory pipes.
+fn said_of(state: &CallState) -> Said {
+    let text = |pipe: &MemoryOutputPipe| {
+        String::from_utf8_lossy(&pipe.contents())
+            .trim_end()
+            .to_string()
+    };
+    Said {
+        stdout: text(&state.stdout),
+        stderr: text(&state.stderr),
+    }
 }
 
-impl Said {
-    fn of(state: &CallState) -> Self {
-        let text = |pipe: &MemoryOutputPipe| {
-            String::from_utf8_lossy(&pipe.contents())
-                .trim_end()
-                .to_string()
-        };
-        Self {
-            stdout: text(&state.stdout),
-            stderr: text(&state.stderr),
-        }
-    }
-
-    /// Whether the plugin printed nothing.
-    pub fn is_empty(&self) -> bool {
-        self.stdout.is_empty() && self.stderr.is_empty()
-    }
-
-    /// With every known secret, and each of `also`, masked.
-    pub(crate) fn masked(self, also: &[&str]) -> Self {
-        Self {
-            stdout: crate::secrets::mask_owned(self.stdout, also),
-            stderr: crate::secrets::mask_owned(self.stderr, also),
-        }
+/// `said` with every known secret, and each of `also`, masked.
+pub(crate) fn masked_said(said: Said, also: &[&str]) -> Said {
+    Said {
+        stdout: crate::secrets::mask_owned(said.stdout, also),
+        stderr: crate::secrets::mask_owned(said.stderr, also),
     }
 }
 
@@ -132,7 +115,7 @@ pub(crate) fn provenance_from_wit(wit: types::Provenance) -> Provenance {
     }
 }
 
-pub use canopy_model::work::{Decision, Outcome, Status};
+pub use canopy_model::work::{Decision, Outcome, Said, Status};
 
 /// The outcome with every known secret, and each of `also`, masked (see
 /// [`crate::secrets`]): what the plugin says is recorded and emitted.
@@ -548,7 +531,7 @@ impl CallSetup {
             return match result {
                 Err(_elapsed) => Err(self.timed_out(&label, started)),
                 Ok(Ok(Ok(Reply::Outcome(outcome, _)))) => {
-                    Ok(bounds::reply(Reply::Outcome(outcome, Said::of(state))))
+                    Ok(bounds::reply(Reply::Outcome(outcome, said_of(state))))
                 }
                 Ok(Ok(Ok(value))) => Ok(bounds::reply(value)),
                 Ok(Ok(Err(message))) => Err(CallError::Plugin {

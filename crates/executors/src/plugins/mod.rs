@@ -39,7 +39,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -58,6 +57,7 @@ use canopy_model::call_env;
 use canopy_model::markers::{self, Escape, MarkerValues};
 use canopy_model::records::plugins::{LoadInfo, PluginInfo};
 use canopy_model::runtime_hooks::Phase;
+pub use canopy_model::work::CallReport;
 use canopy_model::work::{MessageTarget, PluginRef, Provenance};
 use canopy_store::{Store, StoreError};
 use capabilities::Grants;
@@ -308,33 +308,6 @@ impl Ending {
             Err(err) => Self::Failed(err.to_string()),
         }
     }
-}
-
-/// What an `execute` call produced.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct CallReport {
-    pub plugin: PluginRef,
-    pub mode: String,
-    /// The config the plugin received, template fields rendered (no reserved keys).
-    pub rendered_config: Value,
-    /// The deadline the call was given, in milliseconds.
-    pub deadline_ms: u64,
-    pub outcome: Outcome,
-    /// What the plugin itself printed during the call (a Python `print`), bounded.
-    #[serde(skip_serializing_if = "Said::is_empty")]
-    pub said: Said,
-    pub duration_ms: u64,
-    /// The call failed after a command it ran was stopped at its timeout (the host saw the
-    /// timeout itself): the work hit its deadline.
-    pub timed_out: bool,
-    /// A stop signal killed (or kept from starting) a command of the call: a planned stop
-    /// forced it, or its work was replaced. What the outcome says is what it did until then.
-    pub interrupted: bool,
-    /// The exit code of the last command the call ran that exited with one.
-    pub exit_code: Option<i32>,
-    /// The usage limit the agent platform reported, if it did (see [`Ending::LimitBlocked`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<canopy_model::limits::LimitHit>,
 }
 
 /// The executor host.
@@ -1167,7 +1140,7 @@ impl PluginHost {
             let (outcome, said) = match reply? {
                 Reply::Outcome(outcome, said) => (
                     call::masked_outcome(call::outcome_from_wit(outcome), &own_token),
-                    said.masked(&own_token),
+                    call::masked_said(said, &own_token),
                 ),
                 Reply::Manifest(_) | Reply::Valid => {
                     return Err(PluginError::Internal(anyhow::anyhow!(
