@@ -40,10 +40,13 @@ pub const MAX_BATCH: usize = 512;
 const WRITER_CACHE_KIB: i64 = -64 * 1024;
 /// How long the writer keeps looking for the next write before it sleeps, after a batch that
 /// held a graph driver's write. A driver's next write usually comes within this (its executor
-/// call and hand-off in between); waking a sleeping thread costs about as much again on a
-/// small VM. After a batch of other writes it sleeps at once: a webhook's deliveries gained 7%
-/// accepted requests a second from that, and 20 µs of the writer's CPU per waited delivery.
-const WRITER_SPIN: Duration = Duration::from_micros(250);
+/// call and hand-off in between, and the sync hooks asked before the call); waking a sleeping
+/// thread costs about as much again on a small VM. At 250 µs a node with one sync hook on
+/// `node.pre_dispatch` came back after the writer had gone to sleep: 1 ms took about 80 µs off
+/// each such dispatch (2,000 µs was worse again: the spin took a core from the work). After a
+/// batch of other writes it sleeps at once: a webhook's deliveries gained 7% accepted requests a
+/// second from that, and 20 µs of the writer's CPU per waited delivery.
+const WRITER_SPIN: Duration = Duration::from_micros(1000);
 /// How long a watched write (see [`Db::write`]) that is the only one awaited looks for its
 /// answer before its task sleeps. A parked tokio worker woken by the writer's answer took
 /// about 95 µs to run again on this project's 2-core VM, a fifth of a graph driver's step.

@@ -398,7 +398,9 @@ impl Bus {
         }
         if let Some(graph) = &question.graph {
             let configs = sync_hooks_of(&graph.hooks, question.def.name);
-            // The workdir is looked at once per question, not once per hook (a stat each).
+            // The workdir is looked at once per question, not once per hook (a stat each); a
+            // run's is the one the run checked as it started, and is not looked at again at
+            // every dispatch (a hook whose workdir went away meanwhile fails, saying so).
             let workdir = OnceCell::new();
             for (index, config) in configs.into_iter().enumerate() {
                 hooks.push(SyncHook::written(
@@ -407,7 +409,10 @@ impl Bus {
                     index,
                     &config,
                     workdir
-                        .get_or_init(|| fallback(Some(&graph.workdir)))
+                        .get_or_init(|| match &graph.run_id {
+                            Some(_) => PathBuf::from(&graph.workdir),
+                            None => fallback(Some(&graph.workdir)),
+                        })
                         .clone(),
                 ));
             }
