@@ -215,7 +215,8 @@ fn bearer() -> openapi::SecurityRequirement {
     [(BEARER.to_string(), Vec::new())].into_iter().collect()
 }
 
-/// The error answer every operation can give.
+/// The error answer every operation can give, whether its handler fails with [`ApiError`] or
+/// only the guard in front of it can refuse it.
 fn error_response() -> Response {
     Response {
         description: "An error: `{\"error\": {\"code\", \"message\"}}`.".into(),
@@ -530,18 +531,10 @@ impl OperationOutput for ApiError {
         ctx: &mut GenContext,
         operation: &mut Operation,
     ) -> Vec<(Option<Code>, Response)> {
-        json_response::<ErrorBody>(ctx, operation)
-            .map(|r| {
-                (
-                    None,
-                    Response {
-                        description: "An error: `{\"error\": {\"code\", \"message\"}}`.".into(),
-                        ..r
-                    },
-                )
-            })
-            .into_iter()
-            .collect()
+        // Registers `ErrorBody` among the components; the answer itself is the one every
+        // operation documents (see `finish`).
+        let _ = json_response::<ErrorBody>(ctx, operation);
+        vec![(None, error_response())]
     }
 }
 
