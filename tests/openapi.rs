@@ -434,3 +434,48 @@ fn the_manual_has_this_builds_document_and_reference_page() {
     assert!(page.contains("### `GET /api/graphs/{name}`"), "{page}");
     assert!(page.contains("### GraphView"), "{page}");
 }
+
+#[test]
+fn the_manuals_route_table_names_every_route_of_the_document_and_no_other() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src");
+    let page = std::fs::read_to_string(docs.join("http-api.md")).unwrap();
+    let start = page
+        .find("## Routes")
+        .expect("http-api.md has its Routes section");
+    let rest = &page[start..];
+    let table: String = rest
+        .lines()
+        .skip(1)
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The routes a row names: the first cell's `METHOD /path` spans, query strings left out.
+    let mut named = BTreeSet::new();
+    for row in table.lines().skip(2) {
+        let first = row.trim_start_matches('|').split(" | ").next().unwrap();
+        for span in first.split('`').skip(1).step_by(2) {
+            if let Some((_, path)) = span.split_once(' ')
+                && path.starts_with("/api/")
+            {
+                let path = path.split(['?', '[']).next().unwrap();
+                named.insert(path.to_string());
+            }
+        }
+    }
+    let doc = printed_document();
+    let documented: BTreeSet<String> = doc["paths"].as_object().unwrap().keys().cloned().collect();
+    let missing: Vec<_> = documented.difference(&named).collect();
+    assert!(
+        missing.is_empty(),
+        "routes of the document the manual's table does not name: {missing:?}"
+    );
+    let stray: Vec<_> = named
+        .difference(&documented)
+        .filter(|path| path.as_str() != "/api/openapi.json")
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "routes the manual's table names that the API does not have: {stray:?}"
+    );
+}
