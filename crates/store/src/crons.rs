@@ -2,7 +2,7 @@
 //! given its terminal state before a planned stop lets the daemon go; and each cron's state
 //! across restarts (`cron_state`: paused, and the scheduled time accounted through).
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 
 use super::states::{Sql, state};
 use super::times::{At, time, time_opt};
@@ -39,7 +39,7 @@ pub struct ReceiptEnd {
 
 const COLUMNS: &str = "run_id, cron, node, trigger, scheduled_at, status, exit_code, output, error, missed_count, original_effects_unknown, actor, created_at, started_at, finished_at, duration_ms";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Receipt> {
+fn from_row(row: &Row<'_>) -> sql::Result<Receipt> {
     Ok(Receipt {
         run_id: row.get(0)?,
         cron: row.get(1)?,
@@ -63,65 +63,57 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Receipt> {
 impl Rd<'_> {
     /// A cron's receipts, newest first, at most `last`.
     pub fn cron_receipts(&self, cron: &str, last: usize) -> Result<Vec<Receipt>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2"
-        ))?;
-        let receipts = statement
-            .query_map(
-                params![cron, i64::try_from(last).unwrap_or(i64::MAX)],
-                from_row,
-            )?
-            .collect::<rusqlite::Result<_>>()?;
+        );
+        let receipts = self.query_map(
+            &statement,
+            params![cron, i64::try_from(last).unwrap_or(i64::MAX)],
+            from_row,
+        )?;
         Ok(receipts)
     }
 
     /// One receipt by its run id.
     pub fn cron_receipt(&self, run_id: &str) -> Result<Receipt, StoreError> {
-        self.conn()
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM cron_receipts WHERE run_id = ?1"
-            ))?
-            .query_row([run_id], from_row)
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "cron run",
-                id: run_id.to_string(),
-            })
+        self.query_opt(
+            &format!("SELECT {COLUMNS} FROM cron_receipts WHERE run_id = ?1"),
+            params![run_id],
+            from_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "cron run",
+            id: run_id.to_string(),
+        })
     }
 
     /// The last receipt of a cron that ran (or tried to), missed and refused ones aside.
     pub fn last_cron_execution(&self, cron: &str) -> Result<Option<Receipt>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(&format!(
+        Ok(self.query_opt(&format!(
                 "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 AND status NOT IN ('missed', 'skipped', 'refused') ORDER BY created_at DESC, rowid DESC LIMIT 1"
-            ))?
-            .query_row([cron], from_row)
-            .optional()?)
+            ), params![cron], from_row)?)
     }
 
     /// A cron's state; the default for a cron never seen.
     pub fn cron_state(&self, cron: &str) -> Result<Option<CronState>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT paused, accounted_through FROM cron_state WHERE name = ?1")?
-            .query_row([cron], |row| {
+        Ok(self.query_opt(
+            "SELECT paused, accounted_through FROM cron_state WHERE name = ?1",
+            params![cron],
+            |row| {
                 Ok(CronState {
                     paused: row.get(0)?,
                     accounted_through: time_opt(row, 1)?,
                 })
-            })
-            .optional()?)
+            },
+        )?)
     }
 
     /// Receipts left running (by a daemon that died, or that the last stop could not end).
     pub fn running_cron_receipts(&self) -> Result<Vec<Receipt>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {COLUMNS} FROM cron_receipts WHERE status = 'running' ORDER BY created_at"
-        ))?;
-        let receipts = statement
-            .query_map([], from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        );
+        let receipts = self.query_map(&statement, params![], from_row)?;
         Ok(receipts)
     }
 }
@@ -138,12 +130,8 @@ impl Tx<'_> {
         } else {
             (None, Some(now.as_str()))
         };
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO cron_receipts (run_id, cron, node, trigger, scheduled_at, status, error, missed_count, actor, created_at, started_at, finished_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?
-            .execute(params![
+        self.execute("INSERT INTO cron_receipts (run_id, cron, node, trigger, scheduled_at, status, error, missed_count, actor, created_at, started_at, finished_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", params![
                 new.run_id,
                 new.cron,
                 new.node,
@@ -167,13 +155,8 @@ impl Tx<'_> {
         run_id: &str,
         end: &ReceiptEnd,
     ) -> Result<Option<Receipt>, StoreError> {
-        let changed = self
-            .conn()
-            .prepare_cached(
-                "UPDATE cron_receipts SET status = ?2, exit_code = ?3, output = ?4, error = ?5, duration_ms = ?6, finished_at = ?7
-                 WHERE run_id = ?1 AND status = 'running'",
-            )?
-            .execute(params![
+        let changed = self.execute("UPDATE cron_receipts SET status = ?2, exit_code = ?3, output = ?4, error = ?5, duration_ms = ?6, finished_at = ?7
+                 WHERE run_id = ?1 AND status = 'running'", params![
                 run_id,
                 Sql(end.status),
                 end.exit_code,
@@ -192,15 +175,13 @@ impl Tx<'_> {
     /// effects unknown. Returns them.
     pub fn interrupt_unknown_cron_receipts(&self) -> Result<Vec<Receipt>, StoreError> {
         let running = self.running_cron_receipts()?;
-        let mut statement = self.conn().prepare_cached(
-            "UPDATE cron_receipts SET status = 'interrupted_unknown', original_effects_unknown = 1, finished_at = ?2,
+        let statement = "UPDATE cron_receipts SET status = 'interrupted_unknown', original_effects_unknown = 1, finished_at = ?2,
                 error = 'the daemon died while this firing ran (crash or kill); what it did is unknown, and it is not replayed'
-             WHERE run_id = ?1 AND status = 'running'",
-        )?;
+             WHERE run_id = ?1 AND status = 'running'";
         let now = super::now();
         let mut ended = Vec::with_capacity(running.len());
         for receipt in running {
-            statement.execute(params![receipt.run_id, now])?;
+            self.execute(statement, params![receipt.run_id, now])?;
             ended.push(self.cron_receipt(&receipt.run_id)?);
         }
         Ok(ended)
@@ -215,35 +196,30 @@ impl Tx<'_> {
         keep: u32,
         before: Timestamp,
     ) -> Result<usize, StoreError> {
-        let kept_from: Option<Timestamp> = self
-            .conn()
-            .prepare_cached(
-                "SELECT created_at FROM cron_receipts WHERE cron = ?1
+        let kept_from: Option<Timestamp> = self.query_opt(
+            "SELECT created_at FROM cron_receipts WHERE cron = ?1
                  ORDER BY created_at DESC LIMIT 1 OFFSET ?2",
-            )?
-            .query_row(params![cron, keep.saturating_sub(1)], |row| time(row, 0))
-            .optional()?;
+            params![cron, keep.saturating_sub(1)],
+            |row| time(row, 0),
+        )?;
         let cutoff = match kept_from {
             Some(oldest_kept) if oldest_kept > before => oldest_kept,
             _ => before,
         };
-        let removed = self
-            .conn()
-            .prepare_cached(
-                "DELETE FROM cron_receipts WHERE cron = ?1 AND created_at < ?2 AND status != 'running'",
-            )?
-            .execute(params![cron, At(cutoff)])?;
+        let removed = self.execute(
+            "DELETE FROM cron_receipts WHERE cron = ?1 AND created_at < ?2 AND status != 'running'",
+            params![cron, At(cutoff)],
+        )?;
         Ok(removed)
     }
 
     /// Sets what a cron has accounted for through `at` (creating its state).
     pub fn set_cron_accounted(&self, cron: &str, at: Timestamp) -> Result<(), StoreError> {
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO cron_state (name, accounted_through) VALUES (?1, ?2)
+        self.execute(
+            "INSERT INTO cron_state (name, accounted_through) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET accounted_through = excluded.accounted_through",
-            )?
-            .execute(params![cron, At(at)])?;
+            params![cron, At(at)],
+        )?;
         Ok(())
     }
 
@@ -255,13 +231,9 @@ impl Tx<'_> {
         paused: bool,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO cron_state (name, paused, accounted_through) VALUES (?1, ?2, ?3)
+        self.execute("INSERT INTO cron_state (name, paused, accounted_through) VALUES (?1, ?2, ?3)
                  ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
-                    accounted_through = CASE WHEN excluded.paused THEN cron_state.accounted_through ELSE excluded.accounted_through END",
-            )?
-            .execute(params![cron, paused, At(now)])?;
+                    accounted_through = CASE WHEN excluded.paused THEN cron_state.accounted_through ELSE excluded.accounted_through END", params![cron, paused, At(now)])?;
         Ok(())
     }
 }

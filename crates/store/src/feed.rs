@@ -2,7 +2,7 @@
 //! recorded. The row id is the feed's cursor: it only grows and is never reused, even after
 //! old rows are pruned.
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 use serde_json::Value;
 
 use super::times::{At, time};
@@ -13,7 +13,7 @@ use canopy_model::time::Timestamp;
 const COLUMNS: &str =
     "id, node, project, target, event, family, timestamp, actor, dispatch_depth, payload";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Envelope> {
+fn from_row(row: &Row<'_>) -> sql::Result<Envelope> {
     let family: String = row.get(5)?;
     let payload: String = row.get(9)?;
     Ok(Envelope {
@@ -23,11 +23,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Envelope> {
         target: row.get(3)?,
         event: row.get(4)?,
         family: Family::parse(&family).ok_or_else(|| {
-            rusqlite::Error::FromSqlConversionFailure(
-                5,
-                rusqlite::types::Type::Text,
-                format!("`{family}` is not an event family").into(),
-            )
+            sql::Error::column(5, format!("`{family}` is not an event family").into())
         })?,
         timestamp: time(row, 6)?,
         actor: row.get(7)?,
@@ -94,7 +90,7 @@ impl Rd<'_> {
         // them: `(?1 IS NULL OR id > ?1)` kept the primary key out of reach, and a follower
         // catching up read the whole feed (96 ms at 588k rows, against 0.2 ms).
         let mut terms: Vec<&str> = Vec::new();
-        let mut args: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":limit", &limit)];
+        let mut args: Vec<(&str, &dyn sql::ToSql)> = vec![(":limit", &limit)];
         if let Some(after) = &after {
             terms.push("id > :after");
             args.push((":after", after));
@@ -117,13 +113,11 @@ impl Rd<'_> {
             format!("WHERE {}", terms.join(" AND "))
         };
         let order = if query.since.is_some() { "" } else { " DESC" };
-        let mut rows: Vec<Envelope> = self
-            .conn()
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM feed {filter} ORDER BY id{order} LIMIT :limit"
-            ))?
-            .query_map(args.as_slice(), from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        let mut rows: Vec<Envelope> = self.query_map_named(
+            &format!("SELECT {COLUMNS} FROM feed {filter} ORDER BY id{order} LIMIT :limit"),
+            args.as_slice(),
+            from_row,
+        )?;
         if query.since.is_none() {
             rows.reverse();
         }
@@ -133,13 +127,11 @@ impl Rd<'_> {
     /// The cursor just before the first row recorded at or after `time`: a
     /// reader after it reads from that instant on. The newest cursor when no row is that new.
     pub fn feed_cursor_at(&self, time: Timestamp) -> Result<i64, StoreError> {
-        let first: Option<i64> = self
-            .conn()
-            .prepare_cached(
-                "SELECT id FROM feed WHERE timestamp >= ?1 ORDER BY timestamp, id LIMIT 1",
-            )?
-            .query_row([At(time)], |row| row.get(0))
-            .optional()?;
+        let first: Option<i64> = self.query_opt(
+            "SELECT id FROM feed WHERE timestamp >= ?1 ORDER BY timestamp, id LIMIT 1",
+            params![At(time)],
+            |row| row.get(0),
+        )?;
         match first {
             Some(id) => Ok(id - 1),
             None => self.feed_head(),
@@ -148,10 +140,11 @@ impl Rd<'_> {
 
     /// The newest cursor (0 for an empty feed).
     pub fn feed_head(&self) -> Result<i64, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM feed")?
-            .query_row([], |row| row.get(0))?)
+        Ok(
+            self.query_row("SELECT COALESCE(MAX(id), 0) FROM feed", params![], |row| {
+                row.get(0)
+            })?,
+        )
     }
 }
 
@@ -166,12 +159,8 @@ impl Tx<'_> {
     ) -> Result<Envelope, StoreError> {
         let timestamp = Timestamp::now();
         let actor = cause.actor.to_string();
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO feed (node, project, target, event, family, timestamp, actor, dispatch_depth, payload)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?
-            .execute(params![
+        let id: i64 = self.query_row("INSERT INTO feed (node, project, target, event, family, timestamp, actor, dispatch_depth, payload)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id", params![
                 node,
                 event.project,
                 event.target,
@@ -181,9 +170,9 @@ impl Tx<'_> {
                 actor,
                 cause.depth,
                 event.text()
-            ])?;
+            ], |row| row.get(0))?;
         Ok(Envelope {
-            id: self.conn().last_insert_rowid(),
+            id,
             node: node.to_string(),
             project: event.project,
             target: event.target,
@@ -199,12 +188,7 @@ impl Tx<'_> {
     /// Deletes feed rows recorded before `before`, at most `limit` of them (a
     /// large backlog is pruned in several small writes); returns how many.
     pub fn prune_feed(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "DELETE FROM feed WHERE id IN (SELECT id FROM feed WHERE timestamp < ?1 ORDER BY id LIMIT ?2)",
-            )?
-            .execute(params![At(before), i64::try_from(limit).unwrap_or(i64::MAX)])?)
+        Ok(self.execute("DELETE FROM feed WHERE id IN (SELECT id FROM feed WHERE timestamp < ?1 ORDER BY id LIMIT ?2)", params![At(before), i64::try_from(limit).unwrap_or(i64::MAX)])?)
     }
 }
 

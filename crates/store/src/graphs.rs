@@ -1,7 +1,7 @@
 //! Graphs (`graphs`, `graph_specs`): the definition, its version, its status and the lease of
 //! the driver that works on its current run.
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 use serde_json::Value;
 
 use super::states::{Sql, state};
@@ -31,14 +31,12 @@ pub enum Replaced {
 
 const COLUMNS: &str = "id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at";
 
-fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
+fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> sql::Result<T> {
     let text: String = row.get(index)?;
-    serde_json::from_str(&text).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
-    })
+    serde_json::from_str(&text).map_err(|e| sql::Error::column(index, e.into()))
 }
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Graph> {
+fn from_row(row: &Row<'_>) -> sql::Result<Graph> {
     Ok(Graph {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -65,31 +63,26 @@ impl Rd<'_> {
 
     /// One graph by full id, without its bound specs (what the driver needs per step).
     pub fn graph_shallow(&self, id: &str) -> Result<Graph, StoreError> {
-        self.conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM graphs WHERE id = ?1"))?
-            .query_row([id], from_row)
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "graph",
-                id: id.to_string(),
-            })
+        self.query_opt(
+            &format!("SELECT {COLUMNS} FROM graphs WHERE id = ?1"),
+            params![id],
+            from_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "graph",
+            id: id.to_string(),
+        })
     }
 
     /// One graph by full id, with its bound specs.
     pub fn graph(&self, id: &str) -> Result<Graph, StoreError> {
         let mut graph = self.graph_shallow(id)?;
-        graph.specs = self
-            .conn()
-            .prepare_cached(
-                "SELECT s.id, s.name FROM graph_specs gs JOIN specs s ON s.id = gs.spec_id WHERE gs.graph_id = ?1 ORDER BY gs.position",
-            )?
-            .query_map([id], |r| {
+        graph.specs = self.query_map("SELECT s.id, s.name FROM graph_specs gs JOIN specs s ON s.id = gs.spec_id WHERE gs.graph_id = ?1 ORDER BY gs.position", params![id], |r| {
                 Ok(BoundSpec {
                     id: r.get(0)?,
                     name: r.get(1)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+            })?;
         Ok(graph)
     }
 
@@ -97,12 +90,11 @@ impl Rd<'_> {
     /// the one writer of the table and writes them all), so the last position answers in one
     /// index lookup where counting read every row.
     pub fn graph_spec_count(&self, id: &str) -> Result<usize, StoreError> {
-        let count: i64 = self
-            .conn()
-            .prepare_cached(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM graph_specs WHERE graph_id = ?1",
-            )?
-            .query_row([id], |r| r.get(0))?;
+        let count: i64 = self.query_row(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM graph_specs WHERE graph_id = ?1",
+            params![id],
+            |r| r.get(0),
+        )?;
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
@@ -113,56 +105,42 @@ impl Rd<'_> {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<BoundSpec>, StoreError> {
-        let specs = self
-            .conn()
-            .prepare_cached(
-                "SELECT s.id, s.name FROM graph_specs gs JOIN specs s ON s.id = gs.spec_id WHERE gs.graph_id = ?1 ORDER BY gs.position LIMIT ?2 OFFSET ?3",
-            )?
-            .query_map(
-                params![
+        let specs = self.query_map("SELECT s.id, s.name FROM graph_specs gs JOIN specs s ON s.id = gs.spec_id WHERE gs.graph_id = ?1 ORDER BY gs.position LIMIT ?2 OFFSET ?3", params![
                     id,
                     i64::try_from(limit).unwrap_or(i64::MAX),
                     i64::try_from(offset).unwrap_or(i64::MAX)
-                ],
-                |r| {
+                ], |r| {
                     Ok(BoundSpec {
                         id: r.get(0)?,
                         name: r.get(1)?,
                     })
-                },
-            )?
-            .collect::<rusqlite::Result<_>>()?;
+                })?;
         Ok(specs)
     }
 
     /// The id of every graph, by name.
     pub fn graph_ids(&self) -> Result<Vec<String>, StoreError> {
-        let ids = self
-            .conn()
-            .prepare_cached("SELECT id FROM graphs ORDER BY name")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let ids = self.query_map("SELECT id FROM graphs ORDER BY name", params![], |r| {
+            r.get(0)
+        })?;
         Ok(ids)
     }
 
     /// Every graph's id with its name.
     pub fn graph_names(&self) -> Result<std::collections::HashMap<String, String>, StoreError> {
-        let names = self
-            .conn()
-            .prepare_cached("SELECT id, name FROM graphs")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(names)
+        let names = self.query_map("SELECT id, name FROM graphs", params![], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        Ok(names.into_iter().collect())
     }
 
     /// True when a graph other than `except` is called `name`.
     pub fn graph_name_taken(&self, name: &str, except: Option<&str>) -> Result<bool, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM graphs WHERE name = ?1 AND id IS NOT ?2)",
-            )?
-            .query_row(params![name, except], |r| r.get(0))?)
+        Ok(self.query_row(
+            "SELECT EXISTS (SELECT 1 FROM graphs WHERE name = ?1 AND id IS NOT ?2)",
+            params![name, except],
+            |r| r.get(0),
+        )?)
     }
 }
 
@@ -173,8 +151,7 @@ impl Tx<'_> {
         let now = super::now();
         self.execute(
             "INSERT INTO graphs (id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'idle', NULL, ?6, NULL, 1, 0, ?7, ?7)",
-            params![
+             VALUES (?1, ?2, ?3, ?4, ?5, 'idle', NULL, ?6, NULL, 1, 0, ?7, ?7)", params![
                 id,
                 write.name,
                 write.workdir,
@@ -182,8 +159,7 @@ impl Tx<'_> {
                 write.allow_dirty_start,
                 Value::Object(write.hooks.clone()).to_string(),
                 now
-            ],
-        )?;
+            ])?;
         self.write_graph_specs(&id, &write.workdir, &write.specs)?;
         Ok(id)
     }
@@ -197,10 +173,11 @@ impl Tx<'_> {
         based_on: Option<i64>,
     ) -> Result<Replaced, StoreError> {
         let current: i64 = self
-            .conn()
-            .prepare_cached("SELECT version FROM graphs WHERE id = ?1")?
-            .query_row([id], |r| r.get(0))
-            .optional()?
+            .query_opt(
+                "SELECT version FROM graphs WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )?
             .ok_or_else(|| StoreError::NotFound {
                 kind: "graph",
                 id: id.to_string(),
@@ -209,8 +186,7 @@ impl Tx<'_> {
             return Ok(Replaced::Stale(current));
         }
         self.execute(
-            "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, hooks = ?6, updated_at = ?7, version = version + 1 WHERE id = ?1",
-            params![
+            "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, hooks = ?6, updated_at = ?7, version = version + 1 WHERE id = ?1", params![
                 id,
                 write.name,
                 write.workdir,
@@ -218,8 +194,7 @@ impl Tx<'_> {
                 write.allow_dirty_start,
                 Value::Object(write.hooks.clone()).to_string(),
                 super::now()
-            ],
-        )?;
+            ])?;
         self.write_graph_specs(id, &write.workdir, &write.specs)?;
         Ok(Replaced::At(current + 1))
     }
@@ -233,16 +208,15 @@ impl Tx<'_> {
         workdir: &str,
         specs: &[String],
     ) -> Result<(), StoreError> {
-        self.execute("DELETE FROM graph_specs WHERE graph_id = ?1", [graph_id])?;
-        let mut insert = self.conn().prepare_cached(
-            "INSERT INTO graph_specs (graph_id, spec_id, position) VALUES (?1, ?2, ?3)",
+        self.execute(
+            "DELETE FROM graph_specs WHERE graph_id = ?1",
+            params![graph_id],
         )?;
-        let mut tag = self
-            .conn()
-            .prepare_cached("UPDATE specs SET workdir = ?2 WHERE id = ?1 AND workdir IS NULL")?;
+        let insert = "INSERT INTO graph_specs (graph_id, spec_id, position) VALUES (?1, ?2, ?3)";
+        let tag = "UPDATE specs SET workdir = ?2 WHERE id = ?1 AND workdir IS NULL";
         for (position, spec) in specs.iter().enumerate() {
-            insert.execute(params![graph_id, spec, position as i64])?;
-            tag.execute(params![spec, workdir])?;
+            self.execute(insert, params![graph_id, spec, position as i64])?;
+            self.execute(tag, params![spec, workdir])?;
         }
         Ok(())
     }
@@ -256,30 +230,21 @@ impl Tx<'_> {
         run_id: Option<&str>,
     ) -> Result<(), StoreError> {
         self.execute(
-            "UPDATE graphs SET status = ?2, blocker = ?3, current_run_id = COALESCE(?4, current_run_id), updated_at = ?5 WHERE id = ?1",
-            params![id, Sql(status), blocker, run_id, super::now()],
-        )?;
+            "UPDATE graphs SET status = ?2, blocker = ?3, current_run_id = COALESCE(?4, current_run_id), updated_at = ?5 WHERE id = ?1", params![id, Sql(status), blocker, run_id, super::now()])?;
         Ok(())
     }
 
     /// Makes a graph idle with no current run.
     pub fn clear_graph_run(&self, id: &str) -> Result<(), StoreError> {
         self.execute(
-            "UPDATE graphs SET status = 'idle', blocker = NULL, current_run_id = NULL, updated_at = ?2 WHERE id = ?1",
-            params![id, super::now()],
-        )?;
+            "UPDATE graphs SET status = 'idle', blocker = NULL, current_run_id = NULL, updated_at = ?2 WHERE id = ?1", params![id, super::now()])?;
         Ok(())
     }
 
     /// Hands the graph's current run to a new driver: returns the lease that driver holds.
     /// Every earlier driver's lease is void from then on.
     pub fn take_driver_lease(&self, id: &str) -> Result<i64, StoreError> {
-        self.conn()
-            .prepare_cached(
-                "UPDATE graphs SET driver_lease = driver_lease + 1 WHERE id = ?1 RETURNING driver_lease",
-            )?
-            .query_row([id], |r| r.get(0))
-            .optional()?
+        self.query_opt("UPDATE graphs SET driver_lease = driver_lease + 1 WHERE id = ?1 RETURNING driver_lease", params![id], |r| r.get(0))?
             .ok_or_else(|| StoreError::NotFound {
                 kind: "graph",
                 id: id.to_string(),
@@ -288,7 +253,7 @@ impl Tx<'_> {
 
     /// Deletes a graph and (by cascade) its run history.
     pub fn delete_graph(&self, id: &str) -> Result<(), StoreError> {
-        self.execute("DELETE FROM graphs WHERE id = ?1", [id])?;
+        self.execute("DELETE FROM graphs WHERE id = ?1", params![id])?;
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 use serde_json::Value;
 
 use super::states::{Sql, state, state_opt};
@@ -18,16 +18,14 @@ use canopy_model::work::PluginRef;
 
 const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project, dispatch, required, outcome, patch_applied";
 
-fn json_column(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
+fn json_column(row: &Row<'_>, index: usize) -> sql::Result<Option<Value>> {
     let text: Option<String> = row.get(index)?;
     text.map(|t| serde_json::from_str(&t))
         .transpose()
-        .map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
-        })
+        .map_err(|e| sql::Error::column(index, e.into()))
 }
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<HookRun> {
+fn from_row(row: &Row<'_>) -> sql::Result<HookRun> {
     let mode: Option<String> = row.get(8)?;
     let status: HookRunStatus = state(row, 13)?;
     let fired_at = time(row, 18)?;
@@ -164,13 +162,13 @@ fn outcome_sql() -> String {
 }
 
 /// Named parameters of a statement.
-type Params<'a> = Vec<(&'static str, Param<'a>)>;
+type Bound<'a> = Vec<(&'static str, Param<'a>)>;
 
 /// One parameter's value.
-type Param<'a> = Box<dyn rusqlite::ToSql + 'a>;
+type Param<'a> = Box<dyn sql::ToSql + 'a>;
 
 /// A filter's value as a parameter, when it is given.
-fn boxed<'a, T: rusqlite::ToSql + 'a>(value: Option<T>) -> Option<Param<'a>> {
+fn boxed<'a, T: sql::ToSql + 'a>(value: Option<T>) -> Option<Param<'a>> {
     value.map(|v| Box::new(v) as Param<'a>)
 }
 
@@ -178,9 +176,9 @@ impl HookRunFilter {
     /// The `WHERE` clause of the filter and its named parameters: only the filters given, so
     /// the query planner can use an index for them (`:x IS NULL OR col = :x` kept every index
     /// out of reach: a graph view asking for a run's few hook runs read every hook run on record).
-    fn clause(&self) -> (String, Params<'_>) {
+    fn clause(&self) -> (String, Bound<'_>) {
         let mut terms: Vec<String> = Vec::new();
-        let mut params: Params<'_> = Vec::new();
+        let mut params: Bound<'_> = Vec::new();
         let outcome = format!("({})", outcome_sql());
         let equal: [(&str, &'static str, Option<Param<'_>>); 8] = [
             ("graph_id", ":graph_id", boxed(self.graph_id.as_ref())),
@@ -244,45 +242,45 @@ impl Rd<'_> {
     pub fn hook_runs(&self, filter: &HookRunFilter) -> Result<Vec<HookRun>, StoreError> {
         // SQLite: `rowid` is the insertion order.
         let (clause, mut params) = filter.clause();
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {COLUMNS} FROM hook_runs WHERE {clause} ORDER BY fired_at DESC, rowid DESC LIMIT :last"
-        ))?;
+        );
         params.push((
             ":last",
             Box::new(i64::try_from(filter.last).unwrap_or(i64::MAX)),
         ));
-        let named: Vec<(&str, &dyn rusqlite::ToSql)> = params
+        let named: Vec<(&str, &dyn sql::ToSql)> = params
             .iter()
             .map(|(name, value)| (*name, &**value))
             .collect();
-        let runs = statement
-            .query_map(named.as_slice(), from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        let runs = self.query_map_named(&statement, named.as_slice(), from_row)?;
         Ok(runs)
     }
 
     /// How many hook runs match the filter (`last` aside).
     pub fn count_hook_runs(&self, filter: &HookRunFilter) -> Result<usize, StoreError> {
         let (clause, params) = filter.clause();
-        let named: Vec<(&str, &dyn rusqlite::ToSql)> = params
+        let named: Vec<(&str, &dyn sql::ToSql)> = params
             .iter()
             .map(|(name, value)| (*name, &**value))
             .collect();
         let count: i64 = self
-            .conn()
-            .prepare_cached(&format!("SELECT count(*) FROM hook_runs WHERE {clause}"))?
-            .query_row(named.as_slice(), |row| row.get(0))?;
+            .query_map_named(
+                &format!("SELECT count(*) FROM hook_runs WHERE {clause}"),
+                named.as_slice(),
+                |row| row.get(0),
+            )?
+            .pop()
+            .unwrap_or(0);
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
     /// The hook runs with these ids, in the order given; an id with no record is left out.
     pub fn hook_runs_by_id(&self, ids: &[String]) -> Result<Vec<HookRun>, StoreError> {
-        let mut statement = self
-            .conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM hook_runs WHERE id = ?1"))?;
+        let statement = format!("SELECT {COLUMNS} FROM hook_runs WHERE id = ?1");
         let mut runs = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(run) = statement.query_row([id], from_row).optional()? {
+            if let Some(run) = self.query_opt(&statement, params![id], from_row)? {
                 runs.push(run);
             }
         }
@@ -291,11 +289,11 @@ impl Rd<'_> {
 
     /// A graph's stored hooks map as JSON text; `None` when there is no such graph.
     pub fn graph_hooks_json(&self, graph_id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT hooks FROM graphs WHERE id = ?1")?
-            .query_row([graph_id], |row| row.get(0))
-            .optional()?)
+        Ok(self.query_opt(
+            "SELECT hooks FROM graphs WHERE id = ?1",
+            params![graph_id],
+            |row| row.get(0),
+        )?)
     }
 }
 
@@ -306,19 +304,15 @@ impl Tx<'_> {
         if let [one] = fired {
             return Ok(vec![self.insert_hook_run(one)?]);
         }
-        let conn = self.conn();
-        conn.prepare_cached("SAVEPOINT insert_hook_runs")?
-            .execute([])?;
+        self.execute("SAVEPOINT insert_hook_runs", params![])?;
         let inserted = fired
             .iter()
             .map(|one| self.insert_hook_run(one))
             .collect::<Result<Vec<_>, _>>();
         if inserted.is_err() {
-            conn.prepare_cached("ROLLBACK TO insert_hook_runs")?
-                .execute([])?;
+            self.execute("ROLLBACK TO insert_hook_runs", params![])?;
         }
-        conn.prepare_cached("RELEASE insert_hook_runs")?
-            .execute([])?;
+        self.execute("RELEASE insert_hook_runs", params![])?;
         inserted
     }
 
@@ -336,13 +330,9 @@ impl Tx<'_> {
             (HookRunStatus::Queued, None, None)
         };
         let finished_at = fired.dropped.as_ref().map(|_| At(fired.fired_at));
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
+        self.execute("INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
                                         source, hook_name, dispatch_depth, feed_id, project, error, finished_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
-            )?
-            .execute(params![
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)", params![
                 id,
                 fired.graph_id,
                 fired.graph_name,
@@ -379,14 +369,10 @@ impl Tx<'_> {
             let fired = &run.fired;
             let plugin = run.plugin.as_ref();
             let finished = &run.finished;
-            self.conn()
-                .prepare_cached(
-                    "INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
+            self.execute("INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
                                             source, hook_name, dispatch_depth, feed_id, project, error, finished_at, summary, output, rendered, duration_ms,
                                             dispatch, required, outcome, patch_applied)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
-                )?
-                .execute(params![
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)", params![
                     id,
                     fired.graph_id,
                     fired.graph_name,
@@ -427,13 +413,8 @@ impl Tx<'_> {
     /// Marks a queued hook run as running, with the executor about to run it. False when it
     /// is no longer queued (a shutdown interrupted it): it must not run.
     pub fn start_hook_run(&self, id: &str, plugin: Option<&PluginRef>) -> Result<bool, StoreError> {
-        let changed = self
-            .conn()
-            .prepare_cached(
-                "UPDATE hook_runs SET status = ?2, started_at = ?3, plugin = ?4, plugin_version = ?5, plugin_sha256 = ?6
-                 WHERE id = ?1 AND status = ?7",
-            )?
-            .execute(params![
+        let changed = self.execute("UPDATE hook_runs SET status = ?2, started_at = ?3, plugin = ?4, plugin_version = ?5, plugin_sha256 = ?6
+                 WHERE id = ?1 AND status = ?7", params![
                 id,
                 Sql(HookRunStatus::Running),
                 super::now(),
@@ -454,13 +435,8 @@ impl Tx<'_> {
                 finished.status
             )));
         }
-        let changed = self
-            .conn()
-            .prepare_cached(
-                "UPDATE hook_runs SET status = ?2, summary = ?3, error = ?4, output = ?5, rendered = ?6, finished_at = ?7, duration_ms = ?8
-                 WHERE id = ?1 AND status = ?9",
-            )?
-            .execute(params![
+        let changed = self.execute("UPDATE hook_runs SET status = ?2, summary = ?3, error = ?4, output = ?5, rendered = ?6, finished_at = ?7, duration_ms = ?8
+                 WHERE id = ?1 AND status = ?9", params![
                 id,
                 Sql(finished.status),
                 finished.summary,
@@ -478,14 +454,12 @@ impl Tx<'_> {
     /// start-up and shutdown); they are never re-run on their own. Returns how many.
     pub fn interrupt_unfinished_hook_runs(&self, why: &str) -> Result<usize, StoreError> {
         Ok(self.execute(
-            "UPDATE hook_runs SET status = ?1, error = ?2, finished_at = ?3 WHERE status IN (?4, ?5)",
-            params![
+            "UPDATE hook_runs SET status = ?1, error = ?2, finished_at = ?3 WHERE status IN (?4, ?5)", params![
                 Sql(HookRunStatus::Interrupted),
                 why,
                 super::now(),
                 Sql(HookRunStatus::Queued),
                 Sql(HookRunStatus::Running)
-            ],
-        )?)
+            ])?)
     }
 }

@@ -2,6 +2,7 @@
 //! and where the thing has a name (graphs, queues, sessions), its name.
 
 use super::{Rd, StoreError};
+use crate::sql::{Conn, Queries, params};
 
 /// 2020-01-01T00:00:00Z, where an ordered id's count of steps begins.
 const ORDERED_EPOCH_SECS: u64 = 1_577_836_800;
@@ -47,7 +48,7 @@ const MAX_CANDIDATES: usize = 10;
 
 /// Resolves `prefix` against the `id` column of `table`; `kind` names it in errors.
 pub(super) fn resolve(
-    conn: &rusqlite::Connection,
+    conn: &dyn Conn,
     table: &'static str,
     kind: &'static str,
     prefix: &str,
@@ -63,10 +64,8 @@ pub(super) fn resolve(
         "SELECT id FROM {table} WHERE id >= ?1 AND id < ?1 || 'g' ORDER BY id LIMIT {}",
         MAX_CANDIDATES + 1
     );
-    let mut statement = conn.prepare_cached(&sql)?;
-    let ids: Vec<String> = statement
-        .query_map([prefix.to_ascii_lowercase()], |row| row.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let ids: Vec<String> =
+        conn.query_map(&sql, params![prefix.to_ascii_lowercase()], |row| row.get(0))?;
     match ids.as_slice() {
         [] => Err(StoreError::NotFound {
             kind,
@@ -87,7 +86,7 @@ pub(super) fn resolve(
 /// satisfies `prefer` (an SQL condition on the row, e.g. `status = 'live'`), if exactly one does;
 /// otherwise it is refused as ambiguous, listing the ids of the rows that hold it.
 pub(super) fn resolve_named(
-    conn: &rusqlite::Connection,
+    conn: &dyn Conn,
     table: &'static str,
     kind: &'static str,
     text: &str,
@@ -98,10 +97,8 @@ pub(super) fn resolve_named(
         "SELECT id, {} FROM {table} WHERE name = ?1 ORDER BY id",
         prefer.unwrap_or("0")
     );
-    let mut statement = conn.prepare_cached(&sql)?;
-    let named: Vec<(String, bool)> = statement
-        .query_map([name], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+    let named: Vec<(String, bool)> =
+        conn.query_map(&sql, params![name], |row| Ok((row.get(0)?, row.get(1)?)))?;
     let preferred: Vec<&String> = named.iter().filter(|(_, p)| *p).map(|(id, _)| id).collect();
     if named.is_empty() {
         return resolve(conn, table, kind, text);
@@ -147,7 +144,7 @@ impl Rd<'_> {
         kind: &'static str,
         prefix: &str,
     ) -> Result<String, StoreError> {
-        resolve(self.conn(), table, kind, prefix)
+        resolve(self, table, kind, prefix)
     }
 
     /// Resolves a name, else an id or id prefix (see [`resolve_named`]).
@@ -158,7 +155,7 @@ impl Rd<'_> {
         text: &str,
         prefer: Option<&'static str>,
     ) -> Result<String, StoreError> {
-        resolve_named(self.conn(), table, kind, text, prefer)
+        resolve_named(self, table, kind, text, prefer)
     }
 }
 

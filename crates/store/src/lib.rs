@@ -1,7 +1,12 @@
 //! The database. The store owns all SQL: one module per group of tables adds its queries to
 //! [`Rd`] (reads) and [`Tx`] (writes), taking and returning domain types. Callers run a
 //! closure over them with [`Store::read`] or [`Store::write`]; nothing outside this crate sees a
-//! connection, so another backend is a change inside this module only.
+//! connection.
+//!
+//! The modules speak to the database through one port (`sql.rs`): values, rows and statements
+//! in the store's own types, which SQLite implements and a second backend implements beside
+//! it. What only SQLite has (its pragmas, its file's pages, its migrations) stays in `db.rs`,
+//! `retention.rs` and `migrations.rs`.
 //!
 //! SQLite in the data dir, WAL, foreign keys on, numbered migrations applied at open. Writes
 //! go to one writer thread that group-commits; reads use a small pool (see [`db`]).
@@ -25,6 +30,7 @@ pub mod retention;
 pub mod runs;
 pub mod sessions;
 pub mod specs;
+pub(crate) mod sql;
 pub mod states;
 mod times;
 pub mod webhooks;
@@ -65,6 +71,12 @@ pub enum StoreError {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(err: rusqlite::Error) -> Self {
+        Self::Internal(err.into())
+    }
+}
+
+impl From<sql::Error> for StoreError {
+    fn from(err: sql::Error) -> Self {
         Self::Internal(err.into())
     }
 }

@@ -7,7 +7,7 @@
 //! found `delivering` when the daemon starts was cut off mid-delivery; it is never typed again
 //! (see [`Tx::interrupt_deliveries`]).
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 
 use super::states::{Sql, state};
 use super::times::{time, time_opt};
@@ -39,7 +39,7 @@ fn target_columns(target: &MessageTarget) -> (&'static str, &str) {
     }
 }
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
+fn from_row(row: &Row<'_>) -> sql::Result<Message> {
     let kind: String = row.get(2)?;
     let value: String = row.get(3)?;
     let provenance: String = row.get(5)?;
@@ -71,44 +71,40 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
 impl Rd<'_> {
     /// One message by full id.
     pub fn message(&self, id: &str) -> Result<Message, StoreError> {
-        self.conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE id = ?1"))?
-            .query_row([id], from_row)
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "message",
-                id: id.to_string(),
-            })
+        self.query_opt(
+            &format!("SELECT {COLUMNS} FROM messages WHERE id = ?1"),
+            params![id],
+            from_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "message",
+            id: id.to_string(),
+        })
     }
 
     /// A session's messages in every status, oldest first.
     pub fn inbox(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY created_at, id"
-        ))?;
-        let messages = statement
-            .query_map([session_id], from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        let statement =
+            format!("SELECT {COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY created_at, id");
+        let messages = self.query_map(&statement, params![session_id], from_row)?;
         Ok(messages)
     }
 
     /// Messages in `status` (every message when `None`), oldest first.
     pub fn messages(&self, status: Option<MessageStatus>) -> Result<Vec<Message>, StoreError> {
         let messages = match status {
-            Some(status) => self
-                .conn()
-                .prepare_cached(&format!(
+            Some(status) => self.query_map(
+                &format!(
                     "SELECT {COLUMNS} FROM messages WHERE status = ?1 ORDER BY created_at, id"
-                ))?
-                .query_map([Sql(status)], from_row)?
-                .collect::<rusqlite::Result<_>>()?,
-            None => self
-                .conn()
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM messages ORDER BY created_at, id"
-                ))?
-                .query_map([], from_row)?
-                .collect::<rusqlite::Result<_>>()?,
+                ),
+                params![Sql(status)],
+                from_row,
+            )?,
+            None => self.query_map(
+                &format!("SELECT {COLUMNS} FROM messages ORDER BY created_at, id"),
+                params![],
+                from_row,
+            )?,
         };
         Ok(messages)
     }
@@ -119,19 +115,16 @@ impl Rd<'_> {
         &self,
         limit: usize,
     ) -> Result<Vec<Option<String>>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT session_id FROM messages WHERE status = ?1
-              GROUP BY session_id ORDER BY MIN(created_at) LIMIT ?2",
+        let statement = "SELECT session_id FROM messages WHERE status = ?1
+              GROUP BY session_id ORDER BY MIN(created_at) LIMIT ?2";
+        let sessions = self.query_map(
+            statement,
+            params![
+                Sql(MessageStatus::Pending),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            |r| r.get(0),
         )?;
-        let sessions = statement
-            .query_map(
-                params![
-                    Sql(MessageStatus::Pending),
-                    i64::try_from(limit).unwrap_or(i64::MAX)
-                ],
-                |r| r.get(0),
-            )?
-            .collect::<rusqlite::Result<_>>()?;
         Ok(sessions)
     }
 
@@ -140,33 +133,29 @@ impl Rd<'_> {
         &self,
         session_id: Option<&str>,
     ) -> Result<Option<Message>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(&format!(
+        Ok(self.query_opt(
+            &format!(
                 "SELECT {COLUMNS} FROM messages WHERE status = ?2 AND session_id IS ?1
                   ORDER BY created_at, id LIMIT 1"
-            ))?
-            .query_row(params![session_id, Sql(MessageStatus::Pending)], from_row)
-            .optional()?)
+            ),
+            params![session_id, Sql(MessageStatus::Pending)],
+            from_row,
+        )?)
     }
 
     /// Notifications, newest first.
     pub fn notifications(&self) -> Result<Vec<Notification>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT id, kind, message, message_id, created_at FROM notifications
-              ORDER BY created_at DESC, id",
-        )?;
-        let found = statement
-            .query_map([], |r| {
-                Ok(Notification {
-                    id: r.get(0)?,
-                    kind: state(r, 1)?,
-                    message: r.get(2)?,
-                    message_id: r.get(3)?,
-                    created_at: time(r, 4)?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+        let statement = "SELECT id, kind, message, message_id, created_at FROM notifications
+              ORDER BY created_at DESC, id";
+        let found = self.query_map(statement, params![], |r| {
+            Ok(Notification {
+                id: r.get(0)?,
+                kind: state(r, 1)?,
+                message: r.get(2)?,
+                message_id: r.get(3)?,
+                created_at: time(r, 4)?,
+            })
+        })?;
         Ok(found)
     }
 }
@@ -176,12 +165,8 @@ impl Tx<'_> {
     pub fn insert_message(&self, new: &NewMessage) -> Result<String, StoreError> {
         let id = super::new_id();
         let (kind, value) = target_columns(&new.target);
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO messages (id, target_kind, target, text, provenance, origin, plugin, status, created_at, session_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
+        self.execute("INSERT INTO messages (id, target_kind, target, text, provenance, origin, plugin, status, created_at, session_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)", params![
                 id,
                 kind,
                 value,
@@ -224,13 +209,11 @@ impl Tx<'_> {
             | MessageStatus::Undeliverable
             | MessageStatus::Unknown => None,
         };
-        let changed = self
-            .conn()
-            .prepare_cached(
-                "UPDATE messages SET status = ?3, error = ?4, delivered_at = COALESCE(?5, delivered_at)
+        let changed = self.execute(
+            "UPDATE messages SET status = ?3, error = ?4, delivered_at = COALESCE(?5, delivered_at)
                   WHERE id = ?1 AND status = ?2",
-            )?
-            .execute(params![id, Sql(from), Sql(to), error, delivered_at])?;
+            params![id, Sql(from), Sql(to), error, delivered_at],
+        )?;
         if changed == 0 {
             return Ok(None);
         }
@@ -262,18 +245,17 @@ impl Tx<'_> {
         message: &str,
         message_id: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO notifications (id, kind, message, message_id, created_at)
+        self.execute(
+            "INSERT INTO notifications (id, kind, message, message_id, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![
+            params![
                 super::new_id(),
                 Sql(kind),
                 message,
                 message_id,
                 super::now()
-            ])?;
+            ],
+        )?;
         Ok(())
     }
 }

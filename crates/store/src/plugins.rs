@@ -1,7 +1,7 @@
 //! Installed plugins (`plugins`): what each is, what it was granted, and whether it is enabled.
 //! The component itself lives in the data dir as `<sha256>.wasm`.
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 
 use super::times::{At, time};
 use super::{Rd, StoreError, Tx};
@@ -22,7 +22,7 @@ struct Stored {
     installed_at: Timestamp,
 }
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Stored> {
+fn from_row(row: &Row<'_>) -> sql::Result<Stored> {
     Ok(Stored {
         name: row.get(0)?,
         version: row.get(1)?,
@@ -63,34 +63,31 @@ fn decode(stored: Stored) -> Result<PluginRecord, StoreError> {
 impl Rd<'_> {
     /// Every installed plugin, by name.
     pub fn plugins(&self) -> Result<Vec<PluginRecord>, StoreError> {
-        let mut statement = self
-            .conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM plugins ORDER BY name"))?;
-        let rows = statement
-            .query_map([], from_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let statement = format!("SELECT {COLUMNS} FROM plugins ORDER BY name");
+        let rows = self.query_map(&statement, params![], from_row)?;
         rows.into_iter().map(decode).collect()
     }
 
     /// One installed plugin by name, if it is installed.
     pub fn plugin(&self, name: &str) -> Result<Option<PluginRecord>, StoreError> {
-        self.conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM plugins WHERE name = ?1"))?
-            .query_row([name], from_row)
-            .optional()?
-            .map(decode)
-            .transpose()
+        self.query_opt(
+            &format!("SELECT {COLUMNS} FROM plugins WHERE name = ?1"),
+            params![name],
+            from_row,
+        )?
+        .map(decode)
+        .transpose()
     }
 }
 
 impl Tx<'_> {
     /// Inserts a plugin's row, or replaces the row of that name.
     pub fn put_plugin(&self, record: &PluginRecord) -> Result<(), StoreError> {
-        self.conn()
-            .prepare_cached(&format!(
+        self.execute(
+            &format!(
                 "INSERT OR REPLACE INTO plugins ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
-            ))?
-            .execute(params![
+            ),
+            params![
                 record.name,
                 record.version,
                 record.sha256,
@@ -99,23 +96,23 @@ impl Tx<'_> {
                 record.builtin,
                 record.enabled,
                 At(record.installed_at),
-            ])?;
+            ],
+        )?;
         Ok(())
     }
 
     /// Enables or disables a plugin.
     pub fn set_plugin_enabled(&self, name: &str, enabled: bool) -> Result<(), StoreError> {
-        self.conn()
-            .prepare_cached("UPDATE plugins SET enabled = ?2 WHERE name = ?1")?
-            .execute(params![name, enabled])?;
+        self.execute(
+            "UPDATE plugins SET enabled = ?2 WHERE name = ?1",
+            params![name, enabled],
+        )?;
         Ok(())
     }
 
     /// Deletes a plugin's row.
     pub fn delete_plugin(&self, name: &str) -> Result<(), StoreError> {
-        self.conn()
-            .prepare_cached("DELETE FROM plugins WHERE name = ?1")?
-            .execute([name])?;
+        self.execute("DELETE FROM plugins WHERE name = ?1", params![name])?;
         Ok(())
     }
 }

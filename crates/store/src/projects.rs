@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, params};
+use crate::sql::{Conn, Queries, params};
 
 use super::times::At;
 use super::{Rd, StoreError, Tx};
@@ -27,24 +27,28 @@ pub struct CheckoutState {
 impl Rd<'_> {
     /// What a project's checkout was last seen at; `None` before its first observation.
     pub fn project_state(&self, name: &str) -> Result<Option<CheckoutState>, StoreError> {
-        let conn = self.conn();
-        let Some((checkout, head_sha, branch)) = conn
-            .prepare_cached("SELECT checkout, head_sha, branch FROM project_state WHERE name = ?1")?
-            .query_row([name], |row| {
+        let Some((checkout, head_sha, branch)) = self.query_opt(
+            "SELECT checkout, head_sha, branch FROM project_state WHERE name = ?1",
+            params![name],
+            |row| {
                 Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, Option<String>>(1)?,
-                    row.get::<_, Option<String>>(2)?,
+                    row.get::<String>(0)?,
+                    row.get::<Option<String>>(1)?,
+                    row.get::<Option<String>>(2)?,
                 ))
-            })
-            .optional()?
+            },
+        )?
         else {
             return Ok(None);
         };
-        let tags = conn
-            .prepare_cached("SELECT tag, commit_sha FROM project_tags WHERE project = ?1")?
-            .query_map([name], |row| Ok((row.get(0)?, row.get(1)?)))?
-            .collect::<rusqlite::Result<BTreeMap<String, String>>>()?;
+        let tags: BTreeMap<String, String> = self
+            .query_map(
+                "SELECT tag, commit_sha FROM project_tags WHERE project = ?1",
+                params![name],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?
+            .into_iter()
+            .collect();
         Ok(Some(CheckoutState {
             checkout,
             head_sha,
@@ -74,21 +78,15 @@ impl Rd<'_> {
         since: Timestamp,
     ) -> Result<Option<HookActivity>, StoreError> {
         let prefix = format!("{name}/");
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT hook_name, dispatch_depth FROM hook_runs
+        Ok(self.query_opt("SELECT hook_name, dispatch_depth FROM hook_runs
                   WHERE source = 'project' AND substr(hook_name, 1, length(?1)) = ?1
                     AND (status = 'running' OR (started_at IS NOT NULL AND finished_at >= ?2))
-                  ORDER BY dispatch_depth DESC, coalesce(finished_at, '9') DESC, fired_at DESC LIMIT 1",
-            )?
-            .query_row(params![prefix, At(since)], |row| {
+                  ORDER BY dispatch_depth DESC, coalesce(finished_at, '9') DESC, fired_at DESC LIMIT 1", params![prefix, At(since)], |row| {
                 Ok(HookActivity {
                     hook_name: row.get(0)?,
                     dispatch_depth: row.get(1)?,
                 })
-            })
-            .optional()?)
+            })?)
     }
 }
 
@@ -101,41 +99,34 @@ impl Tx<'_> {
         before: Option<&CheckoutState>,
         now: &CheckoutState,
     ) -> Result<(), StoreError> {
-        let conn = self.conn();
-        conn.prepare_cached(
+        self.execute(
             "INSERT INTO project_state (name, checkout, head_sha, branch, observed_at)
              VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (name) DO UPDATE SET checkout = excluded.checkout,
                  head_sha = excluded.head_sha, branch = excluded.branch,
                  observed_at = excluded.observed_at",
-        )?
-        .execute(params![
-            name,
-            now.checkout,
-            now.head_sha,
-            now.branch,
-            super::now()
-        ])?;
+            params![name, now.checkout, now.head_sha, now.branch, super::now()],
+        )?;
         let empty = BTreeMap::new();
         let old = before
             .filter(|b| b.checkout == now.checkout)
             .map_or(&empty, |b| &b.tags);
         if before.is_some_and(|b| b.checkout != now.checkout) {
-            conn.prepare_cached("DELETE FROM project_tags WHERE project = ?1")?
-                .execute([name])?;
+            self.execute("DELETE FROM project_tags WHERE project = ?1", params![name])?;
         }
-        let mut delete =
-            conn.prepare_cached("DELETE FROM project_tags WHERE project = ?1 AND tag = ?2")?;
         for tag in old.keys().filter(|t| !now.tags.contains_key(*t)) {
-            delete.execute(params![name, tag])?;
+            self.execute(
+                "DELETE FROM project_tags WHERE project = ?1 AND tag = ?2",
+                params![name, tag],
+            )?;
         }
-        let mut upsert = conn.prepare_cached(
-            "INSERT INTO project_tags (project, tag, commit_sha) VALUES (?1, ?2, ?3)
-             ON CONFLICT (project, tag) DO UPDATE SET commit_sha = excluded.commit_sha",
-        )?;
         for (tag, sha) in &now.tags {
             if old.get(tag) != Some(sha) {
-                upsert.execute(params![name, tag, sha])?;
+                self.execute(
+                    "INSERT INTO project_tags (project, tag, commit_sha) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (project, tag) DO UPDATE SET commit_sha = excluded.commit_sha",
+                    params![name, tag, sha],
+                )?;
             }
         }
         Ok(())
@@ -207,10 +198,10 @@ mod tests {
                     ("a", 0, "2026-12-06T01:00:02Z"),
                     ("b", 1, "2026-12-06T01:00:05Z"),
                 ] {
-                    tx.conn().execute(
+                    tx.execute(
                         "INSERT INTO hook_runs (id, source, hook_name, event, hook_index, hook_config, status, fired_at, started_at, finished_at)
                          VALUES (?1, 'project', ?2, 'project.checkout_updated', ?3, '{}', 'completed', '2026-12-06T01:00:00Z', '2026-12-06T01:00:00Z', ?4)",
-                        rusqlite::params![id, format!("web/checkout_updated[{index}]"), index, finished],
+                        params![id, format!("web/checkout_updated[{index}]"), index, finished],
                     )?;
                 }
                 Ok::<_, StoreError>(())

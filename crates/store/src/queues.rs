@@ -1,6 +1,6 @@
 //! Spec queues (`queues`, `queue_members`) and how far runs on a queue took each member.
 
-use rusqlite::{OptionalExtension, params};
+use crate::sql::{Conn, Queries, params};
 
 use super::states::state_opt;
 use super::times::time;
@@ -16,11 +16,11 @@ impl Rd<'_> {
 
     /// The id of the queue called `name`, if there is one.
     pub fn queue_named(&self, name: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT id FROM queues WHERE name = ?1")?
-            .query_row([name], |r| r.get(0))
-            .optional()?)
+        Ok(self.query_opt(
+            "SELECT id FROM queues WHERE name = ?1",
+            params![name],
+            |r| r.get(0),
+        )?)
     }
 
     /// The members of a queue in order, with their status.
@@ -30,10 +30,11 @@ impl Rd<'_> {
 
     /// How many members a queue has.
     pub fn queue_member_count(&self, queue_id: &str) -> Result<usize, StoreError> {
-        let count: i64 = self
-            .conn()
-            .prepare_cached("SELECT COUNT(*) FROM queue_members WHERE queue_id = ?1")?
-            .query_row([queue_id], |r| r.get(0))?;
+        let count: i64 = self.query_row(
+            "SELECT COUNT(*) FROM queue_members WHERE queue_id = ?1",
+            params![queue_id],
+            |r| r.get(0),
+        )?;
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
@@ -45,8 +46,7 @@ impl Rd<'_> {
         offset: usize,
         limit: Option<usize>,
     ) -> Result<Vec<Member>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT m.spec_id, s.name, m.group_label,
+        let statement = "SELECT m.spec_id, s.name, m.group_label,
                     (SELECT rs.status FROM run_specs rs JOIN runs r ON r.id = rs.run_id
                       WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id
                       ORDER BY rs.started_at DESC LIMIT 1),
@@ -57,23 +57,22 @@ impl Rd<'_> {
                       WHERE r.queue_id = m.queue_id AND rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped')
                       ORDER BY rs.finished_at DESC LIMIT 1)
              FROM queue_members m JOIN specs s ON s.id = m.spec_id
-             WHERE m.queue_id = ?1 ORDER BY m.position LIMIT ?2 OFFSET ?3",
-        )?;
+             WHERE m.queue_id = ?1 ORDER BY m.position LIMIT ?2 OFFSET ?3";
         let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-        let rows = statement.query_map(params![queue_id, limit, offset], |row| {
+        let rows = self.query_map(statement, params![queue_id, limit, offset], |row| {
             Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, Option<String>>(2)?,
+                row.get::<String>(0)?,
+                row.get::<String>(1)?,
+                row.get::<Option<String>>(2)?,
                 state_opt::<SpecResult>(row, 3)?,
-                row.get::<_, Option<String>>(4)?,
+                row.get::<Option<String>>(4)?,
                 state_opt::<SpecResult>(row, 5)?,
             ))
         })?;
         let mut members = Vec::new();
-        for (index, row) in rows.enumerate() {
-            let (spec_id, spec_name, group, latest, done_in_run, done) = row?;
+        for (index, row) in rows.into_iter().enumerate() {
+            let (spec_id, spec_name, group, latest, done_in_run, done) = row;
             let status = match (done, latest) {
                 (Some(done), _) => done.into(),
                 (None, Some(latest)) => latest.into(),
@@ -95,10 +94,11 @@ impl Rd<'_> {
     /// One queue by full id, with its members.
     pub fn queue(&self, id: &str) -> Result<Queue, StoreError> {
         let (name, created_at) = self
-            .conn()
-            .prepare_cached("SELECT name, created_at FROM queues WHERE id = ?1")?
-            .query_row([id], |r| Ok((r.get::<_, String>(0)?, time(r, 1)?)))
-            .optional()?
+            .query_opt(
+                "SELECT name, created_at FROM queues WHERE id = ?1",
+                params![id],
+                |r| Ok((r.get::<String>(0)?, time(r, 1)?)),
+            )?
             .ok_or_else(|| StoreError::NotFound {
                 kind: "queue",
                 id: id.to_string(),
@@ -113,24 +113,22 @@ impl Rd<'_> {
 
     /// Every queue, oldest first.
     pub fn queues(&self) -> Result<Vec<Queue>, StoreError> {
-        let ids: Vec<String> = self
-            .conn()
-            .prepare_cached("SELECT id FROM queues ORDER BY created_at, id")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let ids: Vec<String> = self.query_map(
+            "SELECT id FROM queues ORDER BY created_at, id",
+            params![],
+            |r| r.get(0),
+        )?;
         ids.iter().map(|id| self.queue(id)).collect()
     }
 
     /// The name of a graph whose active run drains this queue, if any.
     pub fn queue_drained_by(&self, queue_id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT g.name FROM runs r JOIN graphs g ON g.id = r.graph_id
+        Ok(self.query_opt(
+            "SELECT g.name FROM runs r JOIN graphs g ON g.id = r.graph_id
                  WHERE r.queue_id = ?1 AND r.status IN ('running', 'paused') LIMIT 1",
-            )?
-            .query_row([queue_id], |r| r.get(0))
-            .optional()?)
+            params![queue_id],
+            |r| r.get(0),
+        )?)
     }
 }
 
@@ -151,19 +149,20 @@ impl Tx<'_> {
         queue_id: &str,
         order: &[(String, Option<String>)],
     ) -> Result<(), StoreError> {
-        self.execute("DELETE FROM queue_members WHERE queue_id = ?1", [queue_id])?;
-        let mut insert = self.conn().prepare_cached(
-            "INSERT INTO queue_members (queue_id, spec_id, position, group_label) VALUES (?1, ?2, ?3, ?4)",
+        self.execute(
+            "DELETE FROM queue_members WHERE queue_id = ?1",
+            params![queue_id],
         )?;
+        let insert = "INSERT INTO queue_members (queue_id, spec_id, position, group_label) VALUES (?1, ?2, ?3, ?4)";
         for (position, (spec_id, group)) in order.iter().enumerate() {
-            insert.execute(params![queue_id, spec_id, position as i64, group])?;
+            self.execute(insert, params![queue_id, spec_id, position as i64, group])?;
         }
         Ok(())
     }
 
     /// Deletes a queue and its member list.
     pub fn delete_queue(&self, id: &str) -> Result<(), StoreError> {
-        self.execute("DELETE FROM queues WHERE id = ?1", [id])?;
+        self.execute("DELETE FROM queues WHERE id = ?1", params![id])?;
         Ok(())
     }
 }

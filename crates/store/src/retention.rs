@@ -11,7 +11,9 @@
 //! file shrinks as it is pruned instead of keeping its largest size for good.
 
 pub use canopy_model::records::daemon::StoreSizes;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
+
+use crate::sql::{Conn, Queries, params};
 
 use super::times::{At, time};
 use super::{Rd, StoreError, Tx};
@@ -92,15 +94,11 @@ impl Rd<'_> {
             return Ok(before);
         }
         let (name, column, _) = table.parts();
-        let newest_kept: Option<Timestamp> = self
-            .conn()
-            .prepare_cached(&format!(
-                "SELECT {column} FROM {name} ORDER BY {column} DESC LIMIT 1 OFFSET ?1"
-            ))?
-            .query_row([i64::try_from(keep_rows - 1).unwrap_or(i64::MAX)], |row| {
-                time(row, 0)
-            })
-            .optional()?;
+        let newest_kept: Option<Timestamp> = self.query_opt(
+            &format!("SELECT {column} FROM {name} ORDER BY {column} DESC LIMIT 1 OFFSET ?1"),
+            params![i64::try_from(keep_rows - 1).unwrap_or(i64::MAX)],
+            |row| time(row, 0),
+        )?;
         Ok(match newest_kept {
             Some(cap) if cap > before => cap,
             _ => before,
@@ -111,15 +109,15 @@ impl Rd<'_> {
     pub fn sizes(&self) -> Result<StoreSizes, StoreError> {
         let pragma = |name: &str| -> Result<u64, StoreError> {
             let value: i64 = self
-                .conn()
+                .sqlite()
                 .query_row(&format!("PRAGMA {name}"), [], |row| row.get(0))?;
             Ok(u64::try_from(value).unwrap_or(0))
         };
         let count = |table: &str| -> Result<u64, StoreError> {
-            let value: i64 = self
-                .conn()
-                .prepare_cached(&format!("SELECT COUNT(*) FROM {table}"))?
-                .query_row([], |row| row.get(0))?;
+            let value: i64 =
+                self.query_row(&format!("SELECT COUNT(*) FROM {table}"), params![], |row| {
+                    row.get(0)
+                })?;
             Ok(u64::try_from(value).unwrap_or(0))
         };
         let page = pragma("page_size")?;
@@ -142,17 +140,12 @@ impl Tx<'_> {
         if keep_rows == 0 {
             return Ok(0);
         }
-        let head: i64 = self
-            .conn()
-            .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM feed")?
-            .query_row([], |row| row.get(0))?;
+        let head: i64 =
+            self.query_row("SELECT COALESCE(MAX(id), 0) FROM feed", params![], |row| {
+                row.get(0)
+            })?;
         let last_pruned = head.saturating_sub(i64::try_from(keep_rows).unwrap_or(i64::MAX));
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "DELETE FROM feed WHERE id IN (SELECT id FROM feed WHERE id <= ?1 ORDER BY id LIMIT ?2)",
-            )?
-            .execute(params![
+        Ok(self.execute("DELETE FROM feed WHERE id IN (SELECT id FROM feed WHERE id <= ?1 ORDER BY id LIMIT ?2)", params![
                 last_pruned,
                 i64::try_from(limit).unwrap_or(i64::MAX)
             ])?)
@@ -167,28 +160,25 @@ impl Tx<'_> {
         limit: usize,
     ) -> Result<usize, StoreError> {
         let (name, column, prunable) = table.parts();
-        Ok(self
-            .conn()
-            .prepare_cached(&format!(
+        Ok(self.execute(
+            &format!(
                 "DELETE FROM {name} WHERE rowid IN (
                     SELECT rowid FROM {name} WHERE {column} < ?1 AND {prunable}
                     ORDER BY {column} LIMIT ?2)"
-            ))?
-            .execute(params![
-                At(cutoff),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ])?)
+            ),
+            params![At(cutoff), i64::try_from(limit).unwrap_or(i64::MAX)],
+        )?)
     }
 
     /// Returns up to `pages` free pages to the file system; how many were free before.
     pub fn vacuum_step(&self, pages: u32) -> Result<u64, StoreError> {
         let free: i64 = self
-            .conn()
+            .sqlite()
             .query_row("PRAGMA freelist_count", [], |row| row.get(0))?;
         if free > 0 {
             // The pragma returns a row per page freed; step through them all.
             let mut statement = self
-                .conn()
+                .sqlite()
                 .prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
             let mut rows = statement.query([])?;
             while rows.next()?.is_some() {}

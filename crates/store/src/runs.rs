@@ -1,7 +1,7 @@
 //! Runs (`runs`), the specs each run reached (`run_specs`) and every executor call for a node
 //! (`node_runs`).
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 
 use super::states::{Sql, state};
 use super::times::{At, time, time_opt};
@@ -61,7 +61,7 @@ pub struct Candidate {
 
 const RUN_COLUMNS: &str = "id, graph_id, workdir, queue_id, status, blocker, summary, start_node, started_at, finished_at, actor, dispatch_depth, resumes_at";
 
-fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
+fn run_from_row(row: &Row<'_>) -> sql::Result<Run> {
     Ok(Run {
         id: row.get(0)?,
         graph_id: row.get(1)?,
@@ -81,7 +81,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
 
 const NODE_RUN_COLUMNS: &str = "id, run_id, spec_id, node, node_index, mode, plugin, plugin_version, plugin_sha256, status, summary, reason, detail, harness_session, resume_session, started_at, finished_at, duration_ms";
 
-fn node_run_from_row(row: &Row<'_>) -> rusqlite::Result<NodeRun> {
+fn node_run_from_row(row: &Row<'_>) -> sql::Result<NodeRun> {
     Ok(NodeRun {
         id: row.get(0)?,
         run_id: row.get(1)?,
@@ -104,16 +104,12 @@ fn node_run_from_row(row: &Row<'_>) -> rusqlite::Result<NodeRun> {
     })
 }
 
-fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<T>>) -> Result<Vec<T>, StoreError> {
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
 /// A run's spec records with their names, as [`run_spec_from_row`] reads them.
 const RUN_SPEC_SELECT: &str = "SELECT rs.spec_id, s.name, rs.ordinal, rs.group_label, rs.status, rs.next_node, rs.summary, rs.harness_session, rs.started_at, rs.finished_at
      FROM run_specs rs LEFT JOIN specs s ON s.id = rs.spec_id";
 
 /// One row of [`RUN_SPEC_SELECT`]; why it stopped is filled in after.
-fn run_spec_from_row(r: &Row<'_>) -> rusqlite::Result<RunSpec> {
+fn run_spec_from_row(r: &Row<'_>) -> sql::Result<RunSpec> {
     Ok(RunSpec {
         spec_id: r.get(0)?,
         spec_name: r.get(1)?,
@@ -138,57 +134,52 @@ impl Rd<'_> {
 
     /// One run by full id.
     pub fn run(&self, id: &str) -> Result<Run, StoreError> {
-        self.conn()
-            .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))?
-            .query_row([id], run_from_row)
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "run",
-                id: id.to_string(),
-            })
+        self.query_opt(
+            &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+            params![id],
+            run_from_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "run",
+            id: id.to_string(),
+        })
     }
 
     /// Runs, newest first, optionally of one graph.
     pub fn runs(&self, graph_id: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE ?1 IS NULL OR graph_id = ?1 ORDER BY started_at DESC, id LIMIT ?2"
-        ))?;
-        collect(statement.query_map(params![graph_id, limit as i64], run_from_row)?)
+        );
+        Ok(self.query_map(&statement, params![graph_id, limit as i64], run_from_row)?)
     }
 
     /// The ids of the runs that are running.
     pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
-        let mut statement = self
-            .conn()
-            .prepare_cached("SELECT id FROM runs WHERE status = 'running'")?;
-        collect(statement.query_map([], |r| r.get(0))?)
+        let statement = "SELECT id FROM runs WHERE status = 'running'";
+        Ok(self.query_map(statement, params![], |r| r.get(0))?)
     }
 
     /// The specs a run reached, in order, each with why it stopped if it did not complete.
     pub fn run_specs(&self, run_id: &str) -> Result<Vec<RunSpec>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
-            "{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 ORDER BY rs.ordinal"
-        ))?;
-        let mut specs: Vec<RunSpec> = collect(statement.query_map([run_id], run_spec_from_row)?)?;
+        let statement = format!("{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 ORDER BY rs.ordinal");
+        let mut specs: Vec<RunSpec> =
+            self.query_map(&statement, params![run_id], run_spec_from_row)?;
         if specs.iter().any(|s| s.status.stopped()) {
             // One pass over the run's node runs that did not complete, oldest first, so the
             // last one of a spec wins.
             let mut reasons: std::collections::HashMap<String, (String, Option<String>)> =
                 std::collections::HashMap::new();
-            let mut statement = self.conn().prepare_cached(
-                "SELECT spec_id, node, reason FROM node_runs
+            let statement = "SELECT spec_id, node, reason FROM node_runs
                  WHERE run_id = ?1 AND status IN ('failed', 'blocked', 'limit_blocked', 'interrupted', 'cancelled')
-                 ORDER BY started_at, id",
-            )?;
-            let rows = statement.query_map([run_id], |r| {
+                 ORDER BY started_at, id";
+            let rows = self.query_map(statement, params![run_id], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Option<String>>(2)?,
+                    r.get::<String>(0)?,
+                    r.get::<String>(1)?,
+                    r.get::<Option<String>>(2)?,
                 ))
             })?;
-            for row in rows {
-                let (spec_id, node, reason) = row?;
+            for (spec_id, node, reason) in rows {
                 reasons.insert(spec_id, (node, reason));
             }
             for spec in specs.iter_mut().filter(|s| s.status.stopped()) {
@@ -209,25 +200,21 @@ impl Rd<'_> {
         spec_ids: &[String],
     ) -> Result<Vec<RunSpec>, StoreError> {
         // One statement for the whole page, not one per spec.
-        let mut statement = self.conn().prepare_cached(
-            &format!("{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 AND rs.spec_id IN (SELECT value FROM json_each(?2))"),
-        )?;
-        let mut reason = self.conn().prepare_cached(
-            "SELECT node, reason FROM node_runs
+        let statement = format!(
+            "{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 AND rs.spec_id IN (SELECT value FROM json_each(?2))"
+        );
+        let reason = "SELECT node, reason FROM node_runs
              WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'limit_blocked', 'interrupted', 'cancelled')
-             ORDER BY started_at DESC, id DESC LIMIT 1",
-        )?;
+             ORDER BY started_at DESC, id DESC LIMIT 1";
         let ids = serde_json::Value::from(spec_ids.to_vec()).to_string();
-        let mut found: Vec<RunSpec> = statement
-            .query_map(params![run_id, ids], run_spec_from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        let mut found: Vec<RunSpec> =
+            self.query_map(&statement, params![run_id, ids], run_spec_from_row)?;
         for spec in &mut found {
             if spec.status.stopped()
-                && let Some((node, why)) = reason
-                    .query_row(params![run_id, spec.spec_id], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
-                    })
-                    .optional()?
+                && let Some((node, why)) =
+                    self.query_opt(reason, params![run_id, spec.spec_id], |r| {
+                        Ok((r.get::<String>(0)?, r.get::<Option<String>>(1)?))
+                    })?
             {
                 spec.reason_node = Some(node);
                 spec.reason = why;
@@ -240,70 +227,48 @@ impl Rd<'_> {
     /// How many specs the run reached, by result (from the tally triggers keep, not by
     /// counting the run's specs).
     pub fn run_spec_counts(&self, run_id: &str) -> Result<Vec<(SpecResult, usize)>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT status, specs FROM run_spec_tally WHERE run_id = ?1 AND specs > 0 ORDER BY status",
-        )?;
-        collect(statement.query_map([run_id], |r| {
-            Ok((
-                state(r, 0)?,
-                usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
-            ))
+        let statement = "SELECT status, specs FROM run_spec_tally WHERE run_id = ?1 AND specs > 0 ORDER BY status";
+        Ok(self.query_map(statement, params![run_id], |r| {
+            Ok((state(r, 0)?, usize::try_from(r.get::<i64>(1)?).unwrap_or(0)))
         })?)
     }
 
     /// The spec the run is on now (status running), if any.
     pub fn spec_in_progress(&self, run_id: &str) -> Result<Option<OnSpec>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT spec_id, next_node, group_label FROM run_specs WHERE run_id = ?1 AND status = 'running'",
-            )?
-            .query_row([run_id], |r| {
+        Ok(self.query_opt("SELECT spec_id, next_node, group_label FROM run_specs WHERE run_id = ?1 AND status = 'running'", params![run_id], |r| {
                 Ok(OnSpec {
                     spec_id: r.get(0)?,
                     next_node: r.get(1)?,
                     group: r.get(2)?,
                 })
-            })
-            .optional()?)
+            })?)
     }
 
     /// The runs paused on a usage limit, with when each goes on: `(graph, run, resumes_at)`.
     pub fn limit_paused_runs(&self) -> Result<Vec<(String, String, Timestamp)>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT graph_id, id, resumes_at FROM runs WHERE status = 'paused' AND resumes_at IS NOT NULL",
-        )?;
-        collect(statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, time(r, 2)?)))?)
+        let statement = "SELECT graph_id, id, resumes_at FROM runs WHERE status = 'paused' AND resumes_at IS NOT NULL";
+        Ok(self.query_map(statement, params![], |r| {
+            Ok((r.get(0)?, r.get(1)?, time(r, 2)?))
+        })?)
     }
 
     /// The spec the run is blocked on (by its node, or by a usage limit), if any.
     pub fn blocked_spec(&self, run_id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND (status = 'blocked' OR status = 'limit_blocked')",
-            )?
-            .query_row([run_id], |r| r.get(0))
-            .optional()?)
+        Ok(self.query_opt("SELECT spec_id FROM run_specs WHERE run_id = ?1 AND (status = 'blocked' OR status = 'limit_blocked')", params![run_id], |r| r.get(0))?)
     }
 
     /// The latest spec an interruption cut off in this run, if any.
     pub fn last_interrupted_spec(&self, run_id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'interrupted' ORDER BY ordinal DESC LIMIT 1",
-            )?
-            .query_row([run_id], |r| r.get(0))
-            .optional()?)
+        Ok(self.query_opt("SELECT spec_id FROM run_specs WHERE run_id = ?1 AND status = 'interrupted' ORDER BY ordinal DESC LIMIT 1", params![run_id], |r| r.get(0))?)
     }
 
     /// True once the run has reached any spec.
     pub fn run_reached_any(&self, run_id: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM run_specs WHERE run_id = ?1)")?
-            .query_row([run_id], |r| r.get(0))?)
+        Ok(self.query_row(
+            "SELECT EXISTS (SELECT 1 FROM run_specs WHERE run_id = ?1)",
+            params![run_id],
+            |r| r.get(0),
+        )?)
     }
 
     /// The next spec the run should take: the first pending queue member (queue runs) or bound
@@ -325,28 +290,16 @@ impl Rd<'_> {
                 })
             };
             let next = match &run.queue_id {
-                Some(queue_id) => self
-                    .conn()
-                    .prepare_cached(
-                        "SELECT m.spec_id, m.group_label, m.position FROM queue_members m
+                Some(queue_id) => self.query_opt("SELECT m.spec_id, m.group_label, m.position FROM queue_members m
                          WHERE m.queue_id = ?1 AND m.position >= ?3
                            AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = m.spec_id)
                            AND NOT EXISTS (SELECT 1 FROM run_specs rs JOIN runs r ON r.id = rs.run_id
                                            WHERE rs.spec_id = m.spec_id AND rs.status IN ('completed', 'skipped') AND r.queue_id = m.queue_id)
-                         ORDER BY m.position LIMIT 1",
-                    )?
-                    .query_row(params![queue_id, run.id, from], row)
-                    .optional()?,
-                None => self
-                    .conn()
-                    .prepare_cached(
-                        "SELECT gs.spec_id, NULL, gs.position FROM graph_specs gs
+                         ORDER BY m.position LIMIT 1", params![queue_id, run.id, from], row)?,
+                None => self.query_opt("SELECT gs.spec_id, NULL, gs.position FROM graph_specs gs
                          WHERE gs.graph_id = ?1 AND gs.position >= ?3
                            AND NOT EXISTS (SELECT 1 FROM run_specs rs WHERE rs.run_id = ?2 AND rs.spec_id = gs.spec_id)
-                         ORDER BY gs.position LIMIT 1",
-                    )?
-                    .query_row(params![graph_id, run.id, from], row)
-                    .optional()?,
+                         ORDER BY gs.position LIMIT 1", params![graph_id, run.id, from], row)?,
             };
             Ok(next)
         };
@@ -366,16 +319,14 @@ impl Rd<'_> {
         run_id: &str,
         spec_id: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT rs.harness_session FROM run_specs rs JOIN runs r ON r.id = rs.run_id
+        Ok(self.query_opt(
+            "SELECT rs.harness_session FROM run_specs rs JOIN runs r ON r.id = rs.run_id
                  WHERE r.queue_id = ?1 AND rs.group_label = ?2 AND rs.status = 'completed'
                    AND rs.harness_session IS NOT NULL AND NOT (rs.run_id = ?3 AND rs.spec_id = ?4)
                  ORDER BY rs.finished_at DESC LIMIT 1",
-            )?
-            .query_row(params![queue_id, group, run_id, spec_id], |r| r.get(0))
-            .optional()?)
+            params![queue_id, group, run_id, spec_id],
+            |r| r.get(0),
+        )?)
     }
 
     /// The session a spec's node goes on in after waiting for a usage limit: the one the run's
@@ -388,21 +339,19 @@ impl Rd<'_> {
         spec_id: &str,
         node_index: usize,
     ) -> Result<Option<String>, StoreError> {
-        let last: Option<(NodeRunStatus, String, i64, Option<String>)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT status, spec_id, node_index, COALESCE(harness_session, resume_session)
+        let last: Option<(NodeRunStatus, String, i64, Option<String>)> = self.query_opt(
+            "SELECT status, spec_id, node_index, COALESCE(harness_session, resume_session)
                  FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT 1",
-            )?
-            .query_row([run_id], |r| {
+            params![run_id],
+            |r| {
                 Ok((
                     state::<NodeRunStatus>(r, 0)?,
                     r.get(1)?,
                     r.get(2)?,
                     r.get(3)?,
                 ))
-            })
-            .optional()?;
+            },
+        )?;
         Ok(last.and_then(|(status, spec, index, session)| {
             (status == NodeRunStatus::LimitBlocked
                 && spec == spec_id
@@ -414,31 +363,30 @@ impl Rd<'_> {
     /// One node run by id or unique prefix.
     pub fn node_run(&self, prefix: &str) -> Result<NodeRun, StoreError> {
         let id = self.resolve_id("node_runs", "node run", prefix)?;
-        Ok(self
-            .conn()
-            .prepare_cached(&format!(
-                "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE id = ?1"
-            ))?
-            .query_row([&id], node_run_from_row)?)
+        Ok(self.query_row(
+            &format!("SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE id = ?1"),
+            params![&id],
+            node_run_from_row,
+        )?)
     }
 
     /// The node runs of a run, oldest first.
     pub fn node_runs(&self, run_id: &str) -> Result<Vec<NodeRun>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE run_id = ?1 ORDER BY started_at, id"
-        ))?;
-        collect(statement.query_map([run_id], node_run_from_row)?)
+        );
+        Ok(self.query_map(&statement, params![run_id], node_run_from_row)?)
     }
 
     /// The latest `limit` node runs of a run, oldest first.
     pub fn recent_node_runs(&self, run_id: &str, limit: usize) -> Result<Vec<NodeRun>, StoreError> {
         // The newest `limit` through the index, put oldest first here: a second ORDER BY in SQL
         // sorted them again in a temporary b-tree.
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2"
-        ))?;
+        );
         let mut runs: Vec<NodeRun> =
-            collect(statement.query_map(params![run_id, limit as i64], node_run_from_row)?)?;
+            self.query_map(&statement, params![run_id, limit as i64], node_run_from_row)?;
         runs.reverse();
         Ok(runs)
     }
@@ -449,30 +397,32 @@ impl Rd<'_> {
         graph_id: &str,
         limit: usize,
     ) -> Result<Vec<NodeRun>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {NODE_RUN_COLUMNS} FROM node_runs WHERE graph_id = ?1 ORDER BY started_at DESC, id LIMIT ?2"
-        ))?;
-        collect(statement.query_map(params![graph_id, limit as i64], node_run_from_row)?)
+        );
+        Ok(self.query_map(
+            &statement,
+            params![graph_id, limit as i64],
+            node_run_from_row,
+        )?)
     }
 
     /// True while a node run of this run is in flight.
     pub fn node_in_progress(&self, run_id: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM node_runs WHERE run_id = ?1 AND status = 'running')",
-            )?
-            .query_row([run_id], |r| r.get(0))?)
+        Ok(self.query_row(
+            "SELECT EXISTS (SELECT 1 FROM node_runs WHERE run_id = ?1 AND status = 'running')",
+            params![run_id],
+            |r| r.get(0),
+        )?)
     }
 
     /// True while this node run is recorded running (a reset or a stop has not ended it).
     pub fn node_run_running(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM node_runs WHERE id = ?1 AND status = 'running')",
-            )?
-            .query_row([id], |r| r.get(0))?)
+        Ok(self.query_row(
+            "SELECT EXISTS (SELECT 1 FROM node_runs WHERE id = ?1 AND status = 'running')",
+            params![id],
+            |r| r.get(0),
+        )?)
     }
 
     /// The node and spec of the run's latest node run with one of `statuses`.
@@ -481,17 +431,17 @@ impl Rd<'_> {
         run_id: &str,
         statuses: &[NodeRunStatus],
     ) -> Result<Option<(String, String)>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT node, spec_id, status FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC",
-        )?;
-        let mut rows = statement.query([run_id])?;
-        while let Some(row) = rows.next()? {
+        let statement = "SELECT node, spec_id, status FROM node_runs WHERE run_id = ?1 ORDER BY started_at DESC, id DESC";
+        let mut found = None;
+        self.query(statement, params![run_id], &mut |row| {
             let status: NodeRunStatus = state(row, 2)?;
             if statuses.contains(&status) {
-                return Ok(Some((row.get(0)?, row.get(1)?)));
+                found = Some((row.get(0)?, row.get(1)?));
+                return Ok(false);
             }
-        }
-        Ok(None)
+            Ok(true)
+        })?;
+        Ok(found)
     }
 }
 
@@ -502,9 +452,10 @@ impl Tx<'_> {
         run_id: &str,
         cause: &canopy_model::events::Cause,
     ) -> Result<(), StoreError> {
-        self.conn()
-            .prepare_cached("UPDATE runs SET actor = ?2, dispatch_depth = ?3 WHERE id = ?1")?
-            .execute(params![run_id, cause.actor.to_string(), cause.depth])?;
+        self.execute(
+            "UPDATE runs SET actor = ?2, dispatch_depth = ?3 WHERE id = ?1",
+            params![run_id, cause.actor.to_string(), cause.depth],
+        )?;
         Ok(())
     }
 
@@ -517,9 +468,7 @@ impl Tx<'_> {
     ) -> Result<String, StoreError> {
         let id = super::new_id();
         self.execute(
-            "INSERT INTO runs (id, graph_id, workdir, queue_id, status, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
-            params![id, graph_id, workdir, queue_id, super::now()],
-        )?;
+            "INSERT INTO runs (id, graph_id, workdir, queue_id, status, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)", params![id, graph_id, workdir, queue_id, super::now()])?;
         Ok(id)
     }
 
@@ -561,9 +510,7 @@ impl Tx<'_> {
         summary: Option<&str>,
     ) -> Result<(), StoreError> {
         self.execute(
-            "UPDATE runs SET status = ?2, blocker = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(finished_at, ?5) WHERE id = ?1",
-            params![id, Sql(status), blocker, summary, super::now()],
-        )?;
+            "UPDATE runs SET status = ?2, blocker = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(finished_at, ?5) WHERE id = ?1", params![id, Sql(status), blocker, summary, super::now()])?;
         Ok(())
     }
 
@@ -589,9 +536,7 @@ impl Tx<'_> {
         let finished = (status != SpecResult::Running).then_some(now.as_str());
         self.execute(
             "INSERT INTO run_specs (run_id, spec_id, ordinal, group_label, status, next_node, started_at, finished_at)
-             VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7)",
-            params![run_id, spec_id, group, Sql(status), next_node as i64, now, finished],
-        )?;
+             VALUES (?1, ?2, (SELECT COALESCE(MAX(ordinal) + 1, 0) FROM run_specs WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7)", params![run_id, spec_id, group, Sql(status), next_node as i64, now, finished])?;
         Ok(())
     }
 
@@ -616,9 +561,7 @@ impl Tx<'_> {
             | SpecResult::Cancelled => Some(super::now()),
         };
         self.execute(
-            "UPDATE run_specs SET status = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(?5, finished_at) WHERE run_id = ?1 AND spec_id = ?2",
-            params![run_id, spec_id, Sql(status), summary, finished],
-        )?;
+            "UPDATE run_specs SET status = ?3, summary = COALESCE(?4, summary), finished_at = COALESCE(?5, finished_at) WHERE run_id = ?1 AND spec_id = ?2", params![run_id, spec_id, Sql(status), summary, finished])?;
         Ok(())
     }
 
@@ -630,9 +573,7 @@ impl Tx<'_> {
         next_node: usize,
     ) -> Result<(), StoreError> {
         self.execute(
-            "UPDATE run_specs SET status = 'running', next_node = ?3, finished_at = NULL WHERE run_id = ?1 AND spec_id = ?2",
-            params![run_id, spec_id, next_node as i64],
-        )?;
+            "UPDATE run_specs SET status = 'running', next_node = ?3, finished_at = NULL WHERE run_id = ?1 AND spec_id = ?2", params![run_id, spec_id, next_node as i64])?;
         Ok(())
     }
 
@@ -669,8 +610,7 @@ impl Tx<'_> {
         let id = super::new_id();
         self.execute(
             "INSERT INTO node_runs (id, run_id, graph_id, spec_id, node, node_index, mode, status, resume_session, started_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9)",
-            params![
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9)", params![
                 id,
                 new.run_id,
                 new.graph_id,
@@ -680,8 +620,7 @@ impl Tx<'_> {
                 new.mode,
                 new.resume_session,
                 super::now()
-            ],
-        )?;
+            ])?;
         Ok(id)
     }
 
@@ -694,8 +633,7 @@ impl Tx<'_> {
         self.execute(
             "UPDATE node_runs SET status = ?2, summary = ?3, reason = ?4, detail = ?5, harness_session = ?6,
                     plugin = ?7, plugin_version = ?8, plugin_sha256 = ?9, finished_at = ?10, duration_ms = ?11
-             WHERE id = ?1",
-            params![
+             WHERE id = ?1", params![
                 id,
                 Sql(end.status),
                 end.summary,
@@ -707,8 +645,7 @@ impl Tx<'_> {
                 sha256,
                 super::now(),
                 end.duration_ms
-            ],
-        )?;
+            ])?;
         Ok(())
     }
 
@@ -723,9 +660,7 @@ impl Tx<'_> {
         let now = super::now();
         self.end_running_node_runs(run_id, NodeRunStatus::Interrupted, why, &now)?;
         self.execute(
-            "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'",
-            params![run_id, now],
-        )?;
+            "UPDATE run_specs SET status = 'interrupted', finished_at = ?2 WHERE run_id = ?1 AND status = 'running'", params![run_id, now])?;
         Ok(running)
     }
 
@@ -735,13 +670,11 @@ impl Tx<'_> {
         let running = self.running_node(run_id)?;
         let now = super::now();
         self.end_running_node_runs(run_id, NodeRunStatus::Cancelled, why, &now)?;
-        let specs = self
-            .conn()
-            .prepare_cached(
-                "UPDATE run_specs SET status = 'cancelled', finished_at = ?2 WHERE run_id = ?1 AND (status = 'running' OR status = 'blocked' OR status = 'limit_blocked') RETURNING spec_id",
-            )?
-            .query_map(params![run_id, now], |r| r.get(0))?
-            .collect::<rusqlite::Result<Vec<String>>>()?;
+        let specs: Vec<String> = self.query_map(
+            "UPDATE run_specs SET status = 'cancelled', finished_at = ?2 WHERE run_id = ?1 AND (status = 'running' OR status = 'blocked' OR status = 'limit_blocked') RETURNING spec_id",
+            params![run_id, now],
+            |r| r.get(0),
+        )?;
         Ok(CancelledWork {
             node: running,
             specs,
@@ -767,13 +700,7 @@ impl Tx<'_> {
 
     /// The node (and its spec) the run is running now, if it is running one.
     fn running_node(&self, run_id: &str) -> Result<Option<(String, String)>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1",
-            )?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?)
+        Ok(self.query_opt("SELECT node, spec_id FROM node_runs WHERE run_id = ?1 AND status = 'running' ORDER BY started_at DESC LIMIT 1", params![run_id], |r| Ok((r.get(0)?, r.get(1)?)))?)
     }
 }
 
@@ -785,17 +712,15 @@ mod tests {
 
     /// The tally against a count of the rows themselves.
     fn counted(rd: &Rd<'_>, run_id: &str) -> Result<Vec<(SpecResult, usize)>, StoreError> {
-        let mut statement = rd.conn().prepare(
+        let counts = rd.query_map(
             "SELECT status, COUNT(*) FROM run_specs WHERE run_id = ?1 GROUP BY status ORDER BY status",
-        )?;
-        let counts = statement
-            .query_map([run_id], |r| {
+            params![run_id],
+            |r| {
                 Ok((
                     state(r, 0)?,
-                    usize::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                    usize::try_from(r.get::<i64>(1)?).unwrap_or(0),
                 ))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+            })?;
         Ok(counts)
     }
 
@@ -849,10 +774,9 @@ mod tests {
             Ok::<_, StoreError>((
                 rd.run_spec_counts(&run)?,
                 rd.run_spec_counts(&other)?,
-                rd.conn()
-                    .query_row("SELECT COUNT(*) FROM run_spec_tally", [], |r| {
-                        r.get::<_, i64>(0)
-                    })?,
+                rd.query_row("SELECT COUNT(*) FROM run_spec_tally", params![], |r| {
+                    r.get::<i64>(0)
+                })?,
             ))
         })?;
         assert_eq!(left, (Vec::new(), Vec::new(), 0));

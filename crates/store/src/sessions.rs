@@ -1,7 +1,7 @@
 //! Interactive sessions (`sessions`), and the one read the daemon's own status needs (its
 //! active runs).
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 
 use super::states::{Sql, state};
 use super::times::time;
@@ -15,7 +15,7 @@ const IS_LIVE: &str = "status = 'live'";
 const COLUMNS: &str =
     "id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Session> {
+fn from_row(row: &Row<'_>) -> sql::Result<Session> {
     Ok(Session {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -46,32 +46,30 @@ impl Rd<'_> {
 
     /// One session by full id, if it exists.
     pub fn find_session(&self, id: &str) -> Result<Option<Session>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"))?
-            .query_row([id], from_row)
-            .optional()?)
+        Ok(self.query_opt(
+            &format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"),
+            params![id],
+            from_row,
+        )?)
     }
 
     /// Sessions, newest first; live ones only unless `all`.
     pub fn sessions(&self, all: bool) -> Result<Vec<Session>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {COLUMNS} FROM sessions WHERE ?1 OR status = ?2 ORDER BY created_at DESC, id"
-        ))?;
-        let sessions = statement
-            .query_map(params![all, Sql(SessionStatus::Live)], from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        );
+        let sessions =
+            self.query_map(&statement, params![all, Sql(SessionStatus::Live)], from_row)?;
         Ok(sessions)
     }
 
     /// The ids of the live sessions called `name`, oldest first.
     pub fn live_sessions_named(&self, name: &str) -> Result<Vec<String>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT id FROM sessions WHERE name = ?1 AND status = ?2 ORDER BY created_at, id",
-        )?;
-        let ids = statement
-            .query_map(params![name, Sql(SessionStatus::Live)], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let statement =
+            "SELECT id FROM sessions WHERE name = ?1 AND status = ?2 ORDER BY created_at, id";
+        let ids = self.query_map(statement, params![name, Sql(SessionStatus::Live)], |r| {
+            r.get(0)
+        })?;
         Ok(ids)
     }
 
@@ -81,12 +79,11 @@ impl Rd<'_> {
         name: &str,
         except: &str,
     ) -> Result<bool, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM sessions WHERE name = ?1 AND status = ?2 AND id != ?3)",
-            )?
-            .query_row(params![name, Sql(SessionStatus::Live), except], |r| r.get(0))?)
+        Ok(self.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE name = ?1 AND status = ?2 AND id != ?3)",
+            params![name, Sql(SessionStatus::Live), except],
+            |r| r.get(0),
+        )?)
     }
 
     /// The newest session that holds this harness conversation, if any.
@@ -94,33 +91,27 @@ impl Rd<'_> {
         &self,
         conversation_id: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT id FROM sessions WHERE conversation_id = ?1 ORDER BY created_at DESC LIMIT 1",
-            )?
-            .query_row([conversation_id], |r| r.get(0))
-            .optional()?)
+        Ok(self.query_opt(
+            "SELECT id FROM sessions WHERE conversation_id = ?1 ORDER BY created_at DESC LIMIT 1",
+            params![conversation_id],
+            |r| r.get(0),
+        )?)
     }
 
     /// Every graph's current run that is still going on (running, paused, or interrupted and
     /// waiting for a continue), oldest first.
     pub fn active_runs_summary(&self) -> Result<Vec<ActiveRun>, StoreError> {
-        let mut statement = self.conn().prepare_cached(
-            "SELECT r.id, g.name, r.status, r.started_at
+        let statement = "SELECT r.id, g.name, r.status, r.started_at
                FROM graphs g JOIN runs r ON r.id = g.current_run_id
-              ORDER BY r.started_at, r.id",
-        )?;
-        let runs: Vec<ActiveRun> = statement
-            .query_map([], |r| {
-                Ok(ActiveRun {
-                    id: r.get(0)?,
-                    graph_name: r.get(1)?,
-                    status: state(r, 2)?,
-                    started_at: time(r, 3)?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+              ORDER BY r.started_at, r.id";
+        let runs: Vec<ActiveRun> = self.query_map(statement, params![], |r| {
+            Ok(ActiveRun {
+                id: r.get(0)?,
+                graph_name: r.get(1)?,
+                status: state(r, 2)?,
+                started_at: time(r, 3)?,
+            })
+        })?;
         Ok(runs.into_iter().filter(|r| r.status.is_active()).collect())
     }
 }
@@ -131,8 +122,7 @@ impl Tx<'_> {
         let id = super::new_id();
         self.execute(
             "INSERT INTO sessions (id, name, status, conversation_id, tmux_target, tmux_socket, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-            params![
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)", params![
                 id,
                 new.name,
                 Sql(SessionStatus::Live),
@@ -140,8 +130,7 @@ impl Tx<'_> {
                 new.tmux_target,
                 new.tmux_socket,
                 super::now()
-            ],
-        )?;
+            ])?;
         self.session(&id)
     }
 

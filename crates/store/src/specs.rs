@@ -1,6 +1,6 @@
 //! The spec backlog (`specs`).
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 
 use super::times::time;
 use super::{Rd, StoreError, Tx};
@@ -9,7 +9,7 @@ use canopy_model::spec_format::{self, SpecFormat};
 
 const COLUMNS: &str = "id, name, body, workdir, summary, created_at, updated_at";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Spec> {
+fn from_row(row: &Row<'_>) -> sql::Result<Spec> {
     let body: String = row.get(2)?;
     Ok(Spec {
         id: row.get(0)?,
@@ -31,57 +31,46 @@ impl Rd<'_> {
 
     /// One spec by full id.
     pub fn spec(&self, id: &str) -> Result<Spec, StoreError> {
-        self.conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM specs WHERE id = ?1"))?
-            .query_row([id], from_row)
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "spec",
-                id: id.to_string(),
-            })
+        self.query_opt(
+            &format!("SELECT {COLUMNS} FROM specs WHERE id = ?1"),
+            params![id],
+            from_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "spec",
+            id: id.to_string(),
+        })
     }
 
     /// A spec's name and body, if it still exists.
     pub fn spec_text(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT name, body FROM specs WHERE id = ?1")?
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?)
+        Ok(self.query_opt(
+            "SELECT name, body FROM specs WHERE id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?)
     }
 
     /// Every spec, oldest first; with `workdir`, only those tagged with it.
     pub fn specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, StoreError> {
-        let mut statement = self.conn().prepare_cached(&format!(
+        let statement = format!(
             "SELECT {COLUMNS} FROM specs WHERE ?1 IS NULL OR workdir = ?1 ORDER BY created_at, id"
-        ))?;
-        let specs = statement
-            .query_map([workdir], from_row)?
-            .collect::<rusqlite::Result<_>>()?;
+        );
+        let specs = self.query_map(&statement, params![workdir], from_row)?;
         Ok(specs)
     }
 
     /// The id of every spec in the backlog.
     pub fn spec_ids(&self) -> Result<Vec<String>, StoreError> {
-        let ids = self
-            .conn()
-            .prepare_cached("SELECT id FROM specs")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let ids = self.query_map("SELECT id FROM specs", params![], |r| r.get(0))?;
         Ok(ids)
     }
 
     /// What still holds a spec: `graph NAME` and `queue NAME` entries.
     pub fn spec_users(&self, id: &str) -> Result<Vec<String>, StoreError> {
-        let users = self
-            .conn()
-            .prepare_cached(
-                "SELECT 'graph ' || g.name FROM graph_specs gs JOIN graphs g ON g.id = gs.graph_id WHERE gs.spec_id = ?1
+        let users = self.query_map("SELECT 'graph ' || g.name FROM graph_specs gs JOIN graphs g ON g.id = gs.graph_id WHERE gs.spec_id = ?1
                  UNION ALL
-                 SELECT 'queue ' || q.name FROM queue_members m JOIN queues q ON q.id = m.queue_id WHERE m.spec_id = ?1",
-            )?
-            .query_map([id], |row| row.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+                 SELECT 'queue ' || q.name FROM queue_members m JOIN queues q ON q.id = m.queue_id WHERE m.spec_id = ?1", params![id], |row| row.get(0))?;
         Ok(users)
     }
 }
@@ -96,9 +85,7 @@ impl Tx<'_> {
     ) -> Result<String, StoreError> {
         let id = super::new_id();
         self.execute(
-            "INSERT INTO specs (id, name, body, workdir, summary, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?5)",
-            params![id, name, body, workdir, super::now()],
-        )?;
+            "INSERT INTO specs (id, name, body, workdir, summary, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?5)", params![id, name, body, workdir, super::now()])?;
         Ok(id)
     }
 
@@ -119,7 +106,7 @@ impl Tx<'_> {
 
     /// Deletes a spec row.
     pub fn delete_spec(&self, id: &str) -> Result<(), StoreError> {
-        self.execute("DELETE FROM specs WHERE id = ?1", [id])?;
+        self.execute("DELETE FROM specs WHERE id = ?1", params![id])?;
         Ok(())
     }
 

@@ -3,62 +3,60 @@
 //! RFC 3339 instant is an error naming the text.
 
 use canopy_model::time::Timestamp;
-use rusqlite::Row;
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+
+use crate::sql::{self, BoxError, FromSql, Row, ToSql, Value};
 
 /// A timestamp as a SQL value: its text.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct At(pub Timestamp);
 
 impl ToSql for At {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.0.to_string().into())
+    fn to_sql(&self) -> Result<Value<'_>, BoxError> {
+        Ok(Value::Text(self.0.to_string().into()))
     }
 }
 
 impl FromSql for At {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        value
-            .as_str()?
-            .parse()
-            .map(At)
-            .map_err(|err| FromSqlError::Other(Box::new(err)))
+    fn from_sql(value: Value<'_>) -> Result<Self, BoxError> {
+        Ok(At(value.as_str()?.parse()?))
     }
 }
 
 /// The timestamp in column `index` of `row`.
-pub(crate) fn time(row: &Row<'_>, index: usize) -> rusqlite::Result<Timestamp> {
-    row.get::<_, At>(index).map(|at| at.0)
+pub(crate) fn time(row: &Row<'_>, index: usize) -> sql::Result<Timestamp> {
+    row.get::<At>(index).map(|at| at.0)
 }
 
 /// The timestamp in column `index` of `row`, if it is not NULL.
-pub(crate) fn time_opt(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Timestamp>> {
-    row.get::<_, Option<At>>(index).map(|at| at.map(|at| at.0))
+pub(crate) fn time_opt(row: &Row<'_>, index: usize) -> sql::Result<Option<Timestamp>> {
+    row.get::<Option<At>>(index).map(|at| at.map(|at| at.0))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::{At, time, time_opt};
+    use crate::sql::{Conn, Queries, params};
 
     #[test]
     fn a_timestamp_round_trips_as_fixed_width_text_and_a_tampered_one_is_refused() {
-        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let sqlite = rusqlite::Connection::open_in_memory().unwrap();
+        let conn: &dyn Conn = &sqlite;
         let at: canopy_model::time::Timestamp = "2026-12-07T08:48:39Z".parse().unwrap();
         let text: String = conn
-            .query_row("SELECT ?1", [At(at)], |row| row.get(0))
+            .query_row("SELECT ?1", params![At(at)], |row| row.get(0))
             .unwrap();
         assert_eq!(text, "2026-12-07T08:48:39.000000Z");
         let back = conn
-            .query_row("SELECT ?1", [&text], |row| time(row, 0))
+            .query_row("SELECT ?1", params![text], |row| time(row, 0))
             .unwrap();
         assert_eq!(back, at);
         let none = conn
-            .query_row("SELECT NULL", [], |row| time_opt(row, 0))
+            .query_row("SELECT NULL", params![], |row| time_opt(row, 0))
             .unwrap();
         assert_eq!(none, None);
         let err = conn
-            .query_row("SELECT 'last tuesday'", [], |row| time(row, 0))
+            .query_row("SELECT 'last tuesday'", params![], |row| time(row, 0))
             .unwrap_err()
             .to_string();
         assert!(

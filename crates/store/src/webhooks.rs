@@ -6,7 +6,7 @@
 //! starts had begun before a crash: it becomes `interrupted_unknown` (its effects are unknown)
 //! and is never replayed; one found `accepted` runs.
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::sql::{self, Conn, Queries, Row, params};
 use serde_json::Value;
 
 use super::states::{Sql, state};
@@ -67,18 +67,12 @@ pub struct DeliveryFilter {
 
 const COLUMNS: &str = "id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, redelivery_of, test, received_at, started_at, finished_at, duration_ms, error, output, result";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
-    let json = |index: usize| -> rusqlite::Result<Option<Value>> {
+fn from_row(row: &Row<'_>) -> sql::Result<Delivery> {
+    let json = |index: usize| -> sql::Result<Option<Value>> {
         let text: Option<String> = row.get(index)?;
         text.map(|t| serde_json::from_str(&t))
             .transpose()
-            .map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    index,
-                    rusqlite::types::Type::Text,
-                    e.into(),
-                )
-            })
+            .map_err(|e| sql::Error::column(index, e.into()))
     };
     let headers: Vec<(String, String)> = json(11)?
         .and_then(|v| serde_json::from_value(v).ok())
@@ -149,12 +143,8 @@ impl Tx<'_> {
     pub fn insert_delivery(&self, new: &NewDelivery) -> Result<(), StoreError> {
         let headers = serde_json::to_string(&new.headers)?;
         let size = body_size(&new.body);
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at, started_at, sender_delivery_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
-            )?
-            .execute(params![
+        self.execute("INSERT INTO webhook_deliveries (id, scope, hook, handler, node, status, reason, method, path, query, content_type, headers, size, body, redelivery_of, test, received_at, started_at, sender_delivery_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)", params![
                 new.id,
                 new.scope,
                 new.hook,
@@ -181,25 +171,15 @@ impl Tx<'_> {
     /// Marks an accepted delivery running; false when it is not accepted (another worker, or
     /// a redelivery, took it).
     pub fn start_delivery(&self, id: &str) -> Result<bool, StoreError> {
-        let changed = self
-            .conn()
-            .prepare_cached(
-                "UPDATE webhook_deliveries SET status = 'running', started_at = ?2 WHERE id = ?1 AND status = 'accepted'",
-            )?
-            .execute(params![id, super::now()])?;
+        let changed = self.execute("UPDATE webhook_deliveries SET status = 'running', started_at = ?2 WHERE id = ?1 AND status = 'accepted'", params![id, super::now()])?;
         Ok(changed == 1)
     }
 
     /// Records a running delivery's end; false when it was not running.
     pub fn finish_delivery(&self, id: &str, end: &DeliveryEnd) -> Result<bool, StoreError> {
         let result = end.result.as_ref().map(Value::to_string);
-        let changed = self
-            .conn()
-            .prepare_cached(
-                "UPDATE webhook_deliveries SET status = ?2, error = ?3, output = ?4, result = ?5, duration_ms = ?6, finished_at = ?7
-                 WHERE id = ?1 AND status = 'running'",
-            )?
-            .execute(params![
+        let changed = self.execute("UPDATE webhook_deliveries SET status = ?2, error = ?3, output = ?4, result = ?5, duration_ms = ?6, finished_at = ?7
+                 WHERE id = ?1 AND status = 'running'", params![
                 id,
                 Sql(end.status),
                 end.error,
@@ -214,15 +194,13 @@ impl Tx<'_> {
     /// At start: deliveries whose handler had started when the daemon last stopped become
     /// `interrupted_unknown` (never replayed). Returns them.
     pub fn interrupt_started_deliveries(&self, reason: &str) -> Result<Vec<Delivery>, StoreError> {
-        let ids: Vec<String> = self
-            .conn()
-            .prepare("SELECT id FROM webhook_deliveries WHERE status = 'running'")?
-            .query_map([], |row| row.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        self.execute(
-            "UPDATE webhook_deliveries SET status = 'interrupted_unknown', error = ?1, finished_at = ?2 WHERE status = 'running'",
-            params![reason, super::now()],
+        let ids: Vec<String> = self.query_map(
+            "SELECT id FROM webhook_deliveries WHERE status = 'running'",
+            params![],
+            |row| row.get(0),
         )?;
+        self.execute(
+            "UPDATE webhook_deliveries SET status = 'interrupted_unknown', error = ?1, finished_at = ?2 WHERE status = 'running'", params![reason, super::now()])?;
         ids.iter().map(|id| self.delivery(id)).collect()
     }
 }
@@ -237,15 +215,13 @@ impl Rd<'_> {
         sender_id: &str,
         since: Timestamp,
     ) -> Result<Option<Delivery>, StoreError> {
-        let id: Option<String> = self
-            .conn()
-            .prepare_cached(
-                "SELECT id FROM webhook_deliveries
+        let id: Option<String> = self.query_opt(
+            "SELECT id FROM webhook_deliveries
                  WHERE scope = ?1 AND hook = ?2 AND sender_delivery_id = ?3 AND received_at >= ?4
                  ORDER BY received_at LIMIT 1",
-            )?
-            .query_row(params![scope, hook, sender_id, At(since)], |row| row.get(0))
-            .optional()?;
+            params![scope, hook, sender_id, At(since)],
+            |row| row.get(0),
+        )?;
         id.map(|id| self.delivery(&id)).transpose()
     }
 
@@ -256,25 +232,25 @@ impl Rd<'_> {
 
     /// One delivery (without its body).
     pub fn delivery(&self, id: &str) -> Result<Delivery, StoreError> {
-        self.conn()
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM webhook_deliveries WHERE id = ?1"
-            ))?
-            .query_row([id], from_row)
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "delivery",
-                id: id.to_string(),
-            })
+        self.query_opt(
+            &format!("SELECT {COLUMNS} FROM webhook_deliveries WHERE id = ?1"),
+            params![id],
+            from_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "delivery",
+            id: id.to_string(),
+        })
     }
 
     /// A delivery with its body.
     pub fn delivery_with_body(&self, id: &str) -> Result<(Delivery, Vec<u8>), StoreError> {
         let delivery = self.delivery(id)?;
-        let body: Vec<u8> = self
-            .conn()
-            .prepare_cached("SELECT body FROM webhook_deliveries WHERE id = ?1")?
-            .query_row([id], |row| row.get(0))?;
+        let body: Vec<u8> = self.query_row(
+            "SELECT body FROM webhook_deliveries WHERE id = ?1",
+            params![id],
+            |row| row.get(0),
+        )?;
         Ok((delivery, body))
     }
 
@@ -286,24 +262,16 @@ impl Rd<'_> {
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT id FROM webhook_deliveries WHERE status = 'accepted' AND scope = ?1 AND hook = ?2 ORDER BY received_at, rowid LIMIT ?3",
-            )?
-            .query_map(params![scope, hook, limit], |row| row.get(0))?
-            .collect::<rusqlite::Result<_>>()?)
+        Ok(self.query_map("SELECT id FROM webhook_deliveries WHERE status = 'accepted' AND scope = ?1 AND hook = ?2 ORDER BY received_at, rowid LIMIT ?3", params![scope, hook, limit], |row| row.get(0))?)
     }
 
     /// `(scope, hook, count)` of every hook with accepted deliveries.
     pub fn accepted_by_hook(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare(
-                "SELECT scope, hook, COUNT(*) FROM webhook_deliveries WHERE status = 'accepted' GROUP BY scope, hook",
-            )?
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-            .collect::<rusqlite::Result<_>>()?)
+        Ok(self.query_map(
+            "SELECT scope, hook, COUNT(*) FROM webhook_deliveries WHERE status = 'accepted' GROUP BY scope, hook",
+            params![],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )?)
     }
 
     /// Deliveries, newest first.
@@ -312,7 +280,7 @@ impl Rd<'_> {
         // Only the filters given, so the planner can seek the `(scope, hook, received_at)`
         // index with them (see [`super::feed`]).
         let mut terms: Vec<&str> = Vec::new();
-        let mut args: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":limit", &limit)];
+        let mut args: Vec<(&str, &dyn sql::ToSql)> = vec![(":limit", &limit)];
         if let Some(scope) = &filter.scope {
             terms.push("scope = :scope");
             args.push((":scope", scope));
@@ -331,14 +299,14 @@ impl Rd<'_> {
         } else {
             format!("WHERE {}", terms.join(" AND "))
         };
-        Ok(self
-            .conn()
-            .prepare_cached(&format!(
+        Ok(self.query_map_named(
+            &format!(
                 "SELECT {COLUMNS} FROM webhook_deliveries {clause}
                  ORDER BY received_at DESC, rowid DESC LIMIT :limit"
-            ))?
-            .query_map(args.as_slice(), from_row)?
-            .collect::<rusqlite::Result<_>>()?)
+            ),
+            args.as_slice(),
+            from_row,
+        )?)
     }
 
     /// How many deliveries have each status (of one hook, when given).
@@ -347,13 +315,7 @@ impl Rd<'_> {
         scope: Option<&str>,
         hook: Option<&str>,
     ) -> Result<Vec<(DeliveryStatus, i64)>, StoreError> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT status, COUNT(*) FROM webhook_deliveries WHERE (?1 IS NULL OR scope = ?1) AND (?2 IS NULL OR hook = ?2) GROUP BY status",
-            )?
-            .query_map(params![scope, hook], |row| Ok((state(row, 0)?, row.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?)
+        Ok(self.query_map("SELECT status, COUNT(*) FROM webhook_deliveries WHERE (?1 IS NULL OR scope = ?1) AND (?2 IS NULL OR hook = ?2) GROUP BY status", params![scope, hook], |row| Ok((state(row, 0)?, row.get(1)?)))?)
     }
 }
 
