@@ -63,8 +63,9 @@ fn from_row(row: &Row<'_>) -> sql::Result<Receipt> {
 impl Rd<'_> {
     /// A cron's receipts, newest first, at most `last`.
     pub fn cron_receipts(&self, cron: &str, last: usize) -> Result<Vec<Receipt>, StoreError> {
+        let order = self.dialect().insertion_order();
         let statement = format!(
-            "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 ORDER BY created_at DESC, rowid DESC LIMIT ?2"
+            "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 ORDER BY created_at DESC, {order} DESC LIMIT ?2"
         );
         let receipts = self.query_map(
             &statement,
@@ -89,8 +90,9 @@ impl Rd<'_> {
 
     /// The last receipt of a cron that ran (or tried to), missed and refused ones aside.
     pub fn last_cron_execution(&self, cron: &str) -> Result<Option<Receipt>, StoreError> {
+        let order = self.dialect().insertion_order();
         Ok(self.query_opt(&format!(
-                "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 AND status NOT IN ('missed', 'skipped', 'refused') ORDER BY created_at DESC, rowid DESC LIMIT 1"
+                "SELECT {COLUMNS} FROM cron_receipts WHERE cron = ?1 AND status NOT IN ('missed', 'skipped', 'refused') ORDER BY created_at DESC, {order} DESC LIMIT 1"
             ), params![cron], from_row)?)
     }
 
@@ -233,7 +235,7 @@ impl Tx<'_> {
     ) -> Result<(), StoreError> {
         self.execute("INSERT INTO cron_state (name, paused, accounted_through) VALUES (?1, ?2, ?3)
                  ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
-                    accounted_through = CASE WHEN excluded.paused THEN cron_state.accounted_through ELSE excluded.accounted_through END", params![cron, paused, At(now)])?;
+                    accounted_through = CASE WHEN excluded.paused <> 0 THEN cron_state.accounted_through ELSE excluded.accounted_through END", params![cron, paused, At(now)])?;
         Ok(())
     }
 }

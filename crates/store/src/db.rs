@@ -61,28 +61,78 @@ const WRITE_QUEUE: usize = 4096;
 /// Read access to the database, inside one read transaction or one write savepoint.
 /// The store's modules add their queries to it; nothing outside this crate sees the connection.
 pub struct Rd<'a> {
-    conn: &'a Connection,
+    conn: &'a dyn Conn,
+    sqlite: Option<&'a Connection>,
 }
 
 impl<'a> Rd<'a> {
+    fn of(link: &'a Link) -> Self {
+        match link {
+            Link::Sqlite(conn) => Self {
+                conn,
+                sqlite: Some(conn),
+            },
+            Link::Postgres(conn) => Self {
+                conn: &**conn,
+                sqlite: None,
+            },
+        }
+    }
+
     /// The SQLite connection itself, for what only SQLite has (its pragmas, its file's pages):
-    /// every query goes through [`Conn`].
-    pub(super) fn sqlite(&self) -> &'a Connection {
-        self.conn
+    /// every query goes through [`Conn`]. `None` on PostgreSQL.
+    pub(super) fn sqlite(&self) -> Option<&'a Connection> {
+        self.sqlite
     }
 
     /// Reads over a connection of a test's own.
     #[cfg(test)]
     pub(super) fn over(conn: &'a Connection) -> Self {
-        Self { conn }
+        Self {
+            conn,
+            sqlite: Some(conn),
+        }
+    }
+}
+
+/// A connection of either backend: the writer's or a reader's.
+pub(crate) enum Link {
+    Sqlite(Connection),
+    Postgres(Box<crate::pg::PgConn>),
+}
+
+impl Link {
+    fn conn(&self) -> &dyn Conn {
+        match self {
+            Self::Sqlite(conn) => conn,
+            Self::Postgres(conn) => &**conn,
+        }
+    }
+
+    /// Runs a statement that takes no values (a transaction's begin, savepoint and end),
+    /// prepared once.
+    fn run(&self, sql: &str) -> crate::sql::Result<()> {
+        self.conn().execute(sql, &[]).map(|_| ())
+    }
+
+    /// After a connection failed: a PostgreSQL link whose server went away connects again
+    /// (once; the next statement tells whether that held).
+    fn heal(&mut self) {
+        if let Self::Postgres(conn) = self {
+            conn.heal();
+        }
     }
 }
 
 /// The store's modules run their statements through the port; SQLite parses each once per
 /// connection and keeps it cached by its text (parsing was an eighth of the writer's time).
 impl Conn for Rd<'_> {
+    fn dialect(&self) -> crate::sql::Dialect {
+        self.conn.dialect()
+    }
+
     fn execute(&self, sql: &str, params: Params<'_>) -> crate::sql::Result<usize> {
-        Conn::execute(self.conn, sql, params)
+        self.conn.execute(sql, params)
     }
 
     fn query(
@@ -91,7 +141,7 @@ impl Conn for Rd<'_> {
         params: Params<'_>,
         each: &mut dyn FnMut(&Row<'_>) -> crate::sql::Result<bool>,
     ) -> crate::sql::Result<()> {
-        Conn::query(self.conn, sql, params, each)
+        self.conn.query(sql, params, each)
     }
 
     fn query_named(
@@ -160,23 +210,28 @@ struct Counts {
 }
 
 pub(super) struct Db {
-    /// The database file.
-    path: std::path::PathBuf,
+    /// SQLite's file and its checkpointer; `None` on PostgreSQL.
+    file: Option<SqliteFile>,
     /// Writes sent and not answered yet (see [`ANSWER_SPIN`]).
     awaited: std::sync::atomic::AtomicUsize,
-    /// Tells the checkpointer to stop when the store goes away.
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    /// Held by the checkpointer for each of its passes (see [`Rewinder`]).
-    passes: Arc<Mutex<()>>,
     counts: Arc<Counts>,
     writes: mpsc::Sender<Queued>,
     readers: Arc<Readers>,
     permits: Arc<Semaphore>,
 }
 
+/// SQLite's database file, and what its checkpointer needs.
+struct SqliteFile {
+    path: std::path::PathBuf,
+    /// Tells the checkpointer to stop when the store goes away.
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Held by the checkpointer for each of its passes (see [`Rewinder`]).
+    passes: Arc<Mutex<()>>,
+}
+
 /// The read connections not in use, and a wait for one to come back.
 struct Readers {
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<Link>>,
     returned: Condvar,
 }
 
@@ -384,7 +439,7 @@ impl Db {
             .with_context(|| format!("cannot open database {}", path.display()))?;
             configure(&conn)?;
             conn.pragma_update(None, "query_only", "ON")?;
-            readers.push(conn);
+            readers.push(Link::Sqlite(conn));
         }
         // The writer never checkpoints; the checkpointer does, off its path.
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
@@ -398,18 +453,11 @@ impl Db {
         // and it waits 2 ms at most for another checkpoint (the writer's rewind).
         checkpointer.busy_handler(Some(wait_briefly_when_busy))?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (writes, queue) = mpsc::channel(WRITE_QUEUE);
         let passes = Arc::new(Mutex::new(()));
         // Its WAL hook counts the frames of each commit on the thread that commits: the
         // writer's, from here on.
         let rewinder = Rewinder::new(&writer, passes.clone())
             .with_context(|| format!("cannot watch the WAL of {}", path.display()))?;
-        let counts = Arc::new(Counts::default());
-        let counting = counts.clone();
-        std::thread::Builder::new()
-            .name("canopy-store-writer".into())
-            .spawn(move || write_loop(writer, queue, rewinder, &counting))
-            .context("cannot start the store's writer thread")?;
         let stopping = stop.clone();
         std::thread::Builder::new()
             .name("canopy-store-checkpoint".into())
@@ -418,18 +466,44 @@ impl Db {
                 move || checkpoint_loop(checkpointer, stopping, passes)
             })
             .context("cannot start the store's checkpoint thread")?;
-        Ok(Self {
+        let file = SqliteFile {
             path: path.to_path_buf(),
-            awaited: std::sync::atomic::AtomicUsize::new(0),
             stop,
             passes,
+        };
+        Self::start(Link::Sqlite(writer), readers, Some(rewinder), Some(file))
+    }
+
+    /// A store over PostgreSQL connections (see `pg`): no file to checkpoint.
+    pub(crate) fn start_postgres(writer: Link, readers: Vec<Link>) -> Result<Self> {
+        Self::start(writer, readers, None, None)
+    }
+
+    /// Starts the writer thread over `writer` and keeps `readers` for reads.
+    fn start(
+        writer: Link,
+        readers: Vec<Link>,
+        rewinder: Option<Rewinder>,
+        file: Option<SqliteFile>,
+    ) -> Result<Self> {
+        let (writes, queue) = mpsc::channel(WRITE_QUEUE);
+        let counts = Arc::new(Counts::default());
+        let counting = counts.clone();
+        std::thread::Builder::new()
+            .name("canopy-store-writer".into())
+            .spawn(move || write_loop(writer, queue, rewinder, &counting))
+            .context("cannot start the store's writer thread")?;
+        let permits = readers.len();
+        Ok(Self {
+            file,
+            awaited: std::sync::atomic::AtomicUsize::new(0),
             counts,
             writes,
             readers: Arc::new(Readers {
                 idle: Mutex::new(readers),
                 returned: Condvar::new(),
             }),
-            permits: Arc::new(Semaphore::new(READERS)),
+            permits: Arc::new(Semaphore::new(permits)),
         })
     }
 
@@ -444,13 +518,17 @@ impl Db {
     /// waited for (it ends with an fsync, which took over a second on a disk busy with other
     /// daemons); then a read in progress is waited for up to 5 s. False when one outlasted
     /// that, and the log stays as it was (nothing is lost either way).
+    /// PostgreSQL keeps its own log: true at once.
     pub(super) fn empty_log(&self) -> rusqlite::Result<bool> {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _no_pass = self
+        let Some(file) = &self.file else {
+            return Ok(true);
+        };
+        file.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _no_pass = file
             .passes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let conn = Connection::open(&self.path)?;
+        let conn = Connection::open(&file.path)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         // TRUNCATE answers SQLITE_BUSY in its first column when something kept it from finishing.
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
@@ -536,8 +614,8 @@ impl Db {
         let readers = self.readers.clone();
         let ran = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let conn = pop(&readers)?;
-            let result = run_read(&conn, work);
+            let mut conn = pop(&readers)?;
+            let result = run_read(&mut conn, work);
             push(&readers, conn);
             result
         })
@@ -559,8 +637,8 @@ impl Db {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        let conn = pop(&self.readers)?;
-        let result = run_read(&conn, work);
+        let mut conn = pop(&self.readers)?;
+        let result = run_read(&mut conn, work);
         push(&self.readers, conn);
         result
     }
@@ -568,13 +646,15 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(file) = &self.file {
+            file.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
 /// Takes an idle read connection, waiting for one while all are in use. Async readers hold
 /// a permit first, so they only wait here behind blocking readers (tests, the artifact cache).
-fn pop(readers: &Readers) -> Result<Connection, StoreError> {
+fn pop(readers: &Readers) -> Result<Link, StoreError> {
     let mut idle = readers
         .idle
         .lock()
@@ -596,7 +676,7 @@ fn pop(readers: &Readers) -> Result<Connection, StoreError> {
     }
 }
 
-fn push(readers: &Readers, conn: Connection) {
+fn push(readers: &Readers, conn: Link) {
     readers
         .idle
         .lock()
@@ -606,14 +686,19 @@ fn push(readers: &Readers, conn: Connection) {
 }
 
 /// Runs `work` in one read transaction, so everything it reads is one consistent snapshot.
-fn run_read<T, E>(conn: &Connection, work: impl FnOnce(&Rd<'_>) -> Result<T, E>) -> Result<T, E>
+fn run_read<T, E>(conn: &mut Link, work: impl FnOnce(&Rd<'_>) -> Result<T, E>) -> Result<T, E>
 where
     E: From<StoreError>,
 {
-    run_cached(conn, "BEGIN DEFERRED").map_err(|err| E::from(err.into()))?;
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(&Rd { conn })));
+    let begin = conn.conn().dialect().begin_read();
+    if let Err(err) = conn.run(begin) {
+        // A PostgreSQL server that went away (a restart): connect again and try once more.
+        conn.heal();
+        conn.run(begin).map_err(|_| E::from(err.into()))?;
+    }
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(&Rd::of(conn))));
     // A read transaction has nothing to keep; ending it can only fail if it already ended.
-    let _ = run_cached(conn, "COMMIT");
+    let _ = conn.run("COMMIT");
     match result {
         Ok(result) => result,
         Err(panic) => Err(E::from(StoreError::Internal(anyhow::anyhow!(
@@ -709,9 +794,9 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// The writer thread: batches what is queued into one transaction, a savepoint per write
 /// when there are several.
 fn write_loop(
-    conn: Connection,
+    mut conn: Link,
     mut queue: mpsc::Receiver<Queued>,
-    mut rewinder: Rewinder,
+    mut rewinder: Option<Rewinder>,
     counts: &Counts,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
@@ -732,8 +817,10 @@ fn write_loop(
             .writes
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         counts.commits.fetch_add(1, Ordering::Relaxed);
-        commit_batch(&conn, &mut batch);
-        rewinder.after_batch(&conn);
+        commit_batch(&mut conn, &mut batch);
+        if let (Some(rewinder), Link::Sqlite(conn)) = (&mut rewinder, &conn) {
+            rewinder.after_batch(conn);
+        }
     }
     tracing::debug!("the store's writer stopped: every handle was dropped");
 }
@@ -758,21 +845,23 @@ fn next_write(queue: &mut mpsc::Receiver<Queued>, spin: bool) -> Option<Queued> 
     queue.blocking_recv()
 }
 
-/// Runs one statement from the statement cache (a savepoint per write is parsed once, not at
-/// every write).
-fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([]).map(|_| ())
-}
-
-fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
-    if let Err(err) = run_cached(conn, "BEGIN IMMEDIATE") {
-        let why = err.to_string();
-        tracing::error!(error = %why, "cannot begin a write transaction");
-        // Nothing ran; each caller learns its write was lost.
-        batch.clear();
-        return;
+/// Runs a batch of writes in one transaction (each from the connection's statement cache: a
+/// savepoint per write is parsed once, not at every write).
+fn commit_batch(link: &mut Link, batch: &mut Vec<Job>) {
+    let begin = link.conn().dialect().begin_write();
+    if let Err(err) = link.run(begin) {
+        // A PostgreSQL server that went away (a restart): connect again and try once more.
+        link.heal();
+        if link.run(begin).is_err() {
+            let why = err.to_string();
+            tracing::error!(error = %why, "cannot begin a write transaction");
+            // Nothing ran; each caller learns its write was lost.
+            batch.clear();
+            return;
+        }
     }
-    let tx = Tx { rd: Rd { conn } };
+    let conn = &*link;
+    let tx = Tx { rd: Rd::of(conn) };
     if batch.len() == 1
         && let Some(job) = batch.pop()
     {
@@ -780,14 +869,14 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
         // page into a savepoint journal).
         let ran = job(&tx);
         let end = if ran.keep {
-            run_cached(conn, "COMMIT")
+            conn.run("COMMIT")
         } else {
-            run_cached(conn, "ROLLBACK")
+            conn.run("ROLLBACK")
         };
         let failed = end.err().map(|err| err.to_string());
         if let Some(why) = &failed {
             tracing::error!(error = %why, "a write was not committed");
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = conn.run("ROLLBACK");
         }
         (ran.answer)(failed.as_deref());
         return;
@@ -800,16 +889,17 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
             drop(job);
             continue;
         }
-        if let Err(err) = run_cached(conn, "SAVEPOINT write") {
+        if let Err(err) = conn.run("SAVEPOINT write") {
             broken = Some(err.to_string());
             drop(job);
             continue;
         }
         let ran = job(&tx);
         let end = if ran.keep {
-            run_cached(conn, "RELEASE write")
+            conn.run("RELEASE write")
         } else {
-            run_cached(conn, "ROLLBACK TO write").and_then(|()| run_cached(conn, "RELEASE write"))
+            conn.run("ROLLBACK TO write")
+                .and_then(|()| conn.run("RELEASE write"))
         };
         if let Err(err) = end {
             broken = Some(err.to_string());
@@ -818,11 +908,11 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
     }
     let failed = match broken {
         Some(why) => Some(why),
-        None => run_cached(conn, "COMMIT").err().map(|err| err.to_string()),
+        None => conn.run("COMMIT").err().map(|err| err.to_string()),
     };
     if let Some(why) = &failed {
         tracing::error!(error = %why, writes = answers.len(), "a write batch was not committed");
-        let _ = conn.execute_batch("ROLLBACK");
+        let _ = conn.run("ROLLBACK");
     }
     for answer in answers {
         answer(failed.as_deref());
@@ -838,7 +928,7 @@ mod tests {
     fn store_with(path: &std::path::Path, create: &'static str) -> anyhow::Result<Store> {
         let store = Store::open(path)?;
         store.write_blocking(move |tx| {
-            tx.sqlite().execute_batch(create)?;
+            tx.sqlite().expect("a SQLite store").execute_batch(create)?;
             Ok::<_, StoreError>(())
         })?;
         Ok(store)
@@ -896,7 +986,7 @@ mod tests {
                     .len();
                 assert_eq!(rows as i64, limit);
             }
-            let statement = rd.sqlite().prepare_cached(sql)?;
+            let statement = rd.sqlite().expect("a SQLite store").prepare_cached(sql)?;
             Ok::<_, StoreError>(statement.get_status(rusqlite::StatementStatus::RePrepare))
         })?;
         assert_eq!(
@@ -915,7 +1005,10 @@ mod tests {
 
     fn rows(store: &Store) -> anyhow::Result<Vec<i64>> {
         Ok(store.read_blocking(|rd| {
-            let mut statement = rd.sqlite().prepare("SELECT n FROM t ORDER BY n")?;
+            let mut statement = rd
+                .sqlite()
+                .expect("a SQLite store")
+                .prepare("SELECT n FROM t ORDER BY n")?;
             let rows = statement.query_map([], |r| r.get(0))?;
             Ok::<_, StoreError>(rows.collect::<Result<Vec<i64>, _>>()?)
         })?)

@@ -137,7 +137,7 @@ impl Rd<'_> {
     /// True when a graph other than `except` is called `name`.
     pub fn graph_name_taken(&self, name: &str, except: Option<&str>) -> Result<bool, StoreError> {
         Ok(self.query_row(
-            "SELECT EXISTS (SELECT 1 FROM graphs WHERE name = ?1 AND id IS NOT ?2)",
+            "SELECT EXISTS (SELECT 1 FROM graphs WHERE name = ?1 AND id IS DISTINCT FROM ?2)",
             params![name, except],
             |r| r.get(0),
         )?)

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::sql::{self, Conn, Queries, Row, params};
+use crate::sql::{self, Conn, Dialect, Queries, Row, params};
 use serde_json::Value;
 
 use super::states::{Sql, state, state_opt};
@@ -176,7 +176,7 @@ impl HookRunFilter {
     /// The `WHERE` clause of the filter and its named parameters: only the filters given, so
     /// the query planner can use an index for them (`:x IS NULL OR col = :x` kept every index
     /// out of reach: a graph view asking for a run's few hook runs read every hook run on record).
-    fn clause(&self) -> (String, Bound<'_>) {
+    fn clause(&self, dialect: Dialect) -> (String, Bound<'_>) {
         let mut terms: Vec<String> = Vec::new();
         let mut params: Bound<'_> = Vec::new();
         let outcome = format!("({})", outcome_sql());
@@ -197,7 +197,7 @@ impl HookRunFilter {
             }
         }
         if let Some(events) = &self.events {
-            terms.push("event IN (SELECT value FROM json_each(:events))".to_string());
+            terms.push(dialect.in_json_list("event", ":events"));
             params.push((":events", Box::new(Value::from(events.clone()).to_string())));
         }
         if let Some(since) = self.since {
@@ -205,12 +205,12 @@ impl HookRunFilter {
             params.push((":since", Box::new(At(since))));
         }
         if let Some(session) = &self.session {
-            terms.push(
+            let session_of = dialect.json_text("f.payload", "session_id");
+            terms.push(format!(
                 "(run_id = :session OR EXISTS (
                    SELECT 1 FROM feed f WHERE f.id = hook_runs.feed_id
-                     AND json_extract(f.payload, '$.session_id') = :session))"
-                    .to_string(),
-            );
+                     AND {session_of} = :session))"
+            ));
             params.push((":session", Box::new(session)));
         }
         let clause = if terms.is_empty() {
@@ -240,10 +240,10 @@ impl Rd<'_> {
     /// Hook runs matching the filter, newest first; the runs of one event (which share their
     /// `fired_at`) last recorded first, so their reverse is firing order.
     pub fn hook_runs(&self, filter: &HookRunFilter) -> Result<Vec<HookRun>, StoreError> {
-        // SQLite: `rowid` is the insertion order.
-        let (clause, mut params) = filter.clause();
+        let (clause, mut params) = filter.clause(self.dialect());
+        let order = self.dialect().insertion_order();
         let statement = format!(
-            "SELECT {COLUMNS} FROM hook_runs WHERE {clause} ORDER BY fired_at DESC, rowid DESC LIMIT :last"
+            "SELECT {COLUMNS} FROM hook_runs WHERE {clause} ORDER BY fired_at DESC, {order} DESC LIMIT :last"
         );
         params.push((
             ":last",
@@ -259,7 +259,7 @@ impl Rd<'_> {
 
     /// How many hook runs match the filter (`last` aside).
     pub fn count_hook_runs(&self, filter: &HookRunFilter) -> Result<usize, StoreError> {
-        let (clause, params) = filter.clause();
+        let (clause, params) = filter.clause(self.dialect());
         let named: Vec<(&str, &dyn sql::ToSql)> = params
             .iter()
             .map(|(name, value)| (*name, &**value))

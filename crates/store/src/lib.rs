@@ -21,6 +21,7 @@ pub mod hook_runs;
 pub mod ids;
 pub mod messages;
 mod migrations;
+pub mod pg;
 #[cfg(test)]
 mod plans;
 pub mod plugins;
@@ -103,6 +104,13 @@ impl Store {
     /// Opens (creating if needed) the database and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self> {
         let db = db::Db::open(path, migrations::apply)?;
+        Ok(Self { db: Arc::new(db) })
+    }
+
+    /// Connects to a PostgreSQL database (`postgres://user:password@host:port/dbname`, or
+    /// `host=... dbname=...`) and brings its schema up to date. Several daemons may share it.
+    pub fn open_postgres(url: &str) -> Result<Self> {
+        let db = pg::open(url)?;
         Ok(Self { db: Arc::new(db) })
     }
 
@@ -212,4 +220,28 @@ pub fn new_id() -> String {
 /// id this process makes, the other 20 random. See [`ids::ordered`].
 pub fn new_ordered_id() -> String {
     ids::ordered(std::time::SystemTime::now())
+}
+
+/// For the store's own tests: the same checks on each backend.
+#[cfg(test)]
+pub(crate) mod each_backend {
+    use super::Store;
+
+    /// A fresh store of each backend, named: SQLite in a temporary directory (kept while the
+    /// store is), PostgreSQL in a database of its own on the tests' server.
+    pub(crate) fn stores() -> Vec<(&'static str, Store, Option<tempfile::TempDir>)> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let sqlite = Store::open(&dir.path().join("canopy.db")).expect("a SQLite store");
+        let url = super::pg::cluster::scratch_database().expect("a PostgreSQL test database");
+        let postgres = Store::open_postgres(&url).expect("a PostgreSQL store");
+        vec![("sqlite", sqlite, Some(dir)), ("postgres", postgres, None)]
+    }
+
+    /// Runs `check` on a fresh store of each backend, saying which one it is on.
+    pub(crate) fn check(check: impl Fn(&Store)) {
+        for (backend, store, _dir) in stores() {
+            eprintln!("on {backend}:");
+            check(&store);
+        }
+    }
 }

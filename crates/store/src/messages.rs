@@ -135,7 +135,7 @@ impl Rd<'_> {
     ) -> Result<Option<Message>, StoreError> {
         Ok(self.query_opt(
             &format!(
-                "SELECT {COLUMNS} FROM messages WHERE status = ?2 AND session_id IS ?1
+                "SELECT {COLUMNS} FROM messages WHERE status = ?2 AND session_id IS NOT DISTINCT FROM ?1
                   ORDER BY created_at, id LIMIT 1"
             ),
             params![session_id, Sql(MessageStatus::Pending)],
@@ -268,10 +268,8 @@ mod tests {
     use crate::Store;
     use canopy_model::requests::sessions::NewSession;
 
-    fn store_with_message() -> (tempfile::TempDir, Store, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("canopy.db")).unwrap();
-        let id = store
+    fn add_message(store: &Store) -> String {
+        store
             .write_blocking(|tx| {
                 let session = tx.insert_session(&NewSession {
                     name: "lead".to_string(),
@@ -285,13 +283,16 @@ mod tests {
                     plugin: "interactive".to_string(),
                 })
             })
-            .unwrap();
-        (dir, store, id)
+            .unwrap()
     }
 
     #[test]
     fn a_message_is_claimed_once() {
-        let (_dir, store, id) = store_with_message();
+        crate::each_backend::check(a_message_is_claimed_once_on);
+    }
+
+    fn a_message_is_claimed_once_on(store: &Store) {
+        let id = add_message(store);
         let claim = |store: &Store| {
             let id = id.clone();
             store
@@ -300,10 +301,10 @@ mod tests {
                 })
                 .unwrap()
         };
-        let first = claim(&store).unwrap();
+        let first = claim(store).unwrap();
         assert_eq!(first.status, MessageStatus::Delivering);
         assert!(first.delivered_at.is_none());
-        assert!(claim(&store).is_none(), "a second claim must fail");
+        assert!(claim(store).is_none(), "a second claim must fail");
         let delivered = {
             let id = id.clone();
             store
@@ -324,7 +325,13 @@ mod tests {
 
     #[test]
     fn an_interrupted_delivery_becomes_undeliverable_with_its_reason() {
-        let (_dir, store, id) = store_with_message();
+        crate::each_backend::check(
+            an_interrupted_delivery_becomes_undeliverable_with_its_reason_on,
+        );
+    }
+
+    fn an_interrupted_delivery_becomes_undeliverable_with_its_reason_on(store: &Store) {
+        let id = add_message(store);
         let claimed = id.clone();
         store
             .write_blocking(move |tx| {

@@ -2,6 +2,10 @@
 //! runs in its own transaction, so a crash leaves the schema at the old or the new version.
 //! Append new migrations; never edit one that has shipped.
 //!
+//! The list is PostgreSQL's too. Its schema starts at migration `BASELINE` (`pg/schema.rs`)
+//! (`pg/schema.sql`, the schema as that migration left it); every migration after that is a
+//! [`Migration::Twin`], written once for each backend, and a test fails on one that is not.
+//!
 //! A CHECK over a set of values is written `col = 'a' OR col = 'b' ...`, never `col IN ('a',
 //! 'b', ...)`: SQLite checks an IN list of more than two values by building a temporary b-tree
 //! of it for every row written, which cost about 2 µs a write on this project's VM (a third of
@@ -21,6 +25,12 @@ enum Migration {
     Sql(&'static str),
     /// A step SQL alone cannot say.
     Code(fn(&Transaction) -> Result<()>),
+    /// A step after PostgreSQL's baseline: SQLite's SQL and PostgreSQL's.
+    #[allow(dead_code)]
+    Twin {
+        sqlite: &'static str,
+        postgres: &'static str,
+    },
 }
 use Migration::{Code, Sql};
 
@@ -719,7 +729,9 @@ fn apply_until(conn: &mut Connection, last: usize) -> Result<()> {
         let version = index + 1;
         let tx = conn.transaction()?;
         match migration {
-            Sql(sql) => tx.execute_batch(sql).map_err(anyhow::Error::from),
+            Sql(sql) | Migration::Twin { sqlite: sql, .. } => {
+                tx.execute_batch(sql).map_err(anyhow::Error::from)
+            }
             Code(step) => step(&tx),
         }
         .with_context(|| format!("migration {version} failed"))?;
@@ -730,9 +742,17 @@ fn apply_until(conn: &mut Connection, last: usize) -> Result<()> {
 }
 
 /// The schema version this build migrates to.
-#[cfg(test)]
 pub fn latest() -> usize {
     MIGRATIONS.len()
+}
+
+/// PostgreSQL's form of migration `version` (from 1), when it has one: only the steps after
+/// its baseline do.
+pub(crate) fn postgres_step(version: usize) -> Option<&'static str> {
+    match MIGRATIONS.get(version.checked_sub(1)?)? {
+        Migration::Twin { postgres, .. } => Some(postgres),
+        Sql(_) | Code(_) => None,
+    }
 }
 
 #[cfg(test)]

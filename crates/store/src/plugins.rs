@@ -85,7 +85,10 @@ impl Tx<'_> {
     pub fn put_plugin(&self, record: &PluginRecord) -> Result<(), StoreError> {
         self.execute(
             &format!(
-                "INSERT OR REPLACE INTO plugins ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                "INSERT INTO plugins ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (name) DO UPDATE SET version = excluded.version, sha256 = excluded.sha256,
+                    manifest = excluded.manifest, granted = excluded.granted, builtin = excluded.builtin,
+                    enabled = excluded.enabled, installed_at = excluded.installed_at"
             ),
             params![
                 record.name,

@@ -152,8 +152,10 @@ mod tests {
 
     #[test]
     fn a_saved_state_reads_back_with_tags_gone_forgotten() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = super::super::Store::open(&dir.path().join("db.sqlite")).unwrap();
+        crate::each_backend::check(a_saved_state_reads_back_with_tags_gone_forgotten_on);
+    }
+
+    fn a_saved_state_reads_back_with_tags_gone_forgotten_on(store: &crate::Store) {
         assert_eq!(
             store.read_blocking(|rd| rd.project_state("web")).unwrap(),
             None
@@ -190,8 +192,14 @@ mod tests {
 
     #[test]
     fn of_two_hooks_fired_together_the_last_to_end_is_taken_for_the_change() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = super::super::Store::open(&dir.path().join("db.sqlite")).unwrap();
+        crate::each_backend::check(
+            of_two_hooks_fired_together_the_last_to_end_is_taken_for_the_change_on,
+        );
+    }
+
+    fn of_two_hooks_fired_together_the_last_to_end_is_taken_for_the_change_on(
+        store: &crate::Store,
+    ) {
         store
             .write_blocking(|tx| {
                 for (id, index, finished) in [

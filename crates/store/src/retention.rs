@@ -107,11 +107,28 @@ impl Rd<'_> {
 
     /// The sizes `canopy status` shows.
     pub fn sizes(&self) -> Result<StoreSizes, StoreError> {
-        let pragma = |name: &str| -> Result<u64, StoreError> {
-            let value: i64 = self
-                .sqlite()
-                .query_row(&format!("PRAGMA {name}"), [], |row| row.get(0))?;
-            Ok(u64::try_from(value).unwrap_or(0))
+        let (file_bytes, free_bytes) = match self.sqlite() {
+            Some(conn) => {
+                let pragma = |name: &str| -> Result<u64, StoreError> {
+                    let value: i64 =
+                        conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get(0))?;
+                    Ok(u64::try_from(value).unwrap_or(0))
+                };
+                let page = pragma("page_size")?;
+                (
+                    pragma("page_count")? * page,
+                    pragma("freelist_count")? * page,
+                )
+            }
+            // PostgreSQL: the database's size on disk; its free space is its own to reuse.
+            None => {
+                let bytes: i64 = self.query_row(
+                    "SELECT pg_database_size(current_database())",
+                    params![],
+                    |row| row.get(0),
+                )?;
+                (u64::try_from(bytes).unwrap_or(0), 0)
+            }
         };
         let count = |table: &str| -> Result<u64, StoreError> {
             let value: i64 =
@@ -120,10 +137,9 @@ impl Rd<'_> {
                 })?;
             Ok(u64::try_from(value).unwrap_or(0))
         };
-        let page = pragma("page_size")?;
         Ok(StoreSizes {
-            file_bytes: pragma("page_count")? * page,
-            free_bytes: pragma("freelist_count")? * page,
+            file_bytes,
+            free_bytes,
             feed_rows: count("feed")?,
             hook_runs: count("hook_runs")?,
             runs: count("runs")?,
@@ -160,10 +176,11 @@ impl Tx<'_> {
         limit: usize,
     ) -> Result<usize, StoreError> {
         let (name, column, prunable) = table.parts();
+        let handle = self.dialect().row_handle();
         Ok(self.execute(
             &format!(
-                "DELETE FROM {name} WHERE rowid IN (
-                    SELECT rowid FROM {name} WHERE {column} < ?1 AND {prunable}
+                "DELETE FROM {name} WHERE {handle} IN (
+                    SELECT {handle} FROM {name} WHERE {column} < ?1 AND {prunable}
                     ORDER BY {column} LIMIT ?2)"
             ),
             params![At(cutoff), i64::try_from(limit).unwrap_or(i64::MAX)],
@@ -171,15 +188,15 @@ impl Tx<'_> {
     }
 
     /// Returns up to `pages` free pages to the file system; how many were free before.
+    /// PostgreSQL's autovacuum does this itself: 0 there.
     pub fn vacuum_step(&self, pages: u32) -> Result<u64, StoreError> {
-        let free: i64 = self
-            .sqlite()
-            .query_row("PRAGMA freelist_count", [], |row| row.get(0))?;
+        let Some(conn) = self.sqlite() else {
+            return Ok(0);
+        };
+        let free: i64 = conn.query_row("PRAGMA freelist_count", [], |row| row.get(0))?;
         if free > 0 {
             // The pragma returns a row per page freed; step through them all.
-            let mut statement = self
-                .sqlite()
-                .prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
+            let mut statement = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
             let mut rows = statement.query([])?;
             while rows.next()?.is_some() {}
         }

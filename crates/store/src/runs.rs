@@ -1,7 +1,7 @@
 //! Runs (`runs`), the specs each run reached (`run_specs`) and every executor call for a node
 //! (`node_runs`).
 
-use crate::sql::{self, Conn, Queries, Row, params};
+use crate::sql::{self, Conn, Dialect, Queries, Row, params};
 
 use super::states::{Sql, state};
 use super::times::{At, time, time_opt};
@@ -201,7 +201,8 @@ impl Rd<'_> {
     ) -> Result<Vec<RunSpec>, StoreError> {
         // One statement for the whole page, not one per spec.
         let statement = format!(
-            "{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 AND rs.spec_id IN (SELECT value FROM json_each(?2))"
+            "{RUN_SPEC_SELECT} WHERE rs.run_id = ?1 AND {}",
+            self.dialect().in_json_list("rs.spec_id", "?2")
         );
         let reason = "SELECT node, reason FROM node_runs
              WHERE run_id = ?1 AND spec_id = ?2 AND status IN ('failed', 'blocked', 'limit_blocked', 'interrupted', 'cancelled')
@@ -689,12 +690,19 @@ impl Tx<'_> {
         why: &str,
         now: &str,
     ) -> Result<(), StoreError> {
-        self.execute(
-            "UPDATE node_runs SET status = ?2, reason = ?3, finished_at = ?4,
-                 duration_ms = CAST((julianday(?4) - julianday(started_at)) * 86400000 AS INTEGER)
-             WHERE run_id = ?1 AND status = 'running'",
-            params![run_id, Sql(status), why, now],
-        )?;
+        let statement = match self.dialect() {
+            Dialect::Sqlite => {
+                "UPDATE node_runs SET status = ?2, reason = ?3, finished_at = ?4,
+                     duration_ms = CAST((julianday(?4) - julianday(started_at)) * 86400000 AS INTEGER)
+                 WHERE run_id = ?1 AND status = 'running'"
+            }
+            Dialect::Postgres => {
+                "UPDATE node_runs SET status = ?2, reason = ?3, finished_at = ?4,
+                     duration_ms = CAST(EXTRACT(EPOCH FROM (CAST(CAST(?4 AS text) AS timestamptz) - CAST(started_at AS timestamptz))) * 1000 AS BIGINT)
+                 WHERE run_id = ?1 AND status = 'running'"
+            }
+        };
+        self.execute(statement, params![run_id, Sql(status), why, now])?;
         Ok(())
     }
 
@@ -706,6 +714,8 @@ impl Tx<'_> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::super::Store;
     use super::super::graphs::GraphWrite;
     use super::*;
@@ -725,9 +735,13 @@ mod tests {
     }
 
     #[test]
-    fn the_spec_tally_follows_every_change_of_a_runs_specs() -> anyhow::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let store = Store::open(&dir.path().join("canopy.db"))?;
+    fn the_spec_tally_follows_every_change_of_a_runs_specs() {
+        crate::each_backend::check(|store| {
+            the_spec_tally_follows_every_change_of_a_runs_specs_on(store).unwrap();
+        });
+    }
+
+    fn the_spec_tally_follows_every_change_of_a_runs_specs_on(store: &Store) -> anyhow::Result<()> {
         let (graph, run, other) = store.write_blocking(|tx| {
             let graph = tx.insert_graph(&GraphWrite {
                 name: "g".into(),

@@ -136,9 +136,73 @@ pub(crate) trait RowSource {
     fn value(&self, index: usize) -> Result<Value<'_>>;
 }
 
+/// Which SQL a connection speaks, for the few statements the two backends spell differently.
+/// Everything else is written once, in the SQL both accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    /// `column` is one of the texts in the JSON array bound as `param`.
+    pub(crate) fn in_json_list(self, column: &str, param: &str) -> String {
+        match self {
+            Self::Sqlite => format!("{column} IN (SELECT value FROM json_each({param}))"),
+            Self::Postgres => {
+                format!("{column} IN (SELECT json_array_elements_text(CAST({param} AS json)))")
+            }
+        }
+    }
+
+    /// The text at `key` of the JSON object in `column`.
+    pub(crate) fn json_text(self, column: &str, key: &str) -> String {
+        match self {
+            Self::Sqlite => format!("json_extract({column}, '$.{key}')"),
+            Self::Postgres => format!("(CAST({column} AS json) ->> '{key}')"),
+        }
+    }
+
+    /// The column that orders a table's rows as they were inserted (`hook_runs`,
+    /// `cron_receipts`, `webhook_deliveries`): SQLite's rowid, PostgreSQL's `seq`.
+    pub(crate) fn insertion_order(self) -> &'static str {
+        match self {
+            Self::Sqlite => "rowid",
+            Self::Postgres => "seq",
+        }
+    }
+
+    /// A row's physical handle, for deleting a batch of rows a subquery picked.
+    pub(crate) fn row_handle(self) -> &'static str {
+        match self {
+            Self::Sqlite => "rowid",
+            Self::Postgres => "ctid",
+        }
+    }
+
+    /// How a write transaction begins: SQLite takes its write lock at once (a batch never
+    /// waits halfway), PostgreSQL locks rows as it writes them.
+    pub(crate) fn begin_write(self) -> &'static str {
+        match self {
+            Self::Sqlite => "BEGIN IMMEDIATE",
+            Self::Postgres => "BEGIN",
+        }
+    }
+
+    /// How a read begins: one snapshot for everything the read does.
+    pub(crate) fn begin_read(self) -> &'static str {
+        match self {
+            Self::Sqlite => "BEGIN DEFERRED",
+            Self::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        }
+    }
+}
+
 /// The port: a connection inside a transaction (the store begins, keeps and ends it), with
 /// statements prepared once and cached by their text.
 pub(crate) trait Conn {
+    /// The SQL this connection speaks.
+    fn dialect(&self) -> Dialect;
     /// Runs a statement; how many rows it changed.
     fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize>;
     /// Runs a query, handing each row to `each` until it returns false or the rows end.
@@ -404,6 +468,10 @@ fn each_row(
 }
 
 impl Conn for rusqlite::Connection {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
     fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize> {
         let bound = params.iter().map(|p| Bind(*p));
         Ok(self

@@ -262,7 +262,12 @@ impl Rd<'_> {
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        Ok(self.query_map("SELECT id FROM webhook_deliveries WHERE status = 'accepted' AND scope = ?1 AND hook = ?2 ORDER BY received_at, rowid LIMIT ?3", params![scope, hook, limit], |row| row.get(0))?)
+        let order = self.dialect().insertion_order();
+        Ok(self.query_map(
+            &format!("SELECT id FROM webhook_deliveries WHERE status = 'accepted' AND scope = ?1 AND hook = ?2 ORDER BY received_at, {order} LIMIT ?3"),
+            params![scope, hook, limit],
+            |row| row.get(0),
+        )?)
     }
 
     /// `(scope, hook, count)` of every hook with accepted deliveries.
@@ -299,10 +304,11 @@ impl Rd<'_> {
         } else {
             format!("WHERE {}", terms.join(" AND "))
         };
+        let order = self.dialect().insertion_order();
         Ok(self.query_map_named(
             &format!(
                 "SELECT {COLUMNS} FROM webhook_deliveries {clause}
-                 ORDER BY received_at DESC, rowid DESC LIMIT :limit"
+                 ORDER BY received_at DESC, {order} DESC LIMIT :limit"
             ),
             args.as_slice(),
             from_row,
@@ -328,8 +334,10 @@ mod tests {
 
     #[test]
     fn a_delivery_as_recorded_is_what_the_store_reads_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("canopy.db")).unwrap();
+        crate::each_backend::check(a_delivery_as_recorded_is_what_the_store_reads_back_on);
+    }
+
+    fn a_delivery_as_recorded_is_what_the_store_reads_back_on(store: &Store) {
         let new = NewDelivery {
             id: crate::new_ordered_id(),
             scope: "global".into(),

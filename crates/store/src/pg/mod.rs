@@ -1,0 +1,89 @@
+//! PostgreSQL, for several daemons sharing one database. The store's modules run on it
+//! unchanged through the port (`sql.rs`); this module connects, keeps the schema, and hands
+//! the connections to the same writer and read pool SQLite uses (`db.rs`): writes from this
+//! daemon are group-committed on one connection, reads run on a small pool, each in one
+//! snapshot.
+//!
+//! A database URL can hold a password: it is never logged or put in an error. Errors name the
+//! user, host, port and database instead.
+
+#[cfg(any(test, feature = "testing"))]
+pub mod cluster;
+mod conn;
+mod schema;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+pub(crate) use conn::PgConn;
+
+use crate::db::{Db, Link, READERS};
+
+/// How long connecting may take before it is an error.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Any one statement's limit: the store's statements take milliseconds, and one that takes
+/// this long is stuck (a lock held by a daemon that hung).
+const STATEMENT_TIMEOUT_MS: u64 = 30_000;
+
+/// A connection string parsed, with what errors may name of it.
+#[derive(Clone)]
+pub(crate) struct Target {
+    config: postgres::Config,
+    /// `user@host:port/dbname`, no password.
+    shown: String,
+}
+
+impl Target {
+    pub(crate) fn parse(url: &str) -> Result<Self> {
+        // The parser's error can quote the string, password and all: it is not passed on.
+        let mut config: postgres::Config = url.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "the database URL is not a PostgreSQL connection string \
+                 (postgres://user:password@host:port/dbname, or host=... dbname=...)"
+            )
+        })?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.application_name("canopy");
+        config.options(&format!("-c statement_timeout={STATEMENT_TIMEOUT_MS}"));
+        let shown = show(&config);
+        Ok(Self { config, shown })
+    }
+
+    pub(crate) fn connect(&self) -> Result<postgres::Client> {
+        self.config
+            .connect(postgres::NoTls)
+            .map_err(|err| anyhow::anyhow!("cannot connect to PostgreSQL at {}: {err}", self.shown))
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+fn show(config: &postgres::Config) -> String {
+    let user = config.get_user().unwrap_or("(default user)");
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or(user);
+    format!("{user}@{host}:{port}/{db}")
+}
+
+/// Connects, brings the schema up to date, and starts the writer and the read pool.
+pub(crate) fn open(url: &str) -> Result<Db> {
+    let target = Target::parse(url)?;
+    let writer = PgConn::connect(target.clone())?;
+    schema::migrate(&writer).with_context(|| format!("cannot migrate database {target}"))?;
+    let mut readers = Vec::with_capacity(READERS);
+    for _ in 0..READERS {
+        readers.push(Link::Postgres(Box::new(PgConn::connect(target.clone())?)));
+    }
+    Db::start_postgres(Link::Postgres(Box::new(writer)), readers)
+}
