@@ -66,6 +66,28 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Optio
     }
 }
 
+/// The backend the tests' daemons run on: `CANOPY_TEST_BACKEND=postgres` runs each on a
+/// PostgreSQL database of its own (on a throwaway server, see `canopy_store::pg::cluster`);
+/// otherwise SQLite in the data dir, as a user's daemon does by default.
+pub fn on_postgres() -> bool {
+    std::env::var("CANOPY_TEST_BACKEND").is_ok_and(|b| b == "postgres")
+}
+
+/// On PostgreSQL: the database of the daemon of `data_dir`, made on its first start and kept
+/// (in `test-database` beside it) for its restarts.
+fn test_database(data_dir: &Path) -> Option<String> {
+    if !on_postgres() {
+        return None;
+    }
+    let kept = data_dir.join("test-database");
+    if let Ok(url) = std::fs::read_to_string(&kept) {
+        return Some(url);
+    }
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    std::fs::write(&kept, &url).unwrap();
+    Some(url)
+}
+
 /// A running daemon on its own temp data dir; stopped (SIGTERM) on drop.
 pub struct Daemon {
     pub data_dir: PathBuf,
@@ -145,10 +167,15 @@ impl Daemon {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(CANOPY)
+        let mut command = Command::new(CANOPY);
+        command
             .args(["daemon", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
-            .env("CANOPY_LOG", "info")
+            .env("CANOPY_LOG", "info");
+        if let Some(url) = test_database(data_dir) {
+            command.env("CANOPY_DATABASE_URL", url);
+        }
+        let child = command
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -18,6 +18,7 @@ mod runtime_hook;
 mod service;
 mod session;
 mod spec;
+mod store;
 mod table;
 mod webhooks;
 
@@ -66,6 +67,12 @@ enum Command {
         /// Address to listen on (loopback only) [default: 127.0.0.1:7461, or `listen` in canopy.toml]
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// Keep the state in this PostgreSQL database (postgres://user@host/dbname) instead of
+        /// canopy.db in the data dir [default: $CANOPY_DATABASE_URL, or [database] in canopy.toml].
+        /// A string with a password is better given in the environment: process arguments are
+        /// visible to every user of the machine.
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
         /// Log to daemon.log only, not to stderr as well: how `canopy daemon start` runs it
         /// (its stderr is a file nobody rotates).
         #[arg(long, hide = true)]
@@ -188,6 +195,12 @@ enum Command {
         after_help = "Examples:\n  canopy run list --graph web\n  canopy run show 3f2a\n  canopy run output 9c41"
     )]
     Run(run::RunCommand),
+    /// The data dir's database itself, with no daemon running: move it to PostgreSQL.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  canopy store migrate --to postgres://canopy@db.internal/canopy"
+    )]
+    Store(store::StoreCommand),
     /// Serve MCP (Model Context Protocol) on stdin/stdout for an agent CLI: Canopy's graphs,
     /// specs, queues, hooks, sessions and feed as tools and resources.
     #[command(after_help = "Example (Claude Code):\n  claude mcp add canopy -- canopy mcp")]
@@ -299,9 +312,10 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
         Command::Daemon {
             action: None,
             listen,
+            database,
             ..
         } => {
-            canopy_daemon::daemon::run(data, listen).await?;
+            canopy_daemon::daemon::run(data, listen, database).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Daemon {
@@ -315,6 +329,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
             json,
         } => daemon::logs(&data, follow, lines, json).await,
         Command::Run(command) => run::run(&Client::connect(&data)?, command).await,
+        Command::Store(command) => store::run(data, command).await,
         Command::Plugin(command) => plugin::run(&Client::connect(&data)?, command).await,
         Command::Spec(command) => spec::run(&Client::connect(&data)?, command).await,
         Command::Graph(command) => graph::run(&Client::connect(&data)?, command).await,

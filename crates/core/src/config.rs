@@ -36,6 +36,11 @@
 //! [retention]
 //! hook_runs_rows = 500000
 //!
+//! # Where the state is kept: SQLite in the data dir unless PostgreSQL is named (see
+//! # `database`).
+//! [database]
+//! url_env = "CANOPY_DATABASE_URL"
+//!
 //! # Daemon hooks: see `crate::hooks::daemon`.
 //! [[hooks]]
 //! name = "announce-blocked"
@@ -52,6 +57,7 @@ use canopy_executors::procs::ProcessConfig;
 use canopy_model::text::is_env_name;
 use serde::Deserialize;
 
+pub mod database;
 mod shape;
 
 /// The default address of the HTTP API.
@@ -105,6 +111,9 @@ pub struct Config {
     /// How long rows of the growing tables are kept (see [`crate::retention`]).
     #[serde(default)]
     pub retention: crate::retention::RetentionConfig,
+    /// Where the state is kept: SQLite in the data dir, or PostgreSQL.
+    #[serde(default)]
+    pub database: database::DatabaseConfig,
 }
 
 /// The event feed (`[feed]`).
@@ -349,6 +358,7 @@ impl Config {
                 problems.push(format!("platforms.{name}.command: must name a program"));
             }
         }
+        problems.extend(config.database.check());
         if let Some(bad) = config.process.pass_env.iter().find(|n| !is_env_name(n)) {
             problems.push(format!(
                 "process.pass_env: `{bad}` is not an environment variable name (letters, digits and `_`, not starting with a digit)"

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::api::{self, AppState};
 use canopy_core::bus::Bus;
+use canopy_core::config::database::Database;
 use canopy_core::config::{self, Config};
 use canopy_core::engine::Engine;
 use canopy_core::sessions::{self, Delivery};
@@ -220,8 +221,10 @@ async fn bind(data: &DataDir, listen: &str) -> Result<tokio::net::TcpListener> {
 }
 
 /// Runs the daemon until SIGINT / SIGTERM or `POST /api/shutdown`.
-pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
-    let refused = match serve(&data, listen).await {
+/// `database`: `--database`, a PostgreSQL connection string (see
+/// [`canopy_core::config::database`]).
+pub async fn run(data: DataDir, listen: Option<String>, database: Option<String>) -> Result<()> {
+    let refused = match serve(&data, listen, database).await {
         Ok(()) => return Ok(()),
         Err(err) => err,
     };
@@ -234,7 +237,7 @@ pub async fn run(data: DataDir, listen: Option<String>) -> Result<()> {
     Err(refused)
 }
 
-async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
+async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>) -> Result<()> {
     let data = data.clone();
     // Before anything is written to the data dir: read the configuration and take the port, so
     // that a daemon refused here (a taken port) leaves the data dir and its state as they were
@@ -243,6 +246,9 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
     let (config_read_at, config_existed) =
         (std::time::SystemTime::now(), data.config_file().is_file());
     let config = Config::load(&data.config_file())?;
+    let database = config
+        .database
+        .resolve(database.as_deref(), |name| std::env::var(name).ok())?;
     let listen = listen
         .or(config.listen.clone())
         .unwrap_or_else(|| config::DEFAULT_LISTEN.to_string());
@@ -270,7 +276,16 @@ async fn serve(data: &DataDir, listen: Option<String>) -> Result<()> {
     ));
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     canopy_executors::procs::start(data.root(), &config.process).await?;
-    let store = Store::open(&data.database())?;
+    let store = match database {
+        Database::Sqlite => Store::open(&data.database())?,
+        Database::Postgres { url, shown } => {
+            tracing::info!(database = %shown, "the state is kept in PostgreSQL");
+            // The client blocks on a runtime of its own: off this one.
+            tokio::task::spawn_blocking(move || Store::open_postgres(&url))
+                .await
+                .context("opening the database panicked")??
+        }
+    };
     let platforms: crate::reload::Platforms = Arc::new(std::sync::RwLock::new(
         crate::reload::AgentSettings::of(&config),
     ));

@@ -12,4 +12,5 @@ pub mod listener;
 pub mod logfile;
 pub mod mcp;
 pub mod reload;
+pub mod store_copy;
 pub mod webhook_listener;

@@ -5,7 +5,7 @@
 //! by its executor -- and refused whole when anything is wrong: the configuration in force does
 //! not change. A valid file puts its daemon hooks, node name, roles, dispatch depth, agent
 //! platforms and projects (their hooks and checkout watchers) in force at once; the sections read only at start (`listen`, `limits`, `process`,
-//! `log`, `feed`) are named in the answer as needing a restart when they changed.
+//! `log`, `feed`, `database`) are named in the answer as needing a restart when they changed.
 
 pub use canopy_model::records::config::ReloadReport;
 use std::collections::BTreeMap;
@@ -251,6 +251,7 @@ impl Reloader {
         note(old.log != config.log, "log", false);
         note(old.feed != config.feed, "feed", false);
         note(old.retention != config.retention, "retention", false);
+        note(old.database != config.database, "database", false);
         *self
             .platforms
             .write()

@@ -214,7 +214,7 @@ impl HookRunFilter {
             params.push((":session", Box::new(session)));
         }
         let clause = if terms.is_empty() {
-            "1".to_string()
+            "TRUE".to_string()
         } else {
             terms.join(" AND ")
         };

@@ -58,7 +58,7 @@ impl Rd<'_> {
                       ORDER BY rs.finished_at DESC LIMIT 1)
              FROM queue_members m JOIN specs s ON s.id = m.spec_id
              WHERE m.queue_id = ?1 ORDER BY m.position LIMIT ?2 OFFSET ?3";
-        let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        let limit = limit.map_or(i64::MAX, |l| i64::try_from(l).unwrap_or(i64::MAX));
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let rows = self.query_map(statement, params![queue_id, limit, offset], |row| {
             Ok((

@@ -148,7 +148,7 @@ impl Rd<'_> {
     /// Runs, newest first, optionally of one graph.
     pub fn runs(&self, graph_id: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
         let statement = format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE ?1 IS NULL OR graph_id = ?1 ORDER BY started_at DESC, id LIMIT ?2"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE CAST(?1 AS TEXT) IS NULL OR graph_id = ?1 ORDER BY started_at DESC, id LIMIT ?2"
         );
         Ok(self.query_map(&statement, params![graph_id, limit as i64], run_from_row)?)
     }

@@ -54,7 +54,7 @@ impl Rd<'_> {
     /// Every spec, oldest first; with `workdir`, only those tagged with it.
     pub fn specs(&self, workdir: Option<&str>) -> Result<Vec<Spec>, StoreError> {
         let statement = format!(
-            "SELECT {COLUMNS} FROM specs WHERE ?1 IS NULL OR workdir = ?1 ORDER BY created_at, id"
+            "SELECT {COLUMNS} FROM specs WHERE CAST(?1 AS TEXT) IS NULL OR workdir = ?1 ORDER BY created_at, id"
         );
         let specs = self.query_map(&statement, params![workdir], from_row)?;
         Ok(specs)

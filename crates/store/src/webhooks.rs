@@ -321,7 +321,7 @@ impl Rd<'_> {
         scope: Option<&str>,
         hook: Option<&str>,
     ) -> Result<Vec<(DeliveryStatus, i64)>, StoreError> {
-        Ok(self.query_map("SELECT status, COUNT(*) FROM webhook_deliveries WHERE (?1 IS NULL OR scope = ?1) AND (?2 IS NULL OR hook = ?2) GROUP BY status", params![scope, hook], |row| Ok((state(row, 0)?, row.get(1)?)))?)
+        Ok(self.query_map("SELECT status, COUNT(*) FROM webhook_deliveries WHERE (CAST(?1 AS TEXT) IS NULL OR scope = ?1) AND (CAST(?2 AS TEXT) IS NULL OR hook = ?2) GROUP BY status", params![scope, hook], |row| Ok((state(row, 0)?, row.get(1)?)))?)
     }
 }
 

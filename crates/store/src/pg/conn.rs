@@ -24,31 +24,62 @@ struct Prepared {
 /// prepared once and kept by their text.
 pub(crate) struct PgConn {
     target: Target,
-    client: RefCell<Client>,
+    /// `None` only while the connection is dropped (see `Drop`).
+    client: RefCell<Option<Client>>,
     prepared: RefCell<HashMap<String, Prepared>>,
+    /// This connection holds the database's daemon lock (see [`PgConn::hold_daemon_lock`]).
+    holds_daemon_lock: bool,
 }
+
+/// The session lock the daemon on a database holds on its writer's connection ("canopyd").
+const DAEMON_LOCK: i64 = 0x0063_616e_6f70_7964;
 
 impl PgConn {
     pub(crate) fn connect(target: Target) -> anyhow::Result<Self> {
         let client = target.connect()?;
         Ok(Self {
             target,
-            client: RefCell::new(client),
+            client: RefCell::new(Some(client)),
             prepared: RefCell::new(HashMap::new()),
+            holds_daemon_lock: false,
         })
+    }
+
+    /// Takes the database's daemon lock for as long as this connection lives; false when
+    /// another daemon's connection holds it.
+    pub(crate) fn hold_daemon_lock(&mut self) -> Result<bool> {
+        use crate::sql::{Queries, params};
+        let held: bool = self.query_row(
+            "SELECT pg_try_advisory_lock(?1)",
+            params![DAEMON_LOCK],
+            |row| row.get(0),
+        )?;
+        self.holds_daemon_lock = held;
+        Ok(held)
     }
 
     /// After a statement failed: when the server has gone (a restart, a dropped link),
     /// connects again, once. The statements prepared on the old connection are forgotten.
     pub(crate) fn heal(&mut self) {
-        if !self.client.get_mut().is_closed() {
+        if self
+            .client
+            .get_mut()
+            .as_ref()
+            .is_some_and(|c| !c.is_closed())
+        {
             return;
         }
         match self.target.connect() {
             Ok(client) => {
                 tracing::warn!(database = %self.target, "connected to PostgreSQL again");
-                *self.client.get_mut() = client;
+                *self.client.get_mut() = Some(client);
                 self.prepared.get_mut().clear();
+                if self.holds_daemon_lock && !matches!(self.hold_daemon_lock(), Ok(true)) {
+                    tracing::error!(
+                        database = %self.target,
+                        "another daemon took this database's lock while the connection was down"
+                    );
+                }
             }
             Err(err) => tracing::error!(error = %err, "cannot connect to PostgreSQL again"),
         }
@@ -57,10 +88,18 @@ impl PgConn {
     /// Runs statements that take no parameters and return nothing (a transaction's begin
     /// and end, the schema).
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
-        self.client
-            .borrow_mut()
-            .batch_execute(sql)
-            .map_err(|err| Error::Backend(err.into()))
+        self.with_client(|client| client.batch_execute(sql))
+    }
+
+    /// Runs `work` on the client.
+    fn with_client<T>(
+        &self,
+        work: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        match self.client.borrow_mut().as_mut() {
+            Some(client) => work(client).map_err(backend),
+            None => Err(Error::Backend(anyhow::anyhow!("the connection is closed"))),
+        }
     }
 
     fn prepare(&self, sql: &str) -> Result<(Statement, Vec<String>)> {
@@ -69,9 +108,7 @@ impl PgConn {
         }
         let (text, names) = to_postgres(sql);
         let statement = self
-            .client
-            .borrow_mut()
-            .prepare(&text)
+            .with_client(|client| client.prepare(&text))
             .map_err(|err| Error::Backend(anyhow::Error::new(err).context(text.clone())))?;
         self.prepared.borrow_mut().insert(
             sql.to_string(),
@@ -91,17 +128,28 @@ impl PgConn {
     ) -> Result<()> {
         let (statement, _) = self.prepare(sql)?;
         let bound = bind(&statement, values)?;
-        let rows = self
-            .client
-            .borrow_mut()
-            .query(&statement, &refs(&bound))
-            .map_err(backend)?;
+        let rows = self.with_client(|client| client.query(&statement, &refs(&bound)))?;
         for row in &rows {
             if !each(&Row::new(&PgRow(row)))? {
                 break;
             }
         }
         Ok(())
+    }
+}
+
+/// The client runs a runtime of its own, which closing it drives: on a tokio runtime's thread
+/// that would panic, so there it is closed on a thread of its own.
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        let Some(client) = self.client.get_mut().take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let _ = std::thread::Builder::new()
+                .name("canopy-store-pg-close".into())
+                .spawn(move || drop(client));
+        }
     }
 }
 
@@ -144,11 +192,7 @@ impl Conn for PgConn {
     fn execute(&self, sql: &str, params: Params<'_>) -> Result<usize> {
         let (statement, _) = self.prepare(sql)?;
         let bound = bind(&statement, values(params)?)?;
-        let changed = self
-            .client
-            .borrow_mut()
-            .execute(&statement, &refs(&bound))
-            .map_err(backend)?;
+        let changed = self.with_client(|client| client.execute(&statement, &refs(&bound)))?;
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
 

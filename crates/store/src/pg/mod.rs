@@ -10,6 +10,7 @@
 #[cfg(any(test, feature = "testing"))]
 pub mod cluster;
 mod conn;
+pub mod copy;
 mod schema;
 
 use std::time::Duration;
@@ -26,6 +27,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Any one statement's limit: the store's statements take milliseconds, and one that takes
 /// this long is stuck (a lock held by a daemon that hung).
 const STATEMENT_TIMEOUT_MS: u64 = 30_000;
+
+/// How long opening waits for the daemon lock another daemon's connection holds.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// A connection string parsed, with what errors may name of it.
 #[derive(Clone)]
@@ -79,11 +83,30 @@ fn show(config: &postgres::Config) -> String {
 /// Connects, brings the schema up to date, and starts the writer and the read pool.
 pub(crate) fn open(url: &str) -> Result<Db> {
     let target = Target::parse(url)?;
-    let writer = PgConn::connect(target.clone())?;
+    let mut writer = PgConn::connect(target.clone())?;
     schema::migrate(&writer).with_context(|| format!("cannot migrate database {target}"))?;
+    // A daemon that just stopped may still be closing its connection: it is given a moment.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    while !writer.hold_daemon_lock()? {
+        if std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        anyhow::bail!(
+            "another canopy daemon uses the database {target}: until daemons share one database \
+             through leases, a database has one daemon; stop the other one, or give this one a \
+             database of its own"
+        );
+    }
     let mut readers = Vec::with_capacity(READERS);
     for _ in 0..READERS {
         readers.push(Link::Postgres(Box::new(PgConn::connect(target.clone())?)));
     }
     Db::start_postgres(Link::Postgres(Box::new(writer)), readers)
+}
+
+/// A PostgreSQL connection string as it may be shown (`user@host:port/dbname`, no password);
+/// an error, without the string, when it is not one.
+pub fn describe(url: &str) -> Result<String> {
+    Target::parse(url).map(|target| target.shown)
 }

@@ -16,7 +16,7 @@ pub(crate) const BASELINE: usize = 22;
 const SCHEMA: &str = include_str!("schema.sql");
 
 /// The advisory lock the migration holds (any number no other tool uses: "canopy" in ASCII).
-const MIGRATION_LOCK: i64 = 0x63_61_6e_6f_70_79;
+const MIGRATION_LOCK: i64 = 0x6361_6e6f_7079;
 
 /// Brings the database's schema up to this build's, in one transaction.
 pub(crate) fn migrate(conn: &PgConn) -> Result<()> {

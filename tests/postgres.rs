@@ -1,0 +1,141 @@
+//! Canopy on PostgreSQL: a daemon that keeps its records there, and `canopy store migrate`,
+//! which moves a single-machine install's `canopy.db` into an empty PostgreSQL database. Real
+//! daemons, a real SQLite file, and a real PostgreSQL server (a throwaway one the test starts,
+//! see `canopy_store::pg::cluster`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::json;
+use support::{CANOPY, Daemon, git_repo};
+
+/// A graph of two command nodes and a completion hook, run to the end; returns its name.
+fn run_a_graph(daemon: &Daemon) -> String {
+    let repo = git_repo();
+    let spec = daemon.add_spec("greeting");
+    daemon.create_graph(json!({
+        "name": "moved",
+        "workdir": repo.path(),
+        "specs": [spec],
+        "allow_dirty_start": true,
+        "nodes": [
+            { "name": "write", "command": "echo hello > hello.txt" },
+            { "name": "check", "command": "test -s hello.txt" }
+        ],
+        "hooks": { "on_spec_completed": [ { "command": "echo done: {{spec_name}}" } ] }
+    }));
+    daemon.control_ok("moved", json!({ "action": "run" }));
+    let view = daemon.settled("moved");
+    assert_eq!(view["status"], "completed", "{view}");
+    daemon.ended_hook_runs("graph", 1);
+    std::mem::forget(repo);
+    "moved".into()
+}
+
+#[test]
+fn a_sqlite_install_moves_to_postgres_whole_and_the_daemon_goes_on_there() {
+    if support::on_postgres() {
+        // This test makes its own SQLite install to move; on the PostgreSQL pass it would start
+        // on PostgreSQL already.
+        return;
+    }
+    let mut daemon = Daemon::start();
+    let graph = run_a_graph(&daemon);
+    let before_runs = daemon.json(&["hooks", "runs", "--graph", &graph]);
+    let before_feed = daemon.json(&["feed", "--last", "1000"]);
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+
+    // Refused while the daemon runs: nothing may be written while it is copied.
+    let refused = daemon.fails(&["store", "migrate", "--to", &url]);
+    assert!(refused.contains("stop it first"), "{refused}");
+
+    daemon.stop();
+    let data_dir = daemon.data_dir.clone();
+    let moved = Command::new(CANOPY)
+        .args(["--data-dir"])
+        .arg(&data_dir)
+        .args(["store", "migrate"])
+        .env("CANOPY_DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&moved.stdout);
+    let progress = String::from_utf8_lossy(&moved.stderr);
+    assert!(moved.status.success(), "{said}\n{progress}");
+    assert!(said.contains("every table's count matches"), "{said}");
+    assert!(progress.contains("copied hook_runs: 1 rows"), "{progress}");
+
+    // Again into the same database: refused, as it is not empty.
+    let again = Command::new(CANOPY)
+        .args(["--data-dir"])
+        .arg(&data_dir)
+        .args(["store", "migrate", "--to", &url])
+        .output()
+        .unwrap();
+    let again_said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && again_said.contains("not empty"),
+        "{again_said}"
+    );
+
+    // The daemon on PostgreSQL sees everything the SQLite one recorded, and goes on from there.
+    let daemon = Daemon::start_on_with_env(&data_dir, &[("CANOPY_DATABASE_URL", &url)]);
+    let after_runs = daemon.json(&["hooks", "runs", "--graph", &graph]);
+    assert_eq!(after_runs["runs"], before_runs["runs"]);
+    let after_feed = daemon.json(&["feed", "--last", "1000"]);
+    let events = |feed: &serde_json::Value| -> Vec<(i64, String)> {
+        feed["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["id"].as_i64().unwrap(),
+                    e["event"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let moved_events = events(&before_feed);
+    assert!(!moved_events.is_empty());
+    assert_eq!(events(&after_feed)[..moved_events.len()], moved_events[..]);
+    // A new event's cursor comes after the moved ones.
+    daemon.control_ok(&graph, json!({ "action": "reset" }));
+    let newest = daemon.json(&["feed", "--last", "1"]);
+    let next = events(&newest)[0].0;
+    assert!(
+        next > moved_events.last().unwrap().0,
+        "{next} after {moved_events:?}"
+    );
+    let status = daemon.ok(&["status"]);
+    assert!(status.contains("database:"), "{status}");
+}
+
+#[test]
+fn a_second_daemon_on_the_same_postgres_database_is_refused_naming_it_and_never_the_password() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let first = Daemon::start_with_env("", &[("CANOPY_DATABASE_URL", &url)]);
+    let spec = first.add_spec("kept");
+    let other = tempfile::tempdir().unwrap();
+    // The same server and database, spelt with a password (trust auth ignores it).
+    let with_password = format!("{url} password=hunter2");
+    let refused = Command::new(CANOPY)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(other.path())
+        .args(["--database", &with_password])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("another canopy daemon uses the database"),
+        "{said}"
+    );
+    assert!(said.contains("canopy@"), "names the database: {said}");
+    assert!(!said.contains("hunter2"), "shows the password: {said}");
+    // The first daemon goes on.
+    let (status, _) = first.get(&format!("/api/specs/{spec}"));
+    assert_eq!(status, 200);
+}
