@@ -110,7 +110,10 @@ fn a_sqlite_install_moves_to_postgres_whole_and_the_daemon_goes_on_there() {
         "{next} after {moved_events:?}"
     );
     let status = daemon.ok(&["status"]);
-    assert!(status.contains("database:"), "{status}");
+    assert!(
+        status.contains("database:     PostgreSQL canopy@"),
+        "status names the database: {status}"
+    );
 }
 
 #[test]

@@ -328,11 +328,17 @@ pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
         status.plugins.installed, status.plugins.enabled
     );
     let storage = &status.storage;
-    println!(
-        "database:     {} ({} free, returned as it is pruned; [retention] in canopy.toml)",
-        bytes(storage.file_bytes),
-        bytes(storage.free_bytes)
-    );
+    match &storage.postgres {
+        Some(database) => println!(
+            "database:     PostgreSQL {database}, {} ([retention] in canopy.toml)",
+            bytes(storage.file_bytes)
+        ),
+        None => println!(
+            "database:     {} ({} free, returned as it is pruned; [retention] in canopy.toml)",
+            bytes(storage.file_bytes),
+            bytes(storage.free_bytes)
+        ),
+    }
     println!(
         "  rows:       feed {}, hook runs {}, runs {} ({} node runs), deliveries {}, cron receipts {}",
         storage.feed_rows,

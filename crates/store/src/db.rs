@@ -212,6 +212,8 @@ struct Counts {
 pub(super) struct Db {
     /// SQLite's file and its checkpointer; `None` on PostgreSQL.
     file: Option<SqliteFile>,
+    /// The PostgreSQL database, as it may be shown; `None` on SQLite.
+    pub(crate) postgres: Option<String>,
     /// Writes sent and not answered yet (see [`ANSWER_SPIN`]).
     awaited: std::sync::atomic::AtomicUsize,
     counts: Arc<Counts>,
@@ -475,8 +477,10 @@ impl Db {
     }
 
     /// A store over PostgreSQL connections (see `pg`): no file to checkpoint.
-    pub(crate) fn start_postgres(writer: Link, readers: Vec<Link>) -> Result<Self> {
-        Self::start(writer, readers, None, None)
+    pub(crate) fn start_postgres(writer: Link, readers: Vec<Link>, shown: String) -> Result<Self> {
+        let mut db = Self::start(writer, readers, None, None)?;
+        db.postgres = Some(shown);
+        Ok(db)
     }
 
     /// Starts the writer thread over `writer` and keeps `readers` for reads.
@@ -496,6 +500,7 @@ impl Db {
         let permits = readers.len();
         Ok(Self {
             file,
+            postgres: None,
             awaited: std::sync::atomic::AtomicUsize::new(0),
             counts,
             writes,

@@ -128,6 +128,12 @@ impl Store {
             .map_err(StoreError::from)
     }
 
+    /// The PostgreSQL database this store keeps its records in (`user@host:port/dbname`);
+    /// `None` for SQLite.
+    pub fn postgres(&self) -> Option<String> {
+        self.db.postgres.clone()
+    }
+
     /// What the writer has done since the store was opened.
     pub fn writer_stats(&self) -> WriterStats {
         self.db.writer_stats()

@@ -140,6 +140,7 @@ impl Rd<'_> {
         Ok(StoreSizes {
             file_bytes,
             free_bytes,
+            postgres: None,
             feed_rows: count("feed")?,
             hook_runs: count("hook_runs")?,
             runs: count("runs")?,

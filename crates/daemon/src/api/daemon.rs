@@ -109,7 +109,8 @@ async fn rotate_token(
 async fn status(State(state): State<AppState>) -> Result<ApiJson<DaemonStatus>, ApiError> {
     let info = &state.daemon;
     let active_runs = state.store.read(|rd| rd.active_runs_summary()).await?;
-    let storage = state.store.read(|rd| rd.sizes()).await?;
+    let mut storage = state.store.read(|rd| rd.sizes()).await?;
+    storage.postgres = state.store.postgres();
     let plugins = state.plugins.list();
     let enabled = plugins.iter().filter(|p| p.record.enabled).count();
     let problems = crate::logfile::recent_problems(&info.log_file, RECENT_PROBLEMS);

@@ -35,10 +35,15 @@ pub struct PluginCounts {
 /// How many rows each growing table holds, and the database's size.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct StoreSizes {
-    /// The database file, in bytes.
+    /// The database file, in bytes (on PostgreSQL: the database's size on the server).
     pub file_bytes: u64,
-    /// Bytes of pages free inside the file (returned to the file system as they are vacuumed).
+    /// Bytes of pages free inside the file (returned to the file system as they are vacuumed;
+    /// 0 on PostgreSQL, whose autovacuum reuses them).
     pub free_bytes: u64,
+    /// The PostgreSQL database the records are kept in (`user@host:port/dbname`, never a
+    /// password); absent when they are in `canopy.db` in the data dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<String>,
     pub feed_rows: u64,
     pub hook_runs: u64,
     pub runs: u64,

@@ -102,7 +102,7 @@ pub(crate) fn open(url: &str) -> Result<Db> {
     for _ in 0..READERS {
         readers.push(Link::Postgres(Box::new(PgConn::connect(target.clone())?)));
     }
-    Db::start_postgres(Link::Postgres(Box::new(writer)), readers)
+    Db::start_postgres(Link::Postgres(Box::new(writer)), readers, target.shown)
 }
 
 /// A PostgreSQL connection string as it may be shown (`user@host:port/dbname`, no password);
