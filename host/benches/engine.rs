@@ -3,10 +3,13 @@
 //! Starts the real daemon (release build) on a temp data dir and measures
 //! 1. engine throughput: 1,000 specs through a one-node graph whose node is a no-op wasm
 //!    executor, from the `run` request to the run's completion, every node run durably recorded
-//!    (checked in the SQLite file afterwards);
+//!    (read back from the database afterwards);
 //! 2. what sync hooks on `node.pre_dispatch` add to a dispatch: none, one no-op wasm hook,
 //!    ten (the last one patching);
 //! 3. `graph get` over HTTP with one client, on a small graph and on the 1,000-spec graph.
+//!
+//! `CANOPY_TEST_BACKEND=postgres cargo bench --bench engine` runs the same daemon on a
+//! PostgreSQL database (a throwaway server the bench starts), for the two backends side by side.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -166,21 +169,15 @@ fn main() {
             .duration_since(at("started_at"))
             .unwrap()
             .as_secs_f64();
-        let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
-        let run = run_id.clone();
-        let recorded = store
-            .read_blocking(move |rd| {
-                Ok::<_, canopy_store::StoreError>(
-                    rd.node_runs(&run)?
-                        .iter()
-                        .filter(|n| {
-                            n.status == canopy_model::records::runs::NodeRunStatus::Completed
-                        })
-                        .count(),
-                )
-            })
-            .unwrap();
-        drop(store);
+        // Read back from the database through the API: SQLite's file or PostgreSQL alike.
+        let (status, shown) = daemon.get(&format!("/api/runs/{run_id}?brief=true"));
+        assert_eq!(status, 200, "{shown}");
+        let recorded = shown["node_runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["status"] == "completed")
+            .count();
         assert_eq!(recorded, SPECS, "every node run is recorded");
         println!(
             "run {round}: {SPECS} specs in {:.3} s = {:.0} specs/s ({:.0} µs per spec), {recorded} node runs recorded; \
