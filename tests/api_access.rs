@@ -690,6 +690,23 @@ fn query_string_errors_are_json_naming_the_parameter() {
             .contains("query parameter `replace`")
     );
 
+    // A NUL character is in no name, id or value Canopy keeps (PostgreSQL's text cannot hold
+    // one): refused at the door, naming where it was, never a server error.
+    for (path, place) in [
+        ("/api/runs?graph=a%00b&last=1", "the query string"),
+        ("/api/graphs/a%00b", "the path"),
+        ("/api/hook-runs?hook=h%00", "the query string"),
+    ] {
+        let (status, body) = daemon.get(path);
+        assert_eq!(status, 400, "{path}: {body}");
+        let (code, message) = error_of(&body);
+        assert_eq!(code, "bad_request", "{path}");
+        assert!(
+            message.starts_with(place) && message.contains("NUL"),
+            "{path}: {message}"
+        );
+    }
+
     // Valid queries still work.
     for path in [
         "/api/hook-runs?last=5&graph=g",

@@ -93,6 +93,13 @@ pub(super) fn resolve_named(
     prefer: Option<&'static str>,
 ) -> Result<String, StoreError> {
     let name = text.trim();
+    if name.chars().any(char::is_control) {
+        // Names with control characters are refused when they are given; none is stored.
+        return Err(StoreError::NotFound {
+            kind,
+            id: name.to_string(),
+        });
+    }
     let sql = format!(
         "SELECT id, {} FROM {table} WHERE name = ?1 ORDER BY id",
         prefer.unwrap_or("0")

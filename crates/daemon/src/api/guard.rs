@@ -132,6 +132,7 @@ impl Access {
         self.check_origin(request.headers())?;
         let caller = self.check_token(request.headers())?;
         check_content_type(request.method(), request.uri(), request.headers())?;
+        check_no_nul(request.uri())?;
         Ok(caller)
     }
 
@@ -239,6 +240,26 @@ fn has_body(headers: &HeaderMap) -> bool {
             .and_then(|l| l.trim().parse::<u64>().ok())
             != Some(0)
     })
+}
+
+/// A NUL character (`%00`) in the path or the query string: no name, id or value Canopy keeps
+/// can hold one (PostgreSQL's text cannot), so it is refused before it reaches a lookup.
+fn check_no_nul(uri: &Uri) -> Result<(), ApiError> {
+    let has_nul = |text: &str| text.to_ascii_lowercase().contains("%00");
+    let place = if has_nul(uri.path()) {
+        "the path"
+    } else if uri.query().is_some_and(has_nul) {
+        "the query string"
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+        format!(
+            "{place} holds a NUL character (%00); no name, id or value Canopy keeps can contain one"
+        ),
+    ))
 }
 
 fn check_content_type(method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {

@@ -324,6 +324,9 @@ impl PgToSql for PgValue<'_> {
                 Type::FLOAT8 => x.to_sql(ty, out),
                 _ => Err(mismatch()),
             },
+            Value::Text(text) if text.contains('\0') => {
+                Err("text with a NUL character, which PostgreSQL cannot keep".into())
+            }
             Value::Text(text) => match *ty {
                 Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
                     text.as_ref().to_sql(ty, out)
