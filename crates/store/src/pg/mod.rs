@@ -110,3 +110,55 @@ pub(crate) fn open(url: &str) -> Result<Db> {
 pub fn describe(url: &str) -> Result<String> {
     Target::parse(url).map(|target| target.shown)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use crate::Store;
+    use crate::sql::{Conn, Queries, params};
+
+    /// The server drops every connection of the daemon (a restart, an administrator): the next
+    /// read and the next write connect again and succeed, and nothing written before is lost.
+    #[test]
+    fn a_store_whose_connections_the_server_dropped_connects_again() {
+        let url = super::cluster::scratch_database().unwrap();
+        let store = Store::open_postgres(&url).unwrap();
+        let write = |n: i64| {
+            store
+                .write_blocking(move |tx| {
+                    tx.execute(
+                        "INSERT INTO cron_state (name, paused) VALUES (?1, ?2)",
+                        params![format!("c{n}"), n],
+                    )
+                    .map_err(crate::StoreError::from)
+                })
+                .unwrap();
+        };
+        write(1);
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let dropped = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                  WHERE application_name = 'canopy' AND datname = current_database()",
+                &[],
+            )
+            .unwrap();
+        assert!(
+            dropped.len() >= 2,
+            "the writer's and the readers' connections"
+        );
+        write(2);
+        let names: Vec<String> = store
+            .read_blocking(|rd| {
+                rd.query_map(
+                    "SELECT name FROM cron_state ORDER BY name",
+                    params![],
+                    |row| row.get(0),
+                )
+                .map_err(crate::StoreError::from)
+            })
+            .unwrap();
+        assert_eq!(names, ["c1", "c2"]);
+    }
+}
