@@ -142,3 +142,40 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused_naming_it_and_never_
     let (status, _) = first.get(&format!("/api/specs/{spec}"));
     assert_eq!(status, 200);
 }
+
+#[test]
+fn a_tampered_row_stops_the_copy_naming_its_table_and_leaves_the_target_empty() {
+    if support::on_postgres() {
+        return;
+    }
+    let mut daemon = Daemon::start();
+    run_a_graph(&daemon);
+    daemon.stop();
+    // A row SQLite keeps but PostgreSQL cannot: text where a count belongs.
+    let db = rusqlite::Connection::open(daemon.data_dir.join("canopy.db")).unwrap();
+    db.execute("UPDATE hook_runs SET hook_index = 'not a number'", [])
+        .unwrap();
+    drop(db);
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let copy = Command::new(CANOPY)
+        .args(["--data-dir"])
+        .arg(&daemon.data_dir)
+        .args(["store", "migrate", "--to", &url])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&copy.stderr);
+    assert!(!copy.status.success(), "{said}");
+    assert!(
+        said.contains("cannot copy row 1 of table hook_runs"),
+        "{said}"
+    );
+    // Nothing of the copy stayed: every table the copy writes is empty.
+    let mut target = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    for table in ["specs", "graphs", "runs", "node_runs", "hook_runs", "feed"] {
+        let rows: i64 = target
+            .query_one(&format!("SELECT COUNT(*) FROM {table}"), &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(rows, 0, "table {table} kept rows of a failed copy");
+    }
+}

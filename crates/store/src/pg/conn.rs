@@ -120,13 +120,14 @@ impl PgConn {
         Ok((statement, names))
     }
 
+    /// Runs a prepared query over `values`, handing each row to `each`.
     fn run(
         &self,
-        sql: &str,
+        statement: &Statement,
         values: Vec<Value<'_>>,
         each: &mut dyn FnMut(&Row<'_>) -> Result<bool>,
     ) -> Result<()> {
-        let (statement, _) = self.prepare(sql)?;
+        let statement = statement.clone();
         let bound = bind(&statement, values)?;
         let rows = self.with_client(|client| client.query(&statement, &refs(&bound)))?;
         for row in &rows {
@@ -202,7 +203,8 @@ impl Conn for PgConn {
         params: Params<'_>,
         each: &mut dyn FnMut(&Row<'_>) -> Result<bool>,
     ) -> Result<()> {
-        self.run(sql, values(params)?, each)
+        let (statement, _) = self.prepare(sql)?;
+        self.run(&statement, values(params)?, each)
     }
 
     fn query_named(
@@ -211,7 +213,7 @@ impl Conn for PgConn {
         params: Named<'_>,
         each: &mut dyn FnMut(&Row<'_>) -> Result<bool>,
     ) -> Result<()> {
-        let (_, names) = self.prepare(sql)?;
+        let (statement, names) = self.prepare(sql)?;
         let mut ordered = Vec::with_capacity(names.len());
         for name in &names {
             let Some((_, value)) = params.iter().find(|(given, _)| given[1..] == **name) else {
@@ -219,7 +221,7 @@ impl Conn for PgConn {
             };
             ordered.push(value.to_sql().map_err(Error::Bind)?);
         }
-        self.run(sql, ordered, each)
+        self.run(&statement, ordered, each)
     }
 }
 

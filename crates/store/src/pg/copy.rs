@@ -219,13 +219,13 @@ fn check(source: &Connection, dest: &PgConn) -> Result<Vec<(String, u64)>> {
         }
         counts.push((table.to_string(), u64::try_from(here).unwrap_or(0)));
     }
-    for (table, order) in [
-        ("feed", "id"),
-        ("hook_runs", "fired_at DESC, id"),
-        ("runs", "started_at DESC, id"),
+    for (table, newest_first) in [
+        ("feed", "id DESC"),
+        ("hook_runs", "fired_at DESC, id DESC"),
+        ("runs", "started_at DESC, id DESC"),
     ] {
         let columns = columns(source, table)?.join(", ");
-        let newest = format!("SELECT {columns} FROM {table} ORDER BY {order} DESC LIMIT 1");
+        let newest = format!("SELECT {columns} FROM {table} ORDER BY {newest_first} LIMIT 1");
         let width = columns.split(", ").count();
         let read = |row: &crate::sql::Row<'_>| -> crate::sql::Result<Vec<Value<'static>>> {
             (0..width).map(|i| row.get::<Any>(i).map(|a| a.0)).collect()

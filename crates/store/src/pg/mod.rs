@@ -58,7 +58,12 @@ impl Target {
     pub(crate) fn connect(&self) -> Result<postgres::Client> {
         self.config
             .connect(postgres::NoTls)
-            .map_err(|err| anyhow::anyhow!("cannot connect to PostgreSQL at {}: {err}", self.shown))
+            // The error's causes say why (refused, timed out, authentication); none holds the
+            // connection string.
+            .map_err(|err| {
+                anyhow::Error::new(err)
+                    .context(format!("cannot connect to PostgreSQL at {}", self.shown))
+            })
     }
 }
 

@@ -284,29 +284,22 @@ CREATE INDEX webhook_deliveries_by_time ON webhook_deliveries (received_at);
 CREATE INDEX webhook_deliveries_waiting ON webhook_deliveries (scope, hook, received_at) WHERE status IN ('accepted', 'running');
 
 -- How many specs each run reached, by status, kept as run_specs changes (SQLite's triggers of
--- migration 12).
-CREATE FUNCTION run_spec_tally_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+-- migration 12): a row leaving a status counts down, a row entering one counts up.
+CREATE FUNCTION run_spec_tally() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO run_spec_tally (run_id, status, specs) VALUES (NEW.run_id, NEW.status, 1)
-        ON CONFLICT (run_id, status) DO UPDATE SET specs = run_spec_tally.specs + 1;
-    RETURN NULL;
-END $$;
-CREATE FUNCTION run_spec_tally_update() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE run_spec_tally SET specs = specs - 1 WHERE run_id = OLD.run_id AND status = OLD.status;
-    INSERT INTO run_spec_tally (run_id, status, specs) VALUES (NEW.run_id, NEW.status, 1)
-        ON CONFLICT (run_id, status) DO UPDATE SET specs = run_spec_tally.specs + 1;
-    RETURN NULL;
-END $$;
-CREATE FUNCTION run_spec_tally_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE run_spec_tally SET specs = specs - 1 WHERE run_id = OLD.run_id AND status = OLD.status;
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        UPDATE run_spec_tally SET specs = specs - 1 WHERE run_id = OLD.run_id AND status = OLD.status;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO run_spec_tally (run_id, status, specs) VALUES (NEW.run_id, NEW.status, 1)
+            ON CONFLICT (run_id, status) DO UPDATE SET specs = run_spec_tally.specs + 1;
+    END IF;
     RETURN NULL;
 END $$;
 CREATE TRIGGER run_spec_tally_insert AFTER INSERT ON run_specs
-    FOR EACH ROW EXECUTE FUNCTION run_spec_tally_insert();
+    FOR EACH ROW EXECUTE FUNCTION run_spec_tally();
 CREATE TRIGGER run_spec_tally_update AFTER UPDATE OF run_id, status ON run_specs
     FOR EACH ROW WHEN (OLD.run_id IS DISTINCT FROM NEW.run_id OR OLD.status IS DISTINCT FROM NEW.status)
-    EXECUTE FUNCTION run_spec_tally_update();
+    EXECUTE FUNCTION run_spec_tally();
 CREATE TRIGGER run_spec_tally_delete AFTER DELETE ON run_specs
-    FOR EACH ROW EXECUTE FUNCTION run_spec_tally_delete();
+    FOR EACH ROW EXECUTE FUNCTION run_spec_tally();
