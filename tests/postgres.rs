@@ -117,7 +117,8 @@ fn a_sqlite_install_moves_to_postgres_whole_and_the_daemon_goes_on_there() {
 }
 
 #[test]
-fn a_second_daemon_on_the_same_postgres_database_is_refused_naming_it_and_never_the_password() {
+fn a_second_daemon_of_one_node_name_on_a_postgres_database_is_refused_naming_it_and_never_the_password()
+ {
     let url = canopy_store::pg::cluster::scratch_database().unwrap();
     let first = Daemon::start_with_env("", &[("CANOPY_DATABASE_URL", &url)]);
     let spec = first.add_spec("kept");
@@ -133,7 +134,7 @@ fn a_second_daemon_on_the_same_postgres_database_is_refused_naming_it_and_never_
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{said}");
     assert!(
-        said.contains("another canopy daemon uses the database"),
+        said.contains("another canopy daemon named `") && said.contains("` uses the database"),
         "{said}"
     );
     assert!(said.contains("canopy@"), "names the database: {said}");

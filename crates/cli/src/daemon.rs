@@ -286,6 +286,70 @@ async fn stop(data: &DataDir, budget_secs: u64) -> Result<ExitCode> {
 }
 
 /// `canopy status`. Exit code 1 when no daemon runs (after saying so).
+/// `canopy nodes`: the daemons on the database, alive or not, and the runs each drives.
+pub async fn nodes(client: &Client, json: bool) -> Result<ExitCode> {
+    let answer: Value = client.get("/api/nodes").await?;
+    if json {
+        print_json(&answer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let nodes: canopy_model::records::daemon::Nodes = typed(&answer, "the daemon's node list")?;
+    let rows: Vec<Vec<String>> = nodes
+        .nodes
+        .iter()
+        .map(|node| {
+            let name = if node.name == nodes.this {
+                format!("{} (this daemon)", node.name)
+            } else {
+                node.name.clone()
+            };
+            let roles = if node.roles.is_empty() {
+                "-".to_string()
+            } else {
+                node.roles.join(",")
+            };
+            let heartbeat = match node.state {
+                canopy_model::records::daemon::NodeState::Stopped => "-".to_string(),
+                _ => format!("{}s ago", node.heartbeat_age_secs),
+            };
+            let leases = if node.leases.is_empty() {
+                "-".to_string()
+            } else {
+                node.leases
+                    .iter()
+                    .map(|lease| lease.graph.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            vec![
+                name,
+                node.state.to_string(),
+                roles,
+                heartbeat,
+                node.api_url.clone().unwrap_or_else(|| "-".to_string()),
+                node.version.clone(),
+                leases,
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        crate::table::render(
+            &[
+                "NODE",
+                "STATE",
+                "ROLES",
+                "HEARTBEAT",
+                "API",
+                "VERSION",
+                "DRIVES"
+            ],
+            &rows
+        )
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn status(data: &DataDir, json: bool) -> Result<ExitCode> {
     let log_file = data.log_file();
     if canopy_daemon::daemon::holder(data).is_none() {

@@ -86,6 +86,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The daemons sharing this daemon's database: their roles, whether each is alive (its
+    /// last heartbeat), and the runs each drives (its leases). On SQLite, the one daemon.
+    #[command(after_help = "Example:\n  canopy nodes")]
+    Nodes {
+        /// Print the API's JSON answer, unchanged, instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// The daemon's log file (daemon.log in the data dir), also when no daemon runs.
     #[command(after_help = "Examples:\n  canopy logs --lines 100\n  canopy logs --follow")]
     Logs {
@@ -323,6 +331,7 @@ async fn run(cli: Cli, tui: Tui) -> anyhow::Result<ExitCode> {
             ..
         } => daemon::run(&data, action).await,
         Command::Status { json } => daemon::status(&data, json).await,
+        Command::Nodes { json } => daemon::nodes(&Client::connect(&data)?, json).await,
         Command::Logs {
             follow,
             lines,

@@ -276,12 +276,18 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
     ));
     // Before any plugin runs: adopt orphans, and kill what a daemon that died here left running.
     canopy_executors::procs::start(data.root(), &config.process).await?;
+    // The node this daemon is: what it claims in the database is recorded under that name.
+    let identity = config
+        .identity()
+        .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    let lease = config.database.lease();
     let store = match database {
-        Database::Sqlite => Store::open(&data.database())?,
+        Database::Sqlite => Store::open_as(&data.database(), &identity.node)?,
         Database::Postgres { url, shown } => {
-            tracing::info!(database = %shown, "the state is kept in PostgreSQL");
+            tracing::info!(database = %shown, node = %identity.node, "the state is kept in PostgreSQL");
+            let node = identity.node.clone();
             // The client blocks on a runtime of its own: off this one.
-            tokio::task::spawn_blocking(move || Store::open_postgres(&url))
+            tokio::task::spawn_blocking(move || Store::open_postgres(&url, &node))
                 .await
                 .context("opening the database panicked")??
         }
@@ -334,6 +340,7 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
     // Set once: the services outlive no bus, and nothing asks before the first agent call.
     let _ = services.bus.set(bus.clone());
     let engine = Engine::new(store.clone(), plugins.clone(), bus.clone());
+    engine.set_lease(lease);
     let reloader = Arc::new(crate::reload::Reloader::new(
         data.config_file(),
         bus.clone(),
@@ -354,6 +361,20 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
     let url = format!("http://{bound}");
     write_address(&data, &url)?;
     tracing::info!(%url, data_dir = %data.root().display(), pid = std::process::id(), version = env!("CARGO_PKG_VERSION"), "canopy daemon listening");
+    let roles = identity.roles.clone();
+    let api_url = url.clone();
+    store
+        .write(move |tx| {
+            tx.register_node(&canopy_store::nodes::NewNode {
+                roles: &roles,
+                version: env!("CARGO_PKG_VERSION"),
+                api_url: Some(&api_url),
+                lease,
+            })
+        })
+        .await?;
+    let heartbeat = tokio::spawn(heartbeat(engine.clone(), store.clone(), lease));
+    let relay = bus.relay_other_nodes();
     let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
     let engine_store = store.clone();
@@ -435,6 +456,10 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
     )
     .await;
     scheduler.abort();
+    heartbeat.abort();
+    if let Some(relay) = relay {
+        relay.abort();
+    }
     project_watchers.stop().await;
     let stopped = engine.shutdown().await?;
     engine_store
@@ -445,6 +470,7 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
     if stopped > 0 {
         tracing::info!(runs = stopped, "in-flight runs recorded as interrupted");
     }
+    engine_store.write(|tx| tx.node_stopped()).await?;
     let unfinished = crons.record_unfinished().await?;
     if unfinished > 0 {
         tracing::warn!(
@@ -463,6 +489,24 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
     let _ = std::fs::remove_file(data.address_file());
     tracing::info!("canopy daemon stopped");
     Ok(())
+}
+
+/// This node's heartbeat, every third of its lease: renews the leases on the runs it drives
+/// (so no other node takes them over while it lives), then takes over the runs of nodes
+/// whose leases ran out. A missed beat is logged and tried again at the next.
+async fn heartbeat(engine: Engine, store: Store, lease: std::time::Duration) {
+    let mut beat = tokio::time::interval(lease / 3);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        beat.tick().await;
+        if let Err(err) = store.write(move |tx| tx.heartbeat(lease)).await {
+            tracing::error!(error = %err, "cannot renew this node's heartbeat and leases");
+            continue;
+        }
+        if let Err(err) = engine.take_over_expired().await {
+            tracing::error!(error = %err, "cannot take over the runs of a node whose lease ran out");
+        }
+    }
 }
 
 /// The scheduler: delivers pending session messages every tick, whether or not a client is

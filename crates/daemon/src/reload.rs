@@ -3,9 +3,11 @@
 //!
 //! A file is checked whole first -- every section, every daemon hook, and each hook's action
 //! by its executor -- and refused whole when anything is wrong: the configuration in force does
-//! not change. A valid file puts its daemon hooks, node name, roles, dispatch depth, agent
-//! platforms and projects (their hooks and checkout watchers) in force at once; the sections read only at start (`listen`, `limits`, `process`,
-//! `log`, `feed`, `database`) are named in the answer as needing a restart when they changed.
+//! not change. A valid file puts its daemon hooks, roles, dispatch depth, agent platforms and
+//! projects (their hooks and checkout watchers) in force at once; what is read only at start
+//! (`listen`, `limits`, `process`, `log`, `feed`, `database`, and the node name, under which
+//! the daemon's claims in the database are recorded) is named in the answer as needing a
+//! restart when it changed.
 
 pub use canopy_model::records::config::ReloadReport;
 use std::collections::BTreeMap;
@@ -166,7 +168,7 @@ impl Reloader {
 
     /// Puts a checked configuration in force, all but the crons and the webhooks (returned
     /// when they changed: putting them in force awaits).
-    fn apply(&self, config: Config, hooks: DaemonHooks) -> (ReloadReport, Changed) {
+    fn apply(&self, config: Config, mut hooks: DaemonHooks) -> (ReloadReport, Changed) {
         let mut current = self
             .current
             .lock()
@@ -184,7 +186,15 @@ impl Reloader {
             }
         };
         note(old.hooks != config.hooks, "hooks", true);
-        note(old.node != config.node, "node", true);
+        // The node name is what this daemon's claims in the database are recorded under (its
+        // leases, its hook runs, its crons' schedules): the one it started with stays in force
+        // until a restart.
+        let in_force = self.bus.node();
+        let renamed = hooks.identity.node != in_force;
+        if renamed {
+            hooks.identity.node = in_force;
+        }
+        note(renamed, "node", false);
         note(old.roles != config.roles, "roles", true);
         note(old.platforms != config.platforms, "platforms", true);
         note(old.profiles != config.profiles, "profiles", true);

@@ -33,6 +33,13 @@ impl Timestamp {
         Self::from_jiff(jiff::Timestamp::now())
     }
 
+    /// The instant `ms` milliseconds after the Unix epoch; `None` outside the range.
+    pub fn from_unix_millis(ms: i64) -> Option<Self> {
+        jiff::Timestamp::from_millisecond(ms)
+            .ok()
+            .map(Self::from_jiff)
+    }
+
     /// `at`, to the microsecond (finer digits are dropped).
     pub fn from_jiff(at: jiff::Timestamp) -> Self {
         let micros = at.as_microsecond();

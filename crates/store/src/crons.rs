@@ -96,26 +96,31 @@ impl Rd<'_> {
             ), params![cron], from_row)?)
     }
 
-    /// A cron's state; the default for a cron never seen.
+    /// A cron's state on this node (paused is the cron's, on every node; the time accounted
+    /// for is this node's, each node firing its own); `None` for a cron never seen.
     pub fn cron_state(&self, cron: &str) -> Result<Option<CronState>, StoreError> {
-        Ok(self.query_opt(
-            "SELECT paused, accounted_through FROM cron_state WHERE name = ?1",
-            params![cron],
-            |row| {
-                Ok(CronState {
-                    paused: row.get(0)?,
-                    accounted_through: time_opt(row, 1)?,
-                })
-            },
-        )?)
+        let (paused, accounted_through) = self.query_row(
+            "SELECT (SELECT paused FROM cron_state WHERE name = ?1),
+                    COALESCE((SELECT accounted_through FROM cron_marks WHERE cron = ?1 AND node = ?2),
+                             (SELECT accounted_through FROM cron_state WHERE name = ?1))",
+            params![cron, self.node()],
+            |row| Ok((row.get::<Option<bool>>(0)?, time_opt(row, 1)?)),
+        )?;
+        Ok(
+            (paused.is_some() || accounted_through.is_some()).then_some(CronState {
+                paused: paused.unwrap_or(false),
+                accounted_through,
+            }),
+        )
     }
 
-    /// Receipts left running (by a daemon that died, or that the last stop could not end).
+    /// This node's receipts left running (by a daemon that died, or that the last stop could
+    /// not end). Another node's are its own.
     pub fn running_cron_receipts(&self) -> Result<Vec<Receipt>, StoreError> {
         let statement = format!(
-            "SELECT {COLUMNS} FROM cron_receipts WHERE status = 'running' ORDER BY created_at"
+            "SELECT {COLUMNS} FROM cron_receipts WHERE status = 'running' AND node = ?1 ORDER BY created_at"
         );
-        let receipts = self.query_map(&statement, params![], from_row)?;
+        let receipts = self.query_map(&statement, params![self.node()], from_row)?;
         Ok(receipts)
     }
 }
@@ -215,12 +220,12 @@ impl Tx<'_> {
         Ok(removed)
     }
 
-    /// Sets what a cron has accounted for through `at` (creating its state).
+    /// Sets what a cron has accounted for on this node through `at`.
     pub fn set_cron_accounted(&self, cron: &str, at: Timestamp) -> Result<(), StoreError> {
         self.execute(
-            "INSERT INTO cron_state (name, accounted_through) VALUES (?1, ?2)
-                 ON CONFLICT (name) DO UPDATE SET accounted_through = excluded.accounted_through",
-            params![cron, At(at)],
+            "INSERT INTO cron_marks (cron, node, accounted_through) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (cron, node) DO UPDATE SET accounted_through = excluded.accounted_through",
+            params![cron, self.node(), At(at)],
         )?;
         Ok(())
     }
@@ -236,6 +241,13 @@ impl Tx<'_> {
         self.execute("INSERT INTO cron_state (name, paused, accounted_through) VALUES (?1, ?2, ?3)
                  ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
                     accounted_through = CASE WHEN excluded.paused <> 0 THEN cron_state.accounted_through ELSE excluded.accounted_through END", params![cron, paused, At(now)])?;
+        if !paused {
+            // On every node: what passed while it was paused is no node's miss.
+            self.execute(
+                "UPDATE cron_marks SET accounted_through = ?2 WHERE cron = ?1",
+                params![cron, At(now)],
+            )?;
+        }
         Ok(())
     }
 }

@@ -63,20 +63,30 @@ const WRITE_QUEUE: usize = 4096;
 pub struct Rd<'a> {
     conn: &'a dyn Conn,
     sqlite: Option<&'a Connection>,
+    node: &'a str,
 }
 
 impl<'a> Rd<'a> {
-    fn of(link: &'a Link) -> Self {
+    fn of(link: &'a Link, node: &'a str) -> Self {
         match link {
             Link::Sqlite(conn) => Self {
                 conn,
                 sqlite: Some(conn),
+                node,
             },
             Link::Postgres(conn) => Self {
                 conn: &**conn,
                 sqlite: None,
+                node,
             },
         }
+    }
+
+    /// The node this store works for: the daemon's `node` name. What it claims (a run's lease,
+    /// a hook run, a cron's schedule) is recorded under it, and what it recovers at start is
+    /// its own.
+    pub fn node(&self) -> &'a str {
+        self.node
     }
 
     /// The SQLite connection itself, for what only SQLite has (its pragmas, its file's pages):
@@ -91,6 +101,7 @@ impl<'a> Rd<'a> {
         Self {
             conn,
             sqlite: Some(conn),
+            node: crate::LOCAL_NODE,
         }
     }
 }
@@ -214,6 +225,10 @@ pub(super) struct Db {
     file: Option<SqliteFile>,
     /// The PostgreSQL database, as it may be shown; `None` on SQLite.
     pub(crate) postgres: Option<String>,
+    /// The node this store works for (see [`Rd::node`]).
+    node: Arc<str>,
+    /// On PostgreSQL: woken when any daemon appended to the feed (see `pg::listen`).
+    pub(crate) feed_notices: Option<crate::pg::listen::FeedNotices>,
     /// Writes sent and not answered yet (see [`ANSWER_SPIN`]).
     awaited: std::sync::atomic::AtomicUsize,
     counts: Arc<Counts>,
@@ -424,6 +439,7 @@ impl Db {
     /// Opens the writer (migrating the schema first) and the read pool.
     pub(super) fn open(
         path: &Path,
+        node: &str,
         migrate: impl FnOnce(&mut Connection) -> Result<()>,
     ) -> Result<Self> {
         super::allocator::configure();
@@ -473,12 +489,23 @@ impl Db {
             stop,
             passes,
         };
-        Self::start(Link::Sqlite(writer), readers, Some(rewinder), Some(file))
+        Self::start(
+            Link::Sqlite(writer),
+            readers,
+            Some(rewinder),
+            Some(file),
+            node,
+        )
     }
 
     /// A store over PostgreSQL connections (see `pg`): no file to checkpoint.
-    pub(crate) fn start_postgres(writer: Link, readers: Vec<Link>, shown: String) -> Result<Self> {
-        let mut db = Self::start(writer, readers, None, None)?;
+    pub(crate) fn start_postgres(
+        writer: Link,
+        readers: Vec<Link>,
+        shown: String,
+        node: &str,
+    ) -> Result<Self> {
+        let mut db = Self::start(writer, readers, None, None, node)?;
         db.postgres = Some(shown);
         Ok(db)
     }
@@ -489,18 +516,23 @@ impl Db {
         readers: Vec<Link>,
         rewinder: Option<Rewinder>,
         file: Option<SqliteFile>,
+        node: &str,
     ) -> Result<Self> {
         let (writes, queue) = mpsc::channel(WRITE_QUEUE);
         let counts = Arc::new(Counts::default());
         let counting = counts.clone();
+        let node: Arc<str> = Arc::from(node);
+        let writing_for = node.clone();
         std::thread::Builder::new()
             .name("canopy-store-writer".into())
-            .spawn(move || write_loop(writer, queue, rewinder, &counting))
+            .spawn(move || write_loop(writer, queue, rewinder, &counting, &writing_for))
             .context("cannot start the store's writer thread")?;
         let permits = readers.len();
         Ok(Self {
             file,
             postgres: None,
+            node,
+            feed_notices: None,
             awaited: std::sync::atomic::AtomicUsize::new(0),
             counts,
             writes,
@@ -540,6 +572,11 @@ impl Db {
             row.get::<_, i64>(0)
         })
         .map(|busy| busy == 0)
+    }
+
+    /// The node this store works for.
+    pub(super) fn node(&self) -> &str {
+        &self.node
     }
 
     pub(super) fn writer_stats(&self) -> WriterStats {
@@ -617,10 +654,11 @@ impl Db {
             return Err(StoreError::Closed.into());
         };
         let readers = self.readers.clone();
+        let node = self.node.clone();
         let ran = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let mut conn = pop(&readers)?;
-            let result = run_read(&mut conn, work);
+            let result = run_read(&mut conn, &node, work);
             push(&readers, conn);
             result
         })
@@ -643,7 +681,7 @@ impl Db {
         E: From<StoreError> + Send + 'static,
     {
         let mut conn = pop(&self.readers)?;
-        let result = run_read(&mut conn, work);
+        let result = run_read(&mut conn, &self.node, work);
         push(&self.readers, conn);
         result
     }
@@ -691,7 +729,11 @@ fn push(readers: &Readers, conn: Link) {
 }
 
 /// Runs `work` in one read transaction, so everything it reads is one consistent snapshot.
-fn run_read<T, E>(conn: &mut Link, work: impl FnOnce(&Rd<'_>) -> Result<T, E>) -> Result<T, E>
+fn run_read<T, E>(
+    conn: &mut Link,
+    node: &str,
+    work: impl FnOnce(&Rd<'_>) -> Result<T, E>,
+) -> Result<T, E>
 where
     E: From<StoreError>,
 {
@@ -701,7 +743,7 @@ where
         conn.heal();
         conn.run(begin).map_err(|_| E::from(err.into()))?;
     }
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(&Rd::of(conn))));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(&Rd::of(conn, node))));
     // A read transaction has nothing to keep; ending it can only fail if it already ended.
     let _ = conn.run("COMMIT");
     match result {
@@ -803,6 +845,7 @@ fn write_loop(
     mut queue: mpsc::Receiver<Queued>,
     mut rewinder: Option<Rewinder>,
     counts: &Counts,
+    node: &str,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut spin = false;
@@ -822,7 +865,7 @@ fn write_loop(
             .writes
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         counts.commits.fetch_add(1, Ordering::Relaxed);
-        commit_batch(&mut conn, &mut batch);
+        commit_batch(&mut conn, &mut batch, node);
         if let (Some(rewinder), Link::Sqlite(conn)) = (&mut rewinder, &conn) {
             rewinder.after_batch(conn);
         }
@@ -852,7 +895,7 @@ fn next_write(queue: &mut mpsc::Receiver<Queued>, spin: bool) -> Option<Queued> 
 
 /// Runs a batch of writes in one transaction (each from the connection's statement cache: a
 /// savepoint per write is parsed once, not at every write).
-fn commit_batch(link: &mut Link, batch: &mut Vec<Job>) {
+fn commit_batch(link: &mut Link, batch: &mut Vec<Job>, node: &str) {
     let begin = link.conn().dialect().begin_write();
     if let Err(err) = link.run(begin) {
         // A PostgreSQL server that went away (a restart): connect again and try once more.
@@ -866,7 +909,9 @@ fn commit_batch(link: &mut Link, batch: &mut Vec<Job>) {
         }
     }
     let conn = &*link;
-    let tx = Tx { rd: Rd::of(conn) };
+    let tx = Tx {
+        rd: Rd::of(conn, node),
+    };
     if batch.len() == 1
         && let Some(job) = batch.pop()
     {

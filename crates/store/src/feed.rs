@@ -159,6 +159,9 @@ impl Tx<'_> {
     ) -> Result<Envelope, StoreError> {
         let timestamp = Timestamp::now();
         let actor = cause.actor.to_string();
+        if let Some(ordered) = self.dialect().feed_append() {
+            self.execute(ordered, params![])?;
+        }
         let id: i64 = self.query_row("INSERT INTO feed (node, project, target, event, family, timestamp, actor, dispatch_depth, payload)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id", params![
                 node,

@@ -241,14 +241,93 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Hands the graph's current run to a new driver: returns the lease that driver holds.
-    /// Every earlier driver's lease is void from then on.
+    /// Voids the lease on the graph's run: every driver's lease is void from then on, and no
+    /// node holds it (the run was reset, cancelled or interrupted). Returns the new generation.
     pub fn take_driver_lease(&self, id: &str) -> Result<i64, StoreError> {
-        self.query_opt("UPDATE graphs SET driver_lease = driver_lease + 1 WHERE id = ?1 RETURNING driver_lease", params![id], |r| r.get(0))?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "graph",
-                id: id.to_string(),
-            })
+        self.query_opt(
+            "UPDATE graphs SET driver_lease = driver_lease + 1, lease_node = NULL, lease_until = NULL
+                 WHERE id = ?1 RETURNING driver_lease",
+            params![id],
+            |r| r.get(0),
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "graph",
+            id: id.to_string(),
+        })
+    }
+
+    /// Hands the graph's current run to a new driver on this node: returns the generation that
+    /// driver holds. Every earlier driver's lease is void from then on; this node's holds for
+    /// `lease` from now, and its heartbeat renews it ([`Tx::renew_leases`]).
+    pub fn hold_driver_lease(
+        &self,
+        id: &str,
+        lease: std::time::Duration,
+    ) -> Result<i64, StoreError> {
+        self.query_opt(
+            "UPDATE graphs SET driver_lease = driver_lease + 1, lease_node = ?2, lease_until = ?3
+                 WHERE id = ?1 RETURNING driver_lease",
+            params![id, self.node(), lease_until(lease)],
+            |r| r.get(0),
+        )?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "graph",
+            id: id.to_string(),
+        })
+    }
+
+    /// Renews the lease on every running graph this node drives, to `lease` from now.
+    pub fn renew_leases(&self, lease: std::time::Duration) -> Result<usize, StoreError> {
+        Ok(self.execute(
+            "UPDATE graphs SET lease_until = ?2 WHERE lease_node = ?1 AND status = 'running'",
+            params![self.node(), lease_until(lease)],
+        )?)
+    }
+
+    /// The running graphs whose lease another node held and let run out, each with that node:
+    /// claimed for this transaction (on PostgreSQL their rows stay locked until it ends, and a
+    /// node looking at the same time skips them rather than wait), so exactly one node takes
+    /// each over.
+    pub fn expired_leases(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let statement = format!(
+            "SELECT id, lease_node FROM graphs
+                 WHERE status = 'running' AND lease_node IS NOT NULL AND lease_node <> ?1 AND lease_until < ?2
+                 ORDER BY lease_until{}",
+            self.dialect().skip_locked()
+        );
+        Ok(
+            self.query_map(&statement, params![self.node(), now_millis()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?,
+        )
+    }
+
+    /// One graph by full id, without its bound specs, for a write that decides on it: on
+    /// PostgreSQL its row stays locked until the transaction ends, so two daemons deciding
+    /// about one graph (two starts, a start and a cancel) take turns and the second sees what
+    /// the first did. SQLite has one writer: nothing to lock.
+    pub fn graph_shallow(&self, id: &str) -> Result<Graph, StoreError> {
+        self.lock_graph(id)?;
+        std::ops::Deref::deref(self).graph_shallow(id)
+    }
+
+    /// One graph by full id, with its bound specs, locked as [`Tx::graph_shallow`] locks it.
+    pub fn graph(&self, id: &str) -> Result<Graph, StoreError> {
+        self.lock_graph(id)?;
+        std::ops::Deref::deref(self).graph(id)
+    }
+
+    /// On PostgreSQL, locks the graph's row until the transaction ends.
+    fn lock_graph(&self, id: &str) -> Result<(), StoreError> {
+        let lock = self.dialect().for_update();
+        if !lock.is_empty() {
+            self.query_opt(
+                &format!("SELECT 1 FROM graphs WHERE id = ?1{lock}"),
+                params![id],
+                |r| r.get::<i64>(0),
+            )?;
+        }
+        Ok(())
     }
 
     /// Deletes a graph and (by cascade) its run history.
@@ -256,4 +335,16 @@ impl Tx<'_> {
         self.execute("DELETE FROM graphs WHERE id = ?1", params![id])?;
         Ok(())
     }
+}
+
+/// Unix milliseconds `lease` from now: when a lease taken or renewed now runs out.
+fn lease_until(lease: std::time::Duration) -> i64 {
+    now_millis().saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Unix milliseconds now.
+pub(crate) fn now_millis() -> i64 {
+    canopy_model::time::Timestamp::now()
+        .as_jiff()
+        .as_millisecond()
 }

@@ -16,7 +16,7 @@ use canopy_model::records::hook_runs::{
 use canopy_model::time::Timestamp;
 use canopy_model::work::PluginRef;
 
-const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project, dispatch, required, outcome, patch_applied";
+const COLUMNS: &str = "id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, plugin, plugin_version, plugin_sha256, rendered, status, summary, error, output, test, fired_at, started_at, finished_at, duration_ms, source, hook_name, dispatch_depth, feed_id, project, dispatch, required, outcome, patch_applied, node";
 
 fn json_column(row: &Row<'_>, index: usize) -> sql::Result<Option<Value>> {
     let text: Option<String> = row.get(index)?;
@@ -63,6 +63,7 @@ fn from_row(row: &Row<'_>) -> sql::Result<HookRun> {
         required: row.get(28)?,
         outcome: state_opt::<HookOutcome>(row, 29)?.or(status.outcome()),
         patch_applied: json_column(row, 30)?,
+        node: row.get(31)?,
     })
 }
 
@@ -331,8 +332,8 @@ impl Tx<'_> {
         };
         let finished_at = fired.dropped.as_ref().map(|_| At(fired.fired_at));
         self.execute("INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
-                                        source, hook_name, dispatch_depth, feed_id, project, error, finished_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)", params![
+                                        source, hook_name, dispatch_depth, feed_id, project, error, finished_at, node)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)", params![
                 id,
                 fired.graph_id,
                 fired.graph_name,
@@ -355,7 +356,8 @@ impl Tx<'_> {
                 fired.feed_id,
                 fired.project,
                 fired.dropped,
-                finished_at
+                finished_at,
+                self.node()
             ])?;
         Ok(id)
     }
@@ -371,8 +373,8 @@ impl Tx<'_> {
             let finished = &run.finished;
             self.execute("INSERT INTO hook_runs (id, graph_id, graph_name, run_id, event, hook_index, hook_config, spec_id, mode, status, test, fired_at, started_at, plugin, plugin_version, plugin_sha256,
                                             source, hook_name, dispatch_depth, feed_id, project, error, finished_at, summary, output, rendered, duration_ms,
-                                            dispatch, required, outcome, patch_applied)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)", params![
+                                            dispatch, required, outcome, patch_applied, node)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)", params![
                     id,
                     fired.graph_id,
                     fired.graph_name,
@@ -404,6 +406,7 @@ impl Tx<'_> {
                     run.required,
                     Sql(run.outcome),
                     run.patch_applied.as_ref().map(Value::to_string),
+                    self.node(),
                 ])?;
             ids.push(id);
         }
@@ -454,12 +457,16 @@ impl Tx<'_> {
     /// start-up and shutdown); they are never re-run on their own. Returns how many.
     pub fn interrupt_unfinished_hook_runs(&self, why: &str) -> Result<usize, StoreError> {
         Ok(self.execute(
-            "UPDATE hook_runs SET status = ?1, error = ?2, finished_at = ?3 WHERE status IN (?4, ?5)", params![
+            "UPDATE hook_runs SET status = ?1, error = ?2, finished_at = ?3
+                 WHERE status IN (?4, ?5) AND (node = ?6 OR node IS NULL)",
+            params![
                 Sql(HookRunStatus::Interrupted),
                 why,
                 super::now(),
                 Sql(HookRunStatus::Queued),
-                Sql(HookRunStatus::Running)
-            ])?)
+                Sql(HookRunStatus::Running),
+                self.node()
+            ],
+        )?)
     }
 }

@@ -21,6 +21,7 @@ pub mod hook_runs;
 pub mod ids;
 pub mod messages;
 mod migrations;
+pub mod nodes;
 pub mod pg;
 #[cfg(test)]
 mod plans;
@@ -100,18 +101,40 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// The node a store works for when none is named: a store a tool or a test opens.
+pub const LOCAL_NODE: &str = "local";
+
 impl Store {
     /// Opens (creating if needed) the database and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self> {
-        let db = db::Db::open(path, migrations::apply)?;
+        Self::open_as(path, LOCAL_NODE)
+    }
+
+    /// [`Store::open`] for the daemon whose node name is `node`.
+    pub fn open_as(path: &Path, node: &str) -> Result<Self> {
+        let db = db::Db::open(path, node, migrations::apply)?;
         Ok(Self { db: Arc::new(db) })
     }
 
     /// Connects to a PostgreSQL database (`postgres://user:password@host:port/dbname`, or
-    /// `host=... dbname=...`) and brings its schema up to date. Several daemons may share it.
-    pub fn open_postgres(url: &str) -> Result<Self> {
-        let db = pg::open(url)?;
+    /// `host=... dbname=...`) and brings its schema up to date, for the daemon whose node name
+    /// is `node`. Several daemons share one database, each under a node name of its own: a
+    /// second store for a node already connected is refused.
+    pub fn open_postgres(url: &str, node: &str) -> Result<Self> {
+        let db = pg::open(url, node)?;
         Ok(Self { db: Arc::new(db) })
+    }
+
+    /// The node this store works for.
+    pub fn node(&self) -> &str {
+        self.db.node()
+    }
+
+    /// On PostgreSQL, woken whenever a daemon on the database (this one or another) appended
+    /// to the feed: how a daemon learns of the others' events. `None` on SQLite, which one
+    /// daemon uses.
+    pub fn feed_notices(&self) -> Option<pg::listen::FeedNotices> {
+        self.db.feed_notices.clone()
     }
 
     /// For a clean stop, once its last write is answered: copies the WAL back into the database
@@ -239,7 +262,7 @@ pub(crate) mod each_backend {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let sqlite = Store::open(&dir.path().join("canopy.db")).expect("a SQLite store");
         let url = super::pg::cluster::scratch_database().expect("a PostgreSQL test database");
-        let postgres = Store::open_postgres(&url).expect("a PostgreSQL store");
+        let postgres = Store::open_postgres(&url, crate::LOCAL_NODE).expect("a PostgreSQL store");
         vec![("sqlite", sqlite, Some(dir)), ("postgres", postgres, None)]
     }
 

@@ -26,7 +26,6 @@ enum Migration {
     /// A step SQL alone cannot say.
     Code(fn(&Transaction) -> Result<()>),
     /// A step after PostgreSQL's baseline: SQLite's SQL and PostgreSQL's.
-    #[allow(dead_code)]
     Twin {
         sqlite: &'static str,
         postgres: &'static str,
@@ -510,6 +509,57 @@ const MIGRATIONS: &[Migration] = &[
     Sql(r#"
     ALTER TABLE runs ADD COLUMN resumes_at TEXT;
     "#),
+    // 23: several daemons on one database. Each daemon (a node) keeps a row it renews while it
+    // lives; the graph whose run a daemon drives names that node and until when its lease holds,
+    // so another node can take the run over when the lease runs out (`lease_until`: Unix
+    // milliseconds, compared as numbers). A hook run names the node
+    // that ran it; a cron's schedule is accounted for per node (each node fires its own).
+    Migration::Twin {
+        sqlite: r#"
+    CREATE TABLE nodes (
+        name          TEXT PRIMARY KEY,
+        roles         TEXT NOT NULL DEFAULT '[]',
+        pid           INTEGER NOT NULL,
+        version       TEXT NOT NULL,
+        api_url       TEXT,
+        lease_ms      INTEGER NOT NULL,
+        started_at    TEXT NOT NULL,
+        heartbeat_at  TEXT NOT NULL,
+        stopped_at    TEXT
+    );
+    ALTER TABLE graphs ADD COLUMN lease_node TEXT;
+    ALTER TABLE graphs ADD COLUMN lease_until INTEGER;
+    ALTER TABLE hook_runs ADD COLUMN node TEXT;
+    CREATE TABLE cron_marks (
+        cron               TEXT NOT NULL,
+        node               TEXT NOT NULL,
+        accounted_through  TEXT NOT NULL,
+        PRIMARY KEY (cron, node)
+    );
+    "#,
+        postgres: r#"
+    CREATE TABLE nodes (
+        name          TEXT COLLATE "C" PRIMARY KEY,
+        roles         TEXT COLLATE "C" NOT NULL DEFAULT '[]',
+        pid           BIGINT NOT NULL,
+        version       TEXT COLLATE "C" NOT NULL,
+        api_url       TEXT COLLATE "C",
+        lease_ms      BIGINT NOT NULL,
+        started_at    TEXT COLLATE "C" NOT NULL,
+        heartbeat_at  TEXT COLLATE "C" NOT NULL,
+        stopped_at    TEXT COLLATE "C"
+    );
+    ALTER TABLE graphs ADD COLUMN lease_node TEXT COLLATE "C";
+    ALTER TABLE graphs ADD COLUMN lease_until BIGINT;
+    ALTER TABLE hook_runs ADD COLUMN node TEXT COLLATE "C";
+    CREATE TABLE cron_marks (
+        cron               TEXT COLLATE "C" NOT NULL,
+        node               TEXT COLLATE "C" NOT NULL,
+        accounted_through  TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (cron, node)
+    );
+    "#,
+    },
 ];
 
 /// Widens the status CHECKs of run specs and node runs (as migration 20 left them) by

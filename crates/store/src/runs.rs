@@ -153,10 +153,14 @@ impl Rd<'_> {
         Ok(self.query_map(&statement, params![graph_id, limit as i64], run_from_row)?)
     }
 
-    /// The ids of the runs that are running.
+    /// The ids of the running runs this node drives (its lease is on their graph), and those
+    /// no node holds (from before leases): what a daemon recovers at start and stops at shutdown.
+    /// Another node's runs are its own, or, when its lease runs out, taken over
+    /// ([`Tx::expired_leases`]).
     pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
-        let statement = "SELECT id FROM runs WHERE status = 'running'";
-        Ok(self.query_map(statement, params![], |r| r.get(0))?)
+        let statement = "SELECT r.id FROM runs r JOIN graphs g ON g.id = r.graph_id
+             WHERE r.status = 'running' AND (g.lease_node = ?1 OR g.lease_node IS NULL)";
+        Ok(self.query_map(statement, params![self.node()], |r| r.get(0))?)
     }
 
     /// The specs a run reached, in order, each with why it stopped if it did not complete.

@@ -180,6 +180,39 @@ impl Dialect {
         }
     }
 
+    /// What a query that reads rows to change them adds to lock them until the transaction
+    /// ends. SQLite has one writer at a time: nothing.
+    pub(crate) fn for_update(self) -> &'static str {
+        match self {
+            Self::Sqlite => "",
+            Self::Postgres => " FOR UPDATE",
+        }
+    }
+
+    /// [`Dialect::for_update`], skipping rows another transaction has locked instead of
+    /// waiting for them (a claim: what one node claims, another passes over).
+    pub(crate) fn skip_locked(self) -> &'static str {
+        match self {
+            Self::Sqlite => "",
+            Self::Postgres => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+
+    /// What a transaction runs before it appends to the feed, when the backend needs it. On
+    /// PostgreSQL several daemons append at once, and a sequence hands out ids in the order
+    /// transactions ask, not the order they commit: a reader could see row 11 before row 10
+    /// commits and pass 10 by. Appends take one lock, held to the end of their transaction,
+    /// so the feed's rows commit in the order of their ids; and the commit wakes every
+    /// daemon's followers (`LISTEN canopy_feed`, see `pg::listen`).
+    pub(crate) fn feed_append(self) -> Option<&'static str> {
+        match self {
+            Self::Sqlite => None,
+            Self::Postgres => {
+                Some("SELECT pg_advisory_xact_lock(1668179556), pg_notify('canopy_feed', '')")
+            }
+        }
+    }
+
     /// How a write transaction begins: SQLite takes its write lock at once (a batch never
     /// waits halfway), PostgreSQL locks rows as it writes them.
     pub(crate) fn begin_write(self) -> &'static str {

@@ -231,6 +231,56 @@ impl Bus {
         &self.inner.store
     }
 
+    /// On a database shared with other daemons: their feed events, live, for this daemon's
+    /// followers (`canopy feed --follow`). Each notice that the feed grew reads the rows after
+    /// the last one seen and passes on the other nodes' (this daemon published its own as it
+    /// recorded them). Daemon hooks do not fire on them here: a daemon hook acts on the events
+    /// of the node it runs on. `None` on SQLite.
+    pub fn relay_other_nodes(&self) -> Option<tokio::task::JoinHandle<()>> {
+        const PAGE: usize = 500;
+        let notices = self.inner.store.feed_notices()?;
+        let bus = self.clone();
+        Some(tokio::spawn(async move {
+            let store = bus.inner.store.clone();
+            let me = store.node().to_string();
+            let mut cursor = match store.read(|rd| rd.feed_head()).await {
+                Ok(head) => head,
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot read the feed's head; other nodes' events are not followed live");
+                    return;
+                }
+            };
+            loop {
+                notices.notified().await;
+                loop {
+                    let query = canopy_store::feed::FeedQuery {
+                        since: Some(canopy_store::feed::Since::Cursor(cursor)),
+                        limit: PAGE,
+                        ..Default::default()
+                    };
+                    let rows = match store.read(move |rd| rd.feed(&query)).await {
+                        Ok(rows) => rows,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "cannot read other nodes' feed events; trying at the next notice");
+                            break;
+                        }
+                    };
+                    let full = rows.len() == PAGE;
+                    for row in rows {
+                        cursor = row.id;
+                        if row.node != me {
+                            // No follower is not an error.
+                            let _ = bus.inner.live.send(Arc::new(row));
+                        }
+                    }
+                    if !full {
+                        break;
+                    }
+                }
+            }
+        }))
+    }
+
     /// Where a hook with no workdir of its own runs.
     pub(crate) fn fallback_dir(&self) -> &std::path::Path {
         &self.inner.fallback_dir

@@ -5,6 +5,7 @@
 //! [database]
 //! url_env = "CANOPY_DATABASE_URL"   # the variable that holds postgres://user:password@host/db
 //! # url = "postgres://canopy@db.internal/canopy"   # or the string itself, when it holds no secret
+//! lease_secs = 15   # how long a daemon's claim on a run lasts without its heartbeat
 //! ```
 //!
 //! `canopy daemon --database URL` and the `CANOPY_DATABASE_URL` variable name one as well;
@@ -25,7 +26,14 @@ pub struct DatabaseConfig {
     pub url: Option<String>,
     /// The environment variable that holds one (a password stays out of the file).
     pub url_env: Option<String>,
+    /// How long a daemon's lease on a run it drives lasts without a heartbeat (renewed every
+    /// third of it): after a daemon dies, another daemon on the database takes its runs over
+    /// within about this long. Default [`DEFAULT_LEASE_SECS`].
+    pub lease_secs: Option<u64>,
 }
+
+/// The lease a daemon holds on a run it drives, unless `[database] lease_secs` says otherwise.
+pub const DEFAULT_LEASE_SECS: u64 = 15;
 
 /// The database a daemon runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +56,13 @@ impl DatabaseConfig {
         {
             problems.push(format!("database.url: {err}"));
         }
+        if let Some(secs) = self.lease_secs
+            && !(2..=600).contains(&secs)
+        {
+            problems.push(format!(
+                "database.lease_secs: must be from 2 to 600 (seconds), got {secs}"
+            ));
+        }
         if let Some(name) = &self.url_env
             && !is_env_name(name)
         {
@@ -56,6 +71,11 @@ impl DatabaseConfig {
             ));
         }
         problems
+    }
+
+    /// How long a lease on a run lasts without a heartbeat.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.lease_secs.unwrap_or(DEFAULT_LEASE_SECS))
     }
 
     /// The database to run on: `flag` (`--database`), else [`DATABASE_ENV`], else this
@@ -111,6 +131,7 @@ mod tests {
         let section = DatabaseConfig {
             url: None,
             url_env: Some("DB".into()),
+            lease_secs: None,
         };
         let secret = "postgres://canopy:hunter2@db.internal:6543/work";
         assert_eq!(
@@ -150,10 +171,13 @@ mod tests {
         let both = DatabaseConfig {
             url: Some(flag.into()),
             url_env: Some("not a name".into()),
+            lease_secs: Some(1),
         };
         let problems = both.check().join("\n");
         assert!(
-            problems.contains("not both") && problems.contains("database.url_env"),
+            problems.contains("not both")
+                && problems.contains("database.url_env")
+                && problems.contains("database.lease_secs: must be from 2 to 600 (seconds), got 1"),
             "{problems}"
         );
     }

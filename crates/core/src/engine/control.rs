@@ -254,42 +254,52 @@ pub(super) fn continue_run(
     Ok(run_id)
 }
 
-/// Marks every active run interrupted and pauses its graph; returns the pause events, each
-/// with its run's cause.
+/// Marks every active run this node drives interrupted and pauses its graph; returns the pause
+/// events, each with its run's cause.
 pub(super) fn interrupt_active(tx: &Tx<'_>, why: &str) -> Result<Vec<(Event, Cause)>, EngineError> {
-    let mut events = Vec::new();
-    for run_id in tx.running_run_ids()? {
-        let run = tx.run(&run_id)?;
-        let graph = tx.graph_shallow(&run.graph_id)?;
-        let stopped = tx.interrupt_node_runs(&run_id, why)?;
-        let at = match &stopped {
-            Some((node, spec)) => format!(
-                " (node `{node}` on spec {} was interrupted and will not be re-run on its own)",
-                ids::short(spec)
-            ),
-            None => String::new(),
-        };
-        let blocker = format!(
-            "interrupted: {why}{at}; `canopy graph continue {g}` goes on with the next spec, `--mode run_from_node --node NODE` runs the interrupted spec again, `canopy graph reset {g}` abandons the run",
-            g = graph.name
-        );
-        tx.set_run_status(&run_id, RunStatus::Interrupted, Some(&blocker))?;
-        tx.set_graph_status(&graph.id, GraphStatus::Paused, Some(&blocker), None)?;
-        tx.take_driver_lease(&graph.id)?;
-        let context = events::RunContext {
-            graph_id: graph.id.clone(),
-            graph_name: graph.name.clone(),
-            run_id: run_id.clone(),
-            workdir: run.workdir.clone(),
-            queue_id: run.queue_id.clone(),
-            cause: run.cause(),
-        };
-        let event = context.blocked(
-            blocker,
-            stopped.as_ref().map(|(node, _)| node.clone()),
-            stopped.map(|(_, spec)| spec),
-        );
-        events.push((event, context.cause));
-    }
-    Ok(events)
+    tx.running_run_ids()?
+        .iter()
+        .map(|run_id| interrupt_run(tx, run_id, why))
+        .collect()
+}
+
+/// Marks one run interrupted (with its running node run) and pauses its graph with a blocker
+/// that says why and the ways on; no driver may go on with it. Returns the pause event, with
+/// the run's cause.
+pub(super) fn interrupt_run(
+    tx: &Tx<'_>,
+    run_id: &str,
+    why: &str,
+) -> Result<(Event, Cause), EngineError> {
+    let run = tx.run(run_id)?;
+    let graph = tx.graph_shallow(&run.graph_id)?;
+    let stopped = tx.interrupt_node_runs(run_id, why)?;
+    let at = match &stopped {
+        Some((node, spec)) => format!(
+            " (node `{node}` on spec {} was interrupted and will not be re-run on its own)",
+            ids::short(spec)
+        ),
+        None => String::new(),
+    };
+    let blocker = format!(
+        "interrupted: {why}{at}; `canopy graph continue {g}` goes on with the next spec, `--mode run_from_node --node NODE` runs the interrupted spec again, `canopy graph reset {g}` abandons the run",
+        g = graph.name
+    );
+    tx.set_run_status(run_id, RunStatus::Interrupted, Some(&blocker))?;
+    tx.set_graph_status(&graph.id, GraphStatus::Paused, Some(&blocker), None)?;
+    tx.take_driver_lease(&graph.id)?;
+    let context = events::RunContext {
+        graph_id: graph.id.clone(),
+        graph_name: graph.name.clone(),
+        run_id: run_id.to_string(),
+        workdir: run.workdir.clone(),
+        queue_id: run.queue_id.clone(),
+        cause: run.cause(),
+    };
+    let event = context.blocked(
+        blocker,
+        stopped.as_ref().map(|(node, _)| node.clone()),
+        stopped.map(|(_, spec)| spec),
+    );
+    Ok((event, context.cause))
 }

@@ -30,7 +30,7 @@ pub use runs::{NodeRun, NodeRunStatus, Run, RunSpec, RunStatus, SpecResult};
 pub use specs::{NewSpec, Spec, SpecPatch};
 pub use view::{GraphView, Progress, ProgressResult, RunView, ViewPage};
 
-use control::{cancel, continue_run, interrupt_active, reset, start_run};
+use control::{cancel, continue_run, interrupt_active, interrupt_run, reset, start_run};
 
 /// How long a cancel waits for the run's driver (and the node's processes) to end.
 const DRIVER_STOP: std::time::Duration = std::time::Duration::from_secs(10);
@@ -67,7 +67,12 @@ struct Inner {
     drivers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     /// The timer of each graph whose run waits for an agent's usage limit to reset.
     wakeups: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// How long this node's lease on a run it drives lasts without a heartbeat.
+    lease: std::sync::atomic::AtomicU64,
 }
+
+/// A lease on a run, unless the daemon sets another ([`Engine::set_lease`]).
+pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Engine {
     /// An engine over `store`, running work through `plugins`, recording events on `bus`.
@@ -79,8 +84,26 @@ impl Engine {
                 bus,
                 drivers: Mutex::new(HashMap::new()),
                 wakeups: Mutex::new(HashMap::new()),
+                lease: std::sync::atomic::AtomicU64::new(
+                    u64::try_from(DEFAULT_LEASE.as_millis()).unwrap_or(u64::MAX),
+                ),
             }),
         }
+    }
+
+    /// Sets how long this node's lease on a run it drives lasts without a heartbeat.
+    pub fn set_lease(&self, lease: std::time::Duration) {
+        self.inner.lease.store(
+            u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// How long this node's lease on a run lasts without a heartbeat.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.inner.lease.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -953,10 +976,11 @@ impl Engine {
         let id = graph_id.to_string();
         let bus = self.inner.bus.clone();
         let cause = Cause::current();
+        let held_for = self.lease();
         let (lease, recorded) = self
             .write(move |tx| {
                 let run_id = begin(tx, &id)?;
-                let generation = tx.take_driver_lease(&id)?;
+                let generation = tx.hold_driver_lease(&id, held_for)?;
                 tx.set_run_cause(&run_id, &cause)?;
                 let run = tx.run(&run_id)?;
                 let graph = tx.graph_shallow(&id)?;
@@ -1145,6 +1169,42 @@ impl Engine {
         let waiting = self.read(|rd| Ok(rd.limit_paused_runs()?)).await?;
         for (graph_id, run_id, resumes_at) in waiting {
             self.wake_at(&graph_id, &run_id, resumes_at);
+        }
+        Ok(count)
+    }
+
+    /// Takes over the runs whose driver's node let its lease run out (the daemon died, hung, or
+    /// lost the database): each is marked interrupted exactly as after a crash, its graph
+    /// paused with a blocker that names the node, and `on_blocked` fires once, here. The
+    /// claim skips what another node is taking over at the same moment. Returns how many.
+    pub async fn take_over_expired(&self) -> Result<usize, EngineError> {
+        let bus = self.inner.bus.clone();
+        let (count, recorded) = self
+            .write(move |tx| {
+                let mut recorded = Recorded::default();
+                let mut count = 0;
+                for (graph_id, node) in tx.expired_leases()? {
+                    let graph = tx.graph_shallow(&graph_id)?;
+                    let Some(run_id) = graph.current_run_id else {
+                        tx.take_driver_lease(&graph_id)?;
+                        continue;
+                    };
+                    let why = format!(
+                        "node `{node}`, which drove this run, stopped renewing its lease (its daemon died, hung or lost the database)"
+                    );
+                    let (event, cause) = interrupt_run(tx, &run_id, &why)?;
+                    recorded.extend(bus.record(tx, [event], &cause)?);
+                    count += 1;
+                }
+                Ok((count, recorded))
+            })
+            .await?;
+        self.publish(recorded).await;
+        if count > 0 {
+            tracing::warn!(
+                runs = count,
+                "took over runs whose node's lease ran out; they are interrupted"
+            );
         }
         Ok(count)
     }

@@ -1,6 +1,9 @@
-//! `/api/status`, `/api/shutdown` and `/api/rotate-token`: the daemon itself.
+//! `/api/status`, `/api/shutdown`, `/api/rotate-token` and `/api/nodes`: the daemon itself,
+//! and the daemons sharing its database.
 
-use canopy_model::records::daemon::{DaemonStatus, PluginCounts, Rotated, Stopping};
+use canopy_model::records::daemon::{
+    DaemonStatus, NodeInfo, NodeLease, NodeState, Nodes, PluginCounts, Rotated, Stopping,
+};
 use canopy_model::requests::daemon::ShutdownRequest;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -77,6 +80,58 @@ pub fn router() -> ApiRouter<AppState> {
         .api_route("/status", get(status))
         .api_route("/shutdown", post(shutdown))
         .api_route("/rotate-token", post(rotate_token))
+        .api_route("/nodes", get(nodes))
+}
+
+/// `GET /api/nodes`: the daemons sharing the database (one on SQLite), whether each is alive,
+/// and the runs each drives.
+async fn nodes(State(state): State<AppState>) -> Result<ApiJson<Nodes>, ApiError> {
+    let (records, leases) = state
+        .store
+        .read(|rd| Ok::<_, canopy_store::StoreError>((rd.nodes()?, rd.held_leases()?)))
+        .await?;
+    let now = Timestamp::now();
+    let nodes = records
+        .into_iter()
+        .map(|node| {
+            let age = now.duration_since(node.heartbeat_at);
+            let state = if node.stopped_at.is_some() {
+                NodeState::Stopped
+            } else if age > node.lease {
+                NodeState::Lost
+            } else {
+                NodeState::Alive
+            };
+            let held = leases
+                .iter()
+                .filter(|lease| lease.node == node.name)
+                .map(|lease| NodeLease {
+                    graph_id: lease.graph_id.clone(),
+                    graph: lease.graph_name.clone(),
+                    run_id: lease.run_id.clone(),
+                    until: Timestamp::from_unix_millis(lease.until_ms).unwrap_or(now),
+                })
+                .collect();
+            NodeInfo {
+                name: node.name,
+                roles: node.roles,
+                state,
+                pid: node.pid,
+                version: node.version,
+                api_url: node.api_url,
+                lease_secs: node.lease.as_secs(),
+                started_at: node.started_at,
+                heartbeat_at: node.heartbeat_at,
+                heartbeat_age_secs: age.as_secs(),
+                stopped_at: node.stopped_at,
+                leases: held,
+            }
+        })
+        .collect();
+    Ok(ApiJson(Nodes {
+        this: state.store.node().to_string(),
+        nodes,
+    }))
 }
 
 /// `POST /api/rotate-token`: a new API token, in force at once (the old one is refused from

@@ -69,3 +69,63 @@ pub struct Rotated {
     pub rotated: bool,
     pub token_file: String,
 }
+
+/// `GET /api/nodes`: the daemons sharing this daemon's database.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Nodes {
+    /// The node name of the daemon that answered.
+    pub this: String,
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// One daemon on the database, as it registered itself, and what it holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct NodeInfo {
+    pub name: String,
+    pub roles: Vec<String>,
+    /// `alive` (its heartbeat is within its lease), `stopped` (it stopped cleanly) or `lost`
+    /// (no heartbeat for longer than its lease: it died, hung or lost the database; the runs it
+    /// drove are taken over).
+    pub state: NodeState,
+    pub pid: u32,
+    pub version: String,
+    /// Where its API listens.
+    pub api_url: Option<String>,
+    /// How long its lease on a run lasts without a heartbeat, in seconds.
+    pub lease_secs: u64,
+    pub started_at: Timestamp,
+    pub heartbeat_at: Timestamp,
+    /// Seconds since its last heartbeat.
+    pub heartbeat_age_secs: u64,
+    pub stopped_at: Option<Timestamp>,
+    /// The runs it drives.
+    pub leases: Vec<NodeLease>,
+}
+
+/// Whether a node is alive.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    Alive,
+    Stopped,
+    Lost,
+}
+
+impl std::fmt::Display for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Alive => "alive",
+            Self::Stopped => "stopped",
+            Self::Lost => "lost",
+        })
+    }
+}
+
+/// A run a node drives, and until when its lease holds unless renewed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct NodeLease {
+    pub graph_id: String,
+    pub graph: String,
+    pub run_id: Option<String>,
+    pub until: Timestamp,
+}

@@ -161,6 +161,9 @@ pub struct HookRun {
     pub required: bool,
     /// `sync` (it decided before its action) or `async`.
     pub dispatch: Dispatch,
+    /// The daemon (its node name) that ran it; null for a run recorded before daemons had
+    /// names on record.
+    pub node: Option<String>,
 }
 
 impl HookRun {

@@ -27,12 +27,13 @@ pub(crate) struct PgConn {
     /// `None` only while the connection is dropped (see `Drop`).
     client: RefCell<Option<Client>>,
     prepared: RefCell<HashMap<String, Prepared>>,
-    /// This connection holds the database's daemon lock (see [`PgConn::hold_daemon_lock`]).
-    holds_daemon_lock: bool,
+    /// The node whose lock this connection holds (see [`PgConn::hold_node_lock`]).
+    node_lock: Option<String>,
 }
 
-/// The session lock the daemon on a database holds on its writer's connection ("canopyd").
-const DAEMON_LOCK: i64 = 0x0063_616e_6f70_7964;
+/// The class of the session locks daemons hold on their writer's connection, one per node
+/// name ("cnpy"); the node name's hash is the lock's other half.
+const NODE_LOCK: i32 = 0x636e_7079;
 
 impl PgConn {
     pub(crate) fn connect(target: Target) -> anyhow::Result<Self> {
@@ -41,20 +42,22 @@ impl PgConn {
             target,
             client: RefCell::new(Some(client)),
             prepared: RefCell::new(HashMap::new()),
-            holds_daemon_lock: false,
+            node_lock: None,
         })
     }
 
-    /// Takes the database's daemon lock for as long as this connection lives; false when
-    /// another daemon's connection holds it.
-    pub(crate) fn hold_daemon_lock(&mut self) -> Result<bool> {
+    /// Takes the lock of node `node` for as long as this connection lives; false when another
+    /// daemon's connection holds it: two daemons of one name would claim each other's work.
+    pub(crate) fn hold_node_lock(&mut self, node: &str) -> Result<bool> {
         use crate::sql::{Queries, params};
         let held: bool = self.query_row(
-            "SELECT pg_try_advisory_lock(?1)",
-            params![DAEMON_LOCK],
+            "SELECT pg_try_advisory_lock(?1::int4, hashtext(?2))",
+            params![i64::from(NODE_LOCK), node],
             |row| row.get(0),
         )?;
-        self.holds_daemon_lock = held;
+        if held {
+            self.node_lock = Some(node.to_string());
+        }
         Ok(held)
     }
 
@@ -74,10 +77,13 @@ impl PgConn {
                 tracing::warn!(database = %self.target, "connected to PostgreSQL again");
                 *self.client.get_mut() = Some(client);
                 self.prepared.get_mut().clear();
-                if self.holds_daemon_lock && !matches!(self.hold_daemon_lock(), Ok(true)) {
+                if let Some(node) = self.node_lock.clone()
+                    && !matches!(self.hold_node_lock(&node), Ok(true))
+                {
                     tracing::error!(
                         database = %self.target,
-                        "another daemon took this database's lock while the connection was down"
+                        node,
+                        "another daemon of this node name took its lock while the connection was down"
                     );
                 }
             }

@@ -17,7 +17,7 @@ use super::{PgConn, Target};
 use crate::sql::{BoxError, Conn, FromSql, Queries, ToSql, Value, params};
 
 /// The tables in an order that inserts no row before the row it refers to.
-const TABLES: [&str; 20] = [
+const TABLES: [&str; 21] = [
     "compiled_artifacts",
     "plugins",
     "specs",
@@ -35,6 +35,7 @@ const TABLES: [&str; 20] = [
     "notifications",
     "cron_receipts",
     "cron_state",
+    "cron_marks",
     "webhook_deliveries",
     "project_state",
     "project_tags",
@@ -42,6 +43,8 @@ const TABLES: [&str; 20] = [
 
 /// Tables kept by triggers from others, not copied.
 const DERIVED: [&str; 1] = ["run_spec_tally"];
+/// Tables of the old database alone: the daemons that used it are not daemons of the new one.
+const NOT_COPIED: [&str; 1] = ["nodes"];
 
 /// What was copied: each table's rows, as counted on both sides after the copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,12 +104,14 @@ pub fn sqlite_to_postgres(
     )?;
     for table in &source_tables {
         anyhow::ensure!(
-            TABLES.contains(&table.as_str()) || DERIVED.contains(&table.as_str()),
+            TABLES.contains(&table.as_str())
+                || DERIVED.contains(&table.as_str())
+                || NOT_COPIED.contains(&table.as_str()),
             "table {table} is not one this copy knows: a newer schema than this canopy's"
         );
     }
     let target = Target::parse(url)?;
-    drop(crate::Store::open_postgres(url)?);
+    drop(crate::Store::open_postgres(url, crate::LOCAL_NODE)?);
     let dest = PgConn::connect(target.clone())?;
     for table in TABLES {
         let any: bool = dest.query_row(

@@ -11,6 +11,7 @@
 pub mod cluster;
 mod conn;
 pub mod copy;
+pub mod listen;
 mod schema;
 
 use std::time::Duration;
@@ -28,7 +29,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// this long is stuck (a lock held by a daemon that hung).
 const STATEMENT_TIMEOUT_MS: u64 = 30_000;
 
-/// How long opening waits for the daemon lock another daemon's connection holds.
+/// How long opening waits for the node lock another daemon's connection holds.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// A connection string parsed, with what errors may name of it.
@@ -86,28 +87,37 @@ fn show(config: &postgres::Config) -> String {
 }
 
 /// Connects, brings the schema up to date, and starts the writer and the read pool.
-pub(crate) fn open(url: &str) -> Result<Db> {
+pub(crate) fn open(url: &str, node: &str) -> Result<Db> {
     let target = Target::parse(url)?;
     let mut writer = PgConn::connect(target.clone())?;
     schema::migrate(&writer).with_context(|| format!("cannot migrate database {target}"))?;
-    // A daemon that just stopped may still be closing its connection: it is given a moment.
+    // A daemon of this name that just stopped may still be closing its connection: it is
+    // given a moment.
     let deadline = std::time::Instant::now() + LOCK_WAIT;
-    while !writer.hold_daemon_lock()? {
+    while !writer.hold_node_lock(node)? {
         if std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
         anyhow::bail!(
-            "another canopy daemon uses the database {target}: until daemons share one database \
-             through leases, a database has one daemon; stop the other one, or give this one a \
-             database of its own"
+            "another canopy daemon named `{node}` uses the database {target}: daemons sharing a \
+             database need a node name each (`node = \"...\"` in canopy.toml); stop the other \
+             one, or name this one differently"
         );
     }
     let mut readers = Vec::with_capacity(READERS);
     for _ in 0..READERS {
         readers.push(Link::Postgres(Box::new(PgConn::connect(target.clone())?)));
     }
-    Db::start_postgres(Link::Postgres(Box::new(writer)), readers, target.shown)
+    let notices = listen::spawn(target.clone())?;
+    let mut db = Db::start_postgres(
+        Link::Postgres(Box::new(writer)),
+        readers,
+        target.shown.clone(),
+        node,
+    )?;
+    db.feed_notices = Some(notices);
+    Ok(db)
 }
 
 /// A PostgreSQL connection string as it may be shown (`user@host:port/dbname`, no password);
@@ -128,7 +138,7 @@ mod tests {
     #[test]
     fn a_store_whose_connections_the_server_dropped_connects_again() {
         let url = super::cluster::scratch_database().unwrap();
-        let store = Store::open_postgres(&url).unwrap();
+        let store = Store::open_postgres(&url, crate::LOCAL_NODE).unwrap();
         let write = |n: i64| {
             store
                 .write_blocking(move |tx| {

@@ -225,7 +225,7 @@ mod tests {
     #[test]
     fn both_backends_carry_the_same_tables_columns_checks_and_indexes() {
         let url = super::super::cluster::scratch_database().unwrap();
-        let store = Store::open_postgres(&url).unwrap();
+        let store = Store::open_postgres(&url, crate::LOCAL_NODE).unwrap();
         let sqlite = sqlite_tables();
         let postgres = postgres_tables(&store);
         assert_eq!(
@@ -238,7 +238,7 @@ mod tests {
         }
         // Opening it again finds it migrated; the version is this build's.
         drop(store);
-        let again = Store::open_postgres(&url).unwrap();
+        let again = Store::open_postgres(&url, crate::LOCAL_NODE).unwrap();
         let version: i64 = again
             .read_blocking(|rd| {
                 rd.query_row("SELECT version FROM canopy_schema", params![], |row| {

@@ -1,0 +1,332 @@
+//! Several daemons on one PostgreSQL database: each under its own node name, each seeing the
+//! others (`canopy nodes`), a run driven by exactly one of them (its lease), taken over by
+//! another when its daemon is killed, crons and webhooks acting on the nodes they name. Real
+//! daemons on a real (throwaway) PostgreSQL server, real processes, real git repos.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Daemon, git_repo, wait_for};
+
+/// How long a lease lasts in these tests: short, so a takeover is seen in seconds.
+const LEASE_SECS: u64 = 2;
+
+/// A daemon named `node` on the database `url`, with `extra` in its `canopy.toml`.
+fn node(name: &str, url: &str, extra: &str) -> Daemon {
+    let config = format!(
+        "node = \"{name}\"\nroles = [\"worker\"]\n{extra}\n[database]\nlease_secs = {LEASE_SECS}\n"
+    );
+    Daemon::start_with_env(&config, &[("CANOPY_DATABASE_URL", url)])
+}
+
+fn nodes(daemon: &Daemon) -> Value {
+    daemon.json(&["nodes"])
+}
+
+/// The JSON lines a `feed --follow --json` prints, as they come.
+fn follow_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<Value> {
+    use std::io::BufRead as _;
+    let stdout = child.stdout.take().unwrap();
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(event) = serde_json::from_str(&line)
+                && sender.send(event).is_err()
+            {
+                return;
+            }
+        }
+    });
+    lines
+}
+
+fn node_state(daemon: &Daemon, name: &str) -> Option<String> {
+    nodes(daemon)["nodes"]
+        .as_array()?
+        .iter()
+        .find(|n| n["name"] == name)
+        .and_then(|n| n["state"].as_str().map(str::to_string))
+}
+
+#[test]
+fn two_daemons_on_one_database_see_each_other_and_a_second_of_one_name_is_refused() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let a = node("a", &url, "");
+    let b = node("b", &url, "");
+    let listed = nodes(&a);
+    assert_eq!(listed["this"], "a");
+    let names: Vec<&str> = listed["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert!(
+        listed["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["state"] == "alive" && n["roles"] == json!(["worker"])),
+        "{listed}"
+    );
+    // What one records, the other reads: one database; and b's followers see a's events as
+    // they happen, each with its node.
+    let mut follow = b.spawn_cli(&["feed", "--follow", "--json"]);
+    let lines = follow_lines(&mut follow);
+    // B's own event coming through says the stream is open; a's comes after it, with no
+    // event of b's behind it to make b read the feed again.
+    let marker = b.add_spec("marker");
+    wait_for("b's own event in its feed", Duration::from_secs(30), || {
+        lines
+            .try_iter()
+            .find(|event: &Value| event["payload"]["spec_id"] == marker.as_str())
+    });
+    let spec = a.add_spec("shared");
+    let (status, _) = b.get(&format!("/api/specs/{spec}"));
+    assert_eq!(status, 200);
+    let seen = wait_for("a's event in b's feed", Duration::from_secs(30), || {
+        lines
+            .try_iter()
+            .find(|event: &Value| event["node"] == "a" && event["event"] == "spec.created")
+    });
+    assert_eq!(seen["payload"]["spec_id"], spec.as_str(), "{seen}");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let text = b.ok(&["nodes"]);
+    assert!(
+        text.contains("b (this daemon)") && text.contains("alive"),
+        "{text}"
+    );
+
+    // A third daemon calling itself `a` would claim a's work: refused, naming the node.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("canopy.toml"), "node = \"a\"\n").unwrap();
+    let refused = std::process::Command::new(support::CANOPY)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(other.path())
+        .args(["--database", &format!("{url} password=hunter2")])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("another canopy daemon named `a` uses the database"),
+        "{said}"
+    );
+    assert!(!said.contains("hunter2"), "shows the password: {said}");
+}
+
+/// Both daemons are asked to run the same graph at the same instant, five times over: each
+/// time exactly one starts it, and its node runs once.
+#[test]
+fn two_daemons_asked_at_once_never_both_run_a_graph() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let a = node("a", &url, "");
+    let b = node("b", &url, "");
+    let marks = tempfile::tempdir().unwrap();
+    let repo = git_repo();
+    for round in 0..5 {
+        let name = format!("race-{round}");
+        let spec = a.add_spec(&format!("spec-{round}"));
+        let mark = marks.path().join(&name);
+        a.create_graph(json!({
+            "name": name,
+            "workdir": repo.path(),
+            "specs": [spec],
+            "allow_dirty_start": true,
+            "nodes": [{ "name": "work", "command": format!("echo ran >> {}", mark.display()) }]
+        }));
+        let barrier = std::sync::Barrier::new(2);
+        let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+            let asks: Vec<_> = [&a, &b]
+                .into_iter()
+                .map(|daemon| {
+                    let (barrier, name) = (&barrier, &name);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        daemon.control(name, json!({ "action": "run" }))
+                    })
+                })
+                .collect();
+            asks.into_iter().map(|ask| ask.join().unwrap()).collect()
+        });
+        let mut statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 409], "round {round}: {answers:?}");
+        let view = a.settled(&name);
+        assert_eq!(view["status"], "completed", "{view}");
+        let ran = std::fs::read_to_string(&mark).unwrap();
+        assert_eq!(ran, "ran\n", "round {round}: the node ran more than once");
+        let (_, runs) = b.get(&format!("/api/runs?graph={name}"));
+        assert_eq!(
+            runs["runs"].as_array().map(Vec::len),
+            Some(1),
+            "round {round}: {runs}"
+        );
+    }
+}
+
+/// The daemon driving a run is killed (SIGKILL): the other takes its lease over once it runs
+/// out, marks the run interrupted as after a crash, and fires `on_blocked` once, itself.
+#[test]
+fn a_run_whose_daemon_is_killed_is_taken_over_by_the_other_and_on_blocked_fires_once() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let mut a = node("a", &url, "");
+    let b = node("b", &url, "");
+    let repo = git_repo();
+    let started = tempfile::tempdir().unwrap();
+    let started = started.path().join("started");
+    let spec = a.add_spec("long");
+    a.create_graph(json!({
+        "name": "long",
+        "workdir": repo.path(),
+        "specs": [spec],
+        "allow_dirty_start": true,
+        "nodes": [{ "name": "work", "command": format!("touch {}; sleep 30", started.display()) }],
+        "hooks": { "on_blocked": [ { "command": "echo blocked: {{blocker}}" } ] }
+    }));
+    a.control_ok("long", json!({ "action": "run" }));
+    wait_for("the node to start", Duration::from_secs(30), || {
+        started.exists().then_some(())
+    });
+    let held = nodes(&b);
+    let a_row = held["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "a")
+        .cloned()
+        .unwrap();
+    assert_eq!(a_row["leases"][0]["graph"], "long", "{held}");
+
+    let killed = Instant::now();
+    a.kill();
+    let view = wait_for("b to take the run over", Duration::from_secs(30), || {
+        let (_, view) = b.get("/api/graphs/long");
+        (view["status"] == "paused").then_some(view)
+    });
+    let took = killed.elapsed();
+    eprintln!("lease takeover after kill -9: {took:?} (lease {LEASE_SECS} s)");
+    // The lease is renewed every third of it and looked at as often: a takeover comes within
+    // two leases of the kill, whatever the load (the margin is for a slow machine).
+    assert!(
+        took < Duration::from_secs(3 * LEASE_SECS),
+        "took {took:?} to take over"
+    );
+    let blocker = view["blocker"].as_str().unwrap();
+    assert!(
+        blocker
+            .starts_with("interrupted: node `a`, which drove this run, stopped renewing its lease"),
+        "{blocker}"
+    );
+    let blocked = b.ended_hook_runs_where("event=on_blocked&graph=long", 1);
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0]["node"], "b");
+    assert_eq!(blocked[0]["status"], "completed", "{:?}", blocked[0]);
+    wait_for("a to be listed lost", Duration::from_secs(30), || {
+        (node_state(&b, "a").as_deref() == Some("lost")).then_some(())
+    });
+    // Several heartbeats later, still once: the takeover is not repeated.
+    let beat = |daemon: &Daemon| -> String {
+        nodes(daemon)["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "b")
+            .map(|n| n["heartbeat_at"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let first = beat(&b);
+    wait_for("two more heartbeats of b", Duration::from_secs(30), || {
+        let second = beat(&b);
+        (second != first).then_some(second)
+    });
+    let (_, again) = b.get("/api/hook-runs?event=on_blocked&graph=long&last=10");
+    assert_eq!(again["runs"].as_array().map(Vec::len), Some(1), "{again}");
+
+    // A comes back under its name: alive again, and it leaves the run as b recorded it.
+    let a = Daemon::start_on_with_env(&a.data_dir.clone(), &[("CANOPY_DATABASE_URL", &url)]);
+    assert_eq!(node_state(&a, "a").as_deref(), Some("alive"));
+    let (_, view) = a.get("/api/graphs/long");
+    assert_eq!(view["status"], "paused");
+    assert_eq!(view["blocker"].as_str(), Some(blocker));
+}
+
+#[test]
+fn a_cron_without_nodes_fires_on_each_node_and_a_webhook_is_served_by_its_node_only() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let hits = out.path().join("hits");
+    let extra = format!(
+        r#"
+[[crons]]
+name = "everywhere"
+schedule = "@every 1s"
+action = {{ command = "true" }}
+
+[[crons]]
+name = "only-a"
+schedule = "@every 1s"
+nodes = ["a"]
+action = {{ command = "true" }}
+
+[webhooks]
+bind_port = 0
+token = "shared-token-1234567890"
+
+[webhooks.entries.deploy]
+type = "command"
+command = "echo hit >> {hits}"
+nodes = ["a"]
+"#,
+        hits = hits.display()
+    );
+    let a = node("a", &url, &extra);
+    let b = node("b", &url, &extra);
+    let by_node = |cron: &str| -> Vec<String> {
+        let receipts = a.json(&["cron", "logs", cron, "--last", "1000"]);
+        receipts["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["node"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Each node fires `everywhere` on its own, with receipts of its own.
+    wait_for(
+        "firings of `everywhere` on both nodes",
+        Duration::from_secs(30),
+        || {
+            let nodes = by_node("everywhere");
+            (nodes.iter().any(|n| n == "a") && nodes.iter().any(|n| n == "b")).then_some(())
+        },
+    );
+    let only_a = by_node("only-a");
+    assert!(!only_a.is_empty());
+    assert!(only_a.iter().all(|n| n == "a"), "{only_a:?}");
+
+    // The webhook is served by a; b answers 404 and runs nothing.
+    let send = |daemon: &Daemon| -> u16 {
+        reqwest::blocking::Client::new()
+            .post(format!("{}/hooks/global/deploy", daemon.webhooks_url()))
+            .header("X-Canopy-Hook-Token", "shared-token-1234567890")
+            .body("{}")
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(send(&b), 404);
+    assert_eq!(send(&a), 202);
+    wait_for("the delivery to run on a", Duration::from_secs(30), || {
+        std::fs::read_to_string(&hits).ok().filter(|h| h == "hit\n")
+    });
+}
