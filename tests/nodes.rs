@@ -330,3 +330,39 @@ nodes = ["a"]
         std::fs::read_to_string(&hits).ok().filter(|h| h == "hit\n")
     });
 }
+
+/// A plugin one daemon installs is run by the others too: its component is kept in the
+/// database, each daemon writes it to its own data dir and loads it at its next heartbeat; a
+/// removal reaches them the same way.
+#[test]
+fn a_plugin_installed_on_one_daemon_is_in_force_on_the_other() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let a = node("a", &url, "");
+    let b = node("b", &url, "");
+    let names = |daemon: &Daemon| -> Vec<String> {
+        daemon.json(&["plugin", "list"])["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(!names(&b).contains(&"noop".to_string()));
+    a.ok(&["plugin", "install", support::NOOP_WASM]);
+    wait_for("b to load noop", Duration::from_secs(30), || {
+        names(&b).contains(&"noop".to_string()).then_some(())
+    });
+    let inspected = b.json(&["plugin", "inspect", "noop"]);
+    let sha = inspected["sha256"].as_str().unwrap();
+    assert!(
+        b.data_dir
+            .join("plugins")
+            .join(format!("{sha}.wasm"))
+            .is_file(),
+        "b keeps its own copy of the component"
+    );
+    a.ok(&["plugin", "remove", "noop"]);
+    wait_for("b to drop noop", Duration::from_secs(30), || {
+        (!names(&b).contains(&"noop".to_string())).then_some(())
+    });
+}

@@ -373,7 +373,12 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
             })
         })
         .await?;
-    let heartbeat = tokio::spawn(heartbeat(engine.clone(), store.clone(), lease));
+    let heartbeat = tokio::spawn(heartbeat(
+        engine.clone(),
+        store.clone(),
+        plugins.clone(),
+        lease,
+    ));
     let relay = bus.relay_other_nodes();
     let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
@@ -493,8 +498,10 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
 
 /// This node's heartbeat, every third of its lease: renews the leases on the runs it drives
 /// (so no other node takes them over while it lives), then takes over the runs of nodes
-/// whose leases ran out. A missed beat is logged and tried again at the next.
-async fn heartbeat(engine: Engine, store: Store, lease: std::time::Duration) {
+/// whose leases ran out. On a shared database it also puts in force the plugins another
+/// daemon installed, removed, enabled or disabled. A missed beat is logged and tried again at
+/// the next.
+async fn heartbeat(engine: Engine, store: Store, plugins: PluginHost, lease: std::time::Duration) {
     let mut beat = tokio::time::interval(lease / 3);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -505,6 +512,11 @@ async fn heartbeat(engine: Engine, store: Store, lease: std::time::Duration) {
         }
         if let Err(err) = engine.take_over_expired().await {
             tracing::error!(error = %err, "cannot take over the runs of a node whose lease ran out");
+        }
+        if store.postgres().is_some()
+            && let Err(err) = plugins.sync_with_store().await
+        {
+            tracing::warn!(error = %format!("{err:#}"), "cannot bring the plugins in line with the database");
         }
     }
 }

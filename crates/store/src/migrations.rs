@@ -560,6 +560,23 @@ const MIGRATIONS: &[Migration] = &[
     );
     "#,
     },
+    // 24: an installed plugin's component, kept in the database as well as in the data dir,
+    // so that every daemon on a shared database can run it (a daemon writes it to its own
+    // data dir when it is missing there). Built-ins are in every canopy binary: not kept.
+    Migration::Twin {
+        sqlite: r#"
+    CREATE TABLE plugin_components (
+        sha256     TEXT PRIMARY KEY,
+        component  BLOB NOT NULL
+    );
+    "#,
+        postgres: r#"
+    CREATE TABLE plugin_components (
+        sha256     TEXT COLLATE "C" PRIMARY KEY,
+        component  BYTEA NOT NULL
+    );
+    "#,
+    },
 ];
 
 /// Widens the status CHECKs of run specs and node runs (as migration 20 left them) by

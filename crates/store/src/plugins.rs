@@ -113,9 +113,40 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Deletes a plugin's row.
+    /// Deletes a plugin's row (and its kept component, when no other row names it).
     pub fn delete_plugin(&self, name: &str) -> Result<(), StoreError> {
         self.execute("DELETE FROM plugins WHERE name = ?1", params![name])?;
+        self.prune_plugin_components()
+    }
+
+    /// Keeps a plugin's component, named by its digest, for the other daemons on the database
+    /// (see [`Rd::plugin_component`]). Components no plugin row names are dropped.
+    pub fn put_plugin_component(&self, sha256: &str, component: &[u8]) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO plugin_components (sha256, component) VALUES (?1, ?2)
+                 ON CONFLICT (sha256) DO NOTHING",
+            params![sha256, component],
+        )?;
+        self.prune_plugin_components()
+    }
+
+    fn prune_plugin_components(&self) -> Result<(), StoreError> {
+        self.execute(
+            "DELETE FROM plugin_components WHERE sha256 NOT IN (SELECT sha256 FROM plugins)",
+            params![],
+        )?;
         Ok(())
+    }
+}
+
+impl Rd<'_> {
+    /// The component kept under `sha256`, if one is: what a daemon writes to its data dir when
+    /// a plugin another daemon installed is missing there. The caller checks its digest.
+    pub fn plugin_component(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.query_opt(
+            "SELECT component FROM plugin_components WHERE sha256 = ?1",
+            params![sha256],
+            |row| row.get(0),
+        )?)
     }
 }

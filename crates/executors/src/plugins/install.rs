@@ -229,6 +229,9 @@ impl PluginHost {
         // The displaced plugins and the new row are written together: a crash never leaves two
         // enabled plugins serving one mode.
         let displaced_rows = displaced.clone();
+        // An operator's component is kept in the database too, for the other daemons sharing
+        // it; a built-in is in every canopy binary.
+        let kept = (!builtin).then(|| bytes.clone());
         let record = self
             .inner
             .store
@@ -241,6 +244,9 @@ impl PluginHost {
                     }
                 }
                 tx.put_plugin(&record)?;
+                if let Some(component) = &kept {
+                    tx.put_plugin_component(&record.sha256, component)?;
+                }
                 Ok::<_, PluginError>(record)
             })
             .await?;

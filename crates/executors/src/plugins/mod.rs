@@ -522,53 +522,141 @@ impl PluginHost {
         Ok(())
     }
 
+    /// The component kept in the database under `sha256`, written to `path` (this data dir's
+    /// copy), when it is there and its digest matches; `None` otherwise.
+    async fn fetch_component(&self, sha256: &str, path: &std::path::Path) -> Option<Vec<u8>> {
+        let digest = sha256.to_string();
+        let kept = self
+            .inner
+            .store
+            .read(move |rd| rd.plugin_component(&digest))
+            .await
+            .ok()
+            .flatten()?;
+        if sha256_hex(&kept) != sha256 {
+            tracing::error!(
+                sha256,
+                "the component kept in the database does not match its digest; not used"
+            );
+            return None;
+        }
+        let partial = path.with_extension("wasm.partial");
+        let written =
+            std::fs::write(&partial, &kept).and_then(|()| std::fs::rename(&partial, path));
+        if let Err(err) = written {
+            tracing::warn!(path = %path.display(), %err, "cannot write the plugin's component to the data dir");
+        }
+        Some(kept)
+    }
+
     async fn load_installed(&self) -> Result<()> {
         let records = self.inner.store.read(|rd| rd.plugins()).await?;
         for record in records {
-            let path = self.wasm_path(&record.sha256);
-            let bytes = match std::fs::read(&path) {
-                Ok(bytes) => bytes,
-                Err(err) => {
-                    tracing::error!(plugin = %record.name, path = %path.display(), %err, "installed plugin's component is missing; skipping it");
-                    self.skip(
-                        &record.name,
-                        format!(
-                            "its component {} cannot be read ({err}); reinstall it",
-                            path.display()
-                        ),
-                    );
-                    continue;
+            self.load_record(record).await;
+        }
+        Ok(())
+    }
+
+    /// Brings the plugins in memory in line with the database's rows, which another daemon
+    /// sharing it may have changed (an install, a removal, enabling or disabling one): a plugin
+    /// whose component changed is loaded again; one whose row is gone is dropped. Returns how
+    /// many changed.
+    pub async fn sync_with_store(&self) -> Result<usize> {
+        let records = self.inner.store.read(|rd| rd.plugins()).await?;
+        let current = self.plugins().clone();
+        let mut changed = 0;
+        for record in &records {
+            match current.get(&record.name) {
+                Some(loaded) if loaded.record == *record => {}
+                Some(loaded) if loaded.record.sha256 == record.sha256 => {
+                    // Its grants or its state changed, not its component.
+                    let again = LoadedPlugin {
+                        record: record.clone(),
+                        pre: loaded.pre.clone(),
+                        load: loaded.load,
+                        templates: templates_of(&record.manifest),
+                    };
+                    self.plugins_mut()
+                        .insert(record.name.clone(), Arc::new(again));
+                    changed += 1;
                 }
-            };
-            if sha256_hex(&bytes) != record.sha256 {
-                tracing::error!(plugin = %record.name, "installed plugin's component changed on disk; its grant no longer applies, skipping it (reinstall it)");
-                self.skip(
-                    &record.name,
-                    format!("its component {} changed on disk since it was installed, so its grant no longer applies; reinstall it (`canopy plugin install FILE --replace`)", path.display()),
-                );
-                continue;
-            }
-            match self.prepare(&record.sha256, Some(bytes)).await {
-                Ok((pre, load)) => {
-                    tracing::info!(plugin = %record.name, version = %record.version, source = ?load.source, micros = load.micros, "plugin loaded");
-                    let templates = templates_of(&record.manifest);
-                    self.plugins_mut().insert(
-                        record.name.clone(),
-                        Arc::new(LoadedPlugin {
-                            record,
-                            pre,
-                            load,
-                            templates,
-                        }),
-                    );
-                }
-                Err(err) => {
-                    tracing::error!(plugin = %record.name, %err, "cannot load installed plugin; skipping it");
-                    self.skip(&record.name, format!("{err}; reinstall it"));
+                _ if self.skipped_map().contains_key(&record.name)
+                    && !current.contains_key(&record.name) => {}
+                _ => {
+                    self.load_record(record.clone()).await;
+                    changed += 1;
                 }
             }
         }
-        Ok(())
+        for name in current.keys() {
+            if !records.iter().any(|r| &r.name == name) {
+                self.plugins_mut().remove(name);
+                changed += 1;
+            }
+        }
+        if changed > 0 {
+            tracing::info!(
+                changed,
+                "plugins changed by another daemon on the database are in force here"
+            );
+        }
+        Ok(changed)
+    }
+
+    /// Loads one installed plugin's component (from the data dir, else from the database) and
+    /// puts it in force; one that cannot be loaded is noted as skipped, with why.
+    async fn load_record(&self, record: PluginRecord) {
+        let path = self.wasm_path(&record.sha256);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            // Installed by another daemon on the database: its component is kept there.
+            Err(err)
+                if err.kind() == std::io::ErrorKind::NotFound
+                    && let Some(bytes) = self.fetch_component(&record.sha256, &path).await =>
+            {
+                tracing::info!(plugin = %record.name, path = %path.display(), "installed plugin's component written from the database (another daemon installed it)");
+                bytes
+            }
+            Err(err) => {
+                tracing::error!(plugin = %record.name, path = %path.display(), %err, "installed plugin's component is missing; skipping it");
+                self.skip(
+                    &record.name,
+                    format!(
+                        "its component {} cannot be read ({err}); reinstall it",
+                        path.display()
+                    ),
+                );
+                return;
+            }
+        };
+        if sha256_hex(&bytes) != record.sha256 {
+            tracing::error!(plugin = %record.name, "installed plugin's component changed on disk; its grant no longer applies, skipping it (reinstall it)");
+            self.skip(
+                &record.name,
+                format!("its component {} changed on disk since it was installed, so its grant no longer applies; reinstall it (`canopy plugin install FILE --replace`)", path.display()),
+            );
+            return;
+        }
+        match self.prepare(&record.sha256, Some(bytes)).await {
+            Ok((pre, load)) => {
+                tracing::info!(plugin = %record.name, version = %record.version, source = ?load.source, micros = load.micros, "plugin loaded");
+                self.skipped_map().remove(&record.name);
+                let templates = templates_of(&record.manifest);
+                self.plugins_mut().insert(
+                    record.name.clone(),
+                    Arc::new(LoadedPlugin {
+                        record,
+                        pre,
+                        load,
+                        templates,
+                    }),
+                );
+            }
+            Err(err) => {
+                tracing::error!(plugin = %record.name, %err, "cannot load installed plugin; skipping it");
+                self.skip(&record.name, format!("{err}; reinstall it"));
+            }
+        }
     }
 
     /// The installed plugins the daemon could not load at start, by name, with why.

@@ -17,9 +17,10 @@ use super::{PgConn, Target};
 use crate::sql::{BoxError, Conn, FromSql, Queries, ToSql, Value, params};
 
 /// The tables in an order that inserts no row before the row it refers to.
-const TABLES: [&str; 21] = [
+const TABLES: [&str; 22] = [
     "compiled_artifacts",
     "plugins",
+    "plugin_components",
     "specs",
     "graphs",
     "graph_specs",
