@@ -366,3 +366,55 @@ fn a_plugin_installed_on_one_daemon_is_in_force_on_the_other() {
         (!names(&b).contains(&"noop".to_string())).then_some(())
     });
 }
+
+/// A graph that names its node is run by that daemon only: asked of the other, the start is
+/// refused naming the node and where its API listens. Its workdir, there, is not looked for
+/// here.
+#[test]
+fn a_graph_pinned_to_a_node_runs_there_and_is_refused_elsewhere() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let a = node("a", &url, "");
+    let b = node("b", &url, "");
+    let repo = git_repo();
+    let spec = b.add_spec("pinned");
+    // Created through b, for a: b does not look for the workdir, which lives on a.
+    b.create_graph(json!({
+        "name": "pinned",
+        "workdir": "/only/on/node/a",
+        "node": "a",
+        "specs": [spec],
+        "allow_dirty_start": true,
+        "nodes": [{ "name": "work", "command": "true" }]
+    }));
+    let (status, refused) = b.control("pinned", json!({ "action": "run" }));
+    assert_eq!(status, 409, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("runs on node `a`") && message.contains(&a.url),
+        "{message}"
+    );
+    // A's workdir is real; run there.
+    let (status, edited) = a.send(
+        "PATCH",
+        "/api/graphs/pinned",
+        &json!({ "workdir": repo.path() }),
+    );
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["node"], "a");
+    a.control_ok("pinned", json!({ "action": "run" }));
+    assert_eq!(a.settled("pinned")["status"], "completed");
+    // Not a node name: refused naming the field.
+    let (status, bad) = b.send("PATCH", "/api/graphs/pinned", &json!({ "node": "a b" }));
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("field `node` must be a node name"),
+        "{bad}"
+    );
+    // Cleared: any daemon may run it.
+    let (status, cleared) = b.send("PATCH", "/api/graphs/pinned", &json!({ "node": "" }));
+    assert_eq!(status, 200, "{cleared}");
+    assert!(cleared.get("node").is_none(), "{cleared}");
+}

@@ -180,3 +180,29 @@ fn a_tampered_row_stops_the_copy_naming_its_table_and_leaves_the_target_empty() 
         assert_eq!(rows, 0, "table {table} kept rows of a failed copy");
     }
 }
+
+/// A process that prints a NUL byte (PostgreSQL's text cannot hold one): its run completes on
+/// PostgreSQL as on SQLite, its output kept with the NUL shown as U+FFFD. Before, the write of
+/// its node run failed and the engine stopped the run halfway.
+#[test]
+fn a_node_that_prints_a_nul_byte_completes_on_postgres() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let daemon = Daemon::start_with_env("", &[("CANOPY_DATABASE_URL", &url)]);
+    let repo = git_repo();
+    let spec = daemon.add_spec("nul");
+    daemon.create_graph(json!({
+        "name": "nul",
+        "workdir": repo.path(),
+        "specs": [spec],
+        "allow_dirty_start": true,
+        "nodes": [{ "name": "print", "command": "printf 'a\\000b'" }]
+    }));
+    daemon.control_ok("nul", json!({ "action": "run" }));
+    let view = daemon.settled("nul");
+    assert_eq!(view["status"], "completed", "{view}");
+    let run_id = view["current_run"]["id"].as_str().unwrap();
+    let (_, run) = daemon.get(&format!("/api/runs/{run_id}"));
+    let node_run = &run["node_runs"][0];
+    assert_eq!(node_run["status"], "completed", "{run}");
+    assert_eq!(node_run["detail"], "a\u{FFFD}b", "{run}");
+}

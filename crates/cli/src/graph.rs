@@ -19,7 +19,7 @@ use canopy_model::records::views::{GraphView, PageInfo, Progress, RunDetail};
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
     /// Create a graph from a JSON file with the API's field names
-    /// (name, workdir, nodes, specs, allow_dirty_start, hooks).
+    /// (name, workdir, nodes, specs, allow_dirty_start, hooks, node).
     #[command(
         after_help = "Example:\n  canopy graph create web.json    # web.json: {\"name\": \"web\", \"workdir\": \"/home/me/src/web\", \"nodes\": [{\"name\": \"test\", \"command\": \"cargo test\"}]}"
     )]
@@ -227,6 +227,9 @@ fn print_graph(view: &GraphView) {
     println!("graph:    {} ({})", graph.name, short(&graph.id));
     println!("status:   {}", graph.status);
     println!("workdir:  {}", graph.workdir);
+    if let Some(node) = &graph.node {
+        println!("node:     {node} (its runs are made by that daemon)");
+    }
     println!("version:  {}", graph.version);
     if let Some(blocker) = &graph.blocker {
         println!("blocker:  {}", blocker.replace('\n', "\n          "));

@@ -18,6 +18,8 @@ pub struct GraphWrite {
     pub specs: Vec<String>,
     pub allow_dirty_start: bool,
     pub hooks: HookMap,
+    /// The node its runs must use, if any.
+    pub node: Option<String>,
 }
 
 /// The outcome of a conditional edit.
@@ -29,7 +31,7 @@ pub enum Replaced {
     Stale(i64),
 }
 
-const COLUMNS: &str = "id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at";
+const COLUMNS: &str = "id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at, node";
 
 fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> sql::Result<T> {
     let text: String = row.get(index)?;
@@ -52,6 +54,7 @@ fn from_row(row: &Row<'_>) -> sql::Result<Graph> {
         driver_lease: row.get(10)?,
         created_at: time(row, 11)?,
         updated_at: time(row, 12)?,
+        node: row.get(13)?,
     })
 }
 
@@ -150,15 +153,16 @@ impl Tx<'_> {
         let id = super::new_id();
         let now = super::now();
         self.execute(
-            "INSERT INTO graphs (id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'idle', NULL, ?6, NULL, 1, 0, ?7, ?7)", params![
+            "INSERT INTO graphs (id, name, workdir, nodes, allow_dirty_start, status, blocker, hooks, current_run_id, version, driver_lease, created_at, updated_at, node)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'idle', NULL, ?6, NULL, 1, 0, ?7, ?7, ?8)", params![
                 id,
                 write.name,
                 write.workdir,
                 serde_json::to_string(&write.nodes)?,
                 write.allow_dirty_start,
                 Value::Object(write.hooks.clone()).to_string(),
-                now
+                now,
+                write.node
             ])?;
         self.write_graph_specs(&id, &write.workdir, &write.specs)?;
         Ok(id)
@@ -186,14 +190,15 @@ impl Tx<'_> {
             return Ok(Replaced::Stale(current));
         }
         self.execute(
-            "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, hooks = ?6, updated_at = ?7, version = version + 1 WHERE id = ?1", params![
+            "UPDATE graphs SET name = ?2, workdir = ?3, nodes = ?4, allow_dirty_start = ?5, hooks = ?6, updated_at = ?7, node = ?8, version = version + 1 WHERE id = ?1", params![
                 id,
                 write.name,
                 write.workdir,
                 serde_json::to_string(&write.nodes)?,
                 write.allow_dirty_start,
                 Value::Object(write.hooks.clone()).to_string(),
-                super::now()
+                super::now(),
+                write.node
             ])?;
         self.write_graph_specs(id, &write.workdir, &write.specs)?;
         Ok(Replaced::At(current + 1))

@@ -577,6 +577,15 @@ const MIGRATIONS: &[Migration] = &[
     );
     "#,
     },
+    // 25: a graph may name the node (daemon) its runs must use: its workdir lives there.
+    Migration::Twin {
+        sqlite: r#"
+    ALTER TABLE graphs ADD COLUMN node TEXT;
+    "#,
+        postgres: r#"
+    ALTER TABLE graphs ADD COLUMN node TEXT COLLATE "C";
+    "#,
+    },
 ];
 
 /// Widens the status CHECKs of run specs and node runs (as migration 20 left them) by

@@ -754,6 +754,7 @@ mod tests {
                 specs: Vec::new(),
                 allow_dirty_start: false,
                 hooks: Default::default(),
+                node: None,
             })?;
             let run = tx.insert_run(&graph, "/w", None)?;
             let other = tx.insert_run(&graph, "/w", None)?;

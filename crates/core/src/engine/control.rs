@@ -18,6 +18,7 @@ pub(super) fn start_run(
     workdir: Option<&str>,
 ) -> Result<String, EngineError> {
     let graph = tx.graph(graph_id)?;
+    refuse_other_node(tx, &graph)?;
     match graph.status {
         GraphStatus::Running => {
             return Err(EngineError::Conflict(format!(
@@ -169,6 +170,7 @@ pub(super) fn continue_run(
     node: Option<&str>,
 ) -> Result<String, EngineError> {
     let graph = tx.graph(graph_id)?;
+    refuse_other_node(tx, &graph)?;
     let Some(run_id) = graph.current_run_id.clone() else {
         return Err(EngineError::Conflict(format!(
             "graph `{}` has no run to continue; start one with `run`",
@@ -302,4 +304,25 @@ pub(super) fn interrupt_run(
         stopped.map(|(_, spec)| spec),
     );
     Ok((event, context.cause))
+}
+
+/// A graph that names its node (`node`: where its workdir lives) runs there only: asked of
+/// another daemon, the start is refused naming that node and where its API listens.
+pub(super) fn refuse_other_node(tx: &Tx<'_>, graph: &graphs::Graph) -> Result<(), EngineError> {
+    let Some(node) = graph.node.as_deref() else {
+        return Ok(());
+    };
+    if node == tx.node() {
+        return Ok(());
+    }
+    let known = tx.nodes()?.into_iter().find(|n| n.name == node);
+    let reach = match known.and_then(|n| n.api_url) {
+        Some(url) => format!("ask that daemon (its API is {url})"),
+        None => "no daemon of that name has used this database yet: start one there".to_string(),
+    };
+    Err(EngineError::Conflict(format!(
+        "graph `{}` runs on node `{node}` (its field `node`: its workdir is there), not on this daemon (`{}`); {reach}, or clear the graph's `node` (\"\") to let any daemon run it",
+        graph.name,
+        tx.node()
+    )))
 }

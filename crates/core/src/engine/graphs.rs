@@ -40,6 +40,29 @@ pub fn check_name(name: &str) -> Result<String, EngineError> {
     }
 }
 
+/// Checks the node a graph names (`node`): a node name, or `""` (or absent) for none.
+pub fn check_node(node: Option<&str>) -> Result<Option<String>, EngineError> {
+    match node.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(name) if crate::node::is_name(name) => Ok(Some(name.to_string())),
+        Some(name) => invalid(format!(
+            "field `node` must be a node name (ASCII letters, digits, `-`, `_`, `.`; at most 100), or \"\" for any node; got `{name}`"
+        )),
+    }
+}
+
+/// Checks the workdir of a graph whose runs another node makes (its `node`): an absolute path,
+/// which this daemon cannot look for; returned as given.
+pub fn check_remote_workdir(field: &str, workdir: &str) -> Result<String, EngineError> {
+    let path = std::path::Path::new(workdir.trim());
+    if !path.is_absolute() {
+        return invalid(format!(
+            "field `{field}` must be an absolute path, got `{workdir}`"
+        ));
+    }
+    Ok(workdir.trim().to_string())
+}
+
 /// Checks a graph workdir: an existing directory; returned canonical.
 pub fn check_workdir(field: &str, workdir: &str) -> Result<String, EngineError> {
     let path = std::path::Path::new(workdir.trim());

@@ -91,6 +91,21 @@ impl Engine {
         }
     }
 
+    /// A graph's workdir, checked on this daemon when its runs are made here (it must exist),
+    /// as an absolute path when the graph names another node (where it lives).
+    fn check_graph_workdir(
+        &self,
+        node: Option<&str>,
+        workdir: &str,
+    ) -> Result<String, EngineError> {
+        match node {
+            Some(node) if node != self.store().node() => {
+                graphs::check_remote_workdir("workdir", workdir)
+            }
+            _ => graphs::check_workdir("workdir", workdir),
+        }
+    }
+
     /// Sets how long this node's lease on a run it drives lasts without a heartbeat.
     pub fn set_lease(&self, lease: std::time::Duration) {
         self.inner.lease.store(
@@ -371,7 +386,8 @@ impl Engine {
         let Some(workdir) = &input.workdir else {
             return invalid("field `workdir` is required: the directory the graph works in");
         };
-        let workdir = graphs::check_workdir("workdir", workdir)?;
+        let node = graphs::check_node(input.node.as_deref())?;
+        let workdir = self.check_graph_workdir(node.as_deref(), workdir)?;
         let nodes = graphs::parse_nodes(input.nodes.as_deref().unwrap_or_default())?;
         self.validate_nodes(&nodes).await?;
         let prefixes = input.specs.clone().unwrap_or_default();
@@ -397,6 +413,7 @@ impl Engine {
             specs,
             allow_dirty_start: input.allow_dirty_start.unwrap_or(false),
             hooks,
+            node,
         };
         let id = self
             .write_with_events(move |tx| {
@@ -452,8 +469,12 @@ impl Engine {
             Some(name) => graphs::check_name(name)?,
             None => current.name.clone(),
         };
+        let node = match &input.node {
+            Some(node) => graphs::check_node(Some(node))?,
+            None => current.node.clone(),
+        };
         let workdir = match &input.workdir {
-            Some(workdir) => graphs::check_workdir("workdir", workdir)?,
+            Some(workdir) => self.check_graph_workdir(node.as_deref(), workdir)?,
             None => current.workdir.clone(),
         };
         let nodes = match &input.nodes {
@@ -493,6 +514,7 @@ impl Engine {
             specs,
             allow_dirty_start: input.allow_dirty_start.unwrap_or(current.allow_dirty_start),
             hooks,
+            node,
         };
         // An edit that changes nothing writes nothing: the version stays, no event is sent.
         let as_it_is = graphs::GraphWrite {
@@ -502,6 +524,7 @@ impl Engine {
             specs: current.specs.iter().map(|s| s.id.clone()).collect(),
             allow_dirty_start: current.allow_dirty_start,
             hooks: current.hooks.clone(),
+            node: current.node.clone(),
         };
         if write == as_it_is {
             let mut view = self.graph_view(&current.id, ViewPage::default()).await?;

@@ -57,6 +57,10 @@ pub struct Graph {
     /// The generation of the driver allowed to work on the current run.
     #[serde(skip)]
     pub driver_lease: i64,
+    /// The node (daemon) its runs must use, when it names one: its workdir lives there. Absent:
+    /// any daemon on the database may run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -36,6 +36,11 @@ pub struct GraphInput {
     /// Let runs start and go on from spec to spec on a dirty git tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_dirty_start: Option<bool>,
+    /// The node (daemon, by its `node` name) the graph's runs must use, where its workdir
+    /// lives, when several daemons share the database; a run asked of another daemon is
+    /// refused naming this one. `""` on an update: any daemon may run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// Event → ordered hook configs; events named here replace that event's hooks (`[]` or
     /// `null` removes them), events not named keep theirs. The events are `on_completed`,
     /// `on_failed`, `on_blocked`, `on_spec_completed`; a hook is `{"command": "..."}`,
@@ -68,6 +73,7 @@ impl GraphInput {
             ("nodes", self.nodes.is_some()),
             ("specs", self.specs.is_some()),
             ("allow_dirty_start", self.allow_dirty_start.is_some()),
+            ("node", self.node.is_some()),
             ("hooks", self.hooks.is_some() || self.on_completed.is_some()),
         ]
         .into_iter()

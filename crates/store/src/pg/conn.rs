@@ -31,6 +31,9 @@ pub(crate) struct PgConn {
     node_lock: Option<String>,
 }
 
+/// How long [`PgConn::heal`] waits for a connection to answer before it connects again.
+const HEAL_PROBE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The class of the session locks daemons hold on their writer's connection, one per node
 /// name ("cnpy"); the node name's hash is the lock's other half.
 const NODE_LOCK: i32 = 0x636e_7079;
@@ -64,11 +67,14 @@ impl PgConn {
     /// After a statement failed: when the server has gone (a restart, a dropped link),
     /// connects again, once. The statements prepared on the old connection are forgotten.
     pub(crate) fn heal(&mut self) {
+        // A connection the server is ending (`pg_terminate_backend`, a restart) may not be
+        // seen closed yet when its first statement fails: it is asked, briefly, whether it
+        // still answers.
         if self
             .client
             .get_mut()
-            .as_ref()
-            .is_some_and(|c| !c.is_closed())
+            .as_mut()
+            .is_some_and(|c| !c.is_closed() && c.is_valid(HEAL_PROBE).is_ok())
         {
             return;
         }
@@ -332,8 +338,12 @@ impl PgToSql for PgValue<'_> {
                 Type::FLOAT8 => x.to_sql(ty, out),
                 _ => Err(mismatch()),
             },
+            // PostgreSQL's text cannot hold a NUL. No name or id Canopy keeps may (the API
+            // refuses one at the door); what reaches here is free text a process or a plugin
+            // produced (its output, its error), kept as it would be shown: each NUL as U+FFFD,
+            // as undecodable bytes are.
             Value::Text(text) if text.contains('\0') => {
-                Err("text with a NUL character, which PostgreSQL cannot keep".into())
+                PgValue(Value::Text(text.replace('\0', "\u{FFFD}").into())).to_sql(ty, out)
             }
             Value::Text(text) => match *ty {
                 Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
