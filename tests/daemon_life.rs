@@ -717,7 +717,7 @@ fn a_second_daemon_on_a_taken_port_fails_before_touching_its_data_dir() {
         added.contains("ERROR canopy_daemon: the daemon refused to start: cannot listen on"),
         "{added}"
     );
-    let store = canopy_store::Store::open(&dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&dir);
     let status = store
         .read_blocking(|rd| Ok::<_, canopy_store::StoreError>(rd.runs(None, 1)?.remove(0).status))
         .unwrap();

@@ -371,7 +371,7 @@ fn a_follower_that_falls_behind_gets_a_lagged_event_naming_what_it_missed() {
     // Many large messages, queued through the store and delivered by the daemon while the
     // follower reads nothing: the socket fills, then the follower's buffer overflows.
     let text = "x".repeat(16 * 1024);
-    let store = Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&daemon.data_dir);
     {
         let session_id = session_id.clone();
         store

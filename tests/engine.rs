@@ -167,7 +167,7 @@ fn heading_format_specs_stay_readable_and_are_flagged() {
     daemon.stop();
     // A spec written before the tagged format existed (the API refuses that body now, so it
     // goes in through the store).
-    let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&daemon.data_dir);
     let old_id = store
         .write_blocking(|tx| {
             tx.insert_spec(
@@ -679,7 +679,7 @@ fn a_graceful_shutdown_records_in_flight_node_runs_as_interrupted() {
         started.exists().then_some(())
     });
     daemon.stop();
-    let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&daemon.data_dir);
     let (node_status, run_status) = store
         .read_blocking(|rd| {
             let run = rd.runs(None, 1)?.remove(0);
@@ -720,7 +720,7 @@ fn a_graph_marked_running_with_nothing_running_carries_a_consistency_warning() {
     assert!(output.contains("completed"));
     daemon.stop();
     // A graph row that says running while its run is not (a state no driver will pick up).
-    let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&daemon.data_dir);
     store
         .write_blocking(|tx| {
             let id = tx.resolve_graph("stale")?;

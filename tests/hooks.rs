@@ -695,6 +695,10 @@ fn a_slow_hook_does_not_hold_up_the_next_spec() {
 
 #[test]
 fn the_legacy_on_completed_column_becomes_a_hook_by_migration() {
+    if support::on_postgres() {
+        // A SQLite database of schema 2: PostgreSQL's schema starts after that column went.
+        return;
+    }
     let data = tempfile::tempdir().unwrap();
     let repo = git_repo();
     let fixture = std::fs::read_to_string(concat!(

@@ -325,7 +325,7 @@ fn interactive_mode_stores_the_message_durably_with_its_provenance() {
         workdir.path(),
     );
     assert_eq!(report["outcome"]["status"], "completed", "{report:#}");
-    let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&daemon.data_dir);
     let message = store
         .read_blocking(|rd| rd.messages(None))
         .unwrap()
@@ -1101,7 +1101,7 @@ fn a_builtin_from_an_older_build_is_reinstalled_and_keeps_its_disabled_state() {
     daemon.ok(&["plugin", "remove", "interactive"]);
     daemon.stop();
     // Make the stored built-in look like it came from an older canopy.
-    let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&daemon.data_dir);
     store
         .write_blocking(|tx| {
             let mut record = tx

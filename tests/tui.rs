@@ -154,7 +154,7 @@ fn a_blocked_graph_is_flagged_with_its_blocker_and_the_backlog_is_the_selected_p
     // A spec in the older heading format goes in through the store (the API refuses that body).
     let mut daemon = Daemon::start();
     daemon.stop();
-    let store = canopy_store::Store::open(&daemon.data_dir.join("canopy.db")).unwrap();
+    let store = support::store_of(&daemon.data_dir);
     let web_dir = real(web.path());
     let dir = web_dir.clone();
     store

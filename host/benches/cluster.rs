@@ -23,9 +23,12 @@ const SPECS_PER_GRAPH: usize = 250;
 const ROUNDS: usize = 3;
 const LEASE_SECS: u64 = 2;
 
-fn node(name: &str, url: &str) -> Daemon {
+/// A daemon named `name` on the database `url`, on the data dir `data_dir` (made if missing).
+fn node(name: &str, url: &str, data_dir: &std::path::Path) -> Daemon {
+    std::fs::create_dir_all(data_dir).unwrap();
     let config = format!("node = \"{name}\"\n[database]\nlease_secs = {LEASE_SECS}\n");
-    Daemon::start_with_env(&config, &[("CANOPY_DATABASE_URL", url)])
+    std::fs::write(data_dir.join("canopy.toml"), config).unwrap();
+    Daemon::start_on_with_env(data_dir, &[("CANOPY_DATABASE_URL", url)])
 }
 
 fn feed_head(daemon: &Daemon) -> i64 {
@@ -74,7 +77,9 @@ fn round(drivers: &[&Daemon], graphs: &[String]) -> (f64, f64) {
 
 fn main() {
     let url = canopy_store::pg::cluster::scratch_database().unwrap();
-    let a = node("a", &url);
+    // The data dirs outlive every daemon on them (b is killed and started again).
+    let dirs = tempfile::tempdir().unwrap();
+    let a = node("a", &url, &dirs.path().join("a"));
     a.ok(&["plugin", "install", support::NOOP_WASM]);
     let workdir = tempfile::tempdir().unwrap();
     let mut graphs = Vec::new();
@@ -94,7 +99,8 @@ fn main() {
         a.create_graph(json!({ "name": name, "workdir": workdir.path(), "nodes": [{ "name": "noop", "mode": "noop" }], "specs": ids }));
         graphs.push(name);
     }
-    let mut b = node("b", &url);
+    let b_dir = dirs.path().join("b");
+    let mut b = node("b", &url, &b_dir);
     wait_for("b to load the noop plugin", Duration::from_secs(30), || {
         b.json(&["plugin", "list"])["plugins"]
             .as_array()
@@ -144,7 +150,6 @@ fn main() {
             started.exists().then_some(())
         });
         let killed = Instant::now();
-        let data_dir = b.data_dir.clone();
         b.kill();
         wait_for("a to take the run over", Duration::from_secs(60), || {
             let (_, view) = a.get(&format!("/api/graphs/{name}"));
@@ -157,6 +162,6 @@ fn main() {
             took.as_secs_f64() / LEASE_SECS as f64
         );
         // B again, under its name (it kills what the killed one left running).
-        b = Daemon::start_on_with_env(&data_dir, &[("CANOPY_DATABASE_URL", &url)]);
+        b = node("b", &url, &b_dir);
     }
 }

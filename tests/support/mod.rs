@@ -88,6 +88,18 @@ fn test_database(data_dir: &Path) -> Option<String> {
     Some(url)
 }
 
+/// The store of the daemon of `data_dir`, opened beside it as a tool would: `canopy.db` there,
+/// or on the PostgreSQL pass the database the daemon runs on. For what the API cannot do (a
+/// record as an older canopy left it, a state no request makes).
+#[allow(dead_code)]
+pub fn store_of(data_dir: &Path) -> canopy_store::Store {
+    match test_database(data_dir) {
+        // A node name of its own: the daemon's is held by the daemon.
+        Some(url) => canopy_store::Store::open_postgres(&url, "test-harness").unwrap(),
+        None => canopy_store::Store::open(&data_dir.join("canopy.db")).unwrap(),
+    }
+}
+
 /// A running daemon on its own temp data dir; stopped (SIGTERM) on drop.
 pub struct Daemon {
     pub data_dir: PathBuf,
