@@ -206,3 +206,51 @@ fn a_node_that_prints_a_nul_byte_completes_on_postgres() {
     assert_eq!(node_run["status"], "completed", "{run}");
     assert_eq!(node_run["detail"], "a\u{FFFD}b", "{run}");
 }
+
+/// `--from` names the SQLite database to copy (a backup, another install's): copied whole; a
+/// path that is not a file, or a URL, is refused naming it, with nothing written.
+#[test]
+fn store_migrate_from_a_named_sqlite_file() {
+    if support::on_postgres() {
+        return;
+    }
+    let mut daemon = Daemon::start();
+    run_a_graph(&daemon);
+    daemon.stop();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let backup = elsewhere.path().join("backup.db");
+    std::fs::copy(daemon.data_dir.join("canopy.db"), &backup).unwrap();
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let migrate = |from: &str| {
+        Command::new(CANOPY)
+            .arg("--data-dir")
+            .arg(fresh.path())
+            .args(["store", "migrate", "--from", from, "--to", &url])
+            .output()
+            .unwrap()
+    };
+    for bad in ["sqlite:/no/such/canopy.db", "postgres://elsewhere/db"] {
+        let refused = migrate(bad);
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{said}");
+        assert!(
+            said.contains(&format!("--from: `{bad}` is not a SQLite database file")),
+            "{said}"
+        );
+    }
+    let moved = migrate(&format!("sqlite:{}", backup.display()));
+    let said = String::from_utf8_lossy(&moved.stdout);
+    assert!(moved.status.success(), "{said}");
+    assert!(said.contains("every table's count matches"), "{said}");
+    assert!(
+        said.contains(&format!("{} is left as it was", backup.display())),
+        "{said}"
+    );
+    let mut target = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let graphs: i64 = target
+        .query_one("SELECT COUNT(*) FROM graphs WHERE name = 'moved'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(graphs, 1);
+}

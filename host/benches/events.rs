@@ -72,7 +72,7 @@ fn now_ns() -> u128 {
 async fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let (store, plugins) = in_process::start(tmp.path()).await;
-    println!("canopy event benchmark, SQLite in a temp data dir\n");
+    println!("canopy event benchmark, {}\n", in_process::backend());
     // Line names after `--` (cargo passes `--bench` too); none: every line.
     let only: Vec<String> = std::env::args()
         .skip(1)

@@ -235,7 +235,8 @@ async fn main() {
         .id;
 
     println!(
-        "canopy hook benchmark: {FIRINGS} on_spec_completed firings per line, SQLite in a temp data dir\n"
+        "canopy hook benchmark: {FIRINGS} on_spec_completed firings per line, {}\n",
+        in_process::backend()
     );
     let b = Bench {
         engine,

@@ -9,14 +9,18 @@ use clap::Subcommand;
 /// `canopy store`.
 #[derive(Debug, Subcommand)]
 pub enum StoreCommand {
-    /// Copy this data dir's canopy.db, whole, into an empty PostgreSQL database, in one
+    /// Copy this data dir's canopy.db (or --from's), whole, into an empty PostgreSQL database, in one
     /// transaction, then count every table on both sides and compare the newest rows. The daemon
     /// must be stopped; canopy.db is left as it was. Then start the daemon on PostgreSQL
     /// (`[database]` in canopy.toml, or CANOPY_DATABASE_URL).
     #[command(
-        after_help = "Example:\n  canopy daemon stop\n  CANOPY_DATABASE_URL='postgres://canopy:PASSWORD@db.internal/canopy' canopy store migrate\n  canopy daemon start             # with the same variable set, or [database] in canopy.toml"
+        after_help = "Examples:\n  canopy daemon stop\n  CANOPY_DATABASE_URL='postgres://canopy:PASSWORD@db.internal/canopy' canopy store migrate\n  canopy daemon start             # with the same variable set, or [database] in canopy.toml\n  canopy store migrate --from sqlite:/backups/canopy.db --to 'host=/run/postgresql dbname=canopy'"
     )]
     Migrate {
+        /// The SQLite database to copy (`sqlite:PATH`, or `PATH`) [default: canopy.db in the
+        /// data dir]. No daemon may run on it.
+        #[arg(long, value_name = "sqlite:PATH")]
+        from: Option<String>,
         /// The PostgreSQL database to copy into [default: $CANOPY_DATABASE_URL, or [database] in
         /// canopy.toml]. A string with a password is better given in the environment.
         #[arg(long, value_name = "URL")]
@@ -26,11 +30,16 @@ pub enum StoreCommand {
 
 pub async fn run(data: DataDir, command: StoreCommand) -> Result<ExitCode> {
     match command {
-        StoreCommand::Migrate { to } => {
+        StoreCommand::Migrate { from, to } => {
             let copied = tokio::task::spawn_blocking(move || {
-                canopy_daemon::store_copy::to_postgres(&data, to.as_deref(), |table, rows| {
-                    eprintln!("copied {table}: {rows} rows");
-                })
+                canopy_daemon::store_copy::to_postgres(
+                    &data,
+                    from.as_deref(),
+                    to.as_deref(),
+                    |table, rows| {
+                        eprintln!("copied {table}: {rows} rows");
+                    },
+                )
             })
             .await??;
             println!(
@@ -40,7 +49,8 @@ pub async fn run(data: DataDir, command: StoreCommand) -> Result<ExitCode> {
                 copied.target
             );
             println!(
-                "canopy.db is left as it was. Start the daemon on PostgreSQL: set [database] in canopy.toml (or CANOPY_DATABASE_URL), then `canopy daemon start`"
+                "{} is left as it was. Start the daemon on PostgreSQL: set [database] in canopy.toml (or CANOPY_DATABASE_URL), then `canopy daemon start`",
+                copied.source
             );
             Ok(ExitCode::SUCCESS)
         }

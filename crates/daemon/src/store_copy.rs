@@ -9,14 +9,34 @@ use canopy_datadir::DataDir;
 
 pub use canopy_store::pg::copy::Copied;
 
-/// Copies `data`'s database into the PostgreSQL database `to`, else the one the daemon would
-/// run on (`CANOPY_DATABASE_URL`, `[database]`). `progress` hears each table as it lands.
+/// Copies `data`'s database (or `from`: `sqlite:PATH` or `PATH`) into the PostgreSQL database
+/// `to`, else the one the daemon would run on (`CANOPY_DATABASE_URL`, `[database]`).
+/// `progress` hears each table as it lands.
 pub fn to_postgres(
     data: &DataDir,
+    from: Option<&str>,
     to: Option<&str>,
     progress: impl FnMut(&str, u64),
 ) -> Result<Copied> {
-    if let Some(running) = crate::daemon::holder(data) {
+    let source = match from {
+        None => data.database(),
+        Some(from) => {
+            let path = std::path::PathBuf::from(from.strip_prefix("sqlite:").unwrap_or(from));
+            if from.contains("://") || !path.is_file() {
+                bail!(
+                    "--from: `{from}` is not a SQLite database file (sqlite:PATH, or PATH, of a canopy.db)"
+                );
+            }
+            path
+        }
+    };
+    // No daemon may write the database while it is copied: the data dir it is in is checked.
+    let home = source
+        .parent()
+        .map(|dir| DataDir::resolve(Some(dir.to_path_buf())))
+        .transpose()?
+        .unwrap_or_else(|| data.clone());
+    if let Some(running) = crate::daemon::holder(&home) {
         let pid = running
             .pid
             .map(|p| format!(" (pid {p})"))
@@ -35,5 +55,5 @@ pub fn to_postgres(
             data.config_file().display()
         );
     };
-    canopy_store::pg::copy::sqlite_to_postgres(&data.database(), &url, progress)
+    canopy_store::pg::copy::sqlite_to_postgres(&source, &url, progress)
 }

@@ -29,7 +29,18 @@ impl HostServices for NoServices {
     }
 }
 
-/// A store and an executor host (built-in plugins installed) on a data dir under `tmp`.
+/// Where the store is: `CANOPY_TEST_BACKEND=postgres` puts it on a throwaway PostgreSQL
+/// server, as the end-to-end tests' switch does; else SQLite in the temp data dir.
+pub fn backend() -> &'static str {
+    if std::env::var("CANOPY_TEST_BACKEND").is_ok_and(|b| b == "postgres") {
+        "PostgreSQL"
+    } else {
+        "SQLite in a temp data dir"
+    }
+}
+
+/// A store and an executor host (built-in plugins installed) on a data dir under `tmp`, on the
+/// backend [`backend`] names.
 pub async fn start(tmp: &std::path::Path) -> (Store, PluginHost) {
     // As the daemon does first: what it creates is private, and the processes it runs for the
     // user start from the spawner threads with the user's umask, not from a tokio worker.
@@ -38,7 +49,17 @@ pub async fn start(tmp: &std::path::Path) -> (Store, PluginHost) {
         .unwrap()
         .create()
         .unwrap();
-    let store = Store::open(&data.database()).unwrap();
+    let store = if backend() == "PostgreSQL" {
+        // The PostgreSQL client blocks on a runtime of its own: off this one.
+        tokio::task::spawn_blocking(|| {
+            let url = canopy_store::pg::cluster::scratch_database().unwrap();
+            Store::open_postgres(&url, canopy_store::LOCAL_NODE).unwrap()
+        })
+        .await
+        .unwrap()
+    } else {
+        Store::open(&data.database()).unwrap()
+    };
     // As the daemon does before anything runs: without it a command's sweep would read every
     // process on the machine instead of the daemon's descendants, and keep no ledger.
     canopy_executors::procs::start(

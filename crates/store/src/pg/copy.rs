@@ -51,6 +51,8 @@ const NOT_COPIED: [&str; 1] = ["nodes"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Copied {
     pub tables: Vec<(String, u64)>,
+    /// The SQLite file copied from.
+    pub source: String,
     /// The database copied into, as it may be shown.
     pub target: String,
 }
@@ -141,6 +143,7 @@ pub fn sqlite_to_postgres(
     };
     Ok(Copied {
         tables,
+        source: sqlite.display().to_string(),
         target: target.to_string(),
     })
 }
