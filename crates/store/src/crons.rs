@@ -96,9 +96,23 @@ impl Rd<'_> {
             ), params![cron], from_row)?)
     }
 
-    /// A cron's state on this node (paused is the cron's, on every node; the time accounted
-    /// for is this node's, each node firing its own); `None` for a cron never seen.
+    /// A cron's state on this node (paused is the cron's, on every node; on a shared database
+    /// the time accounted for is this node's, each node firing its own, else the cron's from
+    /// before it had marks); `None` for a cron never seen.
     pub fn cron_state(&self, cron: &str) -> Result<Option<CronState>, StoreError> {
+        if self.exclusive() {
+            // One daemon: the cron's own row, whatever its node is called now.
+            return Ok(self.query_opt(
+                "SELECT paused, accounted_through FROM cron_state WHERE name = ?1",
+                params![cron],
+                |row| {
+                    Ok(CronState {
+                        paused: row.get(0)?,
+                        accounted_through: time_opt(row, 1)?,
+                    })
+                },
+            )?);
+        }
         let (paused, accounted_through) = self.query_row(
             "SELECT (SELECT paused FROM cron_state WHERE name = ?1),
                     COALESCE((SELECT accounted_through FROM cron_marks WHERE cron = ?1 AND node = ?2),
@@ -118,9 +132,10 @@ impl Rd<'_> {
     /// not end). Another node's are its own.
     pub fn running_cron_receipts(&self) -> Result<Vec<Receipt>, StoreError> {
         let statement = format!(
-            "SELECT {COLUMNS} FROM cron_receipts WHERE status = 'running' AND node = ?1 ORDER BY created_at"
+            "SELECT {COLUMNS} FROM cron_receipts WHERE status = 'running' AND (node = ?1 OR ?2 <> 0) ORDER BY created_at"
         );
-        let receipts = self.query_map(&statement, params![self.node()], from_row)?;
+        let receipts =
+            self.query_map(&statement, params![self.node(), self.exclusive()], from_row)?;
         Ok(receipts)
     }
 }
@@ -220,8 +235,17 @@ impl Tx<'_> {
         Ok(removed)
     }
 
-    /// Sets what a cron has accounted for on this node through `at`.
+    /// Sets what a cron has accounted for through `at`: on a shared database, this node's mark
+    /// (each node fires its own); on SQLite, the cron's own row.
     pub fn set_cron_accounted(&self, cron: &str, at: Timestamp) -> Result<(), StoreError> {
+        if self.exclusive() {
+            self.execute(
+                "INSERT INTO cron_state (name, accounted_through) VALUES (?1, ?2)
+                     ON CONFLICT (name) DO UPDATE SET accounted_through = excluded.accounted_through",
+                params![cron, At(at)],
+            )?;
+            return Ok(());
+        }
         self.execute(
             "INSERT INTO cron_marks (cron, node, accounted_through) VALUES (?1, ?2, ?3)
                  ON CONFLICT (cron, node) DO UPDATE SET accounted_through = excluded.accounted_through",
@@ -249,5 +273,71 @@ impl Tx<'_> {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::NewReceipt;
+    use crate::Store;
+    use canopy_model::records::crons::{ReceiptStatus, Trigger};
+    use canopy_model::time::Timestamp;
+
+    fn running(store: &Store, run_id: &str) {
+        let new = NewReceipt {
+            run_id: run_id.to_string(),
+            cron: "nightly".into(),
+            node: store.node().to_string(),
+            trigger: Trigger::Schedule,
+            scheduled_at: None,
+            status: ReceiptStatus::Running,
+            error: None,
+            missed_count: None,
+            actor: "cron:nightly".into(),
+            starts_at: None,
+        };
+        store
+            .write_blocking(move |tx| tx.insert_cron_receipt(&new))
+            .unwrap();
+    }
+
+    fn left_running(store: &Store) -> Vec<String> {
+        store
+            .read_blocking(|rd| rd.running_cron_receipts())
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect()
+    }
+
+    /// On SQLite one daemon owns the database, whatever its node was called when it made a
+    /// claim (a container's host name changes at every start): it recovers all of it. On a
+    /// shared database each node recovers its own, and another node's are left to it.
+    #[test]
+    fn a_restart_recovers_its_own_claims_and_on_sqlite_all_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("canopy.db");
+        let before = Store::open_as(&file, "host-1").unwrap();
+        running(&before, "r1");
+        before
+            .write_blocking(|tx| tx.set_cron_accounted("nightly", Timestamp::now()))
+            .unwrap();
+        drop(before);
+        let renamed = Store::open_as(&file, "host-2").unwrap();
+        assert_eq!(left_running(&renamed), ["r1"]);
+        let state = renamed
+            .read_blocking(|rd| rd.cron_state("nightly"))
+            .unwrap();
+        assert!(state.and_then(|s| s.accounted_through).is_some());
+
+        let url = crate::pg::cluster::scratch_database().unwrap();
+        let a = Store::open_postgres(&url, "a").unwrap();
+        let b = Store::open_postgres(&url, "b").unwrap();
+        running(&a, "ra");
+        running(&b, "rb");
+        assert_eq!(left_running(&a), ["ra"]);
+        assert_eq!(left_running(&b), ["rb"]);
     }
 }

@@ -89,6 +89,14 @@ impl<'a> Rd<'a> {
         self.node
     }
 
+    /// Whether this store's daemon is the only one on its database, and so owns every claim in
+    /// it whatever node name made it: SQLite, which one daemon uses (its data dir's lock says
+    /// so). A daemon whose host name changed between two starts (a container's) recovers what
+    /// it left under the old name.
+    pub fn exclusive(&self) -> bool {
+        self.conn.dialect() == crate::sql::Dialect::Sqlite
+    }
+
     /// The SQLite connection itself, for what only SQLite has (its pragmas, its file's pages):
     /// every query goes through [`Conn`]. `None` on PostgreSQL.
     pub(super) fn sqlite(&self) -> Option<&'a Connection> {

@@ -458,14 +458,15 @@ impl Tx<'_> {
     pub fn interrupt_unfinished_hook_runs(&self, why: &str) -> Result<usize, StoreError> {
         Ok(self.execute(
             "UPDATE hook_runs SET status = ?1, error = ?2, finished_at = ?3
-                 WHERE status IN (?4, ?5) AND (node = ?6 OR node IS NULL)",
+                 WHERE status IN (?4, ?5) AND (node = ?6 OR node IS NULL OR ?7 <> 0)",
             params![
                 Sql(HookRunStatus::Interrupted),
                 why,
                 super::now(),
                 Sql(HookRunStatus::Queued),
                 Sql(HookRunStatus::Running),
-                self.node()
+                self.node(),
+                self.exclusive()
             ],
         )?)
     }

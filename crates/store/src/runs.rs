@@ -158,6 +158,10 @@ impl Rd<'_> {
     /// Another node's runs are its own, or, when its lease runs out, taken over
     /// ([`Tx::expired_leases`]).
     pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
+        if self.exclusive() {
+            let statement = "SELECT id FROM runs WHERE status = 'running'";
+            return Ok(self.query_map(statement, params![], |r| r.get(0))?);
+        }
         let statement = "SELECT r.id FROM runs r JOIN graphs g ON g.id = r.graph_id
              WHERE r.status = 'running' AND (g.lease_node = ?1 OR g.lease_node IS NULL)";
         Ok(self.query_map(statement, params![self.node()], |r| r.get(0))?)
