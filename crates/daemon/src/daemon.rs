@@ -513,6 +513,19 @@ async fn heartbeat(engine: Engine, store: Store, plugins: PluginHost, lease: std
         if let Err(err) = engine.take_over_expired().await {
             tracing::error!(error = %err, "cannot take over the runs of a node whose lease ran out");
         }
+        match store
+            .write(|tx| tx.interrupt_hook_runs_of_lost_nodes())
+            .await
+        {
+            Ok(0) => {}
+            Ok(count) => tracing::warn!(
+                hook_runs = count,
+                "hook runs a lost node left unfinished are marked interrupted"
+            ),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot mark the hook runs of a lost node interrupted")
+            }
+        }
         if store.postgres().is_some()
             && let Err(err) = plugins.sync_with_store().await
         {

@@ -139,6 +139,37 @@ impl Tx<'_> {
         self.renew_leases(lease)
     }
 
+    /// The hook runs that daemons now lost left queued or running (a node is lost when no
+    /// heartbeat came for longer than its lease and it did not stop cleanly): marked
+    /// interrupted, as that daemon would at its next start, which may never come (a machine
+    /// retired). Returns how many. Nothing on SQLite: its one daemon recovers everything at
+    /// start.
+    pub fn interrupt_hook_runs_of_lost_nodes(&self) -> Result<usize, StoreError> {
+        if self.exclusive() {
+            return Ok(0);
+        }
+        let now = Timestamp::now();
+        let mut interrupted = 0;
+        for node in self.nodes()? {
+            let lost = node.stopped_at.is_none()
+                && node.name != self.node()
+                && now.duration_since(node.heartbeat_at) > node.lease;
+            if !lost {
+                continue;
+            }
+            let why = format!(
+                "node `{}`, which ran this hook, stopped (no heartbeat since {}) before it finished",
+                node.name, node.heartbeat_at
+            );
+            interrupted += self.execute(
+                "UPDATE hook_runs SET status = 'interrupted', error = ?2, finished_at = ?3
+                     WHERE node = ?1 AND status IN ('queued', 'running')",
+                params![node.name, why, At(now)],
+            )?;
+        }
+        Ok(interrupted)
+    }
+
     /// This daemon stopped cleanly.
     pub fn node_stopped(&self) -> Result<(), StoreError> {
         self.execute(
@@ -156,7 +187,8 @@ mod tests {
     use std::time::Duration;
 
     use crate::Store;
-    use crate::sql::{Conn, params};
+    use crate::sql::{Conn, Queries, params};
+    use canopy_model::time::Timestamp;
 
     /// Two stores of one database, working for nodes `a` and `b`, on each backend.
     fn pairs() -> Vec<(&'static str, Store, Store, Option<tempfile::TempDir>)> {
@@ -278,6 +310,72 @@ mod tests {
         assert_eq!(expired(&c), []);
         release.send(()).unwrap();
         holder.join().unwrap();
+    }
+
+    /// A hook run a daemon left running when it died is marked interrupted by another once
+    /// that daemon counts as lost, and not before.
+    #[test]
+    fn a_lost_nodes_unfinished_hook_runs_are_interrupted_by_another() {
+        let url = crate::pg::cluster::scratch_database().unwrap();
+        let a = Store::open_postgres(&url, "a").unwrap();
+        let b = Store::open_postgres(&url, "b").unwrap();
+        let register = |store: &Store| {
+            store
+                .write_blocking(|tx| {
+                    tx.register_node(&super::NewNode {
+                        roles: &[],
+                        version: "0.1.0",
+                        api_url: None,
+                        lease: Duration::from_secs(15),
+                    })
+                })
+                .unwrap();
+        };
+        register(&a);
+        register(&b);
+        a.write_blocking(|tx| {
+            tx.execute(
+                "INSERT INTO hook_runs (id, event, hook_index, hook_config, status, fired_at, node)
+                     VALUES ('h1', 'on_completed', 0, '{}', 'running', ?1, 'a')",
+                params![crate::now()],
+            )
+            .map_err(crate::StoreError::from)
+        })
+        .unwrap();
+        let interrupt = |store: &Store| {
+            store
+                .write_blocking(|tx| tx.interrupt_hook_runs_of_lost_nodes())
+                .unwrap()
+        };
+        // A is alive: its hook run is its own.
+        assert_eq!(interrupt(&b), 0);
+        // A's last heartbeat was a minute ago.
+        let old = crate::times::At(Timestamp::now().saturating_sub(Duration::from_secs(60)));
+        a.write_blocking(move |tx| {
+            tx.execute(
+                "UPDATE nodes SET heartbeat_at = ?1 WHERE name = 'a'",
+                params![old],
+            )
+            .map_err(crate::StoreError::from)
+        })
+        .unwrap();
+        assert_eq!(interrupt(&b), 1);
+        let (status, error): (String, String) = b
+            .read_blocking(|rd| {
+                rd.query_row(
+                    "SELECT status, error FROM hook_runs WHERE id = 'h1'",
+                    params![],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .map_err(crate::StoreError::from)
+            })
+            .unwrap();
+        assert_eq!(status, "interrupted");
+        assert!(
+            error.starts_with("node `a`, which ran this hook, stopped"),
+            "{error}"
+        );
+        assert_eq!(interrupt(&b), 0);
     }
 
     #[test]
