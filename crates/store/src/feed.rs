@@ -160,7 +160,8 @@ impl Tx<'_> {
         let timestamp = Timestamp::now();
         let actor = cause.actor.to_string();
         if let Some(ordered) = self.dialect().feed_append() {
-            self.execute(ordered, params![])?;
+            // The notice names the node: a daemon does not read back its own rows.
+            self.execute(ordered, params![node])?;
         }
         let id: i64 = self.query_row("INSERT INTO feed (node, project, target, event, family, timestamp, actor, dispatch_depth, payload)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id", params![

@@ -30,6 +30,14 @@ pub struct NodeRecord {
     pub stopped_at: Option<Timestamp>,
 }
 
+impl NodeRecord {
+    /// Whether the daemon is lost at `now`: no heartbeat for longer than its lease, and no
+    /// clean stop (it died, hung, or lost the database).
+    pub fn lost(&self, now: Timestamp) -> bool {
+        self.stopped_at.is_none() && now.duration_since(self.heartbeat_at) > self.lease
+    }
+}
+
 /// What a starting daemon registers.
 #[derive(Debug, Clone)]
 pub struct NewNode<'a> {
@@ -151,10 +159,7 @@ impl Tx<'_> {
         let now = Timestamp::now();
         let mut interrupted = 0;
         for node in self.nodes()? {
-            let lost = node.stopped_at.is_none()
-                && node.name != self.node()
-                && now.duration_since(node.heartbeat_at) > node.lease;
-            if !lost {
+            if node.name == self.node() || !node.lost(now) {
                 continue;
             }
             let why = format!(

@@ -208,7 +208,7 @@ impl Dialect {
         match self {
             Self::Sqlite => None,
             Self::Postgres => {
-                Some("SELECT pg_advisory_xact_lock(1668179556), pg_notify('canopy_feed', '')")
+                Some("SELECT pg_advisory_xact_lock(1668179556), pg_notify('canopy_feed', ?1)")
             }
         }
     }

@@ -97,7 +97,7 @@ async fn nodes(State(state): State<AppState>) -> Result<ApiJson<Nodes>, ApiError
             let age = now.duration_since(node.heartbeat_at);
             let state = if node.stopped_at.is_some() {
                 NodeState::Stopped
-            } else if age > node.lease {
+            } else if node.lost(now) {
                 NodeState::Lost
             } else {
                 NodeState::Alive

@@ -580,8 +580,8 @@ impl PluginHost {
                         .insert(record.name.clone(), Arc::new(again));
                     changed += 1;
                 }
-                _ if self.skipped_map().contains_key(&record.name)
-                    && !current.contains_key(&record.name) => {}
+                // Skipped here already (its component unreadable): tried again at a restart.
+                None if self.skipped_map().contains_key(&record.name) => {}
                 _ => {
                     self.load_record(record.clone()).await;
                     changed += 1;

@@ -1,7 +1,8 @@
 //! Wake-ups from the other daemons on the database: a connection of its own that `LISTEN`s on
 //! `canopy_feed`, which every transaction appending to the feed notifies as it commits (see
-//! `Dialect::feed_append`). Each notice wakes [`FeedNotices`]; the daemon then reads the new
-//! rows from the feed itself, so a notice carries nothing and a lost one costs only latency
+//! `Dialect::feed_append`) with the node that appended. Another node's notice wakes
+//! [`FeedNotices`]; the daemon then reads the new rows from the feed itself, so a notice carries
+//! no row and a lost one costs only latency
 //! (one is also given after every reconnect, for what passed while the link was down).
 
 use std::sync::{Arc, Weak};
@@ -20,16 +21,18 @@ const RETRY: Duration = Duration::from_secs(1);
 pub type FeedNotices = Arc<tokio::sync::Notify>;
 
 /// Starts the listening thread; it ends once the store's last handle on `notices` is gone.
-pub(crate) fn spawn(target: Target) -> anyhow::Result<FeedNotices> {
+/// Notices of `node`'s own appends are passed over: it published those as it recorded them.
+pub(crate) fn spawn(target: Target, node: &str) -> anyhow::Result<FeedNotices> {
     let notices: FeedNotices = Arc::new(tokio::sync::Notify::new());
     let watched = Arc::downgrade(&notices);
+    let node = node.to_string();
     std::thread::Builder::new()
         .name("canopy-store-listen".into())
-        .spawn(move || listen(&target, &watched))?;
+        .spawn(move || listen(&target, &node, &watched))?;
     Ok(notices)
 }
 
-fn listen(target: &Target, notices: &Weak<tokio::sync::Notify>) {
+fn listen(target: &Target, node: &str, notices: &Weak<tokio::sync::Notify>) {
     while notices.strong_count() > 0 {
         let mut client = match target.connect() {
             Ok(client) => client,
@@ -49,6 +52,7 @@ fn listen(target: &Target, notices: &Weak<tokio::sync::Notify>) {
         loop {
             let next = client.notifications().timeout_iter(POLL).next();
             match next {
+                Ok(Some(notice)) if notice.payload() == node => {}
                 Ok(Some(_)) => {
                     if !wake(notices) {
                         return;

@@ -109,7 +109,7 @@ pub(crate) fn open(url: &str, node: &str) -> Result<Db> {
     for _ in 0..READERS {
         readers.push(Link::Postgres(Box::new(PgConn::connect(target.clone())?)));
     }
-    let notices = listen::spawn(target.clone())?;
+    let notices = listen::spawn(target.clone(), node)?;
     let mut db = Db::start_postgres(
         Link::Postgres(Box::new(writer)),
         readers,
