@@ -418,3 +418,42 @@ fn a_graph_pinned_to_a_node_runs_there_and_is_refused_elsewhere() {
     assert_eq!(status, 200, "{cleared}");
     assert!(cleared.get("node").is_none(), "{cleared}");
 }
+
+/// A component tampered with in the database (its bytes no longer match the digest the plugin
+/// was installed with) is never written to another daemon's data dir nor run there: that
+/// daemon skips the plugin, says why in its log, and goes on answering.
+#[test]
+fn a_component_tampered_with_in_the_database_is_not_run_by_another_daemon() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let a = node("a", &url, "");
+    a.ok(&["plugin", "install", support::NOOP_WASM]);
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let tampered = db
+        .execute(
+            "UPDATE plugin_components SET component = '\\x0061736d01000000'::bytea",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(tampered, 1);
+    let b = node("b", &url, "");
+    let listed = b.json(&["plugin", "list"]);
+    let names: Vec<&str> = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"noop"), "{listed}");
+    assert!(b.log().contains("does not match its digest"), "{}", b.log());
+    let planted = std::fs::read_dir(b.data_dir.join("plugins"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|f| std::fs::read(f.path()).is_ok_and(|bytes| bytes.len() == 8))
+        .count();
+    assert_eq!(
+        planted, 0,
+        "the tampered bytes were written to b's data dir"
+    );
+    let (status, _) = b.get("/api/status");
+    assert_eq!(status, 200);
+}
