@@ -531,9 +531,28 @@ impl Ingress {
             }
         }
         let waiting = self.inner.store.read(|rd| rd.accepted_by_hook()).await?;
+        let mut backlogged = std::collections::HashSet::new();
         for (scope, hook, count) in waiting {
             if self.queue(&scope, &hook).is_none() {
                 tracing::warn!(hook = %format!("{scope}/{hook}"), deliveries = count, "accepted webhook deliveries wait for a hook this daemon does not serve; they run once it does");
+            }
+            backlogged.insert((scope, hook));
+        }
+        // A hook with nothing accepted left has no backlog to read back: its first waited
+        // delivery may skip the queue at once, not only after a worker has looked.
+        for ((scope, hook), queue) in self
+            .inner
+            .queues
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            if !backlogged.contains(&(scope.clone(), hook.clone())) {
+                queue
+                    .state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .backlog = false;
             }
         }
         *self
