@@ -134,6 +134,15 @@ impl Link {
         self.conn().execute(sql, &[]).map(|_| ())
     }
 
+    /// Runs statements that take no values, in order, stopping at the first that fails: on
+    /// PostgreSQL in one round trip (a transaction's statements between two writes).
+    fn run_all(&self, sql: &[&str]) -> crate::sql::Result<()> {
+        match self {
+            Self::Postgres(conn) if sql.len() > 1 => conn.batch(&sql.join("; ")),
+            _ => sql.iter().try_for_each(|one| self.run(one)),
+        }
+    }
+
     /// After a connection failed: a PostgreSQL link whose server went away connects again
     /// (once; the next statement tells whether that held).
     fn heal(&mut self) {
@@ -177,13 +186,35 @@ impl Conn for Rd<'_> {
 /// one `Tx` are committed together or not at all.
 pub struct Tx<'a> {
     rd: Rd<'a>,
+    /// Whether this transaction has taken the feed's order (see `Dialect::feed_append`): once
+    /// is enough, the lock is held to its end.
+    feed_ordered: std::cell::Cell<bool>,
 }
 
 impl<'a> Tx<'a> {
+    fn of(rd: Rd<'a>) -> Self {
+        Self {
+            rd,
+            feed_ordered: std::cell::Cell::new(false),
+        }
+    }
+
     /// Writes over a connection of a test's own (no savepoint: the test owns the connection).
     #[cfg(test)]
     pub(super) fn over(conn: &'a Connection) -> Self {
-        Self { rd: Rd::over(conn) }
+        Self::of(Rd::over(conn))
+    }
+
+    /// Takes the feed's order for this transaction, unless it already has: true when the
+    /// caller must run the statement that takes it.
+    pub(crate) fn order_feed(&self) -> bool {
+        !self.feed_ordered.replace(true)
+    }
+
+    /// After a statement that took the feed's order failed, or a savepoint it was taken in
+    /// was rolled back (which releases the lock): `held` is whether it is held now.
+    pub(crate) fn feed_ordered_is(&self, held: bool) {
+        self.feed_ordered.set(held);
     }
 }
 
@@ -902,13 +933,22 @@ fn next_write(queue: &mut mpsc::Receiver<Queued>, spin: bool) -> Option<Queued> 
 }
 
 /// Runs a batch of writes in one transaction (each from the connection's statement cache: a
-/// savepoint per write is parsed once, not at every write).
+/// savepoint per write is parsed once, not at every write). On PostgreSQL the statements
+/// between two writes (one's release, the next one's savepoint) go in one round trip.
 fn commit_batch(link: &mut Link, batch: &mut Vec<Job>, node: &str) {
+    let alone = batch.len() == 1;
     let begin = link.conn().dialect().begin_write();
-    if let Err(err) = link.run(begin) {
+    // A write alone needs no savepoint: the transaction is its own (and SQLite copies no page
+    // into a savepoint journal).
+    let opening: &[&str] = if alone {
+        &[begin]
+    } else {
+        &[begin, "SAVEPOINT write"]
+    };
+    if let Err(err) = link.run_all(opening) {
         // A PostgreSQL server that went away (a restart): connect again and try once more.
         link.heal();
-        if link.run(begin).is_err() {
+        if link.run_all(opening).is_err() {
             let why = err.to_string();
             tracing::error!(error = %why, "cannot begin a write transaction");
             // Nothing ran; each caller learns its write was lost.
@@ -917,14 +957,8 @@ fn commit_batch(link: &mut Link, batch: &mut Vec<Job>, node: &str) {
         }
     }
     let conn = &*link;
-    let tx = Tx {
-        rd: Rd::of(conn, node),
-    };
-    if batch.len() == 1
-        && let Some(job) = batch.pop()
-    {
-        // A write alone needs no savepoint: the transaction is its own (and SQLite copies no
-        // page into a savepoint journal).
+    let tx = Tx::of(Rd::of(conn, node));
+    if alone && let Some(job) = batch.pop() {
         let ran = job(&tx);
         let end = if ran.keep {
             conn.run("COMMIT")
@@ -941,32 +975,40 @@ fn commit_batch(link: &mut Link, batch: &mut Vec<Job>, node: &str) {
     }
     let mut answers = Vec::with_capacity(batch.len());
     let mut broken: Option<String> = None;
-    for job in batch.drain(..) {
+    // What the last write owes before the next statement: its savepoint's end.
+    let mut owed: Vec<&str> = Vec::with_capacity(4);
+    for (i, job) in batch.drain(..).enumerate() {
         if broken.is_some() {
             // The transaction is beyond saving; the job is dropped and its caller told so.
             drop(job);
             continue;
         }
-        if let Err(err) = conn.run("SAVEPOINT write") {
-            broken = Some(err.to_string());
-            drop(job);
-            continue;
+        if i > 0 {
+            owed.push("SAVEPOINT write");
+            if let Err(err) = conn.run_all(&owed) {
+                broken = Some(err.to_string());
+                drop(job);
+                continue;
+            }
         }
+        owed.clear();
+        let ordered = tx.feed_ordered.get();
         let ran = job(&tx);
-        let end = if ran.keep {
-            conn.run("RELEASE write")
+        if ran.keep {
+            owed.push("RELEASE write");
         } else {
-            conn.run("ROLLBACK TO write")
-                .and_then(|()| conn.run("RELEASE write"))
-        };
-        if let Err(err) = end {
-            broken = Some(err.to_string());
+            owed.extend(["ROLLBACK TO write", "RELEASE write"]);
+            // A lock taken inside the savepoint goes with it.
+            tx.feed_ordered_is(ordered);
         }
         answers.push(ran.answer);
     }
     let failed = match broken {
         Some(why) => Some(why),
-        None => conn.run("COMMIT").err().map(|err| err.to_string()),
+        None => {
+            owed.push("COMMIT");
+            conn.run_all(&owed).err().map(|err| err.to_string())
+        }
     };
     if let Some(why) = &failed {
         tracing::error!(error = %why, writes = answers.len(), "a write batch was not committed");

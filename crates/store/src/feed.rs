@@ -159,9 +159,16 @@ impl Tx<'_> {
     ) -> Result<Envelope, StoreError> {
         let timestamp = Timestamp::now();
         let actor = cause.actor.to_string();
-        if let Some(ordered) = self.dialect().feed_append() {
-            // The notice names the node: a daemon does not read back its own rows.
-            self.execute(ordered, params![node])?;
+        if let Some(ordered) = self.dialect().feed_append()
+            && self.order_feed()
+        {
+            // Once per transaction: the lock holds to its end, and the one notice wakes the
+            // other daemons for every row it appends. It names the node: a daemon does not
+            // read back its own rows.
+            if let Err(err) = self.execute(ordered, params![node]) {
+                self.feed_ordered_is(false);
+                return Err(err.into());
+            }
         }
         let id: i64 = self.query_row("INSERT INTO feed (node, project, target, event, family, timestamp, actor, dispatch_depth, payload)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id", params![
@@ -248,6 +255,76 @@ mod tests {
 
     fn read(store: &Store, query: FeedQuery) -> Vec<Envelope> {
         store.read_blocking(move |rd| rd.feed(&query)).unwrap()
+    }
+
+    #[test]
+    fn writes_sent_together_append_only_what_they_keep_in_order() {
+        crate::each_backend::check(writes_sent_together_append_only_what_they_keep_in_order_on);
+    }
+
+    /// Many writes at once share transactions (a savepoint each); every seventh appends and
+    /// then fails. On PostgreSQL the feed's order is taken once per transaction, and a rolled
+    /// back savepoint gives it back: the next write that appends must take it again.
+    fn writes_sent_together_append_only_what_they_keep_in_order_on(store: &Store) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let results = runtime.block_on(async {
+            let writes: Vec<_> = (0..150)
+                .map(|n: usize| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        store
+                            .write(move |tx| {
+                                tx.append_feed(
+                                    "node-a",
+                                    session(&format!("s{n}"), "/w"),
+                                    &Cause::user(),
+                                )?;
+                                if n % 7 == 3 {
+                                    return Err(StoreError::Internal(anyhow::anyhow!("no")));
+                                }
+                                tx.append_feed(
+                                    "node-a",
+                                    session(&format!("t{n}"), "/w"),
+                                    &Cause::user(),
+                                )?;
+                                Ok::<_, StoreError>(())
+                            })
+                            .await
+                    })
+                })
+                .collect();
+            let mut results = Vec::new();
+            for write in writes {
+                results.push(write.await.unwrap().is_ok());
+            }
+            results
+        });
+        let kept: Vec<usize> = (0..150).filter(|n| n % 7 != 3).collect();
+        let expected: Vec<bool> = (0..150).map(|n| n % 7 != 3).collect();
+        assert_eq!(results, expected);
+        let rows = read(
+            store,
+            FeedQuery {
+                limit: 1_000,
+                since: Some(Since::Cursor(0)),
+                ..Default::default()
+            },
+        );
+        assert!(rows.windows(2).all(|w| w[0].id < w[1].id));
+        let mut names: Vec<String> = rows
+            .iter()
+            .map(|row| row.payload["session_name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        let mut wanted: Vec<String> = kept
+            .iter()
+            .flat_map(|n| [format!("s{n}"), format!("t{n}")])
+            .collect();
+        wanted.sort();
+        assert_eq!(names, wanted);
     }
 
     #[test]
