@@ -179,11 +179,23 @@ fn two_daemons_asked_at_once_never_both_run_a_graph() {
 #[test]
 fn a_run_whose_daemon_is_killed_is_taken_over_by_the_other_and_on_blocked_fires_once() {
     let url = canopy_store::pg::cluster::scratch_database().unwrap();
-    let mut a = node("a", &url, "");
+    let marks = tempfile::tempdir().unwrap();
+    let cron_started = marks.path().join("cron-started");
+    // A cron only a runs, fired by hand below; its firing is running when a is killed.
+    let a_config = format!(
+        r#"
+[[crons]]
+name = "slow"
+schedule = "0 0 1 1 *"
+nodes = ["a"]
+action = {{ command = "touch {}; sleep 30" }}
+"#,
+        cron_started.display()
+    );
+    let mut a = node("a", &url, &a_config);
     let b = node("b", &url, "");
     let repo = git_repo();
-    let started = tempfile::tempdir().unwrap();
-    let started = started.path().join("started");
+    let started = marks.path().join("started");
     let spec = a.add_spec("long");
     a.create_graph(json!({
         "name": "long",
@@ -194,9 +206,12 @@ fn a_run_whose_daemon_is_killed_is_taken_over_by_the_other_and_on_blocked_fires_
         "hooks": { "on_blocked": [ { "command": "echo blocked: {{blocker}}" } ] }
     }));
     a.control_ok("long", json!({ "action": "run" }));
-    wait_for("the node to start", Duration::from_secs(30), || {
-        started.exists().then_some(())
-    });
+    a.ok(&["cron", "run", "slow"]);
+    wait_for(
+        "the node and the cron to start",
+        Duration::from_secs(30),
+        || (started.exists() && cron_started.exists()).then_some(()),
+    );
     let held = nodes(&b);
     let a_row = held["nodes"]
         .as_array()
@@ -251,6 +266,17 @@ fn a_run_whose_daemon_is_killed_is_taken_over_by_the_other_and_on_blocked_fires_
     });
     let (_, again) = b.get("/api/hook-runs?event=on_blocked&graph=long&last=10");
     assert_eq!(again["runs"].as_array().map(Vec::len), Some(1), "{again}");
+    // The cron firing a left running is recorded by b, without waiting for a to come back.
+    let receipts = b.json(&["cron", "logs", "slow"]);
+    let runs = receipts["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{receipts}");
+    assert_eq!(runs[0]["node"], "a", "{receipts}");
+    assert_eq!(runs[0]["status"], "interrupted_unknown", "{receipts}");
+    let why = runs[0]["error"].as_str().unwrap().to_string();
+    assert!(
+        why.starts_with("node `a`, which ran this firing, stopped"),
+        "{why}"
+    );
 
     // A comes back under its name: alive again, and it leaves the run as b recorded it.
     let a = Daemon::start_on_with_env(&a.data_dir.clone(), &[("CANOPY_DATABASE_URL", &url)]);
@@ -258,6 +284,8 @@ fn a_run_whose_daemon_is_killed_is_taken_over_by_the_other_and_on_blocked_fires_
     let (_, view) = a.get("/api/graphs/long");
     assert_eq!(view["status"], "paused");
     assert_eq!(view["blocker"].as_str(), Some(blocker));
+    let receipts = a.json(&["cron", "logs", "slow"]);
+    assert_eq!(receipts["runs"][0]["error"].as_str(), Some(why.as_str()));
 }
 
 #[test]

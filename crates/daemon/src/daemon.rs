@@ -373,12 +373,6 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
             })
         })
         .await?;
-    let heartbeat = tokio::spawn(heartbeat(
-        engine.clone(),
-        store.clone(),
-        plugins.clone(),
-        lease,
-    ));
     let relay = bus.relay_other_nodes();
     let info = Arc::new(api::DaemonInfo::new(url, data.log_file()));
 
@@ -400,6 +394,13 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
     }
     crons.start().await?;
     reloader.schedule_crons(crons.clone());
+    let heartbeat = tokio::spawn(heartbeat(
+        engine.clone(),
+        store.clone(),
+        crons.clone(),
+        plugins.clone(),
+        lease,
+    ));
     // Project hooks, and a watcher per project checkout.
     let project_watchers = canopy_core::projects::start(&config, &plugins, &bus, &drain).await?;
     reloader.watch_projects(project_watchers.clone());
@@ -498,10 +499,17 @@ async fn serve(data: &DataDir, listen: Option<String>, database: Option<String>)
 
 /// This node's heartbeat, every third of its lease: renews the leases on the runs it drives
 /// (so no other node takes them over while it lives), then takes over the runs of nodes
-/// whose leases ran out. On a shared database it also puts in force the plugins another
+/// whose leases ran out, and records what lost nodes left unfinished (hook runs, cron
+/// firings) interrupted. On a shared database it also puts in force the plugins another
 /// daemon installed, removed, enabled or disabled. A missed beat is logged and tried again at
 /// the next.
-async fn heartbeat(engine: Engine, store: Store, plugins: PluginHost, lease: std::time::Duration) {
+async fn heartbeat(
+    engine: Engine,
+    store: Store,
+    crons: canopy_core::crons::Crons,
+    plugins: PluginHost,
+    lease: std::time::Duration,
+) {
     let mut beat = tokio::time::interval(lease / 3);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -524,6 +532,16 @@ async fn heartbeat(engine: Engine, store: Store, plugins: PluginHost, lease: std
             ),
             Err(err) => {
                 tracing::error!(error = %err, "cannot mark the hook runs of a lost node interrupted")
+            }
+        }
+        match crons.recover_lost_nodes().await {
+            Ok(0) => {}
+            Ok(count) => tracing::warn!(
+                receipts = count,
+                "cron firings a lost node left running are recorded interrupted_unknown; they are not replayed"
+            ),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot record the cron firings of a lost node interrupted")
             }
         }
         if store.postgres().is_some()

@@ -197,14 +197,57 @@ impl Tx<'_> {
     /// effects unknown. Returns them.
     pub fn interrupt_unknown_cron_receipts(&self) -> Result<Vec<Receipt>, StoreError> {
         let running = self.running_cron_receipts()?;
-        let statement = "UPDATE cron_receipts SET status = 'interrupted_unknown', original_effects_unknown = 1, finished_at = ?2,
-                error = 'the daemon died while this firing ran (crash or kill); what it did is unknown, and it is not replayed'
+        self.interrupt_unknown(
+            running.into_iter().map(|r| r.run_id).collect(),
+            "the daemon died while this firing ran (crash or kill); what it did is unknown, and it is not replayed",
+        )
+    }
+
+    /// On a database shared by several daemons: the receipts a lost node (see
+    /// `NodeRecord::lost`) left running become `interrupted_unknown`, named after it, without
+    /// waiting for it to start again (it may never). Returns them.
+    pub fn interrupt_cron_receipts_of_lost_nodes(&self) -> Result<Vec<Receipt>, StoreError> {
+        if self.exclusive() {
+            return Ok(Vec::new());
+        }
+        let now = Timestamp::now();
+        let mut ended = Vec::new();
+        for node in self.nodes()? {
+            if node.name == self.node() || !node.lost(now) {
+                continue;
+            }
+            let running: Vec<String> = self.query_map(
+                "SELECT run_id FROM cron_receipts WHERE node = ?1 AND status = 'running' ORDER BY created_at",
+                params![node.name],
+                |row| row.get(0),
+            )?;
+            if running.is_empty() {
+                continue;
+            }
+            let why = format!(
+                "node `{}`, which ran this firing, stopped (no heartbeat since {}) before it ended; what it did is unknown, and it is not replayed",
+                node.name, node.heartbeat_at
+            );
+            ended.extend(self.interrupt_unknown(running, &why)?);
+        }
+        Ok(ended)
+    }
+
+    /// Marks the receipts `run_ids` that are still running `interrupted_unknown` with `why`;
+    /// returns them as they are now.
+    fn interrupt_unknown(
+        &self,
+        run_ids: Vec<String>,
+        why: &str,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        let statement = "UPDATE cron_receipts SET status = 'interrupted_unknown', original_effects_unknown = 1, finished_at = ?2, error = ?3
              WHERE run_id = ?1 AND status = 'running'";
         let now = super::now();
-        let mut ended = Vec::with_capacity(running.len());
-        for receipt in running {
-            self.execute(statement, params![receipt.run_id, now])?;
-            ended.push(self.cron_receipt(&receipt.run_id)?);
+        let mut ended = Vec::with_capacity(run_ids.len());
+        for run_id in run_ids {
+            if self.execute(statement, params![run_id, now, why])? > 0 {
+                ended.push(self.cron_receipt(&run_id)?);
+            }
         }
         Ok(ended)
     }

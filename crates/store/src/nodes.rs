@@ -383,6 +383,75 @@ mod tests {
         assert_eq!(interrupt(&b), 0);
     }
 
+    /// Likewise a cron firing a lost node left running: recorded `interrupted_unknown` by
+    /// another node, naming it, once; the lost node finds nothing left at its next start.
+    #[test]
+    fn a_lost_nodes_running_cron_firings_are_interrupted_by_another() {
+        let url = crate::pg::cluster::scratch_database().unwrap();
+        let a = Store::open_postgres(&url, "a").unwrap();
+        let b = Store::open_postgres(&url, "b").unwrap();
+        for store in [&a, &b] {
+            store
+                .write_blocking(|tx| {
+                    tx.register_node(&super::NewNode {
+                        roles: &[],
+                        version: "0.1.0",
+                        api_url: None,
+                        lease: Duration::from_secs(15),
+                    })
+                })
+                .unwrap();
+        }
+        let new = crate::crons::NewReceipt {
+            run_id: "r1".into(),
+            cron: "nightly".into(),
+            node: "a".into(),
+            trigger: canopy_model::records::crons::Trigger::Schedule,
+            scheduled_at: None,
+            status: canopy_model::records::crons::ReceiptStatus::Running,
+            error: None,
+            missed_count: None,
+            actor: "cron:nightly".into(),
+            starts_at: None,
+        };
+        a.write_blocking(move |tx| tx.insert_cron_receipt(&new))
+            .unwrap();
+        let interrupt = |store: &Store| {
+            store
+                .write_blocking(|tx| tx.interrupt_cron_receipts_of_lost_nodes())
+                .unwrap()
+        };
+        // A is alive: its firing is its own.
+        assert!(interrupt(&b).is_empty());
+        let old = crate::times::At(Timestamp::now().saturating_sub(Duration::from_secs(60)));
+        a.write_blocking(move |tx| {
+            tx.execute(
+                "UPDATE nodes SET heartbeat_at = ?1 WHERE name = 'a'",
+                params![old],
+            )
+            .map_err(crate::StoreError::from)
+        })
+        .unwrap();
+        let ended = interrupt(&b);
+        assert_eq!(ended.len(), 1);
+        assert_eq!(
+            ended[0].status,
+            canopy_model::records::crons::ReceiptStatus::InterruptedUnknown
+        );
+        let error = ended[0].error.clone().unwrap_or_default();
+        assert!(
+            error.starts_with("node `a`, which ran this firing, stopped"),
+            "{error}"
+        );
+        assert!(interrupt(&b).is_empty());
+        // A, started again, has nothing of its own left running.
+        assert!(
+            a.write_blocking(|tx| tx.interrupt_unknown_cron_receipts())
+                .unwrap()
+                .is_empty()
+        );
+    }
+
     #[test]
     fn a_node_registers_beats_and_stops() {
         crate::each_backend::check(|store| {

@@ -138,6 +138,27 @@ impl Crons {
         Ok(())
     }
 
+    /// On a database shared by several daemons: the firings a lost node left running are
+    /// recorded `interrupted_unknown` (with their `cron.interrupted` events) by the node that
+    /// noticed, instead of at the lost node's next start. Returns how many.
+    pub async fn recover_lost_nodes(&self) -> Result<usize, StoreError> {
+        let bus = self.inner.bus.clone();
+        let recorded = self
+            .inner
+            .store
+            .write(move |tx| {
+                let ended = tx.interrupt_cron_receipts_of_lost_nodes()?;
+                let events: Vec<Event> = ended.iter().map(end_event).collect();
+                bus.record(tx, events, &Cause::default())
+            })
+            .await?;
+        let interrupted = recorded.events();
+        if interrupted > 0 {
+            self.inner.bus.publish(recorded).await;
+        }
+        Ok(interrupted)
+    }
+
     /// Reads which crons are paused.
     async fn load_paused(&self) -> Result<(), StoreError> {
         let names: Vec<String> = self.all().iter().map(|c| c.name().to_string()).collect();
