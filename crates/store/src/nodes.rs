@@ -317,14 +317,12 @@ mod tests {
         holder.join().unwrap();
     }
 
-    /// A hook run a daemon left running when it died is marked interrupted by another once
-    /// that daemon counts as lost, and not before.
-    #[test]
-    fn a_lost_nodes_unfinished_hook_runs_are_interrupted_by_another() {
+    /// Stores for nodes `a` and `b` of one fresh PostgreSQL database, both registered.
+    fn registered_pair() -> (Store, Store) {
         let url = crate::pg::cluster::scratch_database().unwrap();
         let a = Store::open_postgres(&url, "a").unwrap();
         let b = Store::open_postgres(&url, "b").unwrap();
-        let register = |store: &Store| {
+        for store in [&a, &b] {
             store
                 .write_blocking(|tx| {
                     tx.register_node(&super::NewNode {
@@ -335,9 +333,29 @@ mod tests {
                     })
                 })
                 .unwrap();
-        };
-        register(&a);
-        register(&b);
+        }
+        (a, b)
+    }
+
+    /// Node `a`'s last heartbeat was a minute ago: it counts as lost.
+    fn lose_a(store: &Store) {
+        let old = crate::times::At(Timestamp::now().saturating_sub(Duration::from_secs(60)));
+        store
+            .write_blocking(move |tx| {
+                tx.execute(
+                    "UPDATE nodes SET heartbeat_at = ?1 WHERE name = 'a'",
+                    params![old],
+                )
+                .map_err(crate::StoreError::from)
+            })
+            .unwrap();
+    }
+
+    /// A hook run a daemon left running when it died is marked interrupted by another once
+    /// that daemon counts as lost, and not before.
+    #[test]
+    fn a_lost_nodes_unfinished_hook_runs_are_interrupted_by_another() {
+        let (a, b) = registered_pair();
         a.write_blocking(|tx| {
             tx.execute(
                 "INSERT INTO hook_runs (id, event, hook_index, hook_config, status, fired_at, node)
@@ -354,16 +372,7 @@ mod tests {
         };
         // A is alive: its hook run is its own.
         assert_eq!(interrupt(&b), 0);
-        // A's last heartbeat was a minute ago.
-        let old = crate::times::At(Timestamp::now().saturating_sub(Duration::from_secs(60)));
-        a.write_blocking(move |tx| {
-            tx.execute(
-                "UPDATE nodes SET heartbeat_at = ?1 WHERE name = 'a'",
-                params![old],
-            )
-            .map_err(crate::StoreError::from)
-        })
-        .unwrap();
+        lose_a(&a);
         assert_eq!(interrupt(&b), 1);
         let (status, error): (String, String) = b
             .read_blocking(|rd| {
@@ -387,21 +396,7 @@ mod tests {
     /// another node, naming it, once; the lost node finds nothing left at its next start.
     #[test]
     fn a_lost_nodes_running_cron_firings_are_interrupted_by_another() {
-        let url = crate::pg::cluster::scratch_database().unwrap();
-        let a = Store::open_postgres(&url, "a").unwrap();
-        let b = Store::open_postgres(&url, "b").unwrap();
-        for store in [&a, &b] {
-            store
-                .write_blocking(|tx| {
-                    tx.register_node(&super::NewNode {
-                        roles: &[],
-                        version: "0.1.0",
-                        api_url: None,
-                        lease: Duration::from_secs(15),
-                    })
-                })
-                .unwrap();
-        }
+        let (a, b) = registered_pair();
         let new = crate::crons::NewReceipt {
             run_id: "r1".into(),
             cron: "nightly".into(),
@@ -423,15 +418,7 @@ mod tests {
         };
         // A is alive: its firing is its own.
         assert!(interrupt(&b).is_empty());
-        let old = crate::times::At(Timestamp::now().saturating_sub(Duration::from_secs(60)));
-        a.write_blocking(move |tx| {
-            tx.execute(
-                "UPDATE nodes SET heartbeat_at = ?1 WHERE name = 'a'",
-                params![old],
-            )
-            .map_err(crate::StoreError::from)
-        })
-        .unwrap();
+        lose_a(&a);
         let ended = interrupt(&b);
         assert_eq!(ended.len(), 1);
         assert_eq!(
