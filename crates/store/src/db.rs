@@ -186,8 +186,8 @@ impl Conn for Rd<'_> {
 /// one `Tx` are committed together or not at all.
 pub struct Tx<'a> {
     rd: Rd<'a>,
-    /// Whether this transaction has taken the feed's order (see `Dialect::feed_append`): once
-    /// is enough, the lock is held to its end.
+    /// Whether this transaction has run what precedes its feed rows (see
+    /// `Dialect::feed_append`): once is enough.
     feed_ordered: std::cell::Cell<bool>,
 }
 
@@ -205,14 +205,14 @@ impl<'a> Tx<'a> {
         Self::of(Rd::over(conn))
     }
 
-    /// Takes the feed's order for this transaction, unless it already has: true when the
-    /// caller must run the statement that takes it.
+    /// Whether the caller must run what precedes this transaction's first feed row (see
+    /// `Dialect::feed_append`); noted as run.
     pub(crate) fn order_feed(&self) -> bool {
         !self.feed_ordered.replace(true)
     }
 
-    /// After a statement that took the feed's order failed, or a savepoint it was taken in
-    /// was rolled back (which releases the lock): `held` is whether it is held now.
+    /// After that statement failed, or a savepoint it ran in was rolled back (which drops
+    /// its notice): `held` is whether it still holds.
     pub(crate) fn feed_ordered_is(&self, held: bool) {
         self.feed_ordered.set(held);
     }
@@ -998,7 +998,7 @@ fn commit_batch(link: &mut Link, batch: &mut Vec<Job>, node: &str) {
             owed.push("RELEASE write");
         } else {
             owed.extend(["ROLLBACK TO write", "RELEASE write"]);
-            // A lock taken inside the savepoint goes with it.
+            // A notice sent inside the savepoint goes with it.
             tx.feed_ordered_is(ordered);
         }
         answers.push(ran.answer);

@@ -52,6 +52,22 @@ pub struct FeedQuery {
     pub project: Option<String>,
     /// Without `since`: the newest this many, oldest first. With it: at most this many.
     pub limit: usize,
+    /// Only rows up to this cursor (a follower's settled horizon, see [`Rd::feed_settled`]).
+    pub until: Option<i64>,
+}
+
+/// A gap a feed reader waits on (see [`Rd::feed_settled`]): its first missing cursor, and the
+/// first transaction id not yet handed out when the reader first saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeedGap(Option<(i64, i64)>);
+
+/// How far a reader after a cursor may read the feed now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// Every row up to this cursor that will ever be committed is committed.
+    pub through: i64,
+    /// A row after `through` is still missing and may yet be committed: read again shortly.
+    pub waiting: bool,
 }
 
 impl FeedQuery {
@@ -94,6 +110,10 @@ impl Rd<'_> {
         if let Some(after) = &after {
             terms.push("id > :after".into());
             args.push((":after", after));
+        }
+        if let Some(until) = &query.until {
+            terms.push("id <= :until".into());
+            args.push((":until", until));
         }
         if let Some(events) = &events {
             terms.push(self.dialect().in_json_list("event", ":events"));
@@ -138,6 +158,71 @@ impl Rd<'_> {
         }
     }
 
+    /// How far a reader that has every row up to `after` may read now without passing a row
+    /// that may still be committed, given the gap it waited on last time (`gap`, updated).
+    ///
+    /// On SQLite one writer commits in the order of the ids: every row is settled. On
+    /// PostgreSQL daemons append at once, each id taken from a sequence without a lock, so
+    /// a row may commit after a higher one. A transaction takes its id (`pg_current_xact_id`)
+    /// before its first feed row (see `Dialect::feed_append`), so the owner of a missing row
+    /// below a visible one had its transaction id before this read's snapshot was taken: once
+    /// every transaction older than that snapshot's `xmax` has ended, the row is either
+    /// visible or never will be (rolled back, or pruned).
+    pub fn feed_settled(&self, after: i64, gap: &mut FeedGap) -> Result<Settled, StoreError> {
+        const PAGE: i64 = 1_000;
+        if self.dialect() == crate::sql::Dialect::Sqlite {
+            return Ok(Settled {
+                through: self.feed_head()?.max(after),
+                waiting: false,
+            });
+        }
+        let (xmin, xmax): (i64, i64) = self.query_row(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8,
+                    pg_snapshot_xmax(pg_current_snapshot())::text::int8",
+            params![],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+        let mut through = after;
+        loop {
+            let ids: Vec<i64> = self.query_map(
+                "SELECT id FROM feed WHERE id > ?1 ORDER BY id LIMIT ?2",
+                params![through, PAGE],
+                |row| row.get(0),
+            )?;
+            let full = ids.len() as i64 == PAGE;
+            for id in ids {
+                if id != through + 1 {
+                    let missing = through + 1;
+                    match gap.0 {
+                        // Seen before, and every transaction that could fill it has ended.
+                        Some((seen, seen_xmax)) if seen == missing && xmin >= seen_xmax => {}
+                        Some((seen, _)) if seen == missing => {
+                            return Ok(Settled {
+                                through,
+                                waiting: true,
+                            });
+                        }
+                        _ => {
+                            gap.0 = Some((missing, xmax));
+                            return Ok(Settled {
+                                through,
+                                waiting: true,
+                            });
+                        }
+                    }
+                }
+                through = id;
+                gap.0 = None;
+            }
+            if !full {
+                return Ok(Settled {
+                    through,
+                    waiting: false,
+                });
+            }
+        }
+    }
+
     /// The newest cursor (0 for an empty feed).
     pub fn feed_head(&self) -> Result<i64, StoreError> {
         Ok(
@@ -162,9 +247,9 @@ impl Tx<'_> {
         if let Some(ordered) = self.dialect().feed_append()
             && self.order_feed()
         {
-            // Once per transaction: the lock holds to its end, and the one notice wakes the
-            // other daemons for every row it appends. It names the node: a daemon does not
-            // read back its own rows.
+            // Once per transaction: its id is taken before its first row's, and the one
+            // notice wakes the other daemons for every row it appends. It names the node: a
+            // daemon does not read back its own rows.
             if let Err(err) = self.execute(ordered, params![node]) {
                 self.feed_ordered_is(false);
                 return Err(err.into());
@@ -255,6 +340,103 @@ mod tests {
 
     fn read(store: &Store, query: FeedQuery) -> Vec<Envelope> {
         store.read_blocking(move |rd| rd.feed(&query)).unwrap()
+    }
+
+    /// On a shared PostgreSQL database a row may commit after a higher one: a reader after a
+    /// cursor waits at the missing row while its transaction runs, takes it once committed,
+    /// and passes a row rolled back once every transaction that could hold it has ended.
+    #[test]
+    fn a_reader_waits_for_a_row_still_being_committed_and_passes_one_rolled_back() {
+        let url = crate::pg::cluster::scratch_database().unwrap();
+        let store = Store::open_postgres(&url, "a").unwrap();
+        let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        // Another daemon's transaction, as `append_feed` runs it: its id first, then its row.
+        let begin_other = |client: &mut postgres::Client| {
+            client
+                .batch_execute(
+                    "BEGIN; SELECT pg_current_xact_id();
+                     INSERT INTO feed (node, event, family, timestamp, actor, payload)
+                         VALUES ('b', 'session.created', 'session', '2026-01-01T00:00:00Z', 'user', '{}')",
+                )
+                .unwrap();
+        };
+        let settled = |cursor: i64, gap: &mut FeedGap| {
+            let seen = *gap;
+            let (settled, seen) = store
+                .read_blocking(move |rd| {
+                    let mut gap = seen;
+                    Ok::<_, StoreError>((rd.feed_settled(cursor, &mut gap)?, gap))
+                })
+                .unwrap();
+            *gap = seen;
+            settled
+        };
+        let mut gap = FeedGap::default();
+
+        begin_other(&mut other); // holds row 1
+        append(&store, vec![session("two", "/w")]); // row 2, committed
+        let waiting = Settled {
+            through: 0,
+            waiting: true,
+        };
+        assert_eq!(settled(0, &mut gap), waiting);
+        // Still running: still waited for, however often the reader looks.
+        assert_eq!(settled(0, &mut gap), waiting);
+        other.batch_execute("COMMIT").unwrap();
+        assert_eq!(
+            settled(0, &mut gap),
+            Settled {
+                through: 2,
+                waiting: false
+            }
+        );
+        let rows = read(
+            &store,
+            FeedQuery {
+                since: Some(Since::Cursor(0)),
+                until: Some(2),
+                limit: 10,
+                ..Default::default()
+            },
+        );
+        assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [1, 2]);
+
+        begin_other(&mut other); // holds row 3
+        other.batch_execute("ROLLBACK").unwrap();
+        append(&store, vec![session("four", "/w")]); // row 4
+        assert_eq!(
+            settled(2, &mut gap),
+            Settled {
+                through: 2,
+                waiting: true
+            }
+        );
+        // Every transaction that could have held row 3 has ended: it never comes.
+        assert_eq!(
+            settled(2, &mut gap),
+            Settled {
+                through: 4,
+                waiting: false
+            }
+        );
+    }
+
+    /// On SQLite the one writer commits in the order of the ids: everything is settled.
+    #[test]
+    fn on_sqlite_every_row_is_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("canopy.db")).unwrap();
+        append(&store, vec![session("one", "/w"), session("two", "/w")]);
+        let settled = store
+            .read_blocking(|rd| rd.feed_settled(0, &mut FeedGap::default()))
+            .unwrap();
+        assert_eq!(
+            settled,
+            Settled {
+                through: 2,
+                waiting: false
+            }
+        );
     }
 
     #[test]

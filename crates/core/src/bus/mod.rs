@@ -233,11 +233,13 @@ impl Bus {
 
     /// On a database shared with other daemons: their feed events, live, for this daemon's
     /// followers (`canopy feed --follow`). Each notice that the feed grew reads the rows after
-    /// the last one seen and passes on the other nodes' (this daemon published its own as it
-    /// recorded them). Daemon hooks do not fire on them here: a daemon hook acts on the events
-    /// of the node it runs on. `None` on SQLite.
+    /// the last one seen, in the order of their ids, and passes on the other nodes' (this
+    /// daemon published its own as it recorded them). A row another daemon has not committed
+    /// yet is waited for, not passed by (see `Rd::feed_settled`). Daemon hooks do not fire on
+    /// them here: a daemon hook acts on the events of the node it runs on. `None` on SQLite.
     pub fn relay_other_nodes(&self) -> Option<tokio::task::JoinHandle<()>> {
         const PAGE: usize = 500;
+        const GAP_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
         let notices = self.inner.store.feed_notices()?;
         let bus = self.clone();
         Some(tokio::spawn(async move {
@@ -250,16 +252,33 @@ impl Bus {
                     return;
                 }
             };
+            let mut gap = canopy_store::feed::FeedGap::default();
+            let mut waiting = false;
             loop {
-                notices.notified().await;
+                if waiting {
+                    // A row is missing: look again soon, or at the next notice.
+                    let _ = tokio::time::timeout(GAP_RETRY, notices.notified()).await;
+                } else {
+                    notices.notified().await;
+                }
                 loop {
-                    let query = canopy_store::feed::FeedQuery {
-                        since: Some(canopy_store::feed::Since::Cursor(cursor)),
-                        limit: PAGE,
-                        ..Default::default()
-                    };
-                    let rows = match store.read(move |rd| rd.feed(&query)).await {
-                        Ok(rows) => rows,
+                    let read = store
+                        .read(move |rd| {
+                            let settled = rd.feed_settled(cursor, &mut gap)?;
+                            let query = canopy_store::feed::FeedQuery {
+                                since: Some(canopy_store::feed::Since::Cursor(cursor)),
+                                until: Some(settled.through),
+                                limit: PAGE,
+                                ..Default::default()
+                            };
+                            Ok::<_, StoreError>((rd.feed(&query)?, settled, gap))
+                        })
+                        .await;
+                    let (rows, settled) = match read {
+                        Ok((rows, settled, seen)) => {
+                            gap = seen;
+                            (rows, settled)
+                        }
                         Err(err) => {
                             tracing::warn!(error = %err, "cannot read other nodes' feed events; trying at the next notice");
                             break;
@@ -274,6 +293,8 @@ impl Bus {
                         }
                     }
                     if !full {
+                        cursor = cursor.max(settled.through);
+                        waiting = settled.waiting;
                         break;
                     }
                 }

@@ -9,8 +9,9 @@
 //! `id: <cursor>`, `data: <envelope>`. A reconnecting client sends the standard `Last-Event-ID`
 //! header and gets everything after that cursor, then the live events: the stream subscribes
 //! to the bus before it reads the store, and a live event is sent only when every row before it
-//! has been accounted for (a gap is read back from the store), so nothing is skipped and
-//! nothing is sent twice. A follower that falls more than [`canopy_core::bus::LIVE_BUFFER`] events
+//! has been accounted for (a gap is read back from the store; on a database shared by several
+//! daemons, a row still being committed is waited for), so nothing is skipped and nothing is
+//! sent twice. A follower that falls more than [`canopy_core::bus::LIVE_BUFFER`] events
 //! behind reads what it missed back from the store too, and gets a `lagged` event
 //! `{"missed": N}` saying it happened. Filters apply to live events as to stored ones.
 
@@ -32,7 +33,7 @@ use tokio::sync::broadcast;
 use super::{ApiError, ApiJson, ApiQuery, AppState};
 use canopy_model::events::{Envelope, EventPattern, Family};
 use canopy_model::records::views::Lagged;
-use canopy_store::feed::{FeedQuery, Since};
+use canopy_store::feed::{FeedGap, FeedQuery, Since};
 use canopy_store::{Store, StoreError};
 
 /// Events a read returns without `last`.
@@ -41,6 +42,9 @@ pub const DEFAULT_LAST: usize = 100;
 pub const MAX_LAST: usize = 1000;
 /// Rows a follower reads from the store at once while it catches up.
 const PAGE: usize = 1000;
+/// How soon a follower waiting for a missing row (one another daemon has not committed yet)
+/// looks again.
+const GAP_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
 /// The header a reconnecting SSE client sends (HTTP headers are case-insensitive).
 const LAST_EVENT_ID: &str = "last-event-id";
 
@@ -145,6 +149,7 @@ fn query_of(params: &FeedParams) -> Result<FeedQuery, ApiError> {
             .map(parse_last)
             .transpose()?
             .unwrap_or(DEFAULT_LAST),
+        until: None,
     })
 }
 
@@ -226,6 +231,9 @@ struct Follow {
     cursor: i64,
     /// Rows after `cursor` may be in the store and not in `live`: read them from there first.
     behind: bool,
+    /// A row after `cursor` still missing in the store, which may yet be committed (see
+    /// `Rd::feed_settled`): the follower waits for it before it reads on.
+    gap: FeedGap,
     /// What to send before anything else.
     queue: VecDeque<Out>,
 }
@@ -266,6 +274,7 @@ impl Follow {
             },
             cursor: 0,
             behind: false,
+            gap: FeedGap::default(),
             queue: VecDeque::new(),
         };
         match since {
@@ -352,23 +361,34 @@ impl Follow {
         }
     }
 
-    /// Reads the next page after `cursor` from the store; no longer behind once a page comes
-    /// back short (the store had nothing more when it was read).
+    /// Reads the next page after `cursor` from the store, up to what is settled there (no
+    /// row that may still be committed is passed by); no longer behind once a page comes back
+    /// short and nothing is missing. While a row is missing it reads again shortly.
     async fn catch_up(&mut self) -> Result<(), StoreError> {
-        let query = FeedQuery {
-            since: Some(Since::Cursor(self.cursor)),
-            limit: PAGE,
-            ..self.query.clone()
-        };
-        let (rows, head) = self
+        let (cursor, mut gap, filters) = (self.cursor, self.gap, self.query.clone());
+        let (rows, settled, gap) = self
             .store
-            .read(move |rd| Ok::<_, StoreError>((rd.feed(&query)?, rd.feed_head()?)))
+            .read(move |rd| {
+                let settled = rd.feed_settled(cursor, &mut gap)?;
+                let query = FeedQuery {
+                    since: Some(Since::Cursor(cursor)),
+                    limit: PAGE,
+                    until: Some(settled.through),
+                    ..filters
+                };
+                Ok::<_, StoreError>((rd.feed(&query)?, settled, gap))
+            })
             .await?;
+        self.gap = gap;
         match rows.last() {
             Some(last) if rows.len() == PAGE => self.cursor = last.id,
             _ => {
-                self.cursor = self.cursor.max(head);
-                self.behind = false;
+                self.cursor = self.cursor.max(settled.through);
+                if settled.waiting {
+                    tokio::time::sleep(GAP_RETRY).await;
+                } else {
+                    self.behind = false;
+                }
             }
         }
         self.queue
@@ -486,6 +506,7 @@ mod tests {
             query: FeedQuery::default(),
             cursor: 0,
             behind: false,
+            gap: FeedGap::default(),
             queue: VecDeque::new(),
         };
         // Published out of order (two writers that committed 1 then 2 publish 2 first), and
@@ -533,6 +554,7 @@ mod tests {
             },
             cursor: 0,
             behind: true,
+            gap: FeedGap::default(),
             queue: VecDeque::new(),
         };
         // A backlog: read from the store.
