@@ -43,6 +43,14 @@ const BUILTINS: &[Builtin] = &[
 ];
 
 impl PluginHost {
+    /// The component of a built-in plugin this binary carries, by its digest.
+    pub(super) fn builtin_component(sha256: &str) -> Option<&'static [u8]> {
+        BUILTINS
+            .iter()
+            .map(|builtin| builtin.bytes)
+            .find(|bytes| sha256_hex(bytes) == sha256)
+    }
+
     pub(super) async fn install_builtins(&self) -> anyhow::Result<()> {
         for builtin in BUILTINS {
             let sha = sha256_hex(builtin.bytes);

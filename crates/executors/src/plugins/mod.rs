@@ -609,6 +609,20 @@ impl PluginHost {
         let path = self.wasm_path(&record.sha256);
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
+            // A built-in another daemon on the database recorded: this binary carries it.
+            Err(err)
+                if err.kind() == std::io::ErrorKind::NotFound
+                    && record.builtin
+                    && let Some(bytes) = Self::builtin_component(&record.sha256) =>
+            {
+                let partial = path.with_extension("wasm.partial");
+                if let Err(err) =
+                    std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, &path))
+                {
+                    tracing::warn!(path = %path.display(), %err, "cannot write a built-in plugin's component to the data dir");
+                }
+                bytes.to_vec()
+            }
             // Installed by another daemon on the database: its component is kept there.
             Err(err)
                 if err.kind() == std::io::ErrorKind::NotFound
