@@ -55,11 +55,38 @@ fn node_state(daemon: &Daemon, name: &str) -> Option<String> {
         .and_then(|n| n["state"].as_str().map(str::to_string))
 }
 
+/// Waits until `daemon` has beaten `count` more times (each a third of its lease): the
+/// daemon's own clock, for what must not happen however long it runs.
+fn wait_heartbeats(daemon: &Daemon, count: usize) {
+    let beat = || -> String {
+        let listed = nodes(daemon);
+        let this = listed["this"].clone();
+        listed["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == this)
+            .map(|n| n["heartbeat_at"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let mut last = beat();
+    for _ in 0..count {
+        last = wait_for("a heartbeat", Duration::from_secs(30), || {
+            let now = beat();
+            (now != last).then_some(now)
+        });
+    }
+}
+
 #[test]
 fn two_daemons_on_one_database_see_each_other_and_a_second_of_one_name_is_refused() {
     let url = canopy_store::pg::cluster::scratch_database().unwrap();
     let a = node("a", &url, "");
     let b = node("b", &url, "");
+    // B joins a database whose built-in plugins a recorded: it loads them from its own
+    // binary, with nothing to warn about.
+    let status = b.json(&["status"]);
+    assert_eq!(status["recent_problems"], json!([]), "{status}");
     let listed = nodes(&a);
     assert_eq!(listed["this"], "a");
     let names: Vec<&str> = listed["nodes"]
@@ -250,20 +277,7 @@ action = {{ command = "touch {}; sleep 30" }}
         (node_state(&b, "a").as_deref() == Some("lost")).then_some(())
     });
     // Several heartbeats later, still once: the takeover is not repeated.
-    let beat = |daemon: &Daemon| -> String {
-        nodes(daemon)["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["name"] == "b")
-            .map(|n| n["heartbeat_at"].as_str().unwrap().to_string())
-            .unwrap()
-    };
-    let first = beat(&b);
-    wait_for("two more heartbeats of b", Duration::from_secs(30), || {
-        let second = beat(&b);
-        (second != first).then_some(second)
-    });
+    wait_heartbeats(&b, 2);
     let (_, again) = b.get("/api/hook-runs?event=on_blocked&graph=long&last=10");
     assert_eq!(again["runs"].as_array().map(Vec::len), Some(1), "{again}");
     // The cron firing a left running is recorded by b, without waiting for a to come back.
@@ -484,4 +498,57 @@ fn a_component_tampered_with_in_the_database_is_not_run_by_another_daemon() {
     );
     let (status, _) = b.get("/api/status");
     assert_eq!(status, 200);
+}
+
+/// A project whose `nodes` name one daemon is watched there only: its checkout lives on that
+/// machine, and its lifecycle hooks run there, not once per daemon.
+#[test]
+fn a_project_is_watched_and_its_hooks_run_on_the_nodes_it_names() {
+    let url = canopy_store::pg::cluster::scratch_database().unwrap();
+    let repo = git_repo();
+    let extra = format!(
+        r#"
+[projects.web]
+checkout = "{}"
+poll_secs = 1
+nodes = ["a"]
+
+[[projects.web.hooks.checkout_updated]]
+command = "echo updated"
+"#,
+        repo.path().display()
+    );
+    let a = node("a", &url, &extra);
+    let b = node("b", &url, &extra);
+    assert!(
+        b.log().contains("project not watched on this node"),
+        "{}",
+        b.log()
+    );
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(repo.path())
+            .env("GIT_AUTHOR_NAME", "Canopy Test")
+            .env("GIT_AUTHOR_EMAIL", "test@canopy.invalid")
+            .env("GIT_COMMITTER_NAME", "Canopy Test")
+            .env("GIT_COMMITTER_EMAIL", "test@canopy.invalid")
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["commit", "-q", "--allow-empty", "-m", "second"]);
+    let runs = a.ended_hook_runs_where("event=project.checkout_updated", 1);
+    assert_eq!(runs[0]["node"], "a", "{:?}", runs[0]);
+    // B, which polls nothing, records no checkout event of its own however long it runs: two
+    // more heartbeats of it (each a third of a 2 s lease, beyond its 1 s poll) show none.
+    wait_heartbeats(&b, 2);
+    let (_, feed) = a.get("/api/feed?event=project.checkout_updated&last=100");
+    let by: Vec<&str> = feed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"].as_str().unwrap())
+        .collect();
+    assert!(!by.is_empty() && by.iter().all(|n| *n == "a"), "{feed}");
 }

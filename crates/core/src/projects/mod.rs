@@ -69,6 +69,13 @@ pub struct ProjectConfig {
     /// The project's webhooks, served at `/hooks/<project>/<id>`.
     #[serde(default)]
     pub webhooks: crate::webhooks::config::ProjectWebhooks,
+    /// The nodes that watch the checkout and run its lifecycle hooks (default: every node
+    /// whose configuration names the project). Its webhooks name their own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// Only nodes holding one of these roles watch it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles_permitted: Vec<String>,
 }
 
 impl ProjectConfig {
@@ -78,6 +85,8 @@ impl ProjectConfig {
         self.checkout == other.checkout
             && self.poll_secs == other.poll_secs
             && self.hooks == other.hooks
+            && self.nodes == other.nodes
+            && self.roles_permitted == other.roles_permitted
     }
 }
 
@@ -208,6 +217,9 @@ pub struct Project {
     /// The checkout as configured (absolute).
     pub checkout: PathBuf,
     pub poll: Duration,
+    /// The nodes that watch it (none: every node), and the roles one must hold.
+    pub nodes: Vec<String>,
+    pub roles_permitted: Vec<String>,
 }
 
 /// Every project and project hook in force.
@@ -342,6 +354,8 @@ pub fn compile(projects: &BTreeMap<String, ProjectConfig>) -> Result<Projects, V
                 name: name.clone(),
                 checkout,
                 poll,
+                nodes: project.nodes.clone(),
+                roles_permitted: project.roles_permitted.clone(),
             });
         }
     }
@@ -522,6 +536,8 @@ target_session_name = "release-helper"
                 name: "web".into(),
                 checkout: "/srv/web".into(),
                 poll: Duration::from_secs(DEFAULT_POLL_SECS),
+                nodes: Vec::new(),
+                roles_permitted: Vec::new(),
             }]
         );
         let names: Vec<&str> = projects.hooks.iter().map(|h| h.name.as_str()).collect();

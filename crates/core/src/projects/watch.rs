@@ -100,8 +100,15 @@ impl Watchers {
                 tracing::info!(project = %name, "project watcher stopped");
             }
         }
+        let identity = self.bus.daemon_hooks().identity.clone();
         for project in projects {
             if running.contains_key(&project.name) {
+                continue;
+            }
+            if !identity.runs(&project.nodes, &project.roles_permitted) {
+                // Another node watches it (`nodes` / `roles_permitted`): its checkout lives
+                // there, and its lifecycle hooks run there.
+                tracing::info!(project = %project.name, node = %identity.node, "project not watched on this node: its `nodes` / `roles_permitted` name others");
                 continue;
             }
             let (stop, stopped) = oneshot::channel();
