@@ -520,11 +520,12 @@ command = "echo updated"
     );
     let a = node("a", &url, &extra);
     let b = node("b", &url, &extra);
-    assert!(
-        b.log().contains("project not watched on this node"),
-        "{}",
+    // B says it leaves the project to the others (its watchers start once it listens).
+    wait_for("b to leave the project", Duration::from_secs(30), || {
         b.log()
-    );
+            .contains("project not watched on this node")
+            .then_some(())
+    });
     let git = |args: &[&str]| {
         let status = std::process::Command::new("git")
             .args(args)
