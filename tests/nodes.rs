@@ -127,6 +127,16 @@ fn two_daemons_on_one_database_see_each_other_and_a_second_of_one_name_is_refuse
     assert_eq!(seen["payload"]["spec_id"], spec.as_str(), "{seen}");
     let _ = follow.kill();
     let _ = follow.wait();
+    // Without --json too: each line names the node that recorded it.
+    let text = b.ok(&["feed", "--last", "10"]);
+    let header = text.lines().next().unwrap_or_default();
+    assert!(header.contains("NODE"), "{text}");
+    assert!(
+        text.lines().any(
+            |line| line.contains("spec.created") && line.split_whitespace().nth(2) == Some("a")
+        ),
+        "{text}"
+    );
     let text = b.ok(&["nodes"]);
     assert!(
         text.contains("b (this daemon)") && text.contains("alive"),

@@ -64,6 +64,12 @@ const ARGUMENTS: &[(&str, &str)] = &[
 
 pub async fn run(data: &DataDir, args: FeedArgs) -> Result<ExitCode> {
     let client = Client::connect(data)?;
+    if !args.json {
+        // Several daemons on one database: each line says which one recorded it.
+        let nodes: Result<canopy_model::records::daemon::Nodes> = client.get("/api/nodes").await;
+        let shared = nodes.is_ok_and(|nodes| nodes.nodes.len() > 1);
+        SHOW_NODE.store(shared, std::sync::atomic::Ordering::Relaxed);
+    }
     if !args.follow {
         return list(&client, &args)
             .await
@@ -311,23 +317,36 @@ async fn stream_once(
 /// the columns after it stay in line.
 const ACTOR_WIDTH: usize = 24;
 const EVENT_WIDTH: usize = 28;
+/// Width of the node column, shown when several daemons share the database.
+const NODE_WIDTH: usize = 12;
 
 /// The column titles, printed once above the first event.
-fn header() -> String {
+fn header(node: bool) -> String {
     format!(
-        "{:<20}  {:>6}  {:<ACTOR_WIDTH$}  {:<EVENT_WIDTH$}  TARGET  SUMMARY",
-        "TIME (UTC)", "ID", "ACTOR", "EVENT"
+        "{:<20}  {:>6}  {}{:<ACTOR_WIDTH$}  {:<EVENT_WIDTH$}  TARGET  SUMMARY",
+        "TIME (UTC)",
+        "ID",
+        if node {
+            format!("{:<NODE_WIDTH$}  ", "NODE")
+        } else {
+            String::new()
+        },
+        "ACTOR",
+        "EVENT"
     )
 }
 
 static HEADER_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether lines show the node that recorded them (the daemon has others on its database).
+static SHOW_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Prints an event's line, the header first if it has not been printed yet.
 fn print_line(envelope: &Envelope) {
+    let node = SHOW_NODE.load(std::sync::atomic::Ordering::Relaxed);
     if !HEADER_PRINTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        println!("{}", header());
+        println!("{}", header(node));
     }
-    println!("{}", line(envelope));
+    println!("{}", line(envelope, node));
 }
 
 /// `text` in at most `width` characters: cut short with `…`.
@@ -341,7 +360,7 @@ fn fit(text: &str, width: usize) -> String {
     }
 }
 
-fn line(envelope: &Envelope) -> String {
+fn line(envelope: &Envelope, node: bool) -> String {
     let time = envelope
         .timestamp
         .as_jiff()
@@ -359,8 +378,13 @@ fn line(envelope: &Envelope) -> String {
     };
     let summary = summary(envelope);
     let text = format!(
-        "{time:<20}  {:>6}  {:<ACTOR_WIDTH$}  {:<EVENT_WIDTH$}  {target}{}{summary}",
+        "{time:<20}  {:>6}  {}{:<ACTOR_WIDTH$}  {:<EVENT_WIDTH$}  {target}{}{summary}",
         envelope.id,
+        if node {
+            format!("{:<NODE_WIDTH$}  ", fit(&envelope.node, NODE_WIDTH))
+        } else {
+            String::new()
+        },
         fit(&actor, ACTOR_WIDTH),
         fit(&envelope.event, EVENT_WIDTH),
         if summary.is_empty() { "" } else { "  " }
@@ -428,25 +452,35 @@ mod tests {
             "payload": { "graph_name": "web", "run_id": "3f2a", "workdir": "/src/web",
                          "status": "completed", "specs": ["a", "b"], "note": "two\nlines" }
         });
+        let column = |text: &str, word: &str| text.split(word).next().map(|s| s.chars().count());
         let read = |value: &serde_json::Value| {
             serde_json::from_value(value.clone()).expect("an envelope as the feed writes it")
         };
         assert_eq!(
-            line(&read(&envelope)),
+            line(&read(&envelope), false),
             "2026-05-01T09:30:00Z      42  hook:announce (depth 1)   graph.run.completed           web  note=two lines specs=a,b status=completed"
+        );
+        // Several daemons on the database: the node that recorded it, under its title.
+        let with_node = line(&read(&envelope), true);
+        assert_eq!(
+            with_node,
+            "2026-05-01T09:30:00Z      42  host          hook:announce (depth 1)   graph.run.completed           web  note=two lines specs=a,b status=completed"
+        );
+        assert_eq!(
+            column(&with_node, "hook:announce"),
+            column(&super::header(true), "ACTOR")
         );
         // A long actor is cut short, and the columns after it stay where the header says.
         let mut long = envelope.clone();
         long["actor"] = json!("webhook:project/web/github-push-to-main");
-        let shown = line(&read(&long));
+        let shown = line(&read(&long), false);
         assert!(
             shown.contains("webhook:project/web/git…  graph.run.completed"),
             "{shown}"
         );
-        let column = |text: &str, word: &str| text.split(word).next().map(|s| s.chars().count());
         assert_eq!(
             column(&shown, "graph.run"),
-            column(&super::header(), "EVENT")
+            column(&super::header(false), "EVENT")
         );
     }
 }
