@@ -207,15 +207,8 @@ impl Tx<'_> {
     /// `NodeRecord::lost`) left running become `interrupted_unknown`, named after it, without
     /// waiting for it to start again (it may never). Returns them.
     pub fn interrupt_cron_receipts_of_lost_nodes(&self) -> Result<Vec<Receipt>, StoreError> {
-        if self.exclusive() {
-            return Ok(Vec::new());
-        }
-        let now = Timestamp::now();
         let mut ended = Vec::new();
-        for node in self.nodes()? {
-            if node.name == self.node() || !node.lost(now) {
-                continue;
-            }
+        for node in self.lost_nodes()? {
             let running: Vec<String> = self.query_map(
                 "SELECT run_id FROM cron_receipts WHERE node = ?1 AND status = 'running' ORDER BY created_at",
                 params![node.name],

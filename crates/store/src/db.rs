@@ -188,14 +188,14 @@ pub struct Tx<'a> {
     rd: Rd<'a>,
     /// Whether this transaction has run what precedes its feed rows (see
     /// `Dialect::feed_append`): once is enough.
-    feed_ordered: std::cell::Cell<bool>,
+    feed_prelude: std::cell::Cell<bool>,
 }
 
 impl<'a> Tx<'a> {
     fn of(rd: Rd<'a>) -> Self {
         Self {
             rd,
-            feed_ordered: std::cell::Cell::new(false),
+            feed_prelude: std::cell::Cell::new(false),
         }
     }
 
@@ -207,14 +207,14 @@ impl<'a> Tx<'a> {
 
     /// Whether the caller must run what precedes this transaction's first feed row (see
     /// `Dialect::feed_append`); noted as run.
-    pub(crate) fn order_feed(&self) -> bool {
-        !self.feed_ordered.replace(true)
+    pub(crate) fn feed_prelude_due(&self) -> bool {
+        !self.feed_prelude.replace(true)
     }
 
     /// After that statement failed, or a savepoint it ran in was rolled back (which drops
-    /// its notice): `held` is whether it still holds.
-    pub(crate) fn feed_ordered_is(&self, held: bool) {
-        self.feed_ordered.set(held);
+    /// its notice): `ran` is whether it still counts as run.
+    pub(crate) fn feed_prelude_ran(&self, ran: bool) {
+        self.feed_prelude.set(ran);
     }
 }
 
@@ -992,14 +992,14 @@ fn commit_batch(link: &mut Link, batch: &mut Vec<Job>, node: &str) {
             }
         }
         owed.clear();
-        let ordered = tx.feed_ordered.get();
+        let prelude = tx.feed_prelude.get();
         let ran = job(&tx);
         if ran.keep {
             owed.push("RELEASE write");
         } else {
             owed.extend(["ROLLBACK TO write", "RELEASE write"]);
             // A notice sent inside the savepoint goes with it.
-            tx.feed_ordered_is(ordered);
+            tx.feed_prelude_ran(prelude);
         }
         answers.push(ran.answer);
     }

@@ -244,14 +244,14 @@ impl Tx<'_> {
     ) -> Result<Envelope, StoreError> {
         let timestamp = Timestamp::now();
         let actor = cause.actor.to_string();
-        if let Some(ordered) = self.dialect().feed_append()
-            && self.order_feed()
+        if let Some(prelude) = self.dialect().feed_append()
+            && self.feed_prelude_due()
         {
             // Once per transaction: its id is taken before its first row's, and the one
             // notice wakes the other daemons for every row it appends. It names the node: a
             // daemon does not read back its own rows.
-            if let Err(err) = self.execute(ordered, params![node]) {
-                self.feed_ordered_is(false);
+            if let Err(err) = self.execute(prelude, params![node]) {
+                self.feed_prelude_ran(false);
                 return Err(err.into());
             }
         }

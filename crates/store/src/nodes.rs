@@ -92,6 +92,21 @@ impl Rd<'_> {
         )?)
     }
 
+    /// The other daemons on a shared database that count as lost now (see
+    /// [`NodeRecord::lost`]): what they left unfinished is for the living to record. None on
+    /// SQLite, whose one daemon recovers everything at start.
+    pub fn lost_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        if self.exclusive() {
+            return Ok(Vec::new());
+        }
+        let now = Timestamp::now();
+        Ok(self
+            .nodes()?
+            .into_iter()
+            .filter(|node| node.name != self.node() && node.lost(now))
+            .collect())
+    }
+
     /// The leases held on running graphs, by node, then graph name.
     pub fn held_leases(&self) -> Result<Vec<HeldLease>, StoreError> {
         Ok(self.query_map(
@@ -153,15 +168,9 @@ impl Tx<'_> {
     /// retired). Returns how many. Nothing on SQLite: its one daemon recovers everything at
     /// start.
     pub fn interrupt_hook_runs_of_lost_nodes(&self) -> Result<usize, StoreError> {
-        if self.exclusive() {
-            return Ok(0);
-        }
         let now = Timestamp::now();
         let mut interrupted = 0;
-        for node in self.nodes()? {
-            if node.name == self.node() || !node.lost(now) {
-                continue;
-            }
+        for node in self.lost_nodes()? {
             let why = format!(
                 "node `{}`, which ran this hook, stopped (no heartbeat since {}) before it finished",
                 node.name, node.heartbeat_at

@@ -112,18 +112,9 @@ impl Crons {
     /// firings missed while it was down are recorded (one receipt per cron), a
     /// `catch_up = "once"` cron gets its late run, and the schedulers start.
     pub async fn start(&self) -> Result<(), StoreError> {
-        let bus = self.inner.bus.clone();
-        let recorded = self
-            .inner
-            .store
-            .write(move |tx| {
-                let ended = tx.interrupt_unknown_cron_receipts()?;
-                let events: Vec<Event> = ended.iter().map(end_event).collect();
-                bus.record(tx, events, &Cause::default())
-            })
+        let interrupted = self
+            .record_interrupted(|tx| tx.interrupt_unknown_cron_receipts())
             .await?;
-        let interrupted = recorded.events();
-        self.inner.bus.publish(recorded).await;
         if interrupted > 0 {
             tracing::warn!(
                 receipts = interrupted,
@@ -142,12 +133,22 @@ impl Crons {
     /// recorded `interrupted_unknown` (with their `cron.interrupted` events) by the node that
     /// noticed, instead of at the lost node's next start. Returns how many.
     pub async fn recover_lost_nodes(&self) -> Result<usize, StoreError> {
+        self.record_interrupted(|tx| tx.interrupt_cron_receipts_of_lost_nodes())
+            .await
+    }
+
+    /// Marks the receipts `interrupt` picks `interrupted_unknown` and records their end
+    /// events, in one write; returns how many.
+    async fn record_interrupted(
+        &self,
+        interrupt: fn(&canopy_store::Tx<'_>) -> Result<Vec<Receipt>, StoreError>,
+    ) -> Result<usize, StoreError> {
         let bus = self.inner.bus.clone();
         let recorded = self
             .inner
             .store
             .write(move |tx| {
-                let ended = tx.interrupt_cron_receipts_of_lost_nodes()?;
+                let ended = interrupt(tx)?;
                 let events: Vec<Event> = ended.iter().map(end_event).collect();
                 bus.record(tx, events, &Cause::default())
             })

@@ -540,12 +540,7 @@ impl PluginHost {
             );
             return None;
         }
-        let partial = path.with_extension("wasm.partial");
-        let written =
-            std::fs::write(&partial, &kept).and_then(|()| std::fs::rename(&partial, path));
-        if let Err(err) = written {
-            tracing::warn!(path = %path.display(), %err, "cannot write the plugin's component to the data dir");
-        }
+        write_component(path, &kept);
         Some(kept)
     }
 
@@ -615,12 +610,7 @@ impl PluginHost {
                     && record.builtin
                     && let Some(bytes) = Self::builtin_component(&record.sha256) =>
             {
-                let partial = path.with_extension("wasm.partial");
-                if let Err(err) =
-                    std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, &path))
-                {
-                    tracing::warn!(path = %path.display(), %err, "cannot write a built-in plugin's component to the data dir");
-                }
+                write_component(&path, bytes);
                 bytes.to_vec()
             }
             // Installed by another daemon on the database: its component is kept there.
@@ -1338,4 +1328,15 @@ fn templates_of(manifest: &Manifest) -> Vec<(String, Escape)> {
 /// Lowercase hex sha256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+/// Writes a component this daemon has (from the database, or a built-in in its binary) to its
+/// data dir's copy at `path`, whole or not at all; a failure is only logged (the component is
+/// in memory, and loaded from there).
+fn write_component(path: &std::path::Path, bytes: &[u8]) {
+    let partial = path.with_extension("wasm.partial");
+    if let Err(err) = std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, path))
+    {
+        tracing::warn!(path = %path.display(), %err, "cannot write the plugin's component to the data dir");
+    }
 }
